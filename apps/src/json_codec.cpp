@@ -1,0 +1,130 @@
+#include "json_codec.hpp"
+
+#include <string>
+
+#include "meshsim/error.hpp"
+
+namespace meshsim::json {
+
+namespace {
+std::string name(std::string_view field) { return "'" + std::string(field) + "'"; }
+
+void build(const Json& j, std::string_view field, NullAs nulls, IntTupleBuilder& b, int depth,
+           int& nodes) {
+  if (++nodes > kMaxNodes) {
+    throw InvalidArgument(name(field) + " has more than " + std::to_string(kMaxNodes) + " nodes");
+  }
+  if (j.is_array()) {
+    if (depth >= kMaxDepth) {
+      throw InvalidArgument(name(field) + " is nested deeper than " + std::to_string(kMaxDepth));
+    }
+    if (j.empty()) throw InvalidArgument(name(field) + ": the empty tuple [] is not an IntTuple");
+    b.open();
+    for (const Json& e : j) build(e, field, nulls, b, depth + 1, nodes);
+    b.close();
+    return;
+  }
+  if (j.is_null() && nulls == NullAs::kZero) {
+    b.leaf(0);
+    return;
+  }
+  b.leaf(to_int(j, field));
+}
+}  // namespace
+
+int64_t to_int(const Json& j, std::string_view field) {
+  if (j.is_number_unsigned()) {
+    auto v = j.get<uint64_t>();
+    if (v > static_cast<uint64_t>(INT64_MAX)) {
+      throw OverflowError(name(field) + ": " + std::to_string(v) +
+                          " does not fit in a 64-bit signed integer");
+    }
+    return static_cast<int64_t>(v);
+  }
+  if (j.is_number_integer()) return j.get<int64_t>();
+  throw InvalidArgument(name(field) + ": expected an integer, got " + j.dump());
+}
+
+IntTuple to_int_tuple(const Json& j, std::string_view field, NullAs nulls) {
+  IntTupleBuilder b;
+  int nodes = 0;
+  build(j, field, nulls, b, 0, nodes);
+  return b.take();
+}
+
+Layout to_layout(const Json& j, std::string_view field) {
+  if (j.is_string()) return parse_layout(j.get<std::string>());
+  if (!j.is_object()) {
+    throw InvalidArgument(name(field) +
+                          ": a layout is {\"shape\": S, \"stride\": D} or \"S:D\", got " +
+                          j.dump());
+  }
+  const char* sk = j.contains("shape") ? "shape" : "sizes";
+  const char* dk = j.contains("stride") ? "stride" : "strides";
+  if (!j.contains(sk) || !j.contains(dk)) {
+    throw InvalidArgument(name(field) + ": a layout needs both \"shape\" and \"stride\"");
+  }
+  return Layout(to_int_tuple(j[sk], std::string(field) + ".shape"),
+                to_int_tuple(j[dk], std::string(field) + ".stride"));
+}
+
+Tiler to_tiler(const Json& j, std::string_view field) {
+  if (!j.is_array() || j.empty()) {
+    throw InvalidArgument(name(field) + ": a tiler is a non-empty array of null, int or layout");
+  }
+  Tiler t;
+  for (const Json& e : j) {
+    if (e.is_null()) {
+      t.emplace_back(std::nullopt);
+    } else if (e.is_number()) {
+      t.emplace_back(Layout(to_int(e, field), 1));
+    } else {
+      t.emplace_back(to_layout(e, field));
+    }
+  }
+  return t;
+}
+
+std::vector<int64_t> to_int_list(const Json& j, std::string_view field) {
+  if (!j.is_array()) throw InvalidArgument(name(field) + ": expected an array of integers");
+  std::vector<int64_t> out;
+  out.reserve(j.size());
+  for (const Json& e : j) out.push_back(to_int(e, field));
+  return out;
+}
+
+Json from_int_tuple(const IntTuple& t) {
+  if (t.is_int()) return t.value();
+  Json a = Json::array();
+  for (int i = 0; i < t.rank(); ++i) a.push_back(from_int_tuple(t[i]));
+  return a;
+}
+
+Json from_layout(const Layout& l) {
+  return Json{{"shape", from_int_tuple(l.shape())}, {"stride", from_int_tuple(l.stride())}};
+}
+
+int max_nesting(std::string_view text) {
+  int depth = 0;
+  int best = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char ch = text[i];
+    if (in_string) {
+      if (ch == '\\') {
+        ++i;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      best = std::max(best, ++depth);
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return best;
+}
+
+}  // namespace meshsim::json

@@ -1,0 +1,248 @@
+#include "query.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <istream>
+#include <ostream>
+#include <unordered_map>
+
+#include "json_codec.hpp"
+#include "meshsim/algebra.hpp"
+#include "meshsim/error.hpp"
+#include "meshsim/mesh_layout.hpp"
+
+namespace meshsim::query {
+
+namespace {
+
+using json::Json;
+using json::NullAs;
+
+// Args gives typed access to a request's arguments, with errors that name the field.
+struct Args {
+  const Json& req;
+  Convention conv;
+
+  const Json& at(const char* field) const {
+    auto it = req.find(field);
+    if (it == req.end()) {
+      throw InvalidArgument("missing argument '" + std::string(field) + "' for op '" +
+                            req.at("op").get<std::string>() + "'");
+    }
+    return *it;
+  }
+  bool has(const char* field) const { return req.contains(field) && !req[field].is_null(); }
+  Layout layout(const char* field) const { return json::to_layout(at(field), field); }
+  IntTuple tuple(const char* field, NullAs nulls = NullAs::kError) const {
+    return json::to_int_tuple(at(field), field, nulls);
+  }
+  int64_t integer(const char* field) const { return json::to_int(at(field), field); }
+  const Json& list(const char* field) const {
+    const Json& j = at(field);
+    if (!j.is_array()) throw InvalidArgument("'" + std::string(field) + "' must be an array");
+    return j;
+  }
+};
+
+using Handler = std::function<Json(const Args&)>;
+
+Json rank_list(const std::vector<int64_t>& v) { return Json(v); }
+
+const std::unordered_map<std::string, Handler>& handlers() {
+  static const std::unordered_map<std::string, Handler> table = [] {
+    std::unordered_map<std::string, Handler> t;
+    auto L = [](const Layout& l) { return json::from_layout(l); };
+    t["size"] = [](const Args& a) { return Json(size(a.layout("layout"))); };
+    t["cosize"] = [](const Args& a) { return Json(cosize(a.layout("layout"))); };
+    t["rank"] = [](const Args& a) { return Json(a.layout("layout").rank()); };
+    t["depth"] = [](const Args& a) { return Json(a.layout("layout").depth()); };
+    t["compact_stride"] = [](const Args& a) {
+      return json::from_int_tuple(compact_stride(a.tuple("shape"), a.conv));
+    };
+    t["crd2idx"] = [](const Args& a) {
+      Layout l = a.layout("layout");
+      Json out = Json::array();
+      for (const Json& c : a.list("coords")) {
+        out.push_back(crd2idx(json::to_int_tuple(c, "coords", NullAs::kZero), l, a.conv));
+      }
+      return out;
+    };
+    t["idx2crd"] = [](const Args& a) {
+      IntTuple shape = a.tuple("shape");
+      Json out = Json::array();
+      if (a.has("stride")) {
+        IntTuple stride = a.tuple("stride");
+        for (const Json& i : a.list("indices")) {
+          out.push_back(json::from_int_tuple(
+              idx2crd(json::to_int_tuple(i, "indices", NullAs::kZero), shape, stride)));
+        }
+      } else {
+        IntTuple stride = compact_stride(shape, a.conv);
+        for (const Json& i : a.list("indices")) {
+          out.push_back(json::from_int_tuple(
+              idx2crd(json::to_int_tuple(i, "indices", NullAs::kZero), shape, stride)));
+        }
+      }
+      return out;
+    };
+    t["coalesce"] = [L](const Args& a) { return L(coalesce(a.layout("layout"), a.conv)); };
+    t["coalesce_profile"] = [L](const Args& a) {
+      return L(coalesce(a.layout("layout"), a.tuple("profile", NullAs::kZero), a.conv));
+    };
+    t["filter"] = [L](const Args& a) { return L(filter(a.layout("layout"), a.conv)); };
+    t["filter_profile"] = [L](const Args& a) {
+      return L(filter(a.layout("layout"), a.tuple("profile", NullAs::kZero), a.conv));
+    };
+    t["complement"] = [L](const Args& a) { return L(complement(a.layout("layout"), 1, a.conv)); };
+    t["complement_bound"] = [L](const Args& a) {
+      return L(complement(a.layout("layout"), a.integer("bound"), a.conv));
+    };
+    t["composition"] = [L](const Args& a) {
+      return L(composition(a.layout("a"), a.layout("b"), a.conv));
+    };
+    t["logical_divide"] = [L](const Args& a) {
+      return L(logical_divide(a.layout("a"), a.layout("b"), a.conv));
+    };
+    t["logical_product"] = [L](const Args& a) {
+      return L(logical_product(a.layout("a"), a.layout("b"), a.conv));
+    };
+    t["composition_tiler"] = [L](const Args& a) {
+      return L(composition(a.layout("a"), json::to_tiler(a.at("tiler"), "tiler"), a.conv));
+    };
+    t["logical_divide_tiler"] = [L](const Args& a) {
+      return L(logical_divide(a.layout("a"), json::to_tiler(a.at("tiler"), "tiler"), a.conv));
+    };
+    t["logical_product_tiler"] = [L](const Args& a) {
+      return L(logical_product(a.layout("a"), json::to_tiler(a.at("tiler"), "tiler"), a.conv));
+    };
+    t["right_inverse"] = [L](const Args& a) { return L(right_inverse(a.layout("layout"), a.conv)); };
+    t["left_inverse"] = [L](const Args& a) { return L(left_inverse(a.layout("layout"), a.conv)); };
+    // _MeshLayout helpers: torch convention only.
+    t["mesh_construct"] = [L](const Args& a) {
+      return L(Layout(a.tuple("shape"), a.tuple("stride")));
+    };
+    t["mesh_check_non_overlap"] = [](const Args& a) {
+      return Json(mesh_check_non_overlap(a.layout("layout")));
+    };
+    t["mesh_all_ranks_from_zero"] = [](const Args& a) {
+      return rank_list(mesh_all_ranks_from_zero(a.layout("layout")));
+    };
+    t["mesh_top_level_sizes"] = [](const Args& a) {
+      return rank_list(mesh_top_level_sizes(a.layout("layout")));
+    };
+    t["mesh_nest"] = [L](const Args& a) { return L(mesh_nest(a.layout("layout"))); };
+    t["mesh_coalesce"] = [L](const Args& a) { return L(mesh_coalesce(a.layout("layout"))); };
+    t["mesh_flatten"] = [L](const Args& a) { return L(mesh_flatten(a.layout("layout"))); };
+    t["mesh_getitem"] = [L](const Args& a) {
+      return L(mesh_getitem(a.layout("layout"), a.integer("index")));
+    };
+    t["mesh_splice"] = [L](const Args& a) {
+      return L(mesh_splice(a.layout("layout"), a.integer("start"), a.integer("end"),
+                           a.layout("insert")));
+    };
+    t["mesh_unflatten"] = [L](const Args& a) {
+      std::vector<int64_t> sizes = json::to_int_list(a.at("sizes"), "sizes");
+      return L(mesh_unflatten(a.layout("layout"), a.integer("dim"), sizes));
+    };
+    t["mesh_global_ranks"] = [](const Args& a) {
+      return Json(mesh_global_ranks(a.layout("layout"), a.integer("world_size")));
+    };
+    t["mesh_remap_to_tensor"] = [](const Args& a) {
+      std::vector<int64_t> map = json::to_int_list(a.at("rank_map"), "rank_map");
+      RemappedTensor t = mesh_remap_to_tensor(a.layout("layout"), map);
+      // Nest the row-major values into lists along t.shape.
+      std::function<Json(std::size_t, std::size_t&)> nest = [&](std::size_t dim,
+                                                                 std::size_t& pos) -> Json {
+        Json arr = Json::array();
+        for (int64_t i = 0; i < t.shape[dim]; ++i) {
+          if (dim + 1 == t.shape.size()) {
+            arr.push_back(t.values[pos++]);
+          } else {
+            arr.push_back(nest(dim + 1, pos));
+          }
+        }
+        return arr;
+      };
+      std::size_t pos = 0;
+      return nest(0, pos);
+    };
+    t["mesh_disjoint"] = [](const Args& a) {
+      std::vector<Layout> ls;
+      for (const Json& j : a.list("layouts")) ls.push_back(json::to_layout(j, "layouts"));
+      return Json(mesh_disjoint(ls));
+    };
+    return t;
+  }();
+  return table;
+}
+
+Json error_answer(const Json& id, std::string_view type, std::string_view message) {
+  return Json{{"id", id}, {"ok", false}, {"error", {{"type", type}, {"message", message}}}};
+}
+
+// dump never throws on invalid UTF-8 echoed from input: it is replaced.
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+}  // namespace
+
+std::vector<std::string> ops() {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : handlers()) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string answer_line(std::string_view line) {
+  Json id = nullptr;
+  try {
+    if (json::max_nesting(line) > 2 * kMaxDepth) {
+      throw ParseError("request nests brackets deeper than " + std::to_string(2 * kMaxDepth));
+    }
+    Json req = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+    if (req.is_discarded()) throw ParseError("request is not valid JSON");
+    if (!req.is_object()) throw ParseError("request must be a JSON object, got " + req.dump());
+    if (req.contains("id")) id = req["id"];
+    auto op_it = req.find("op");
+    if (op_it == req.end() || !op_it->is_string()) {
+      throw InvalidArgument("request needs a string field 'op'");
+    }
+    Convention conv = Convention::kTorch;
+    if (req.contains("convention") && !req["convention"].is_null()) {
+      if (!req["convention"].is_string()) {
+        throw InvalidArgument("'convention' must be \"torch\" or \"cute\"");
+      }
+      conv = parse_convention(req["convention"].get<std::string>());
+    }
+    const std::string& op = op_it->get_ref<const std::string&>();
+    auto h = handlers().find(op);
+    if (h == handlers().end()) throw NotFound("unknown op '" + op + "'");
+    if (op.rfind("mesh_", 0) == 0 && conv != Convention::kTorch) {
+      throw InvalidArgument("op '" + op + "' exists only in the torch convention");
+    }
+    Json result = h->second(Args{req, conv});
+    return dump(Json{{"id", id}, {"ok", true}, {"result", std::move(result)}});
+  } catch (const Error& e) {
+    return dump(error_answer(id, e.type_name(), e.what()));
+  } catch (const Json::exception& e) {
+    return dump(error_answer(id, "InvalidArgument", e.what()));
+  } catch (const std::bad_alloc&) {
+    return dump(error_answer(id, "ResourceExhausted", "out of memory answering the request"));
+  } catch (const std::exception& e) {
+    return dump(error_answer(id, "Internal", e.what()));
+  }
+}
+
+std::size_t run(std::istream& in, std::ostream& out, bool flush) {
+  std::size_t n = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    out << answer_line(line) << '\n';
+    if (flush) out.flush();
+    ++n;
+  }
+  out.flush();
+  return n;
+}
+
+}  // namespace meshsim::query

@@ -1,0 +1,28 @@
+// query.hpp — the `meshsim query` engine: JSON Lines in, one answer line per request line.
+//
+// Request: {"op": "...", "id"?: any, "convention"?: "torch" | "cute", ...op arguments}.
+// Answer:  {"id": ..., "ok": true, "result": ...} or
+//          {"id": ..., "ok": false, "error": {"type": "<ErrorClass>", "message": "..."}}.
+// A malformed line gets an error answer; processing continues. Answers keep input order.
+//
+//   std::string a = meshsim::query::answer_line(R"({"op":"size","layout":"(2,4):(4,1)"})");
+//   // {"id":null,"ok":true,"result":8}
+#pragma once
+
+#include <cstddef>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshsim::query {
+
+// answer_line answers one request line (without the trailing newline).
+std::string answer_line(std::string_view line);
+// ops lists the supported op names, sorted.
+std::vector<std::string> ops();
+// run answers every line of `in` on `out`, one line each, flushing per answer when `flush`;
+// blank lines are skipped. Returns the number of answers written.
+std::size_t run(std::istream& in, std::ostream& out, bool flush = false);
+
+}  // namespace meshsim::query

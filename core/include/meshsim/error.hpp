@@ -1,0 +1,56 @@
+// meshsim/error.hpp — the one exception hierarchy of meshsim.
+//
+// Every precondition violation in meshsim is reported by throwing a subclass of meshsim::Error
+// whose message names the offending value and the rule it broke, for example
+//   composition: shape 4 of B does not divide mode 3 of A in (3,4):(1,5)
+// The subclasses follow a small canonical taxonomy (as in absl::StatusCode):
+//
+//   try { auto r = meshsim::composition(a, b); }
+//   catch (const meshsim::InvalidArgument& e) { /* the input broke a rule */ }
+//   catch (const meshsim::Error& e) { /* anything else meshsim reports */ }
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace meshsim {
+
+// Error is the base of every exception meshsim throws on purpose. type_name() is the stable
+// class name reported by tools (e.g. the "type" field of a `meshsim query` error answer).
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  virtual const char* type_name() const noexcept { return "Error"; }
+};
+
+#define MESHSIM_DEFINE_ERROR(Name, Base)                                 \
+  class Name : public Base {                                             \
+   public:                                                               \
+    explicit Name(const std::string& message) : Base(message) {}         \
+    const char* type_name() const noexcept override { return #Name; }    \
+  }
+
+// InvalidArgument: the input breaks a rule regardless of state (bad shape, non-congruent
+// stride, divisibility condition of composition, non-injective layout in complement).
+MESHSIM_DEFINE_ERROR(InvalidArgument, Error);
+// ParseError: text or JSON that is not well formed.
+MESHSIM_DEFINE_ERROR(ParseError, InvalidArgument);
+// OutOfRange: an index or value outside its valid range ("index 3 is out of range [-2, 2)").
+MESHSIM_DEFINE_ERROR(OutOfRange, Error);
+// OverflowError: a size, cosize or index product does not fit in 64-bit signed arithmetic.
+MESHSIM_DEFINE_ERROR(OverflowError, OutOfRange);
+// FailedPrecondition: the operation is valid in general but not in this state.
+MESHSIM_DEFINE_ERROR(FailedPrecondition, Error);
+// NotFound / AlreadyExists: lookups and registrations by name.
+MESHSIM_DEFINE_ERROR(NotFound, Error);
+MESHSIM_DEFINE_ERROR(AlreadyExists, Error);
+// ResourceExhausted: the answer would be too large to produce (an enumeration of 2^40 ranks).
+MESHSIM_DEFINE_ERROR(ResourceExhausted, Error);
+// DeadlineExceeded: a wait ran past its deadline.
+MESHSIM_DEFINE_ERROR(DeadlineExceeded, Error);
+// Internal: a broken invariant inside meshsim; always a bug.
+MESHSIM_DEFINE_ERROR(Internal, Error);
+
+#undef MESHSIM_DEFINE_ERROR
+
+}  // namespace meshsim

@@ -1,0 +1,117 @@
+// meshsim/int_tuple.hpp — IntTuple: an integer or a tuple of IntTuples, nested to any depth.
+//
+// `4` and `(4)` are different values (rank 1 both, depth 0 vs 1) and compare unequal; results of
+// the layout algebra are compared structurally, so the distinction is kept everywhere.
+//
+//   IntTuple s = IntTuple::tuple({IntTuple::tuple({2, 2}), 4});   // ((2,2),4)
+//   s.rank() == 2; s.depth() == 2; size(s) == 16; to_string(s) == "((2,2),4)"
+//   parse_int_tuple("((2,2),4)") == s
+//
+// Storage is a preorder array of nodes kept inline for up to 16 nodes (a layout with 8 leaves
+// nested once), so typical mesh shapes never touch the heap. Values are immutable after
+// construction; copies are cheap. Thread-safety: a const IntTuple may be shared freely.
+#pragma once
+
+#include <boost/container/small_vector.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace meshsim {
+
+// kMaxDepth bounds the nesting accepted from text and JSON (deeper input is rejected with
+// InvalidArgument instead of exhausting the stack).
+inline constexpr int kMaxDepth = 32;
+// kMaxNodes bounds the number of nodes (ints plus tuples) of one IntTuple built from input.
+inline constexpr int kMaxNodes = 1 << 16;
+
+class IntTuple {
+ public:
+  // Node is one preorder entry: a leaf (arity == kLeaf) holding `value`, or a tuple with
+  // `arity` children whose subtree spans `span` nodes including itself.
+  struct Node {
+    int64_t value;
+    int32_t arity;
+    int32_t span;
+  };
+  static constexpr int32_t kLeaf = -1;
+  using Storage = boost::container::small_vector<Node, 16>;
+
+  // IntTuple(v) is the integer v.
+  IntTuple(int64_t v = 0) : nodes_{Node{v, kLeaf, 1}} {}  // NOLINT: implicit by design
+  IntTuple(int v) : IntTuple(static_cast<int64_t>(v)) {}    // NOLINT
+
+  // tuple builds the tuple of the given elements (an empty list gives the empty tuple).
+  static IntTuple tuple(std::initializer_list<IntTuple> elements);
+  static IntTuple tuple(std::span<const IntTuple> elements);
+
+  bool is_int() const { return nodes_[0].arity == kLeaf; }
+  bool is_tuple() const { return !is_int(); }
+  // value is the integer of an int; InvalidArgument for a tuple.
+  int64_t value() const;
+  // rank is the number of top-level elements; 1 for an int.
+  int rank() const { return is_int() ? 1 : nodes_[0].arity; }
+  // depth is 0 for an int and 1 + the largest child depth for a tuple.
+  int depth() const;
+  // operator[] is the i-th top-level element; for an int only i == 0 is valid (itself).
+  IntTuple operator[](int i) const;
+  // leaf_count is the number of integers in the tree.
+  int leaf_count() const;
+
+  // nodes is the preorder node array (for algorithms that walk the tree without copying).
+  const Node* nodes() const { return nodes_.data(); }
+  int node_count() const { return static_cast<int>(nodes_.size()); }
+  // from_nodes copies the subtree rooted at `root`.
+  static IntTuple from_nodes(const Node* root);
+
+  friend bool operator==(const IntTuple& a, const IntTuple& b);
+  friend bool operator!=(const IntTuple& a, const IntTuple& b) { return !(a == b); }
+  std::size_t hash() const;
+
+ private:
+  friend class IntTupleBuilder;
+  struct Empty {};
+  explicit IntTuple(Empty) {}
+  Storage nodes_;
+};
+
+// IntTupleBuilder assembles an IntTuple in preorder:
+//   IntTupleBuilder b; b.open(); b.leaf(2); b.leaf(3); b.close(); IntTuple t = b.take();  // (2,3)
+class IntTupleBuilder {
+ public:
+  void leaf(int64_t v);
+  void append(const IntTuple& t) { append(t.nodes()); }
+  void append(const IntTuple::Node* subtree_root);
+  void open();
+  void close();
+  // take returns the finished tuple; exactly one top-level value must have been added.
+  IntTuple take();
+
+ private:
+  void count_child();
+  IntTuple::Storage nodes_;
+  boost::container::small_vector<int32_t, 8> open_;
+};
+
+// size is the product of all leaves (1 for the empty tuple); OverflowError when it overflows.
+int64_t size(const IntTuple& t);
+// flatten is the tuple of the leaves in order (always a tuple, `4` gives `(4)`).
+IntTuple flatten(const IntTuple& t);
+// congruent is true when a and b have the same tree structure.
+bool congruent(const IntTuple& a, const IntTuple& b);
+
+// to_string prints CuTe's text form: `4`, `(4)`, `((2,2),4)`.
+std::string to_string(const IntTuple& t);
+// parse_int_tuple reads CuTe's text form (spaces allowed, Python's `(4,)` accepted for a
+// 1-tuple); ParseError on anything else, naming the position.
+IntTuple parse_int_tuple(std::string_view text);
+
+}  // namespace meshsim
+
+template <>
+struct std::hash<meshsim::IntTuple> {
+  std::size_t operator()(const meshsim::IntTuple& t) const noexcept { return t.hash(); }
+};

@@ -1,0 +1,66 @@
+// meshsim/mesh_layout.hpp — PyTorch `_MeshLayout` helpers: the DeviceMesh bookkeeping recipes
+// over a Layout in the torch convention.
+//
+//   Layout l = parse_layout("(2,4):(4,1)");
+//   mesh_global_ranks(l, 16) == {{0..7}, {8..15}}
+//   mesh_flatten(parse_layout("(2,2,2):(4,2,1)")) == parse_layout("8:1")
+//   mesh_unflatten(parse_layout("8:1"), 0, {2, 2, 2}) == parse_layout("(2,2,2):(4,2,1)")
+//
+// Enumerations (rank lists) are bounded by kMaxEnumeration elements; larger answers throw
+// ResourceExhausted instead of allocating without bound.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "meshsim/layout.hpp"
+
+namespace meshsim {
+
+// kMaxEnumeration is the most elements a mesh_* enumeration produces (2^24).
+inline constexpr int64_t kMaxEnumeration = int64_t{1} << 24;
+
+// mesh_check_non_overlap is true when L maps its domain to distinct ranks (L is injective).
+// Decided in O(rank log rank) when the sorted strides dominate; otherwise by enumeration
+// (ResourceExhausted when size(L) > kMaxEnumeration and the fast tests cannot decide).
+bool mesh_check_non_overlap(const Layout& l);
+// mesh_all_ranks_from_zero lists L(c) for the flattened coordinates in row-major order.
+std::vector<int64_t> mesh_all_ranks_from_zero(const Layout& l);
+// mesh_top_level_sizes is the size of each top-level mode.
+std::vector<int64_t> mesh_top_level_sizes(const Layout& l);
+// mesh_nest wraps L as one top-level mode: S:D -> (S):(D).
+Layout mesh_nest(const Layout& l);
+// mesh_coalesce is the torch coalesce, then every stride 0 replaced by 1 (PyTorch's rule).
+Layout mesh_coalesce(const Layout& l);
+// mesh_flatten is mesh_coalesce, nested into one mode when more than one mode is left.
+Layout mesh_flatten(const Layout& l);
+// mesh_getitem is mode `index` (Python indexing, -rank <= index < rank); for a scalar shape
+// only index 0 (PyTorch asserts otherwise). OutOfRange otherwise.
+Layout mesh_getitem(const Layout& l, int64_t index);
+// mesh_splice replaces top-level modes [start, end) (Python slice rules) by the modes of
+// `insert`; a scalar shape counts as one mode; the result is always a tuple.
+Layout mesh_splice(const Layout& l, int64_t start, int64_t end, const Layout& insert);
+// mesh_unflatten splits mode `dim` into `sizes` (row-major): splice(dim, dim+1, L[dim] o
+// (sizes):(suffix strides)). OutOfRange unless 0 <= dim < rank (PyTorch does not normalise a
+// negative dim and corrupts the rank set; meshsim rejects it); InvalidArgument when the sizes'
+// product differs from the mode's size.
+Layout mesh_unflatten(const Layout& l, int64_t dim, std::span<const int64_t> sizes);
+// mesh_global_ranks is one group of ranks per offset of complement(L, world_size), in
+// complement order, each group in L's row-major order.
+std::vector<std::vector<int64_t>> mesh_global_ranks(const Layout& l, int64_t world_size);
+
+// RemappedTensor is a row-major N-d array: `shape` and the `values` in row-major order.
+struct RemappedTensor {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> values;
+};
+// mesh_remap_to_tensor views rank_map through (complement(L, n), L), n = rank_map.size(), as
+// the array [-1, *top_level_sizes(L)]. InvalidArgument when n < cosize(L) or when the view
+// leaves the buffer (n not a multiple of L's span).
+RemappedTensor mesh_remap_to_tensor(const Layout& l, std::span<const int64_t> rank_map);
+// mesh_disjoint is true when the layouts, joined as top-level modes, do not overlap (what
+// DeviceMesh slicing with flattened names and concatenate check).
+bool mesh_disjoint(std::span<const Layout> layouts);
+
+}  // namespace meshsim

@@ -1,0 +1,294 @@
+#include "meshsim/int_tuple.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <optional>
+#include <utility>
+
+#include "meshsim/checked_math.hpp"
+#include "meshsim/error.hpp"
+
+namespace meshsim {
+
+using Node = IntTuple::Node;
+
+// ---- builder ----------------------------------------------------------------------------
+
+void IntTupleBuilder::count_child() {
+  if (!open_.empty()) ++nodes_[open_.back()].arity;
+}
+
+void IntTupleBuilder::leaf(int64_t v) {
+  count_child();
+  nodes_.push_back(Node{v, IntTuple::kLeaf, 1});
+}
+
+void IntTupleBuilder::append(const Node* root) {
+  count_child();
+  nodes_.insert(nodes_.end(), root, root + root->span);
+}
+
+void IntTupleBuilder::open() {
+  count_child();
+  open_.push_back(static_cast<int32_t>(nodes_.size()));
+  nodes_.push_back(Node{0, 0, 1});
+}
+
+void IntTupleBuilder::close() {
+  if (open_.empty()) throw Internal("IntTupleBuilder: close() without open()");
+  int32_t at = open_.back();
+  open_.pop_back();
+  nodes_[at].span = static_cast<int32_t>(nodes_.size()) - at;
+}
+
+IntTuple IntTupleBuilder::take() {
+  if (!open_.empty() || nodes_.empty() || nodes_[0].span != static_cast<int32_t>(nodes_.size())) {
+    throw Internal("IntTupleBuilder: take() needs exactly one complete value");
+  }
+  IntTuple t{IntTuple::Empty{}};
+  t.nodes_ = std::move(nodes_);
+  nodes_.clear();
+  return t;
+}
+
+// ---- IntTuple ---------------------------------------------------------------------------
+
+IntTuple IntTuple::tuple(std::initializer_list<IntTuple> elements) {
+  return tuple(std::span<const IntTuple>(elements.begin(), elements.size()));
+}
+
+IntTuple IntTuple::tuple(std::span<const IntTuple> elements) {
+  IntTupleBuilder b;
+  b.open();
+  for (const IntTuple& e : elements) b.append(e);
+  b.close();
+  return b.take();
+}
+
+IntTuple IntTuple::from_nodes(const Node* root) {
+  IntTupleBuilder b;
+  b.append(root);
+  return b.take();
+}
+
+int64_t IntTuple::value() const {
+  if (!is_int()) throw InvalidArgument("expected an integer, got the tuple " + to_string(*this));
+  return nodes_[0].value;
+}
+
+int IntTuple::depth() const {
+  // Preorder walk with an explicit stack of remaining-children counts: no recursion.
+  int best = 0;
+  boost::container::small_vector<int32_t, 16> remaining;
+  for (const Node& n : nodes_) {
+    if (!remaining.empty()) --remaining.back();
+    if (n.arity != kLeaf) {
+      remaining.push_back(n.arity);
+      best = std::max(best, static_cast<int>(remaining.size()));
+    }
+    while (!remaining.empty() && remaining.back() == 0) remaining.pop_back();
+  }
+  return best;
+}
+
+IntTuple IntTuple::operator[](int i) const {
+  if (is_int()) {
+    if (i != 0) {
+      throw OutOfRange("index " + std::to_string(i) + " is out of range [0, 1) for the integer " +
+                       to_string(*this));
+    }
+    return *this;
+  }
+  if (i < 0 || i >= rank()) {
+    throw OutOfRange("index " + std::to_string(i) + " is out of range [0, " +
+                     std::to_string(rank()) + ") for " + to_string(*this));
+  }
+  const Node* c = nodes_.data() + 1;
+  for (int k = 0; k < i; ++k) c += c->span;
+  return from_nodes(c);
+}
+
+int IntTuple::leaf_count() const {
+  return static_cast<int>(
+      std::count_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.arity == kLeaf; }));
+}
+
+bool operator==(const IntTuple& a, const IntTuple& b) {
+  if (a.nodes_.size() != b.nodes_.size()) return false;
+  for (std::size_t i = 0; i < a.nodes_.size(); ++i) {
+    const Node& x = a.nodes_[i];
+    const Node& y = b.nodes_[i];
+    if (x.arity != y.arity) return false;
+    if (x.arity == IntTuple::kLeaf && x.value != y.value) return false;
+  }
+  return true;
+}
+
+std::size_t IntTuple::hash() const {
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  };
+  for (const Node& n : nodes_) {
+    mix(static_cast<uint64_t>(static_cast<int64_t>(n.arity)));
+    if (n.arity == kLeaf) mix(static_cast<uint64_t>(n.value));
+  }
+  return static_cast<std::size_t>(h);
+}
+
+// ---- free functions ---------------------------------------------------------------------
+
+int64_t size(const IntTuple& t) {
+  int64_t p = 1;
+  const Node* n = t.nodes();
+  for (int i = 0; i < t.node_count(); ++i) {
+    if (n[i].arity == IntTuple::kLeaf) p = checked_mul(p, n[i].value, "size");
+  }
+  return p;
+}
+
+IntTuple flatten(const IntTuple& t) {
+  IntTupleBuilder b;
+  b.open();
+  const Node* n = t.nodes();
+  for (int i = 0; i < t.node_count(); ++i) {
+    if (n[i].arity == IntTuple::kLeaf) b.leaf(n[i].value);
+  }
+  b.close();
+  return b.take();
+}
+
+bool congruent(const IntTuple& a, const IntTuple& b) {
+  if (a.node_count() != b.node_count()) return false;
+  for (int i = 0; i < a.node_count(); ++i) {
+    if (a.nodes()[i].arity != b.nodes()[i].arity) return false;
+  }
+  return true;
+}
+
+namespace {
+
+void print(const Node* n, std::string& out) {
+  if (n->arity == IntTuple::kLeaf) {
+    out += std::to_string(n->value);
+    return;
+  }
+  out += '(';
+  const Node* c = n + 1;
+  for (int k = 0; k < n->arity; ++k) {
+    if (k) out += ',';
+    print(c, out);
+    c += c->span;
+  }
+  out += ')';
+}
+
+}  // namespace
+
+std::string to_string(const IntTuple& t) {
+  std::string out;
+  print(t.nodes(), out);
+  return out;
+}
+
+namespace {
+
+class TextParser {
+ public:
+  explicit TextParser(std::string_view s) : s_(s) {}
+
+  IntTuple parse_all() {
+    IntTuple t = parse_value();
+    skip_space();
+    if (pos_ != s_.size()) fail("unexpected character after the value");
+    return t;
+  }
+
+  IntTuple parse_value() {
+    IntTupleBuilder b;
+    value(b, 0);
+    return b.take();
+  }
+
+  void skip_space() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool at(char c) {
+    skip_space();
+    return pos_ < s_.size() && s_[pos_] == c;
+  }
+  std::size_t pos() const { return pos_; }
+  void advance() { ++pos_; }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw ParseError("cannot parse '" + std::string(s_) + "' at offset " + std::to_string(pos_) +
+                     ": " + why);
+  }
+
+ private:
+  void value(IntTupleBuilder& b, int depth) {
+    skip_space();
+    if (pos_ >= s_.size()) fail("expected an integer or '('");
+    if (s_[pos_] == '(') {
+      if (depth >= kMaxDepth) fail("nesting deeper than " + std::to_string(kMaxDepth));
+      ++pos_;
+      b.open();
+      if (at(')')) fail("the empty tuple () is not a valid IntTuple");
+      while (true) {
+        value(b, depth + 1);
+        if (++nodes_ > kMaxNodes) fail("more than " + std::to_string(kMaxNodes) + " nodes");
+        if (at(',')) {
+          ++pos_;
+          if (at(')')) {  // Python's (4,) form
+            ++pos_;
+            break;
+          }
+          continue;
+        }
+        if (at(')')) {
+          ++pos_;
+          break;
+        }
+        fail("expected ',' or ')'");
+      }
+      b.close();
+      return;
+    }
+    if (s_[pos_] == '-') fail("negative values are not allowed");
+    if (!std::isdigit(static_cast<unsigned char>(s_[pos_]))) fail("expected an integer or '('");
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(s_.data() + pos_, s_.data() + s_.size(), v);
+    if (ec == std::errc::result_out_of_range) fail("integer does not fit in 64-bit signed");
+    if (ec != std::errc()) fail("expected an integer");
+    pos_ = static_cast<std::size_t>(end - s_.data());
+    b.leaf(v);
+  }
+
+  std::string_view s_;
+  std::size_t pos_ = 0;
+  int nodes_ = 0;
+};
+
+}  // namespace
+
+IntTuple parse_int_tuple(std::string_view text) { return TextParser(text).parse_all(); }
+
+namespace detail {
+// parse_layout_text is shared with layout.cpp: "S:D" or "S".
+std::pair<IntTuple, std::optional<IntTuple>> parse_layout_text(std::string_view text) {
+  TextParser p(text);
+  IntTuple shape = p.parse_value();
+  if (p.at(':')) {
+    p.advance();
+    IntTuple stride = p.parse_value();
+    p.skip_space();
+    if (p.pos() != text.size()) p.fail("unexpected character after the stride");
+    return {std::move(shape), std::move(stride)};
+  }
+  p.skip_space();
+  if (p.pos() != text.size()) p.fail("expected ':' after the shape");
+  return {std::move(shape), std::nullopt};
+}
+}  // namespace detail
+
+}  // namespace meshsim

@@ -1,0 +1,227 @@
+#include "meshsim/mesh_layout.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "meshsim/algebra.hpp"
+#include "meshsim/checked_math.hpp"
+#include "meshsim/error.hpp"
+
+namespace meshsim {
+
+using Node = IntTuple::Node;
+
+namespace {
+
+struct Leaf {
+  int64_t s;
+  int64_t d;
+};
+
+boost::container::small_vector<Leaf, 16> leaves_of(const Layout& l) {
+  boost::container::small_vector<Leaf, 16> out;
+  for (int i = 0; i < l.shape().node_count(); ++i) {
+    if (l.shape().nodes()[i].arity == IntTuple::kLeaf) {
+      out.push_back(Leaf{l.shape().nodes()[i].value, l.stride().nodes()[i].value});
+    }
+  }
+  return out;
+}
+
+void check_enumeration(int64_t n, const char* what, const Layout& l) {
+  if (n > kMaxEnumeration) {
+    throw ResourceExhausted(std::string(what) + ": " + std::to_string(n) +
+                            " elements for layout " + to_string(l) + " exceed the limit of " +
+                            std::to_string(kMaxEnumeration));
+  }
+}
+
+// for_each_rank calls f(L(c)) for the flattened coordinates c in row-major order.
+template <typename F>
+void for_each_rank(const Layout& l, const F& f) {
+  auto leaves = leaves_of(l);
+  const int64_t n = size(l);
+  boost::container::small_vector<int64_t, 16> crd(leaves.size(), 0);
+  int64_t value = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    f(value);
+    for (std::size_t k = leaves.size(); k-- > 0;) {  // odometer, last leaf fastest
+      if (++crd[k] < leaves[k].s) {
+        value += leaves[k].d;
+        break;
+      }
+      value -= (leaves[k].s - 1) * leaves[k].d;
+      crd[k] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+bool mesh_check_non_overlap(const Layout& l) {
+  boost::container::small_vector<Leaf, 16> live;
+  for (const Leaf& x : leaves_of(l)) {
+    if (x.s == 1) continue;
+    if (x.d == 0) return false;  // a broadcast mode repeats ranks
+    live.push_back(x);
+  }
+  std::sort(live.begin(), live.end(),
+            [](const Leaf& a, const Leaf& b) { return a.d < b.d || (a.d == b.d && a.s < b.s); });
+  // Dominance: every stride exceeds the largest value reachable with the smaller ones, so each
+  // rank has a unique mixed-radix representation.
+  bool dominant = true;
+  int64_t reach = 0;  // bounded by cosize, which construction checked
+  for (std::size_t k = 0; k < live.size(); ++k) {
+    if (k > 0 && live[k].d == live[k - 1].d) return false;  // two modes step by the same stride
+    if (live[k].d <= reach) dominant = false;
+    reach += (live[k].s - 1) * live[k].d;
+  }
+  if (dominant) return true;
+  const int64_t n = size(l);
+  check_enumeration(n, "mesh_check_non_overlap: enumeration", l);
+  const int64_t co = cosize(l);
+  if (co <= (int64_t{1} << 27)) {
+    std::vector<bool> seen(static_cast<std::size_t>(co), false);
+    bool ok = true;
+    for_each_rank(l, [&](int64_t r) {
+      if (seen[static_cast<std::size_t>(r)]) ok = false;
+      seen[static_cast<std::size_t>(r)] = true;
+    });
+    return ok;
+  }
+  std::vector<int64_t> ranks = mesh_all_ranks_from_zero(l);
+  std::sort(ranks.begin(), ranks.end());
+  return std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end();
+}
+
+std::vector<int64_t> mesh_all_ranks_from_zero(const Layout& l) {
+  const int64_t n = size(l);
+  check_enumeration(n, "mesh_all_ranks_from_zero", l);
+  std::vector<int64_t> out;
+  out.reserve(static_cast<std::size_t>(n));
+  for_each_rank(l, [&](int64_t r) { out.push_back(r); });
+  return out;
+}
+
+std::vector<int64_t> mesh_top_level_sizes(const Layout& l) {
+  std::vector<int64_t> out;
+  for (int i = 0; i < l.rank(); ++i) out.push_back(size(l[i]));
+  return out;
+}
+
+Layout mesh_nest(const Layout& l) {
+  return Layout::unchecked(IntTuple::tuple({l.shape()}), IntTuple::tuple({l.stride()}));
+}
+
+Layout mesh_coalesce(const Layout& l) {
+  Layout c = coalesce(l, Convention::kTorch);
+  IntTuple stride = c.stride();
+  auto* nodes = const_cast<Node*>(stride.nodes());
+  for (int i = 0; i < stride.node_count(); ++i) {
+    if (nodes[i].arity == IntTuple::kLeaf && nodes[i].value == 0) nodes[i].value = 1;
+  }
+  return Layout(c.shape(), stride);
+}
+
+Layout mesh_flatten(const Layout& l) {
+  Layout c = mesh_coalesce(l);
+  return c.rank() > 1 ? mesh_nest(c) : c;
+}
+
+Layout mesh_getitem(const Layout& l, int64_t index) {
+  const int64_t rank = l.rank();
+  if (index < -rank || index >= rank) {
+    throw OutOfRange("mesh_getitem: index " + std::to_string(index) + " is out of range [" +
+                     std::to_string(-rank) + ", " + std::to_string(rank) + ") for layout " +
+                     to_string(l));
+  }
+  if (l.shape().is_int() && index != 0) {
+    throw OutOfRange("mesh_getitem: a scalar layout " + to_string(l) +
+                     " has only mode 0, not " + std::to_string(index));
+  }
+  return l[static_cast<int>(index < 0 ? index + rank : index)];
+}
+
+namespace {
+int64_t python_index(int64_t i, int64_t n) {
+  if (i < 0) i += n;
+  return std::clamp<int64_t>(i, 0, n);
+}
+}  // namespace
+
+Layout mesh_splice(const Layout& l, int64_t start, int64_t end, const Layout& insert) {
+  const int64_t n = l.rank();
+  const int64_t lo = python_index(start, n);
+  const int64_t hi = std::max(lo, python_index(end, n));
+  boost::container::small_vector<Layout, 8> modes;
+  for (int64_t i = 0; i < lo; ++i) modes.push_back(l[static_cast<int>(i)]);
+  for (int i = 0; i < insert.rank(); ++i) modes.push_back(insert[i]);
+  for (int64_t i = hi; i < n; ++i) modes.push_back(l[static_cast<int>(i)]);
+  return make_layout(std::span<const Layout>(modes.data(), modes.size()));
+}
+
+Layout mesh_unflatten(const Layout& l, int64_t dim, std::span<const int64_t> sizes) {
+  if (dim < 0 || dim >= l.rank()) {
+    throw OutOfRange("mesh_unflatten: dim " + std::to_string(dim) + " is out of range [0, " +
+                     std::to_string(l.rank()) + ") for layout " + to_string(l));
+  }
+  if (sizes.empty()) throw InvalidArgument("mesh_unflatten: sizes must not be empty");
+  boost::container::small_vector<IntTuple, 8> elems(sizes.begin(), sizes.end());
+  Layout inner =
+      Layout::compact(IntTuple::tuple({elems.data(), elems.size()}), Convention::kTorch);
+  Layout mode = l[static_cast<int>(dim)];
+  if (size(inner) != size(mode)) {
+    throw InvalidArgument("mesh_unflatten: sizes " + to_string(inner.shape()) + " multiply to " +
+                          std::to_string(size(inner)) + " but dim " + std::to_string(dim) +
+                          " of " + to_string(l) + " has size " + std::to_string(size(mode)));
+  }
+  return mesh_splice(l, dim, dim + 1, composition(mode, inner, Convention::kTorch));
+}
+
+std::vector<std::vector<int64_t>> mesh_global_ranks(const Layout& l, int64_t world_size) {
+  Layout comp = complement(l, world_size, Convention::kTorch);
+  check_enumeration(checked_mul(size(comp), size(l), "mesh_global_ranks"), "mesh_global_ranks",
+                    l);
+  std::vector<int64_t> ranks = mesh_all_ranks_from_zero(l);
+  std::vector<std::vector<int64_t>> out;
+  for_each_rank(comp, [&](int64_t o) {
+    std::vector<int64_t> g;
+    g.reserve(ranks.size());
+    for (int64_t r : ranks) g.push_back(o + r);
+    out.push_back(std::move(g));
+  });
+  return out;
+}
+
+RemappedTensor mesh_remap_to_tensor(const Layout& l, std::span<const int64_t> rank_map) {
+  const auto n = static_cast<int64_t>(rank_map.size());
+  if (n < cosize(l)) {
+    throw InvalidArgument("mesh_remap_to_tensor: rank map has " + std::to_string(n) +
+                          " entries but layout " + to_string(l) + " needs at least its cosize " +
+                          std::to_string(cosize(l)));
+  }
+  Layout comp = complement(l, n, Convention::kTorch);
+  const int64_t span =
+      checked_add(cosize(comp), cosize(l) - 1, "mesh_remap_to_tensor: view extent");
+  if (span > n) {
+    throw InvalidArgument("mesh_remap_to_tensor: the strided view of layout " + to_string(l) +
+                          " with complement " + to_string(comp) + " reaches element " +
+                          std::to_string(span - 1) + " of a rank map of size " +
+                          std::to_string(n) + " (its size is not a multiple of the layout's span)");
+  }
+  RemappedTensor t;
+  t.shape.push_back(size(comp));
+  for (int64_t s : mesh_top_level_sizes(l)) t.shape.push_back(s);
+  std::vector<int64_t> ranks = mesh_all_ranks_from_zero(l);
+  for_each_rank(comp, [&](int64_t o) {
+    for (int64_t r : ranks) t.values.push_back(rank_map[static_cast<std::size_t>(o + r)]);
+  });
+  return t;
+}
+
+bool mesh_disjoint(std::span<const Layout> layouts) {
+  if (layouts.empty()) throw InvalidArgument("mesh_disjoint: needs at least one layout");
+  return mesh_check_non_overlap(make_layout(layouts));
+}
+
+}  // namespace meshsim
