@@ -1,0 +1,82 @@
+// Runs the installed-shape `meshsim` executable on a request file: the CLI contract end to end.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Json = nlohmann::json;
+
+struct Result {
+  int status;
+  std::vector<std::string> lines;
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(MESHSIM_EXE) + " " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) throw std::runtime_error("popen failed");
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int status = pclose(p);
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, {}};
+  std::istringstream in(out);
+  for (std::string l; std::getline(in, l);) r.lines.push_back(l);
+  return r;
+}
+
+TEST(Cli, QueryFileAnswersEveryLineInOrderIncludingMalformedOnes) {
+  std::string path = ::testing::TempDir() + "/meshsim_cli_requests.jsonl";
+  {
+    std::ofstream f(path);
+    f << R"J({"id": 1, "op": "complement_bound", "layout": "(2,2):(4,1)", "bound": 16})J" << '\n'
+      << R"J({"id": 2, "op": "composition", "a": "(6,2):(2,1)", "b": "3:2", "convention": "cute"})J"
+      << '\n'
+      << "{this is not json\n"
+      << R"J({"id": 4, "op": "mesh_global_ranks", "layout": "(2,4):(4,1)", "world_size": 16})J"
+      << '\n'
+      << R"J({"id": 5, "op": "frobnicate"})J" << '\n';
+  }
+  Result r = run("query --file " + path);
+  EXPECT_EQ(r.status, 0);
+  ASSERT_EQ(r.lines.size(), 5u);
+  EXPECT_EQ(Json::parse(r.lines[0])["result"], Json::parse(R"J({"shape":[2,2],"stride":[8,2]})J"));
+  EXPECT_EQ(Json::parse(r.lines[1])["result"], Json::parse(R"J({"shape":3,"stride":4})J"));
+  Json bad = Json::parse(r.lines[2]);
+  EXPECT_FALSE(bad["ok"].get<bool>());
+  EXPECT_EQ(bad["error"]["type"], "ParseError");
+  EXPECT_EQ(Json::parse(r.lines[3])["result"],
+            Json::parse("[[0,1,2,3,4,5,6,7],[8,9,10,11,12,13,14,15]]"));
+  EXPECT_EQ(Json::parse(r.lines[4])["error"]["type"], "NotFound");
+}
+
+TEST(Cli, QueryReadsStdin) {
+  std::string path = ::testing::TempDir() + "/meshsim_cli_stdin.jsonl";
+  std::ofstream(path) << R"J({"op":"size","layout":"(2,3):(3,1)"})J" << '\n';
+  Result r = run("query < " + path);
+  EXPECT_EQ(r.status, 0);
+  ASSERT_EQ(r.lines.size(), 1u);
+  EXPECT_EQ(Json::parse(r.lines[0])["result"], 6);
+}
+
+TEST(Cli, MissingFileIsANonZeroExit) {
+  EXPECT_NE(run("query --file /nonexistent/requests.jsonl").status, 0);
+}
+
+TEST(Cli, OpsListsTheQueryOps) {
+  Result r = run("ops");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(std::find(r.lines.begin(), r.lines.end(), "left_inverse"), r.lines.end());
+  EXPECT_NE(std::find(r.lines.begin(), r.lines.end(), "mesh_unflatten"), r.lines.end());
+}
+
+}  // namespace

@@ -1,0 +1,80 @@
+#include "meshsim/int_tuple.hpp"
+
+#include "meshsim/error.hpp"
+#include "test_util.hpp"
+
+namespace meshsim {
+namespace {
+using testing::T;
+
+TEST(IntTuple, IntAndOneTupleAreDifferentValues) {
+  IntTuple four = 4;
+  IntTuple one_tuple = IntTuple::tuple({4});
+  EXPECT_NE(four, one_tuple);
+  EXPECT_EQ(four.rank(), 1);
+  EXPECT_EQ(one_tuple.rank(), 1);
+  EXPECT_EQ(four.depth(), 0);
+  EXPECT_EQ(one_tuple.depth(), 1);
+  EXPECT_EQ(to_string(four), "4");
+  EXPECT_EQ(to_string(one_tuple), "(4)");
+  EXPECT_NE(four.hash(), one_tuple.hash());
+}
+
+TEST(IntTuple, RankDepthSizeOfNestedTuple) {
+  IntTuple t = IntTuple::tuple({IntTuple::tuple({2, 2}), 4});
+  EXPECT_EQ(t.rank(), 2);
+  EXPECT_EQ(t.depth(), 2);
+  EXPECT_EQ(size(t), 16);
+  EXPECT_EQ(t[0], IntTuple::tuple({2, 2}));
+  EXPECT_EQ(t[1], IntTuple(4));
+  EXPECT_EQ(t.leaf_count(), 3);
+  EXPECT_EQ(T("(((2)),3)").depth(), 3);
+}
+
+TEST(IntTuple, ParsePrintRoundTrip) {
+  for (const char* s : {"4", "(4)", "((2,2),4)", "(1,(2,(3,(4))),5)", "9223372036854775807"}) {
+    EXPECT_EQ(to_string(T(s)), s);
+  }
+}
+
+TEST(IntTuple, ParseAcceptsSpacesAndPythonOneTuple) {
+  EXPECT_EQ(T(" ( 2 , ( 3 ,4) ) "), T("(2,(3,4))"));
+  EXPECT_EQ(T("(4,)"), IntTuple::tuple({4}));
+}
+
+TEST(IntTuple, ParseRejectsMalformedText) {
+  for (const char* s : {"", "(", "()", "(2,", "(2 3)", "2)", "x", "(2,,3)", "-1", "(1.5)",
+                        "99999999999999999999"}) {
+    EXPECT_THROW(T(s), ParseError) << s;
+  }
+}
+
+TEST(IntTuple, ParseRejectsAbsurdNestingWithoutRecursingDeeply) {
+  std::string deep(100000, '(');
+  deep += "1";
+  deep += std::string(100000, ')');
+  testing::expect_throws_with<ParseError>([&] { T(deep); }, "nesting deeper than");
+}
+
+TEST(IntTuple, SizeOverflowIsReported) {
+  IntTuple t = IntTuple::tuple({int64_t{1} << 32, int64_t{1} << 32});
+  testing::expect_throws_with<OverflowError>([&] { size(t); }, "overflows");
+}
+
+TEST(IntTuple, IndexOutOfRangeIsReported) {
+  EXPECT_THROW(T("(1,2)")[2], OutOfRange);
+  EXPECT_THROW(T("(1,2)")[-1], OutOfRange);
+  EXPECT_THROW(T("3")[1], OutOfRange);
+  EXPECT_EQ(T("3")[0], IntTuple(3));
+}
+
+TEST(IntTuple, FlattenAndCongruence) {
+  EXPECT_EQ(flatten(T("((2,2),(3,(4)))")), T("(2,2,3,4)"));
+  EXPECT_EQ(flatten(T("4")), T("(4)"));
+  EXPECT_TRUE(congruent(T("((2,2),4)"), T("((1,8),2)")));
+  EXPECT_FALSE(congruent(T("(2,2)"), T("((2),2)")));
+  EXPECT_FALSE(congruent(T("4"), T("(4)")));
+}
+
+}  // namespace
+}  // namespace meshsim

@@ -1,0 +1,117 @@
+// The `meshsim query` contract (DESIGN §7), in-process.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "query.hpp"
+
+namespace {
+
+using Json = nlohmann::json;
+
+Json ask(const std::string& line) { return Json::parse(meshsim::query::answer_line(line)); }
+
+TEST(Query, AnswersWithIdOkAndResult) {
+  Json a = ask(R"J({"id": 7, "op": "size", "layout": {"shape": [2, 4], "stride": [4, 1]}})J");
+  EXPECT_EQ(a, Json::parse(R"J({"id": 7, "ok": true, "result": 8})J"));
+}
+
+TEST(Query, AcceptsCuteTextLayoutsAndAnyIdType) {
+  Json a = ask(R"J({"id": "x", "op": "complement_bound", "layout": "(2,2):(4,1)", "bound": 16})J");
+  EXPECT_EQ(a["id"], "x");
+  EXPECT_EQ(a["result"], Json::parse(R"J({"shape": [2, 2], "stride": [8, 2]})J"));
+}
+
+TEST(Query, ConventionSelectsCute) {
+  Json a = ask(R"J({"op": "complement_bound", "convention": "cute",
+                   "layout": {"shape": [2, 2], "stride": [1, 4]}, "bound": 16})J");
+  EXPECT_EQ(a["result"], Json::parse(R"J({"shape": [2, 2], "stride": [2, 8]})J"));
+  EXPECT_EQ(a["id"], nullptr);
+}
+
+TEST(Query, ScalarAndOneTupleResultsStayDistinct) {
+  EXPECT_EQ(ask(R"J({"op": "coalesce", "layout": "(8):(1)"})J")["result"],
+            Json::parse(R"J({"shape": 8, "stride": 1})J"));
+  EXPECT_EQ(ask(R"J({"op": "mesh_nest", "layout": "8:1"})J")["result"],
+            Json::parse(R"J({"shape": [8], "stride": [1]})J"));
+}
+
+TEST(Query, TypedErrorsForBadInput) {
+  struct Bad {
+    const char* line;
+    const char* type;
+  };
+  for (const Bad& b : {
+           Bad{"not json", "ParseError"},
+           Bad{"[1,2]", "ParseError"},
+           Bad{R"J({"op": "size"})J", "InvalidArgument"},
+           Bad{R"J({"op": "nope", "layout": "4:1"})J", "NotFound"},
+           Bad{R"J({"op": 3})J", "InvalidArgument"},
+           Bad{R"J({"op": "size", "layout": {"shape": [2, 2], "stride": [1]}})J", "InvalidArgument"},
+           Bad{R"J({"op": "size", "layout": {"shape": [], "stride": []}})J", "InvalidArgument"},
+           Bad{R"J({"op": "size", "layout": {"shape": 2.5, "stride": 1}})J", "InvalidArgument"},
+           Bad{R"J({"op": "size", "layout": {"shape": 18446744073709551615, "stride": 1}})J",
+               "OverflowError"},
+           Bad{R"J({"op": "size", "layout": {"shape": [4294967296, 4294967296], "stride": [1, 1]}})J",
+               "OverflowError"},
+           Bad{R"J({"op": "size", "convention": "colex", "layout": "4:1"})J", "InvalidArgument"},
+           Bad{R"J({"op": "mesh_flatten", "convention": "cute", "layout": "4:1"})J",
+               "InvalidArgument"},
+           Bad{R"J({"op": "composition", "convention": "cute", "a": "(3,4):(1,5)", "b": "4:1"})J",
+               "InvalidArgument"},
+           Bad{R"J({"op": "mesh_all_ranks_from_zero", "layout": "(1048576,1048576):(1048576,1)"})J",
+               "ResourceExhausted"},
+       }) {
+    Json a = ask(b.line);
+    EXPECT_FALSE(a["ok"].get<bool>()) << b.line;
+    EXPECT_EQ(a["error"]["type"], b.type) << b.line << " -> " << a.dump();
+    EXPECT_FALSE(a["error"]["message"].get<std::string>().empty());
+  }
+}
+
+TEST(Query, AbsurdNestingIsRejectedNotRecursed) {
+  std::string deep = R"J({"op": "size", "layout": {"shape": )J" + std::string(200000, '[') + "1" +
+                     std::string(200000, ']') + R"J(, "stride": 1}})J";
+  Json a = ask(deep);
+  EXPECT_FALSE(a["ok"].get<bool>());
+  EXPECT_EQ(a["error"]["type"], "ParseError");
+}
+
+TEST(Query, InvalidUtf8IsAnsweredNotThrown) {
+  Json a = ask("{\"op\": \"\xff\xfe\"}");
+  EXPECT_FALSE(a["ok"].get<bool>());
+}
+
+TEST(Query, RunAnswersEveryLineInOrderAndSkipsBlankLines) {
+  std::istringstream in(
+      "{\"id\":1,\"op\":\"rank\",\"layout\":\"(2,3):(3,1)\"}\n"
+      "\n"
+      "garbage\n"
+      "{\"id\":3,\"op\":\"depth\",\"layout\":\"((2,3),4):((3,1),12)\"}\n");
+  std::ostringstream out;
+  EXPECT_EQ(meshsim::query::run(in, out), 3u);
+  std::istringstream lines(out.str());
+  std::string l1, l2, l3;
+  std::getline(lines, l1);
+  std::getline(lines, l2);
+  std::getline(lines, l3);
+  EXPECT_EQ(Json::parse(l1)["result"], 2);
+  EXPECT_FALSE(Json::parse(l2)["ok"].get<bool>());
+  EXPECT_EQ(Json::parse(l3)["id"], 3);
+  EXPECT_EQ(Json::parse(l3)["result"], 2);
+}
+
+TEST(Query, TilerArgument) {
+  Json a = ask(R"J({"op": "composition_tiler", "a": "(4,6,8):(48,8,1)",
+                   "tiler": [2, null, {"shape": 2, "stride": 2}]})J");
+  EXPECT_EQ(a["result"], Json::parse(R"J({"shape": [2, 6, 2], "stride": [48, 8, 2]})J"));
+}
+
+TEST(Query, MeshRemapToTensorIsNested) {
+  Json a = ask(R"J({"op": "mesh_remap_to_tensor", "layout": {"shape": 2, "stride": 2},
+                   "rank_map": [10, 20, 30, 40]})J");
+  EXPECT_EQ(a["result"], Json::parse("[[10, 30], [20, 40]]"));
+}
+
+}  // namespace
