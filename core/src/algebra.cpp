@@ -318,7 +318,18 @@ Layout complement_impl(const Layout& l, int64_t bound, Convention c, bool allow_
     cur = extent;
   }
   out.push_back(Mode{ceil_div(bound, cur), cur});
-  return build(coalesce_flat(out), c);
+  Layout r = build(coalesce_flat(out), c);
+  if (!allow_empty_modes) {
+    // A stride that is not a multiple of the running extent is floored; the result can then
+    // fall short of the bound (e.g. (4,2):(2,12) with bound 21). That breaks the postcondition.
+    const int64_t covered = checked_add(cosize(l), cosize(r) - 1, "complement");
+    if (covered < bound) {
+      throw InvalidArgument("complement: layout " + str(l) + " with complement " + str(r) +
+                            " covers only [0, " + std::to_string(covered) + "), not the bound " +
+                            std::to_string(bound) + " (its strides do not chain)");
+    }
+  }
+  return r;
 }
 
 }  // namespace
@@ -337,27 +348,25 @@ Int128 outer_extent(const Mode& m) { return static_cast<Int128>(m.s) * m.d; }
 
 // Operands of one composition: A flattened, A coalesced, size(A), and whether the strict
 // postcondition checks apply (they do unless B's domain is empty, where any result is correct).
+// `load[k]` sums, over B's leaves, the largest digit each contributes to A's coalesced mode k
+// (fastest first): B's modes compose independently only if these never carry.
 struct ComposeCtx {
   const Layout& a;
   Flat flat_a;
   Flat co_a;
-  int64_t size_a;
   bool strict;
+  bool beyond;  // B reaches past size(A), onto A's natural extension
   Convention c;
+  boost::container::small_vector<int64_t, 16> load;
 };
 
-Layout compose_leaf(const ComposeCtx& x, int64_t s, int64_t d) {
+Layout compose_leaf(ComposeCtx& x, int64_t s, int64_t d) {
   const Layout& a = x.a;
   const Flat& co_a = x.co_a;
   if (d == 0) return Layout::unchecked(s, 0);
   // B reaches beyond A's domain: coalesce(A) must extend A the same way.
-  int64_t reach = 0;
-  bool beyond = __builtin_mul_overflow(s - 1, d, &reach) || reach >= x.size_a;
-  if (x.strict && x.size_a > 0 && beyond &&
-      outer_extent(x.flat_a.back()) != outer_extent(co_a.back())) {
-    throw InvalidArgument("composition: " + std::to_string(s) + ":" + std::to_string(d) +
-                          " reaches index " + (reach ? std::to_string(reach) : "beyond int64") +
-                          " beyond the domain of A = " + str(a) +
+  if (x.strict && x.beyond && outer_extent(x.flat_a.back()) != outer_extent(co_a.back())) {
+    throw InvalidArgument("composition: B reaches beyond the domain of A = " + str(a) +
                           ", whose natural extension coalesce(A) does not preserve");
   }
   Flat out;
@@ -375,7 +384,10 @@ Layout compose_leaf(const ComposeCtx& x, int64_t s, int64_t d) {
                             std::to_string(s) + ":" + std::to_string(d) + ")");
     }
     int64_t ns = std::min(std::max<int64_t>(1, S / r), rest);
-    if (ns != 1) out.push_back(Mode{ns, checked_mul(r, co_a[k].d, "composition")});
+    if (ns != 1) {
+      out.push_back(Mode{ns, checked_mul(r, co_a[k].d, "composition")});
+      if (x.strict) x.load[k] = checked_add(x.load[k], (ns - 1) * r, "composition");
+    }
     if (ns == 0) {
       throw InvalidArgument("composition: B = " + std::to_string(s) + ":" + std::to_string(d) +
                             " has size 0 against the multi-mode A = " + str(a) +
@@ -411,7 +423,7 @@ Layout join(std::span<const Layout> modes) {
   return Layout::unchecked(s.take(), d.take());
 }
 
-Layout compose_rec(const ComposeCtx& x, const Node* bs, const Node* bd) {
+Layout compose_rec(ComposeCtx& x, const Node* bs, const Node* bd) {
   if (bs->arity == IntTuple::kLeaf) return compose_leaf(x, bs->value, bd->value);
   boost::container::small_vector<Layout, 8> modes;
   const Node* cs = bs + 1;
@@ -423,9 +435,24 @@ Layout compose_rec(const ComposeCtx& x, const Node* bs, const Node* bd) {
 }
 
 Layout composition_impl(const Layout& a, const Layout& b, Convention c) {
-  ComposeCtx x{a, flat_inner_first(a, c), {}, size(a), size(b) > 0, c};
+  const int64_t size_a = size(a);
+  const int64_t size_b = size(b);
+  ComposeCtx x{a, flat_inner_first(a, c), {}, size_b > 0, false, c, {}};
   x.co_a = coalesce_flat(x.flat_a);
-  return compose_rec(x, b.shape().nodes(), b.stride().nodes());
+  x.load.assign(x.co_a.size(), 0);
+  if (x.strict && size_a > 0) x.beyond = cosize(b) > size_a;
+  Layout r = compose_rec(x, b.shape().nodes(), b.stride().nodes());
+  if (x.strict) {
+    for (std::size_t k = 0; k + 1 < x.co_a.size(); ++k) {
+      if (x.load[k] >= x.co_a[k].s) {
+        throw InvalidArgument("composition: the modes of B = " + str(b) +
+                              " overlap inside mode " + std::to_string(x.co_a[k].s) + ":" +
+                              std::to_string(x.co_a[k].d) + " of A = " + str(a) +
+                              " (their sum carries), so A o B is not a layout");
+      }
+    }
+  }
+  return r;
 }
 
 }  // namespace
