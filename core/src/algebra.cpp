@@ -99,7 +99,7 @@ IntTuple compact_stride(const IntTuple& shape, Convention c) {
   for (std::size_t k = 0; k < leaves.size(); ++k) {
     int64_t s = nodes[leaves[k]].value;
     nodes[leaves[k]].value = cur;
-    if (k + 1 < leaves.size()) cur = checked_mul(cur, s, "compact_stride of " + to_string(shape));
+    if (k + 1 < leaves.size()) cur = checked_mul(cur, s, "compact_stride");
   }
   return out;
 }

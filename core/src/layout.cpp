@@ -1,5 +1,6 @@
 #include "meshsim/layout.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <utility>
 
@@ -43,12 +44,17 @@ Layout::Layout(IntTuple shape, IntTuple stride) : shape_(std::move(shape)), stri
       throw InvalidArgument("layout " + to_string(shape_) + ":" + to_string(stride_) + ": stride " +
                             std::to_string(d[i].value) + " is not >= 0");
     }
-    sz = checked_mul(sz, s[i].value, "size of layout " + to_string(shape_));
-    hi = checked_add(hi, checked_mul(s[i].value - 1, d[i].value, "cosize of layout " +
-                                     to_string(shape_) + ":" + to_string(stride_)),
-                     "cosize of layout " + to_string(shape_) + ":" + to_string(stride_));
+    int64_t term = 0;
+    if (__builtin_mul_overflow(sz, s[i].value, &sz)) {
+      throw OverflowError("layout " + to_string(shape_) + ":" + to_string(stride_) +
+                          ": size overflows 64-bit signed integers");
+    }
+    if (__builtin_mul_overflow(s[i].value - 1, d[i].value, &term) ||
+        __builtin_add_overflow(hi, term, &hi) || hi == INT64_MAX) {
+      throw OverflowError("layout " + to_string(shape_) + ":" + to_string(stride_) +
+                          ": cosize overflows 64-bit signed integers");
+    }
   }
-  checked_add(hi, 1, "cosize of layout " + to_string(shape_) + ":" + to_string(stride_));
 }
 
 Layout Layout::unchecked(IntTuple shape, IntTuple stride) {
