@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs meshsim's build dependencies from Debian's packages (idempotent, non-interactive).
+set -euo pipefail
+pkgs=(g++ cmake ninja-build libgtest-dev librapidcheck-dev libboost-dev libbenchmark-dev
+      libcli11-dev nlohmann-json3-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
