@@ -1,0 +1,203 @@
+// meshsim/device_mesh.hpp — PyTorch's DeviceMesh bookkeeping as layouts over a shared rank map.
+//
+// A root mesh owns a Universe: the device type, the rank map (the root's global ranks in
+// row-major order, e.g. 2048..4095), the flatten registry and the group cache. Every mesh derived
+// from it (slice, flatten, unflatten, concatenate) is a layout over rank-map positions plus names
+// plus a pointer to that universe: O(ndim) time and memory whatever the world size. Only the
+// answers that are lists of ranks (a group, a mesh array, all groups of a dim) cost their size.
+//
+//   DeviceMesh mesh = DeviceMesh::init({2, 2, 4}, {{"dp", "cp", "tp"}});
+//   DeviceMesh dp_tp = mesh.slice({"dp", "tp"});         // non-contiguous slice: (2,4):(8,1)
+//   DeviceMesh dp_cp = mesh.slice({"dp", "cp"}).flatten(); // "dp_cp", registered on the root
+//   mesh.group_of(5, mesh.dim_index("tp"))               // {4, 5, 6, 7}
+//   mesh.coordinate(5)                                    // {0, 1, 1}
+//   DeviceMesh ep = mesh.slice("tp").unflatten(0, {2, 2}, {"ep", "ep_tp"});
+//
+// Semantics follow PyTorch's DeviceMesh over `_MeshLayout` (slicing order and overlap rules,
+// flatten registry, unflatten recipe, concatenate) with these deliberate differences:
+//  - identity: ==/hash are (universe, canonical layout, names, device type); independently built
+//    roots are different universes; `equivalent` compares content across universes;
+//  - local rank = coordinate along the dim (groups keep mesh order, never sorted);
+//  - validation up front: ranks unique and >= 0 (and < world size when known), names unique
+//    (also after unflatten and concatenate), sizes >= 1, every mesh tiles the rank map;
+//  - the group cache is keyed on (canonical dim layout, BackendConfig), so groups realised once
+//    are reused by flatten, unflatten and concatenate.
+//
+// Thread safety: DeviceMesh is an immutable value; all const members may be called from many
+// threads. The universe's flatten registry and group cache are guarded by a mutex.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshsim/backend_config.hpp"
+#include "meshsim/layout.hpp"
+#include "meshsim/mesh_layout.hpp"
+
+namespace meshsim {
+
+class Universe;
+
+// MeshArray is a row-major N-d array of global ranks.
+using MeshArray = RemappedTensor;
+
+// MeshNames are a mesh's dimension names; std::nullopt for an unnamed mesh.
+using MeshNames = std::optional<std::vector<std::string>>;
+
+// GroupRecord is one cached group of a universe: every row (global ranks, in complement order,
+// each in mesh order) of one dim layout under one backend config, and a stable name that is the
+// same for the same key in every run. Backends attach communicators to records.
+struct GroupRecord {
+  std::string name;
+  Layout layout;  // the canonical dim layout over rank-map positions
+  BackendConfig config;
+  std::vector<std::vector<int64_t>> rows;
+};
+
+// RootOptions configure a root mesh: the device type (letters only, PyTorch's rule), the world
+// size when known (the mesh must fit in it and every rank must be below it), and per-dim backend
+// configs (empty, or one per dim).
+struct RootOptions {
+  std::string device_type = "cpu";
+  std::optional<int64_t> world_size;
+  std::vector<BackendConfig> backend_override;
+};
+
+// CacheStats counts group-cache lookups of a universe.
+struct CacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t size = 0;
+};
+
+class DeviceMesh {
+ public:
+  // init is init_device_mesh: a row-major layout of `shape` over the identity rank map 0..n-1.
+  static DeviceMesh init(std::span<const int64_t> shape, MeshNames names = std::nullopt,
+                         RootOptions options = {});
+  static DeviceMesh init(std::initializer_list<int64_t> shape, MeshNames names = std::nullopt,
+                         RootOptions options = {});
+  // from_ranks is DeviceMesh(mesh): `ranks` are the global ranks of an array of `shape`, in
+  // row-major order (any distinct non-negative integers).
+  static DeviceMesh from_ranks(std::span<const int64_t> shape, std::span<const int64_t> ranks,
+                               MeshNames names = std::nullopt, RootOptions options = {});
+  // from_group is a 1-D mesh over an existing group's ranks (in the group's order); when `mesh`
+  // is given it must hold exactly those ranks.
+  static DeviceMesh from_group(std::span<const int64_t> group_ranks, MeshNames names = std::nullopt,
+                               RootOptions options = {});
+  // from_groups builds the mesh of `shape`/`ranks` from one group per dim as seen by `rank`
+  // and checks what PyTorch skips: each group must hold exactly the ranks of rank's group along
+  // that dim (in any order).
+  static DeviceMesh from_groups(std::span<const std::vector<int64_t>> groups,
+                                std::span<const int64_t> shape, std::span<const int64_t> ranks,
+                                std::vector<std::string> names, int64_t rank,
+                                RootOptions options = {});
+
+  // slice selects dims by name, in the mesh's stride order (PyTorch's rule); non-contiguous
+  // selections are allowed, overlapping ones are not. On the root, flattened names are valid too.
+  DeviceMesh slice(std::span<const std::string> names) const;
+  DeviceMesh slice(std::initializer_list<std::string> names) const;
+  DeviceMesh slice(std::string_view name) const;
+  // flatten merges every dim into one named dim (default: names joined by "_"), registered on
+  // the root: the same name with the same layout returns an equal mesh, another layout throws.
+  DeviceMesh flatten(std::optional<std::string> name = std::nullopt,
+                     std::optional<BackendConfig> config = std::nullopt) const;
+  // unflatten splits dim into `sizes` (row-major) named `names`; dim by index or by name.
+  DeviceMesh unflatten(int64_t dim, std::span<const int64_t> sizes,
+                       std::span<const std::string> names) const;
+  DeviceMesh unflatten(std::string_view dim, std::span<const int64_t> sizes,
+                       std::span<const std::string> names) const;
+  // concatenate joins the dims of meshes of one universe; they must not overlap.
+  static DeviceMesh concatenate(std::span<const DeviceMesh> meshes);
+
+  const std::string& device_type() const;
+  const MeshNames& names() const { return names_; }
+  // dim_name is the name of dim i, or its index as text for an unnamed mesh.
+  std::string dim_name(int dim) const;
+  // dim_index finds a dim by name; NotFound otherwise.
+  int dim_index(std::string_view name) const;
+  int ndim() const { return layout_.rank(); }
+  std::vector<int64_t> shape() const;
+  int64_t size() const;
+  int64_t size(int dim) const;
+  // layout is the layout as PyTorch builds it (its int vs tuple forms); canonical_layout has
+  // every dim coalesced and is what identity uses.
+  const Layout& layout() const { return layout_; }
+  const Layout& canonical_layout() const { return canonical_; }
+  bool is_root() const { return is_root_; }
+  DeviceMesh root() const;
+  std::optional<int64_t> world_size() const;
+  // rank_map is the root's global ranks in row-major order (materialised on request).
+  std::vector<int64_t> rank_map() const;
+  int64_t rank_map_size() const;
+  // copies is how many disjoint copies of this mesh tile the rank map (1 for the root).
+  int64_t copies() const;
+  // contains is whether `rank` is in the root's rank map (so in exactly one copy of this mesh).
+  bool contains(int64_t rank) const;
+
+  // coordinate of `rank` in the copy that holds it; nullopt when the rank is outside the root.
+  std::optional<std::vector<int64_t>> coordinate(int64_t rank) const;
+  // local_rank of `rank` along dim = its coordinate there (meshsim: never a sorted-group rank).
+  std::optional<int64_t> local_rank(int64_t rank, int dim) const;
+  // mesh_for is the mesh array as seen by `rank`: the copy holding it; with one copy, that copy
+  // for every rank (PyTorch's rule); nullopt when several copies exist and none holds it.
+  std::optional<MeshArray> mesh_for(int64_t rank) const;
+  // group_of is the group of `rank` along dim, in mesh order; nullopt when outside the root.
+  std::optional<std::vector<int64_t>> group_of(int64_t rank, int dim) const;
+  // groups are every group of dim in complement order (PyTorch's creation order).
+  std::vector<std::vector<int64_t>> groups(int dim) const;
+  // backend_config is dim's configured backend (default when none was set).
+  const BackendConfig& backend_config(int dim) const;
+  // group_record is the universe's cached record for dim under `config` (dim's own config when
+  // omitted), created on first use.
+  std::shared_ptr<const GroupRecord> group_record(int dim) const;
+  std::shared_ptr<const GroupRecord> group_record(int dim, const BackendConfig& config) const;
+  CacheStats cache_stats() const;
+  // flattened_names are the names registered on the root by flatten, in registration order.
+  std::vector<std::string> flattened_names() const;
+
+  // universe_id identifies the universe (unique within the process).
+  uint64_t universe_id() const;
+  const std::shared_ptr<const Universe>& universe() const;
+  std::size_t hash() const { return hash_; }
+  friend bool operator==(const DeviceMesh& a, const DeviceMesh& b);
+  friend bool operator!=(const DeviceMesh& a, const DeviceMesh& b) { return !(a == b); }
+  // equivalent compares content across universes: device type, names, canonical layout, and
+  // the root rank map.
+  friend bool equivalent(const DeviceMesh& a, const DeviceMesh& b);
+
+  // to_string is PyTorch's repr: DeviceMesh((dp=2, tp=4), 'cpu', stride=(4, 1)).
+  std::string to_string() const;
+
+  // from_layout rebuilds a mesh of `root`'s universe from a layout and names, validated like a
+  // derived mesh (serialization uses it).
+  static DeviceMesh from_layout(const DeviceMesh& root, const Layout& layout, MeshNames names);
+
+ private:
+  DeviceMesh(std::shared_ptr<const Universe> u, Layout layout, MeshNames names, bool is_root,
+             std::vector<BackendConfig> configs);
+  struct Digits;
+  Digits digits_of(int64_t position) const;
+
+  std::shared_ptr<const Universe> u_;
+  Layout layout_;
+  Layout canonical_;
+  MeshNames names_;
+  std::vector<BackendConfig> configs_;  // empty, or one per dim
+  bool is_root_ = false;
+  std::size_t hash_ = 0;
+};
+
+}  // namespace meshsim
+
+template <>
+struct std::hash<meshsim::DeviceMesh> {
+  std::size_t operator()(const meshsim::DeviceMesh& m) const noexcept { return m.hash(); }
+};

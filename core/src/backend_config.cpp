@@ -1,0 +1,65 @@
+#include "meshsim/backend_config.hpp"
+
+#include <cstdio>
+#include <string_view>
+
+namespace meshsim {
+
+namespace {
+
+// Fnv accumulates a stable FNV-1a digest; every field is length- or tag-prefixed so that
+// different field sequences never produce the same byte stream.
+struct Fnv {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  void byte(unsigned char b) {
+    h ^= b;
+    h *= 0x100000001b3ULL;
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) byte(static_cast<unsigned char>(v >> (8 * i)));
+  }
+  void str(std::string_view s) {
+    u64(s.size());
+    for (char c : s) byte(static_cast<unsigned char>(c));
+  }
+};
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+uint64_t BackendConfig::fingerprint() const {
+  Fnv f;
+  f.str(backend);
+  f.u64(static_cast<uint64_t>(timeout.count()));
+  f.u64(options.index());
+  if (const auto* g = std::get_if<GlooOptions>(&options)) {
+    f.u64(g->devices.size());
+    for (const auto& d : g->devices) f.str(d);
+    f.u64(static_cast<uint64_t>(g->threads));
+  } else if (const auto* n = std::get_if<NcclOptions>(&options)) {
+    f.u64(n->high_priority_stream ? 1 : 0);
+    f.u64(n->split_color.has_value() ? 1 : 0);
+    f.u64(static_cast<uint64_t>(n->split_color.value_or(0)));
+    f.u64(reinterpret_cast<uintptr_t>(n->split_from));
+    f.str(n->config_blob);
+  }
+  return f.h;
+}
+
+std::string BackendConfig::to_string() const {
+  const bool plain = timeout.count() == 0 && options.index() == 0;
+  std::string out = backend.empty() ? "default" : backend;
+  if (plain) return out;
+  out += "(";
+  if (timeout.count() != 0) out += "timeout=" + std::to_string(timeout.count()) + "ms,";
+  if (options.index() != 0) out += "options=" + hex(fingerprint()) + ",";
+  out.back() = ')';
+  return out;
+}
+
+}  // namespace meshsim

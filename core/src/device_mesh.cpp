@@ -1,0 +1,834 @@
+#include "meshsim/device_mesh.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include <boost/container/small_vector.hpp>
+
+#include "meshsim/algebra.hpp"
+#include "meshsim/checked_math.hpp"
+#include "meshsim/error.hpp"
+
+namespace meshsim {
+
+namespace {
+
+std::size_t mix(std::size_t seed, std::size_t v) {
+  return seed ^ (v + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
+}
+
+std::string join(const std::vector<std::string>& v, std::string_view sep, bool quote) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += sep;
+    out += quote ? "'" + v[i] + "'" : v[i];
+  }
+  return out;
+}
+
+std::string py_tuple(const std::vector<std::string>& v) {
+  return "(" + join(v, ", ", true) + (v.size() == 1 ? ",)" : ")");
+}
+
+std::string py_list(const std::vector<std::string>& v) { return "[" + join(v, ", ", true) + "]"; }
+
+std::string int_list(std::span<const int64_t> v) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + ")";
+}
+
+void check_unique_names(const std::vector<std::string>& names, std::string_view where) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (names[i] == names[j]) {
+        throw InvalidArgument("Each mesh_dim_name must be unique. '" + names[i] +
+                              "' appears twice in " + py_list(names) + std::string(where));
+      }
+    }
+  }
+}
+
+void check_device_type(const std::string& device_type) {
+  const bool letters =
+      !device_type.empty() && std::all_of(device_type.begin(), device_type.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+      });
+  if (!letters) {
+    throw InvalidArgument("Device type with index is not supported but got '" + device_type +
+                          "': the device type must be letters only (e.g. 'cuda', not 'cuda:0')");
+  }
+}
+
+// MeshLeaf is one non-trivial leaf of a mesh layout: its size and stride over rank-map
+// positions, its top-level dim, and its weight in the dim's row-major index.
+struct MeshLeaf {
+  int64_t s;
+  int64_t d;
+  int dim;
+  int64_t weight;
+};
+using Leaves = boost::container::small_vector<MeshLeaf, 16>;
+
+// leaves_by_stride lists the leaves of size > 1, ordered by stride.
+Leaves leaves_by_stride(const Layout& l) {
+  Leaves out;
+  for (int dim = 0; dim < l.rank(); ++dim) {
+    Layout mode = l[dim];
+    const IntTuple::Node* s = mode.shape().nodes();
+    const IntTuple::Node* d = mode.stride().nodes();
+    const std::size_t first = out.size();
+    for (int i = 0; i < mode.shape().node_count(); ++i) {
+      if (s[i].arity == IntTuple::kLeaf) out.push_back(MeshLeaf{s[i].value, d[i].value, dim, 1});
+    }
+    int64_t w = 1;  // row-major inside the mode: the last leaf is fastest
+    for (std::size_t k = out.size(); k-- > first;) {
+      out[k].weight = w;
+      w *= out[k].s;  // bounded by size(l), checked at construction
+    }
+  }
+  out.erase(std::remove_if(out.begin(), out.end(), [](const MeshLeaf& x) { return x.s == 1; }),
+            out.end());
+  std::sort(out.begin(), out.end(), [](const MeshLeaf& a, const MeshLeaf& b) { return a.d < b.d; });
+  return out;
+}
+
+// tiles_rank_map is whether copies of `l` tile positions [0, n) exactly: the sorted strides
+// form a mixed radix (each stride a multiple of the span below it) that divides n. Every mesh
+// derived from a root by slicing, flattening, unflattening or concatenating has this form;
+// coordinates are then digits, found in O(ndim).
+bool tiles_rank_map(const Layout& l, int64_t n) {
+  int64_t span = 1;
+  for (const MeshLeaf& x : leaves_by_stride(l)) {
+    if (x.d < span || x.d % span != 0) return false;
+    if (__builtin_mul_overflow(x.d, x.s, &span)) return false;
+  }
+  return n % span == 0;
+}
+
+// Layout::rank() == 1 with a scalar shape still counts as one mode; canonical gives every mode
+// its coalesced form so identity never depends on int-vs-tuple spelling.
+Layout canonical_of(const Layout& l) {
+  boost::container::small_vector<Layout, 8> modes;
+  for (int i = 0; i < l.rank(); ++i) modes.push_back(coalesce(l[i], Convention::kTorch));
+  return make_layout(std::span<const Layout>(modes.data(), modes.size()));
+}
+
+}  // namespace
+
+// RankMap holds the root's global ranks by position: an affine run (start + p) stored in O(1),
+// or an explicit list with an inverse index (dense when the ranks are compact, sorted otherwise).
+class RankMap {
+ public:
+  static RankMap affine(int64_t start, int64_t n) {
+    RankMap m;
+    m.start_ = start;
+    m.n_ = n;
+    return m;
+  }
+  static RankMap explicit_ranks(std::span<const int64_t> ranks, std::optional<int64_t> world) {
+    const auto n = static_cast<int64_t>(ranks.size());
+    int64_t lo = INT64_MAX;
+    int64_t hi = -1;
+    bool run = true;
+    for (std::size_t p = 0; p < ranks.size(); ++p) {
+      const int64_t r = ranks[p];
+      if (r < 0) {
+        throw InvalidArgument("rank " + std::to_string(r) + " at mesh position " +
+                              std::to_string(p) + " is negative: global ranks must be >= 0");
+      }
+      if (world && r >= *world) {
+        throw OutOfRange("rank " + std::to_string(r) + " at mesh position " + std::to_string(p) +
+                         " is out of range [0, " + std::to_string(*world) +
+                         ") of the world size");
+      }
+      lo = std::min(lo, r);
+      hi = std::max(hi, r);
+      if (p > 0 && r != ranks[p - 1] + 1) run = false;
+    }
+    if (run) return affine(ranks.empty() ? 0 : ranks[0], n);
+    RankMap m;
+    m.n_ = n;
+    m.values_.assign(ranks.begin(), ranks.end());
+    auto duplicate = [&](int64_t r) {
+      return InvalidArgument("rank " + std::to_string(r) +
+                             " appears twice in the mesh (PyTorch finds it later: "
+                             "rank_coords.size(0) must be 0 or 1, got 2)");
+    };
+    if (hi - lo < 4 * n + 1024) {
+      m.dense_lo_ = lo;
+      m.dense_.assign(static_cast<std::size_t>(hi - lo + 1), -1);
+      for (int64_t p = 0; p < n; ++p) {
+        int64_t& slot = m.dense_[static_cast<std::size_t>(ranks[p] - lo)];
+        if (slot >= 0) throw duplicate(ranks[p]);
+        slot = p;
+      }
+    } else {
+      m.sorted_.reserve(ranks.size());
+      for (int64_t p = 0; p < n; ++p) m.sorted_.emplace_back(ranks[p], p);
+      std::sort(m.sorted_.begin(), m.sorted_.end());
+      for (std::size_t i = 1; i < m.sorted_.size(); ++i) {
+        if (m.sorted_[i].first == m.sorted_[i - 1].first) throw duplicate(m.sorted_[i].first);
+      }
+    }
+    return m;
+  }
+
+  int64_t size() const { return n_; }
+  int64_t at(int64_t p) const {
+    return values_.empty() ? start_ + p : values_[static_cast<std::size_t>(p)];
+  }
+  std::optional<int64_t> position(int64_t rank) const {
+    if (values_.empty()) {
+      if (rank < start_ || rank - start_ >= n_) return std::nullopt;
+      return rank - start_;
+    }
+    if (!dense_.empty()) {
+      if (rank < dense_lo_ || rank - dense_lo_ >= static_cast<int64_t>(dense_.size())) {
+        return std::nullopt;
+      }
+      const int64_t p = dense_[static_cast<std::size_t>(rank - dense_lo_)];
+      return p < 0 ? std::nullopt : std::optional<int64_t>(p);
+    }
+    auto it = std::lower_bound(sorted_.begin(), sorted_.end(), std::make_pair(rank, int64_t{0}));
+    if (it == sorted_.end() || it->first != rank) return std::nullopt;
+    return it->second;
+  }
+  friend bool operator==(const RankMap& a, const RankMap& b) {
+    if (a.n_ != b.n_) return false;
+    if (a.values_.empty() && b.values_.empty()) return a.start_ == b.start_;
+    for (int64_t p = 0; p < a.n_; ++p) {
+      if (a.at(p) != b.at(p)) return false;
+    }
+    return true;
+  }
+
+ private:
+  int64_t start_ = 0;
+  int64_t n_ = 0;
+  std::vector<int64_t> values_;
+  int64_t dense_lo_ = 0;
+  std::vector<int64_t> dense_;
+  std::vector<std::pair<int64_t, int64_t>> sorted_;
+};
+
+// Universe is the state a root shares with every mesh derived from it. The rank map and root
+// description are immutable; the flatten registry and group cache grow under `mu`.
+class Universe {
+ public:
+  Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks, Layout root_layout,
+           MeshNames root_names, std::vector<BackendConfig> root_configs)
+      : id(next_id()),
+        device_type(std::move(device_type)),
+        world_size(world),
+        rank_map(std::move(ranks)),
+        root_layout(std::move(root_layout)),
+        root_names(std::move(root_names)),
+        root_configs(std::move(root_configs)) {}
+
+  struct GroupKey {
+    Layout layout;
+    BackendConfig config;
+    friend bool operator==(const GroupKey&, const GroupKey&) = default;
+  };
+  struct GroupKeyHash {
+    std::size_t operator()(const GroupKey& k) const { return mix(k.layout.hash(), k.config.hash()); }
+  };
+  struct Flattened {
+    std::string name;
+    Layout layout;
+    BackendConfig config;
+  };
+
+  const uint64_t id;
+  const std::string device_type;
+  const std::optional<int64_t> world_size;
+  const RankMap rank_map;
+  const Layout root_layout;
+  const MeshNames root_names;
+  const std::vector<BackendConfig> root_configs;
+
+  mutable std::mutex mu;
+  mutable std::vector<Flattened> flattened;  // registration order
+  mutable std::unordered_map<GroupKey, std::shared_ptr<const GroupRecord>, GroupKeyHash> groups;
+  mutable CacheStats stats;
+
+ private:
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> counter{1};
+    return counter.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+namespace {
+
+const BackendConfig& default_config() {
+  static const BackendConfig c;
+  return c;
+}
+
+std::vector<BackendConfig> checked_configs(std::vector<BackendConfig> configs, int ndim) {
+  if (!configs.empty() && static_cast<int>(configs.size()) != ndim) {
+    throw InvalidArgument("backend_override should have the same length as the number of mesh "
+                          "dimensions, but got " + std::to_string(configs.size()) + " and " +
+                          std::to_string(ndim) + ".");
+  }
+  return configs;
+}
+
+Layout row_major(std::span<const int64_t> shape, const char* what) {
+  if (shape.empty()) throw InvalidArgument(std::string(what) + ": the mesh shape must not be empty");
+  boost::container::small_vector<IntTuple, 8> elems;
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    if (s < 1) {
+      throw InvalidArgument(std::string(what) + ": mesh size " + std::to_string(s) + " in " +
+                            int_list(shape) + " is not >= 1");
+    }
+    n = checked_mul(n, s, "mesh size");
+    elems.push_back(s);
+  }
+  return Layout::compact(IntTuple::tuple({elems.data(), elems.size()}), Convention::kTorch);
+}
+
+void check_root_names(const MeshNames& names, std::size_t ndim) {
+  if (!names) return;
+  check_unique_names(*names, "");
+  if (names->size() != ndim) {
+    throw InvalidArgument("mesh_shape and mesh_dim_names should have same length! Got " +
+                          std::to_string(ndim) + " sizes and names " + py_list(*names));
+  }
+}
+
+void check_world(std::optional<int64_t> world, int64_t n) {
+  if (!world) return;
+  if (*world < 1) throw InvalidArgument("world size " + std::to_string(*world) + " is not >= 1");
+  if (n > *world) {
+    throw InvalidArgument("Mesh should not be bigger than default world size " +
+                          std::to_string(*world) + ", but found " + std::to_string(n) + " ranks!");
+  }
+}
+
+}  // namespace
+
+struct DeviceMesh::Digits {
+  int64_t position;
+  int64_t base;  // position of the copy's first element
+  boost::container::small_vector<int64_t, 16> digit;  // per leaf of leaves_by_stride
+  Leaves leaves;
+};
+
+DeviceMesh::DeviceMesh(std::shared_ptr<const Universe> u, Layout layout, MeshNames names,
+                       bool is_root, std::vector<BackendConfig> configs)
+    : u_(std::move(u)),
+      layout_(std::move(layout)),
+      canonical_(canonical_of(layout_)),
+      names_(std::move(names)),
+      configs_(std::move(configs)),
+      is_root_(is_root) {
+  if (names_) {
+    if (static_cast<int>(names_->size()) != layout_.rank()) {
+      throw InvalidArgument("mesh has " + std::to_string(layout_.rank()) + " dims but " +
+                            std::to_string(names_->size()) + " names " + py_list(*names_));
+    }
+    check_unique_names(*names_, "");
+  }
+  if (!tiles_rank_map(layout_, u_->rank_map.size())) {
+    throw InvalidArgument("mesh layout " + meshsim::to_string(layout_) +
+                          " does not tile the rank map of " +
+                          std::to_string(u_->rank_map.size()) +
+                          " ranks (its modes overlap or do not divide the positions evenly)");
+  }
+  std::size_t h = mix(std::hash<uint64_t>{}(u_->id), canonical_.hash());
+  h = mix(h, names_ ? names_->size() + 1 : 0);
+  if (names_) {
+    for (const auto& n : *names_) h = mix(h, std::hash<std::string>{}(n));
+  }
+  hash_ = h;
+}
+
+DeviceMesh DeviceMesh::init(std::span<const int64_t> shape, MeshNames names, RootOptions options) {
+  check_root_names(names, shape.size());
+  check_device_type(options.device_type);
+  Layout layout = row_major(shape, "init_device_mesh");
+  const int64_t n = meshsim::size(layout);
+  check_world(options.world_size, n);
+  auto configs = checked_configs(std::move(options.backend_override), layout.rank());
+  auto u = std::make_shared<const Universe>(options.device_type, options.world_size,
+                                            RankMap::affine(0, n), layout, names, configs);
+  return DeviceMesh(std::move(u), layout, std::move(names), true, configs);
+}
+
+DeviceMesh DeviceMesh::init(std::initializer_list<int64_t> shape, MeshNames names,
+                            RootOptions options) {
+  return init(std::span<const int64_t>(shape.begin(), shape.size()), std::move(names),
+              std::move(options));
+}
+
+DeviceMesh DeviceMesh::from_ranks(std::span<const int64_t> shape, std::span<const int64_t> ranks,
+                                  MeshNames names, RootOptions options) {
+  check_root_names(names, shape.size());
+  check_device_type(options.device_type);
+  Layout layout = row_major(shape, "DeviceMesh");
+  const int64_t n = meshsim::size(layout);
+  if (n != static_cast<int64_t>(ranks.size())) {
+    throw InvalidArgument("DeviceMesh: shape " + int_list(shape) + " holds " + std::to_string(n) +
+                          " ranks but " + std::to_string(ranks.size()) + " were given");
+  }
+  check_world(options.world_size, n);
+  auto configs = checked_configs(std::move(options.backend_override), layout.rank());
+  auto u = std::make_shared<const Universe>(options.device_type, options.world_size,
+                                            RankMap::explicit_ranks(ranks, options.world_size),
+                                            layout, names, configs);
+  return DeviceMesh(std::move(u), layout, std::move(names), true, configs);
+}
+
+DeviceMesh DeviceMesh::from_group(std::span<const int64_t> group_ranks, MeshNames names,
+                                  RootOptions options) {
+  if (group_ranks.empty()) {
+    throw InvalidArgument("from_group: Expects at least one ProcessGroup to be passed (the group "
+                          "has no ranks)");
+  }
+  const int64_t n = static_cast<int64_t>(group_ranks.size());
+  return from_ranks(std::span<const int64_t>(&n, 1), group_ranks, std::move(names),
+                    std::move(options));
+}
+
+DeviceMesh DeviceMesh::from_groups(std::span<const std::vector<int64_t>> groups,
+                                   std::span<const int64_t> shape, std::span<const int64_t> ranks,
+                                   std::vector<std::string> names, int64_t rank,
+                                   RootOptions options) {
+  if (groups.empty()) throw InvalidArgument("from_groups: Expects at least one ProcessGroup");
+  if (shape.size() != groups.size()) {
+    throw InvalidArgument("from_groups: Expects mesh with ndim equal to number of ProcessGroups "
+                          "but got a mesh of shape " + int_list(shape) + " and " +
+                          std::to_string(groups.size()) + " ProcessGroups");
+  }
+  DeviceMesh mesh = from_ranks(shape, ranks, std::move(names), std::move(options));
+  if (!mesh.contains(rank)) {
+    throw InvalidArgument("from_groups: rank " + std::to_string(rank) +
+                          " is not in the mesh, so its groups cannot be checked");
+  }
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    std::vector<int64_t> want = *mesh.group_of(rank, d);
+    std::vector<int64_t> got = groups[static_cast<std::size_t>(d)];
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    if (want != got) {
+      throw InvalidArgument("from_groups: the group given for dim " + mesh.dim_name(d) + " is " +
+                            int_list(groups[static_cast<std::size_t>(d)]) + " but rank " +
+                            std::to_string(rank) + "'s group along that dim in the mesh is " +
+                            int_list(*mesh.group_of(rank, d)));
+    }
+  }
+  return mesh;
+}
+
+DeviceMesh DeviceMesh::from_layout(const DeviceMesh& root, const Layout& layout, MeshNames names) {
+  if (!root.is_root()) throw InvalidArgument("from_layout: the first argument must be a root mesh");
+  std::vector<BackendConfig> configs;
+  if (layout == root.layout_ && names == root.names_) return root;
+  return DeviceMesh(root.u_, layout, std::move(names), false, configs);
+}
+
+// --- queries -------------------------------------------------------------------------------
+
+const std::string& DeviceMesh::device_type() const { return u_->device_type; }
+
+std::string DeviceMesh::dim_name(int dim) const {
+  if (dim < 0 || dim >= ndim()) {
+    throw OutOfRange("dim " + std::to_string(dim) + " is out of range [0, " +
+                     std::to_string(ndim()) + ") for " + to_string());
+  }
+  return names_ ? (*names_)[static_cast<std::size_t>(dim)] : std::to_string(dim);
+}
+
+int DeviceMesh::dim_index(std::string_view name) const {
+  if (!names_) {
+    throw NotFound("No `mesh_dim_names` found: cannot look up dim '" + std::string(name) +
+                   "' in " + to_string());
+  }
+  for (std::size_t i = 0; i < names_->size(); ++i) {
+    if ((*names_)[i] == name) return static_cast<int>(i);
+  }
+  throw NotFound("Mesh dimension '" + std::string(name) + "' does not exist. Valid names are " +
+                 py_list(*names_));
+}
+
+std::vector<int64_t> DeviceMesh::shape() const { return mesh_top_level_sizes(layout_); }
+int64_t DeviceMesh::size() const { return meshsim::size(layout_); }
+int64_t DeviceMesh::size(int dim) const {
+  dim_name(dim);  // range check
+  return meshsim::size(layout_[dim]);
+}
+
+DeviceMesh DeviceMesh::root() const {
+  if (is_root_) return *this;
+  return DeviceMesh(u_, u_->root_layout, u_->root_names, true, u_->root_configs);
+}
+
+std::optional<int64_t> DeviceMesh::world_size() const { return u_->world_size; }
+
+std::vector<int64_t> DeviceMesh::rank_map() const {
+  const int64_t n = u_->rank_map.size();
+  if (n > kMaxEnumeration) {
+    throw ResourceExhausted("rank_map: " + std::to_string(n) + " ranks exceed the limit of " +
+                            std::to_string(kMaxEnumeration));
+  }
+  std::vector<int64_t> out(static_cast<std::size_t>(n));
+  for (int64_t p = 0; p < n; ++p) out[static_cast<std::size_t>(p)] = u_->rank_map.at(p);
+  return out;
+}
+
+int64_t DeviceMesh::rank_map_size() const { return u_->rank_map.size(); }
+int64_t DeviceMesh::copies() const { return u_->rank_map.size() / size(); }
+bool DeviceMesh::contains(int64_t rank) const { return u_->rank_map.position(rank).has_value(); }
+
+DeviceMesh::Digits DeviceMesh::digits_of(int64_t position) const {
+  Digits g{position, position, {}, leaves_by_stride(layout_)};
+  for (const MeshLeaf& x : g.leaves) {
+    const int64_t digit = (position / x.d) % x.s;
+    g.digit.push_back(digit);
+    g.base -= digit * x.d;
+  }
+  return g;
+}
+
+std::optional<std::vector<int64_t>> DeviceMesh::coordinate(int64_t rank) const {
+  auto p = u_->rank_map.position(rank);
+  if (!p) return std::nullopt;
+  Digits g = digits_of(*p);
+  std::vector<int64_t> c(static_cast<std::size_t>(ndim()), 0);
+  for (std::size_t k = 0; k < g.leaves.size(); ++k) {
+    c[static_cast<std::size_t>(g.leaves[k].dim)] += g.digit[k] * g.leaves[k].weight;
+  }
+  return c;
+}
+
+std::optional<int64_t> DeviceMesh::local_rank(int64_t rank, int dim) const {
+  dim_name(dim);
+  auto c = coordinate(rank);
+  if (!c) return std::nullopt;
+  return (*c)[static_cast<std::size_t>(dim)];
+}
+
+std::optional<MeshArray> DeviceMesh::mesh_for(int64_t rank) const {
+  int64_t base = 0;
+  if (auto p = u_->rank_map.position(rank)) {
+    base = digits_of(*p).base;
+  } else if (copies() != 1) {
+    return std::nullopt;
+  }
+  MeshArray a;
+  a.shape = shape();
+  a.values = mesh_all_ranks_from_zero(layout_);
+  for (int64_t& v : a.values) v = u_->rank_map.at(base + v);
+  return a;
+}
+
+std::optional<std::vector<int64_t>> DeviceMesh::group_of(int64_t rank, int dim) const {
+  dim_name(dim);
+  auto p = u_->rank_map.position(rank);
+  if (!p) return std::nullopt;
+  Digits g = digits_of(*p);
+  int64_t base = *p;
+  for (std::size_t k = 0; k < g.leaves.size(); ++k) {
+    if (g.leaves[k].dim == dim) base -= g.digit[k] * g.leaves[k].d;
+  }
+  std::vector<int64_t> row = mesh_all_ranks_from_zero(layout_[dim]);
+  for (int64_t& v : row) v = u_->rank_map.at(base + v);
+  return row;
+}
+
+std::vector<std::vector<int64_t>> DeviceMesh::groups(int dim) const {
+  dim_name(dim);
+  auto rows = mesh_global_ranks(layout_[dim], u_->rank_map.size());
+  for (auto& row : rows) {
+    for (int64_t& v : row) v = u_->rank_map.at(v);
+  }
+  return rows;
+}
+
+const BackendConfig& DeviceMesh::backend_config(int dim) const {
+  dim_name(dim);
+  return configs_.empty() ? default_config() : configs_[static_cast<std::size_t>(dim)];
+}
+
+std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim) const {
+  return group_record(dim, backend_config(dim));
+}
+
+std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim,
+                                                            const BackendConfig& config) const {
+  dim_name(dim);
+  Universe::GroupKey key{canonical_[dim], config};
+  {
+    std::lock_guard lock(u_->mu);
+    auto it = u_->groups.find(key);
+    if (it != u_->groups.end()) {
+      ++u_->stats.hits;
+      return it->second;
+    }
+  }
+  // Build outside the lock (it may enumerate many ranks); the first insert wins.
+  auto rec = std::make_shared<GroupRecord>();
+  rec->name = "group[" + meshsim::to_string(key.layout) + "]@" + config.to_string();
+  rec->layout = key.layout;
+  rec->config = config;
+  rec->rows = groups(dim);
+  std::lock_guard lock(u_->mu);
+  auto [it, inserted] = u_->groups.emplace(std::move(key), std::move(rec));
+  if (inserted) {
+    ++u_->stats.misses;
+  } else {
+    ++u_->stats.hits;
+  }
+  u_->stats.size = static_cast<int64_t>(u_->groups.size());
+  return it->second;
+}
+
+CacheStats DeviceMesh::cache_stats() const {
+  std::lock_guard lock(u_->mu);
+  return u_->stats;
+}
+
+std::vector<std::string> DeviceMesh::flattened_names() const {
+  std::lock_guard lock(u_->mu);
+  std::vector<std::string> out;
+  for (const auto& f : u_->flattened) out.push_back(f.name);
+  return out;
+}
+
+uint64_t DeviceMesh::universe_id() const { return u_->id; }
+const std::shared_ptr<const Universe>& DeviceMesh::universe() const { return u_; }
+
+bool operator==(const DeviceMesh& a, const DeviceMesh& b) {
+  return a.hash_ == b.hash_ && a.u_ == b.u_ && a.canonical_ == b.canonical_ &&
+         a.names_ == b.names_;
+}
+
+bool equivalent(const DeviceMesh& a, const DeviceMesh& b) {
+  if (a == b) return true;
+  return a.u_->device_type == b.u_->device_type && a.names_ == b.names_ &&
+         a.canonical_ == b.canonical_ && a.u_->rank_map == b.u_->rank_map;
+}
+
+std::string DeviceMesh::to_string() const {
+  std::string dims = "(";
+  auto sizes = shape();
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (i) dims += ", ";
+    if (names_) dims += (*names_)[i] + "=";
+    dims += std::to_string(sizes[i]);
+  }
+  dims += sizes.size() == 1 && !names_ ? ",)" : ")";
+  return "DeviceMesh(" + dims + ", '" + u_->device_type + "', stride=" +
+         meshsim::to_string(layout_.stride()) + ")";
+}
+
+// --- transformations -----------------------------------------------------------------------
+
+DeviceMesh DeviceMesh::slice(std::string_view name) const {
+  std::string n(name);
+  return slice(std::span<const std::string>(&n, 1));
+}
+
+DeviceMesh DeviceMesh::slice(std::initializer_list<std::string> names) const {
+  return slice(std::span<const std::string>(names.begin(), names.size()));
+}
+
+DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
+  if (!names_) {
+    throw FailedPrecondition("Cannot slice a DeviceMesh without mesh_dim_names! (" + to_string() +
+                             ")");
+  }
+  std::vector<std::string> want(requested.begin(), requested.end());
+  if (want.empty()) throw InvalidArgument("slice: no mesh_dim_names requested");
+  if (want == *names_) return *this;
+  std::vector<Layout> modes;
+  std::vector<BackendConfig> configs;
+  {
+    std::lock_guard lock(u_->mu);
+    for (const std::string& n : want) {
+      auto own = std::find(names_->begin(), names_->end(), n);
+      if (own != names_->end()) {
+        const int i = static_cast<int>(own - names_->begin());
+        modes.push_back(layout_[i]);
+        configs.push_back(backend_config(i));
+        continue;
+      }
+      auto flat = std::find_if(u_->flattened.begin(), u_->flattened.end(),
+                               [&](const Universe::Flattened& f) { return f.name == n; });
+      if (is_root_ && flat != u_->flattened.end()) {
+        modes.push_back(flat->layout);
+        configs.push_back(flat->config);
+        continue;
+      }
+      std::vector<std::string> valid = *names_;
+      if (is_root_) {
+        for (const auto& f : u_->flattened) valid.push_back(f.name);
+      }
+      throw NotFound("Invalid mesh_dim_names " + py_tuple(want) +
+                     " specified. Valid mesh_dim_names are " + py_list(valid) + ".");
+    }
+  }
+  int64_t prev = -1;
+  for (std::size_t k = modes.size(); k-- > 0;) {
+    if (modes[k].stride().is_tuple()) {
+      throw InvalidArgument("Currently, this only allows slicing out a contiguous flattened dim: '" +
+                            want[k] + "' has layout " + meshsim::to_string(modes[k]));
+    }
+    const int64_t stride = modes[k].stride().value();
+    if (stride < prev) {
+      throw InvalidArgument("Invalid mesh_dim_names " + py_tuple(want) +
+                            " specified. Mesh dim indices should be in ascending order (stride " +
+                            std::to_string(stride) + " of '" + want[k] + "' is below stride " +
+                            std::to_string(prev) + " of the dim after it).");
+    }
+    prev = stride;
+  }
+  Layout joined = make_layout(std::span<const Layout>(modes.data(), modes.size()));
+  if (!mesh_check_non_overlap(joined)) {
+    throw InvalidArgument("Slicing overlapping dim_names " + py_tuple(want) +
+                          " is not allowed (their layouts overlap in " +
+                          meshsim::to_string(joined) + ").");
+  }
+  return DeviceMesh(u_, std::move(joined), std::move(want), false, std::move(configs));
+}
+
+DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
+                               std::optional<BackendConfig> config) const {
+  if (!names_) {
+    throw FailedPrecondition("Cannot flatten a DeviceMesh without mesh_dim_names! (" +
+                             to_string() + ")");
+  }
+  const std::string flat_name = name ? *name : join(*names_, "_", false);
+  if (flat_name.empty()) throw InvalidArgument("flatten: the mesh_dim_name must not be empty");
+  if (ndim() == 1 && flat_name == (*names_)[0]) return *this;
+  if (u_->root_names) {
+    const auto& rn = *u_->root_names;
+    if (std::find(rn.begin(), rn.end(), flat_name) != rn.end()) {
+      throw AlreadyExists(flat_name + " already exists for submesh of the " + root().to_string() +
+                          ". The mesh_dim_names of submesh and flattened mesh are " +
+                          py_tuple(*names_) + " and ('" + flat_name + "',).");
+    }
+  }
+  Layout flat = mesh_flatten(layout_);
+  BackendConfig cfg = config.value_or(BackendConfig{});
+  {
+    std::lock_guard lock(u_->mu);
+    auto it = std::find_if(u_->flattened.begin(), u_->flattened.end(),
+                           [&](const Universe::Flattened& f) { return f.name == flat_name; });
+    if (it != u_->flattened.end()) {
+      if (canonical_of(it->layout) != canonical_of(flat)) {
+        throw AlreadyExists("Flatten mesh with mesh_dim_name " + flat_name +
+                            " has been created before, Please specify another valid "
+                            "mesh_dim_name (registered layout " +
+                            meshsim::to_string(it->layout) + ", this one " +
+                            meshsim::to_string(flat) + ").");
+      }
+      flat = it->layout;
+      if (!config) cfg = it->config;
+    } else {
+      u_->flattened.push_back(Universe::Flattened{flat_name, flat, cfg});
+    }
+  }
+  return DeviceMesh(u_, std::move(flat), std::vector<std::string>{flat_name}, false, {cfg});
+}
+
+DeviceMesh DeviceMesh::unflatten(std::string_view dim, std::span<const int64_t> sizes,
+                                 std::span<const std::string> names) const {
+  if (!names_ || std::find(names_->begin(), names_->end(), dim) == names_->end()) {
+    throw NotFound("dim " + std::string(dim) + " specified in `_unflatten` is not in " +
+                   (names_ ? py_tuple(*names_) : std::string("(no mesh_dim_names)")) + ".");
+  }
+  return unflatten(dim_index(dim), sizes, names);
+}
+
+DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes,
+                                 std::span<const std::string> names) const {
+  if (dim >= ndim() || dim < 0) {
+    throw OutOfRange("dim " + std::to_string(dim) + " specified in `_unflatten` is out of range " +
+                     std::to_string(ndim()) + (dim < 0 ? " (negative dims are not accepted)" : ""));
+  }
+  if (!names_) {
+    throw FailedPrecondition("Cannot unflatten a DeviceMesh without mesh_dim_names! (" +
+                             to_string() + ")");
+  }
+  if (names.size() != sizes.size()) {
+    throw InvalidArgument("mesh_dim_names must have same length as mesh_sizes in _unflatten! Got " +
+                          std::to_string(names.size()) + " names and sizes " + int_list(sizes));
+  }
+  if (sizes.empty()) throw InvalidArgument("_unflatten: mesh_sizes must not be empty");
+  int64_t product = 1;
+  for (int64_t s : sizes) {
+    if (s < 1) {
+      throw InvalidArgument("_unflatten: mesh size " + std::to_string(s) + " in " +
+                            int_list(sizes) + " is not >= 1");
+    }
+    product = checked_mul(product, s, "_unflatten: product of mesh_sizes");
+  }
+  const int d = static_cast<int>(dim);
+  if (product != size(d)) {
+    throw InvalidArgument("The product of mesh_sizes=" + int_list(sizes) + " is " +
+                          std::to_string(product) + ", but the original dimension at dim=" +
+                          std::to_string(dim) + " has size " + std::to_string(size(d)) +
+                          ". These must be equal for unflatten to work correctly.");
+  }
+  std::vector<std::string> new_names(names_->begin(), names_->begin() + d);
+  new_names.insert(new_names.end(), names.begin(), names.end());
+  new_names.insert(new_names.end(), names_->begin() + d + 1, names_->end());
+  check_unique_names(new_names, " after _unflatten");
+  std::vector<BackendConfig> configs;
+  if (!configs_.empty()) {
+    configs.assign(configs_.begin(), configs_.begin() + d);
+    configs.insert(configs.end(), sizes.size(), BackendConfig{});
+    configs.insert(configs.end(), configs_.begin() + d + 1, configs_.end());
+  }
+  return DeviceMesh(u_, mesh_unflatten(layout_, dim, sizes), std::move(new_names), false,
+                    std::move(configs));
+}
+
+DeviceMesh DeviceMesh::concatenate(std::span<const DeviceMesh> meshes) {
+  if (meshes.empty()) throw InvalidArgument("concatenate: needs at least one mesh");
+  const DeviceMesh& first = meshes.front();
+  std::vector<Layout> modes;
+  std::vector<std::string> names;
+  std::vector<BackendConfig> configs;
+  bool any_config = false;
+  for (const DeviceMesh& m : meshes) {
+    if (m.u_ != first.u_) {
+      throw InvalidArgument("Cannot concatenate DeviceMeshes derived from different device meshs: " +
+                            first.to_string() + " (universe " + std::to_string(first.u_->id) +
+                            ") and " + m.to_string() + " (universe " + std::to_string(m.u_->id) +
+                            ")");
+    }
+    if (m.names_.has_value() != first.names_.has_value()) {
+      throw InvalidArgument("concatenate: " + first.to_string() + " and " + m.to_string() +
+                            " mix named and unnamed meshes");
+    }
+    for (int i = 0; i < m.ndim(); ++i) {
+      modes.push_back(m.layout_[i]);
+      configs.push_back(m.backend_config(i));
+      any_config = any_config || !m.configs_.empty();
+    }
+    if (m.names_) names.insert(names.end(), m.names_->begin(), m.names_->end());
+  }
+  Layout joined = make_layout(std::span<const Layout>(modes.data(), modes.size()));
+  if (!mesh_check_non_overlap(joined)) {
+    std::vector<std::string> reprs;
+    for (const DeviceMesh& m : meshes) reprs.push_back(m.to_string());
+    throw InvalidArgument("Cannot concatenate overlapping meshes: [" + join(reprs, ", ", false) +
+                          "] (joined layout " + meshsim::to_string(joined) + ")");
+  }
+  if (first.names_) check_unique_names(names, " after concatenate");
+  if (!any_config) configs.clear();
+  MeshNames out_names;
+  if (first.names_) out_names = std::move(names);
+  return DeviceMesh(first.u_, std::move(joined), std::move(out_names), false, std::move(configs));
+}
+
+}  // namespace meshsim

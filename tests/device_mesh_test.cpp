@@ -1,0 +1,436 @@
+// DeviceMesh: PyTorch's documented behaviours, then meshsim's deliberate differences.
+#include "meshsim/device_mesh.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <unordered_set>
+
+#include "meshsim/error.hpp"
+#include "test_util.hpp"
+
+namespace meshsim {
+namespace {
+
+using meshsim::testing::expect_throws_with;
+using meshsim::testing::L;
+using Rows = std::vector<std::vector<int64_t>>;
+using V = std::vector<int64_t>;
+using Names = std::vector<std::string>;
+
+DeviceMesh mesh_3d() { return DeviceMesh::init({2, 2, 2}, Names{"dp", "cp", "tp"}); }
+
+Rows groups_by_name(const DeviceMesh& m, const std::string& name) {
+  return m.groups(m.dim_index(name));
+}
+
+// --- construction -----------------------------------------------------------------------------
+
+TEST(DeviceMeshInit, TwoByFourGroupsPerDim) {
+  DeviceMesh m = DeviceMesh::init({2, 4}, Names{"dp", "tp"});
+  EXPECT_EQ(m.layout(), L("(2,4):(4,1)"));
+  EXPECT_EQ(m.shape(), (V{2, 4}));
+  EXPECT_EQ(m.ndim(), 2);
+  EXPECT_EQ(m.size(), 8);
+  EXPECT_EQ(groups_by_name(m, "dp"), (Rows{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(groups_by_name(m, "tp"), (Rows{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(m.to_string(), "DeviceMesh((dp=2, tp=4), 'cpu', stride=(4,1))");
+}
+
+TEST(DeviceMeshInit, TwoByTwoByTwoGroupsEqualSwapdimsReshape) {
+  DeviceMesh m = mesh_3d();
+  // Brute force: rows of arange(8).view(2,2,2).swapdims(-1, d).reshape(-1, 2).
+  for (int d = 0; d < 3; ++d) {
+    Rows want;
+    const int64_t stride = int64_t{1} << (2 - d);
+    std::vector<bool> used(8, false);
+    for (int64_t r = 0; r < 8; ++r) {
+      if (used[r]) continue;
+      want.push_back({r, r + stride});
+      used[r] = used[r + stride] = true;
+    }
+    EXPECT_EQ(m.groups(d), want) << "dim " << d;
+  }
+}
+
+TEST(DeviceMeshInit, CoordinatesAndLocalRankFollowRowMajorOrder) {
+  DeviceMesh m = mesh_3d();
+  for (int64_t r = 0; r < 8; ++r) {
+    EXPECT_EQ(m.coordinate(r), (V{r / 4, (r / 2) % 2, r % 2}));
+    EXPECT_EQ(m.local_rank(r, 2), r % 2);
+    EXPECT_EQ(m.local_rank(r, 1), r % 4 <= 1 ? 0 : 1);
+    EXPECT_EQ(m.local_rank(r, 0), r / 4);
+  }
+  EXPECT_EQ(m.coordinate(8), std::nullopt);
+}
+
+TEST(DeviceMeshInit, ExplicitRankMapEightToFifteen) {
+  V ranks(8);
+  std::iota(ranks.begin(), ranks.end(), 8);
+  V shape{2, 4};
+  DeviceMesh m = DeviceMesh::from_ranks(shape, ranks, Names{"dp", "tp"}, {.world_size = 16});
+  EXPECT_EQ(m.rank_map(), ranks);
+  EXPECT_EQ(groups_by_name(m, "dp"), (Rows{{8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(m.coordinate(13), (V{1, 1}));
+  EXPECT_EQ(m.coordinate(3), std::nullopt);
+  // One copy: every rank sees the whole mesh, as in PyTorch.
+  EXPECT_EQ(m.mesh_for(3)->values, ranks);
+  DeviceMesh tp = m.slice("tp");
+  EXPECT_EQ(tp.mesh_for(13)->values, (V{12, 13, 14, 15}));
+  EXPECT_EQ(tp.mesh_for(3), std::nullopt);  // two copies, neither holds rank 3
+}
+
+TEST(DeviceMeshInit, SparseAndLargeRanks) {
+  V shape{2, 2};
+  V ranks{2048, 4095, 7, 1'000'000'000'000};
+  DeviceMesh m = DeviceMesh::from_ranks(shape, ranks, Names{"a", "b"});
+  EXPECT_EQ(m.coordinate(1'000'000'000'000), (V{1, 1}));
+  EXPECT_EQ(m.group_of(4095, 0), (V{4095, 1'000'000'000'000}));
+  EXPECT_EQ(m.coordinate(2049), std::nullopt);
+}
+
+TEST(DeviceMeshInit, TransposedExplicitMeshGetsRowMajorLayoutOverPermutedRankMap) {
+  V shape{2, 2};
+  V ranks{0, 2, 1, 3};  // arange(4).view(2,2).T
+  DeviceMesh m = DeviceMesh::from_ranks(shape, ranks, Names{"a", "b"});
+  EXPECT_EQ(m.layout(), L("(2,2):(2,1)"));
+  EXPECT_EQ(m.groups(1), (Rows{{0, 2}, {1, 3}}));
+  EXPECT_EQ(m.groups(0), (Rows{{0, 1}, {2, 3}}));
+}
+
+TEST(DeviceMeshInit, RejectsBadInputWithPyTorchMessages) {
+  expect_throws_with<InvalidArgument>([] { DeviceMesh::init({2, 4}, Names{"dp", "dp"}); },
+                                      "Each mesh_dim_name must be unique.");
+  expect_throws_with<InvalidArgument>([] { DeviceMesh::init({2, 4}, Names{"dp"}); },
+                                      "mesh_shape and mesh_dim_names should have same length!");
+  expect_throws_with<InvalidArgument>(
+      [] { DeviceMesh::init({2, 4}, Names{"dp", "tp"}, {.device_type = "cuda:0"}); },
+      "Device type with index is not supported");
+  expect_throws_with<InvalidArgument>(
+      [] { DeviceMesh::init({4, 4}, std::nullopt, {.world_size = 8}); },
+      "Mesh should not be bigger than default world size 8, but found 16 ranks!");
+  expect_throws_with<InvalidArgument>([] { DeviceMesh::init({2, 0}); }, "mesh size 0");
+  expect_throws_with<OverflowError>(
+      [] { DeviceMesh::init({int64_t{1} << 32, int64_t{1} << 32}); }, "overflow");
+  V shape{4};
+  expect_throws_with<InvalidArgument>(
+      [&] { DeviceMesh::from_ranks(shape, V{0, 1, 1, 2}); },
+      "rank 1 appears twice in the mesh (PyTorch finds it later: rank_coords.size(0) must be 0 or 1");
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::from_ranks(shape, V{0, -1, 2, 3}); },
+                                      "rank -1 at mesh position 1 is negative");
+  expect_throws_with<OutOfRange>(
+      [&] { DeviceMesh::from_ranks(shape, V{0, 1, 2, 9}, std::nullopt, {.world_size = 8}); },
+      "rank 9 at mesh position 3 is out of range [0, 8)");
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::from_ranks(shape, V{0, 1, 2}); },
+                                      "holds 4 ranks but 3 were given");
+}
+
+TEST(DeviceMeshInit, DuplicateInSparseRankMapIsFound) {
+  V shape{3};
+  expect_throws_with<InvalidArgument>(
+      [&] { DeviceMesh::from_ranks(shape, V{5, int64_t{1} << 50, 5}); }, "rank 5 appears twice");
+}
+
+// --- slicing -----------------------------------------------------------------------------------
+
+TEST(DeviceMeshSlice, SliceOfTwoByFourIsRowOrColumnOfTheRank) {
+  DeviceMesh m = DeviceMesh::init({2, 4}, Names{"dp", "tp"});
+  DeviceMesh tp = m.slice("tp");
+  EXPECT_EQ(tp.layout(), L("(4):(1)"));
+  EXPECT_EQ(tp.mesh_for(5)->values, (V{4, 5, 6, 7}));
+  DeviceMesh dp = m.slice("dp");
+  EXPECT_EQ(dp.layout(), L("(2):(4)"));
+  EXPECT_EQ(dp.mesh_for(5)->values, (V{1, 5}));
+  EXPECT_EQ(dp.coordinate(5), (V{1}));
+  EXPECT_EQ(dp.copies(), 4);
+}
+
+TEST(DeviceMeshSlice, NonContiguousDpTp) {
+  DeviceMesh dp_tp = mesh_3d().slice({"dp", "tp"});
+  EXPECT_EQ(dp_tp.layout(), L("(2,2):(4,1)"));
+  EXPECT_EQ(dp_tp.mesh_for(2)->values, (V{2, 3, 6, 7}));
+  EXPECT_EQ(dp_tp.coordinate(6), (V{1, 0}));
+  EXPECT_EQ(groups_by_name(dp_tp, "dp"), (Rows{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+}
+
+TEST(DeviceMeshSlice, OwnNamesReturnSelfAndSliceOfSliceEqualsSliceOfRoot) {
+  DeviceMesh m = mesh_3d();
+  EXPECT_EQ(m.slice({"dp", "cp", "tp"}), m);
+  EXPECT_EQ(m.slice({"dp", "tp"}).slice("tp"), m.slice("tp"));
+}
+
+TEST(DeviceMeshSlice, ErrorsNameTheRule) {
+  DeviceMesh m = mesh_3d();
+  expect_throws_with<InvalidArgument>([&] { m.slice({"cp", "dp"}); },
+                                      "Mesh dim indices should be in ascending order");
+  expect_throws_with<InvalidArgument>([&] { m.slice({"dp", "dp"}); },
+                                      "Slicing overlapping dim_names ('dp', 'dp')");
+  expect_throws_with<NotFound>([&] { m.slice("pp"); },
+                               "Invalid mesh_dim_names ('pp',) specified. Valid mesh_dim_names "
+                               "are ['dp', 'cp', 'tp'].");
+  expect_throws_with<FailedPrecondition>([] { DeviceMesh::init({2, 2}).slice("a"); },
+                                         "Cannot slice a DeviceMesh without mesh_dim_names!");
+  // Flattened names are visible from the root only.
+  m.slice({"dp", "cp"}).flatten();
+  expect_throws_with<NotFound>([&] { m.slice("tp").slice("dp_cp"); }, "Invalid mesh_dim_names");
+}
+
+// --- flatten -----------------------------------------------------------------------------------
+
+TEST(DeviceMeshFlatten, ContiguousAndNonContiguous) {
+  DeviceMesh m = mesh_3d();
+  DeviceMesh dp_cp = m.slice({"dp", "cp"}).flatten();
+  EXPECT_EQ(*dp_cp.names(), (Names{"dp_cp"}));
+  EXPECT_EQ(dp_cp.layout(), L("4:2"));
+  EXPECT_EQ(dp_cp.groups(0), (Rows{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  DeviceMesh dp_tp = m.slice({"dp", "tp"}).flatten();
+  EXPECT_EQ(dp_tp.layout(), L("((2,2)):((4,1))"));
+  EXPECT_EQ(dp_tp.groups(0), (Rows{{0, 1, 4, 5}, {2, 3, 6, 7}}));
+  EXPECT_EQ(m.flattened_names(), (Names{"dp_cp", "dp_tp"}));
+  // The root slices a contiguous flattened name, not a non-contiguous one.
+  DeviceMesh s = m.slice({"dp_cp", "tp"});
+  EXPECT_EQ(s.layout(), L("(4,2):(2,1)"));
+  expect_throws_with<InvalidArgument>([&] { m.slice({"dp_tp", "cp"}); },
+                                      "only allows slicing out a contiguous flattened dim");
+}
+
+TEST(DeviceMeshFlatten, ReconstructWithFlattenedDim) {
+  DeviceMesh m = DeviceMesh::init({2, 2, 2}, Names{"replicate", "shard", "cp"});
+  m.slice({"shard", "cp"}).flatten();
+  DeviceMesh h = m.slice({"replicate", "shard_cp"});
+  EXPECT_EQ(h.groups(1), (Rows{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(h.groups(0), (Rows{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+}
+
+TEST(DeviceMeshFlatten, SameNameSameLayoutReturnsEqualMeshOtherLayoutThrows) {
+  DeviceMesh m = mesh_3d();
+  DeviceMesh a = m.slice({"dp", "cp"}).flatten("x");
+  DeviceMesh b = m.slice({"dp", "cp"}).flatten("x");
+  EXPECT_EQ(a, b);
+  expect_throws_with<AlreadyExists>([&] { m.slice({"cp", "tp"}).flatten("x"); },
+                                    "Flatten mesh with mesh_dim_name x has been created before");
+  expect_throws_with<AlreadyExists>([&] { m.flatten("dp"); },
+                                    "dp already exists for submesh of the DeviceMesh(");
+  expect_throws_with<FailedPrecondition>([] { DeviceMesh::init({4}).flatten(); },
+                                         "Cannot flatten a DeviceMesh without mesh_dim_names!");
+  EXPECT_EQ(m.slice("tp").flatten(), m.slice("tp"));  // 1-D into its own name: itself
+}
+
+TEST(DeviceMeshFlatten, AllSizeOneMesh) {
+  DeviceMesh m = DeviceMesh::init({1, 1, 1}, Names{"a", "b", "c"});
+  DeviceMesh f = m.flatten();
+  EXPECT_EQ(f.layout(), L("1:1"));
+  EXPECT_EQ(m.slice({"a", "c"}).shape(), (V{1, 1}));
+  EXPECT_EQ(f.groups(0), (Rows{{0}}));
+}
+
+// --- unflatten ---------------------------------------------------------------------------------
+
+TEST(DeviceMeshUnflatten, EightRankWorld) {
+  DeviceMesh w = DeviceMesh::init({8}, Names{"world"});
+  DeviceMesh m = w.unflatten(0, V{2, 2, 2}, Names{"dp", "cp", "tp"});
+  EXPECT_EQ(m.layout(), L("(2,2,2):(4,2,1)"));
+  EXPECT_EQ(groups_by_name(m, "cp"), (Rows{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  DeviceMesh n = w.unflatten("world", V{2, 2, 2}, Names{"dp", "ep", "ep_tp"});
+  EXPECT_EQ(groups_by_name(n, "ep"), groups_by_name(m, "cp"));
+  // The root cannot slice unflattened names.
+  expect_throws_with<NotFound>([&] { w.slice("dp"); }, "Invalid mesh_dim_names");
+}
+
+TEST(DeviceMeshUnflatten, NonContiguousFlattenedDimRecoversTheDims) {
+  DeviceMesh m = mesh_3d();
+  DeviceMesh back = m.slice({"dp", "tp"}).flatten().unflatten(0, V{2, 2}, Names{"a", "b"});
+  EXPECT_EQ(back.layout(), L("(2,2):(4,1)"));
+  EXPECT_EQ(back.groups(0), groups_by_name(m, "dp"));
+  EXPECT_EQ(back.groups(1), groups_by_name(m, "tp"));
+}
+
+TEST(DeviceMeshUnflatten, KeepsOtherDimsAndSizeOneDims) {
+  DeviceMesh m = DeviceMesh::init({2, 4}, Names{"dp", "tp"});
+  DeviceMesh u = m.unflatten(0, V{2, 1}, Names{"a", "b"});
+  EXPECT_EQ(u.layout(), L("(2,1,4):(4,4,1)"));
+  EXPECT_EQ(u.groups(2), groups_by_name(m, "tp"));
+  EXPECT_EQ(u.groups(1), (Rows{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+}
+
+TEST(DeviceMeshUnflatten, ErrorsNameTheRule) {
+  DeviceMesh w = DeviceMesh::init({8}, Names{"world"});
+  expect_throws_with<OutOfRange>([&] { w.unflatten(1, V{2, 4}, Names{"a", "b"}); },
+                                 "dim 1 specified in `_unflatten` is out of range 1");
+  expect_throws_with<OutOfRange>([&] { w.unflatten(-1, V{2, 4}, Names{"a", "b"}); },
+                                 "negative dims are not accepted");
+  expect_throws_with<NotFound>([&] { w.unflatten("x", V{2, 4}, Names{"a", "b"}); },
+                               "dim x specified in `_unflatten` is not in ('world',)");
+  expect_throws_with<InvalidArgument>([&] { w.unflatten(0, V{2, 4}, Names{"a"}); },
+                                      "mesh_dim_names must have same length as mesh_sizes");
+  expect_throws_with<InvalidArgument>(
+      [&] { w.unflatten(0, V{2, 3}, Names{"a", "b"}); },
+      "The product of mesh_sizes=(2, 3) is 6, but the original dimension at dim=0 has size 8.");
+  expect_throws_with<InvalidArgument>([&] { w.unflatten(0, V{8, 0}, Names{"a", "b"}); },
+                                      "mesh size 0");
+  expect_throws_with<OverflowError>(
+      [&] { w.unflatten(0, V{int64_t{1} << 40, int64_t{1} << 40}, Names{"a", "b"}); },
+      "overflow");
+  // meshsim difference: names stay unique after unflatten.
+  DeviceMesh m = DeviceMesh::init({2, 4}, Names{"dp", "tp"});
+  expect_throws_with<InvalidArgument>([&] { m.unflatten(1, V{2, 2}, Names{"dp", "x"}); },
+                                      "Each mesh_dim_name must be unique");
+}
+
+// --- concatenate -------------------------------------------------------------------------------
+
+TEST(DeviceMeshConcatenate, SlicesRebuildTheRoot) {
+  DeviceMesh m = DeviceMesh::init({2, 2, 2}, Names{"pp", "dp", "tp"});
+  std::vector<DeviceMesh> parts{m.slice({"pp", "dp"}), m.slice("tp")};
+  DeviceMesh c = DeviceMesh::concatenate(parts);
+  EXPECT_EQ(c, m);
+  EXPECT_TRUE(equivalent(c, m));
+  for (int d = 0; d < 3; ++d) EXPECT_EQ(c.groups(d), m.groups(d));
+}
+
+TEST(DeviceMeshConcatenate, AcceptsStrideOrderSlicingRejects) {
+  DeviceMesh m = DeviceMesh::init({2, 4}, Names{"dp", "tp"});
+  std::vector<DeviceMesh> parts{m.slice("tp"), m.slice("dp")};
+  DeviceMesh c = DeviceMesh::concatenate(parts);
+  EXPECT_EQ(c.layout(), L("(4,2):(1,4)"));
+  EXPECT_EQ(c.mesh_for(0)->values, (V{0, 4, 1, 5, 2, 6, 3, 7}));
+  EXPECT_EQ(c.coordinate(5), (V{1, 1}));
+}
+
+TEST(DeviceMeshConcatenate, Errors) {
+  DeviceMesh m = mesh_3d();
+  std::vector<DeviceMesh> overlap{m.slice({"dp", "cp"}), m.slice("cp")};
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::concatenate(overlap); },
+                                      "Cannot concatenate overlapping meshes");
+  std::vector<DeviceMesh> other{m.slice("dp"), mesh_3d().slice("tp")};
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::concatenate(other); },
+                                      "Cannot concatenate DeviceMeshes derived from different");
+  std::vector<DeviceMesh> none;
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::concatenate(none); }, "at least one");
+  std::vector<DeviceMesh> dup{m.slice("dp"), m.slice("cp").unflatten(0, V{2, 1}, Names{"q", "dp"})};
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::concatenate(dup); },
+                                      "Each mesh_dim_name must be unique");
+}
+
+// --- identity, hashing and the group cache (meshsim) --------------------------------------------
+
+TEST(DeviceMeshIdentity, IndependentRootsAreDifferentUniversesButEquivalent) {
+  DeviceMesh a = mesh_3d();
+  DeviceMesh b = mesh_3d();
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(equivalent(a, b));
+  EXPECT_TRUE(equivalent(a.slice("tp"), b.slice("tp")));
+  EXPECT_NE(a.slice("tp"), b.slice("tp"));
+}
+
+TEST(DeviceMeshIdentity, EqualityUsesTheCanonicalLayout) {
+  DeviceMesh m = mesh_3d();
+  DeviceMesh f = m.slice({"cp", "tp"}).flatten("f");  // layout 4:1 (int form)
+  DeviceMesh s = m.slice("f");                          // layout (4):(1)
+  EXPECT_NE(f.layout(), s.layout());
+  EXPECT_EQ(f, s);
+  EXPECT_EQ(f.hash(), s.hash());
+  std::unordered_set<DeviceMesh> set{f, s, m, m.slice("tp")};
+  EXPECT_EQ(set.size(), 3u);
+}
+
+TEST(DeviceMeshIdentity, NamesArePartOfIdentity) {
+  DeviceMesh m = DeviceMesh::init({2, 4}, Names{"dp", "tp"});
+  DeviceMesh tp = m.slice("tp");
+  DeviceMesh other = m.slice({"dp", "tp"}).unflatten(1, V{4}, Names{"x"}).slice("x");
+  EXPECT_EQ(tp.layout(), other.layout());
+  EXPECT_NE(tp, other);
+  EXPECT_FALSE(equivalent(tp, other));
+}
+
+TEST(DeviceMeshCache, UnflattensOfTheWorldShareRecords) {
+  DeviceMesh w = DeviceMesh::init({8}, Names{"world"});
+  DeviceMesh a = w.unflatten(0, V{2, 2, 2}, Names{"dp", "cp", "tp"});
+  DeviceMesh b = w.unflatten(0, V{2, 2, 2}, Names{"dp", "ep", "ep_tp"});
+  auto dp_a = a.group_record(0);
+  auto tp_a = a.group_record(2);
+  EXPECT_EQ(w.cache_stats().misses, 2);
+  EXPECT_EQ(b.group_record(0), dp_a);
+  EXPECT_EQ(b.group_record(2), tp_a);
+  EXPECT_EQ(w.cache_stats().hits, 2);
+  EXPECT_NE(b.group_record(1), dp_a);
+  EXPECT_EQ(dp_a->rows, (Rows{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(dp_a->name, "group[2:4]@default");
+  // Another backend config is another key.
+  BackendConfig gloo{.backend = "gloo", .timeout = std::chrono::milliseconds(5000)};
+  auto dp_gloo = a.group_record(0, gloo);
+  EXPECT_NE(dp_gloo, dp_a);
+  EXPECT_EQ(dp_gloo->rows, dp_a->rows);
+  EXPECT_NE(dp_gloo->name, dp_a->name);
+  EXPECT_EQ(a.group_record(0, gloo), dp_gloo);
+  // A flattened dim with the same canonical layout as a root dim reuses its record.
+  DeviceMesh m = DeviceMesh::init({2, 4}, Names{"dp", "tp"});
+  auto tp = m.group_record(1);
+  EXPECT_EQ(m.slice({"tp"}).flatten("tp2").group_record(0), tp);
+}
+
+TEST(DeviceMeshCache, RecordNamesAreStableAcrossUniverses) {
+  DeviceMesh a = mesh_3d();
+  DeviceMesh b = mesh_3d();
+  EXPECT_EQ(a.group_record(1)->name, b.group_record(1)->name);
+  EXPECT_NE(a.group_record(1), b.group_record(1));
+}
+
+TEST(BackendConfigValue, EqualityAndHash) {
+  BackendConfig a{.backend = "nccl",
+                  .timeout = std::chrono::milliseconds(100),
+                  .options = NcclOptions{.high_priority_stream = true, .split_color = 3}};
+  BackendConfig b = a;
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(std::hash<BackendConfig>{}(a), std::hash<BackendConfig>{}(b));
+  std::get<NcclOptions>(b.options).config_blob = "x";
+  EXPECT_NE(a, b);
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+  BackendConfig g{.backend = "gloo", .options = GlooOptions{.devices = {"lo"}, .threads = 2}};
+  BackendConfig g2 = g;
+  std::get<GlooOptions>(g2.options).threads = 3;
+  EXPECT_NE(g, g2);
+  EXPECT_EQ(BackendConfig{}.to_string(), "default");
+  BackendConfig short_timeout{.backend = "gloo", .timeout = std::chrono::milliseconds(5)};
+  EXPECT_EQ(short_timeout.to_string(), "gloo(timeout=5ms)");
+}
+
+// --- from groups (meshsim validates what PyTorch skips) ------------------------------------------
+
+TEST(DeviceMeshFromGroups, OneGroupAndGroupsPerDim) {
+  DeviceMesh g = DeviceMesh::from_group(V{0, 1, 2, 3}, Names{"w"});
+  EXPECT_EQ(g.rank_map(), (V{0, 1, 2, 3}));
+  V shape{2, 2};
+  V ranks{0, 1, 2, 3};
+  std::vector<V> groups{{1, 3}, {2, 3}};
+  DeviceMesh m = DeviceMesh::from_groups(groups, shape, ranks, Names{"dp", "tp"}, 3);
+  EXPECT_TRUE(equivalent(m, DeviceMesh::init({2, 2}, Names{"dp", "tp"})));
+  std::vector<V> wrong{{1, 3}, {0, 3}};
+  expect_throws_with<InvalidArgument>(
+      [&] { DeviceMesh::from_groups(wrong, shape, ranks, Names{"dp", "tp"}, 3); },
+      "the group given for dim tp is (0, 3) but rank 3's group along that dim in the mesh is "
+      "(2, 3)");
+  std::vector<V> one{{1, 3}};
+  expect_throws_with<InvalidArgument>(
+      [&] { DeviceMesh::from_groups(one, shape, ranks, Names{"dp", "tp"}, 3); },
+      "Expects mesh with ndim equal to number of ProcessGroups");
+}
+
+// --- scale: no O(world) work on the derived path -------------------------------------------------
+
+TEST(DeviceMeshScale, HugeWorldDerivedMeshesStayCheap) {
+  const int64_t n = int64_t{1} << 40;  // never materialised
+  DeviceMesh m = DeviceMesh::init({int64_t{1} << 20, 1 << 10, 1 << 10}, Names{"dp", "cp", "tp"});
+  DeviceMesh f = m.slice({"dp", "tp"}).flatten();
+  DeviceMesh u = f.unflatten(0, V{1 << 10, 1 << 10, 1 << 10}, Names{"a", "b", "c"});
+  EXPECT_EQ(u.size(), int64_t{1} << 30);
+  const int64_t r = n - 1;
+  EXPECT_EQ(m.coordinate(r), (V{(1 << 20) - 1, 1023, 1023}));
+  EXPECT_EQ(u.coordinate(r), (V{1023, 1023, 1023}));
+  EXPECT_EQ(m.group_of(r, 2)->size(), 1024u);
+  expect_throws_with<ResourceExhausted>([&] { (void)m.rank_map(); }, "exceed the limit");
+  expect_throws_with<ResourceExhausted>([&] { (void)m.groups(0); }, "exceed the limit");
+}
+
+}  // namespace
+}  // namespace meshsim
