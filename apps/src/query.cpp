@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "json_codec.hpp"
+#include "mesh_program.hpp"
 #include "meshsim/algebra.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/mesh_layout.hpp"
@@ -171,6 +172,9 @@ const std::unordered_map<std::string, Handler>& handlers() {
       for (const Json& j : a.list("layouts")) ls.push_back(json::to_layout(j, "layouts"));
       return Json(mesh_disjoint(ls));
     };
+    // DeviceMesh programs.
+    t["mesh.program"] = [](const Args& a) { return run_mesh_program(a.req); };
+    t["mesh.equal"] = [](const Args& a) { return run_mesh_equal(a.req); };
     return t;
   }();
   return table;
