@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "meshsim/error.hpp"
+#include "meshsim/mesh_json.hpp"
 #include "test_util.hpp"
 
 namespace meshsim {
@@ -430,6 +431,67 @@ TEST(DeviceMeshScale, HugeWorldDerivedMeshesStayCheap) {
   EXPECT_EQ(m.group_of(r, 2)->size(), 1024u);
   expect_throws_with<ResourceExhausted>([&] { (void)m.rank_map(); }, "exceed the limit");
   expect_throws_with<ResourceExhausted>([&] { (void)m.groups(0); }, "exceed the limit");
+}
+
+// --- serialization -------------------------------------------------------------------------------
+
+TEST(DeviceMeshJson, RoundTripIsANewEquivalentUniverseWithTheRegistry) {
+  V ranks{2048, 2049, 2050, 2051, 2056, 2057, 2058, 2059};
+  V shape{2, 2, 2};
+  DeviceMesh root = DeviceMesh::from_ranks(shape, ranks, Names{"dp", "cp", "tp"},
+                                           {.world_size = 4096});
+  DeviceMesh flat = root.slice({"dp", "tp"}).flatten();
+  DeviceMesh mesh = root.slice({"dp", "cp"}).flatten().unflatten(0, V{4}, Names{"x"});
+  for (const DeviceMesh& m : {root, flat, mesh, root.slice({"dp", "tp"})}) {
+    DeviceMesh back = load_mesh(save_mesh(m));
+    EXPECT_NE(back, m);
+    EXPECT_TRUE(equivalent(back, m)) << save_mesh(m);
+    EXPECT_EQ(back.layout(), m.layout());
+    EXPECT_EQ(back.is_root(), m.is_root());
+    EXPECT_EQ(back.world_size(), m.world_size());
+    EXPECT_EQ(back.flattened(), m.flattened());
+    EXPECT_EQ(save_mesh(back), save_mesh(m));
+    for (int d = 0; d < m.ndim(); ++d) EXPECT_EQ(back.groups(d), m.groups(d));
+  }
+  // The registry came along: the loaded root slices the flattened name.
+  DeviceMesh back_root = load_mesh(save_mesh(flat)).root();
+  EXPECT_TRUE(equivalent(back_root.slice("dp_cp"), root.slice("dp_cp")));
+}
+
+TEST(DeviceMeshJson, ContiguousRankMapsStayCompact) {
+  DeviceMesh m = DeviceMesh::init({int64_t{1} << 20, 1 << 10}, Names{"dp", "tp"});
+  const std::string text = save_mesh(m.slice("tp"));
+  EXPECT_LT(text.size(), 400u) << text;
+  EXPECT_TRUE(equivalent(load_mesh(text), m.slice("tp")));
+  V shifted{8, 9, 10, 11};
+  V shape{4};
+  DeviceMesh s = DeviceMesh::from_ranks(shape, shifted);
+  EXPECT_EQ(s.rank_map_start(), 8);
+  EXPECT_TRUE(equivalent(load_mesh(save_mesh(s)), s));
+}
+
+TEST(DeviceMeshJson, MalformedTruncatedOrHostileInputIsATypedError) {
+  const std::string good = save_mesh(mesh_3d().slice({"dp", "tp"}));
+  for (std::size_t cut = 0; cut < good.size(); cut += 7) {
+    EXPECT_THROW(load_mesh(good.substr(0, cut)), Error) << cut;
+  }
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  EXPECT_THROW(load_mesh(edited("\"version\":1", "\"version\":2")), ParseError);
+  EXPECT_THROW(load_mesh(edited("(2,2):(4,1)", "(2,2):(4,4)")), InvalidArgument);   // overlap
+  EXPECT_THROW(load_mesh(edited("(2,2):(4,1)", "(2,2):(3,1)")), InvalidArgument);   // no tiling
+  EXPECT_THROW(load_mesh(edited("\"shape\":[2,2,2]", "\"shape\":[2,2,-2]")), InvalidArgument);
+  EXPECT_THROW(load_mesh(edited("[\"dp\",\"tp\"]", "[\"dp\",\"dp\"]")), InvalidArgument);
+  EXPECT_THROW(load_mesh(edited("[\"dp\",\"tp\"]", "[\"dp\"]")), InvalidArgument);
+  EXPECT_THROW(load_mesh(edited("\"start\":0", "\"start\":9223372036854775807")), Error);
+  EXPECT_THROW(load_mesh(edited("\"start\":0", "\"start\":\"0\"")), ParseError);
+  EXPECT_THROW(load_mesh(std::string(100000, '[')), ParseError);
+  EXPECT_THROW(load_mesh("null"), ParseError);
+  EXPECT_THROW(load_mesh(""), ParseError);
 }
 
 }  // namespace

@@ -178,6 +178,9 @@ class RankMap {
   }
 
   int64_t size() const { return n_; }
+  std::optional<int64_t> start() const {
+    return values_.empty() ? std::optional<int64_t>(start_) : std::nullopt;
+  }
   int64_t at(int64_t p) const {
     return values_.empty() ? start_ + p : values_[static_cast<std::size_t>(p)];
   }
@@ -601,6 +604,15 @@ std::vector<std::string> DeviceMesh::flattened_names() const {
   for (const auto& f : u_->flattened) out.push_back(f.name);
   return out;
 }
+
+std::vector<std::pair<std::string, Layout>> DeviceMesh::flattened() const {
+  std::lock_guard lock(u_->mu);
+  std::vector<std::pair<std::string, Layout>> out;
+  for (const auto& f : u_->flattened) out.emplace_back(f.name, f.layout);
+  return out;
+}
+
+std::optional<int64_t> DeviceMesh::rank_map_start() const { return u_->rank_map.start(); }
 
 uint64_t DeviceMesh::universe_id() const { return u_->id; }
 const std::shared_ptr<const Universe>& DeviceMesh::universe() const { return u_; }

@@ -35,6 +35,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "meshsim/backend_config.hpp"
@@ -160,8 +161,13 @@ class DeviceMesh {
   std::shared_ptr<const GroupRecord> group_record(int dim) const;
   std::shared_ptr<const GroupRecord> group_record(int dim, const BackendConfig& config) const;
   CacheStats cache_stats() const;
-  // flattened_names are the names registered on the root by flatten, in registration order.
+  // flattened_names are the names registered on the root by flatten, in registration order;
+  // flattened pairs each with its layout.
   std::vector<std::string> flattened_names() const;
+  std::vector<std::pair<std::string, Layout>> flattened() const;
+  // rank_map_start is the first rank when the rank map is the run start, start+1, ...
+  // (init_device_mesh and contiguous explicit meshes), stored in O(1).
+  std::optional<int64_t> rank_map_start() const;
 
   // universe_id identifies the universe (unique within the process).
   uint64_t universe_id() const;
