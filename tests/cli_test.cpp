@@ -79,4 +79,37 @@ TEST(Cli, OpsListsTheQueryOps) {
   EXPECT_NE(std::find(r.lines.begin(), r.lines.end(), "mesh_unflatten"), r.lines.end());
 }
 
+bool has_line(const Result& r, const std::string& needle) {
+  for (const auto& l : r.lines) {
+    if (l.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(Cli, ShowPrintsTheMeshGroupsAndCoordinatesAfterTransformations) {
+  Result r = run("show --mesh dp=2,cp=2,tp=4 --rank-map 8..23 --slice dp,tp --rank 9");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_TRUE(has_line(r, "  dp=0 | 8 9 10 11"));
+  EXPECT_TRUE(has_line(r, "  dp=1 | 16 17 18 19"));
+  EXPECT_TRUE(has_line(r, "dp (size 2, 8 groups): [8 16] [9 17]"));
+  EXPECT_TRUE(has_line(r, "rank 9: coordinate (0 1), dp group [9 17], tp group [8 9 10 11]"));
+}
+
+TEST(Cli, ShowAppliesTransformationsInCommandLineOrderAndPrintsJson) {
+  Result r = run("show --shape 8 --names w --unflatten w:2,4:dp,tp --slice dp --format json");
+  ASSERT_EQ(r.status, 0);
+  std::string text;
+  for (const auto& l : r.lines) text += l;
+  Json j = Json::parse(text);
+  EXPECT_EQ(j["groups_by_dim"]["dp"], Json::parse("[[0,4],[1,5],[2,6],[3,7]]"));
+  EXPECT_EQ(j["mesh_dim_names"], Json::parse(R"(["dp"])"));
+}
+
+TEST(Cli, ShowRejectsBadMeshesWithAnError) {
+  EXPECT_EQ(run("show --mesh dp=2,tp=4 --slice tp,dp").status, 2);
+  EXPECT_EQ(run("show --mesh dp=x").status, 2);
+  EXPECT_EQ(run("show --mesh dp=2 --rank-map 1..5").status, 2);
+  EXPECT_EQ(run("show").status, 2);
+}
+
 }  // namespace
