@@ -132,7 +132,9 @@ DeviceMesh load_mesh(std::string_view text) {
     } else {
       // A shifted run: validate it like an explicit map without materialising it twice.
       if (start < 0) throw ParseError("root.rank_map.start " + std::to_string(start) + " is negative");
-      DeviceMesh probe = DeviceMesh::init(shape, root_names, RootOptions{.device_type = opts.device_type});
+      RootOptions probe_opts;
+      probe_opts.device_type = opts.device_type;
+      DeviceMesh probe = DeviceMesh::init(shape, root_names, probe_opts);
       const int64_t n = probe.size();
       if (n > kMaxEnumeration) {
         throw ResourceExhausted("root.rank_map: a shifted run of " + std::to_string(n) +
