@@ -3,6 +3,8 @@
 // Baseline for ratios: BM_CopyLayout, a plain copy of the same layout, measured in the same run.
 #include <benchmark/benchmark.h>
 
+#include "alloc_counter.hpp"
+
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -12,17 +14,8 @@
 #include "meshsim/mesh_layout.hpp"
 #include "query.hpp"
 
-namespace {
-std::atomic<long> g_allocs{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+using meshsim::bench::g_allocs;
+using meshsim::bench::g_bytes;
 
 namespace {
 

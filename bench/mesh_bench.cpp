@@ -4,25 +4,16 @@
 // (compare the /24 and /6 rows of one run). Heap use is counted by replacing operator new.
 #include <benchmark/benchmark.h>
 
+#include "alloc_counter.hpp"
+
 #include <atomic>
 #include <cstdlib>
 #include <new>
 
 #include "meshsim/device_mesh.hpp"
 
-namespace {
-std::atomic<long> g_allocs{0};
-std::atomic<long> g_bytes{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  g_bytes.fetch_add(static_cast<long>(n), std::memory_order_relaxed);
-  if (void* p = std::malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+using meshsim::bench::g_allocs;
+using meshsim::bench::g_bytes;
 
 namespace {
 

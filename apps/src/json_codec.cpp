@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "meshsim/detail/json_depth.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim::json {
@@ -104,27 +105,6 @@ Json from_layout(const Layout& l) {
   return Json{{"shape", from_int_tuple(l.shape())}, {"stride", from_int_tuple(l.stride())}};
 }
 
-int max_nesting(std::string_view text) {
-  int depth = 0;
-  int best = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    char ch = text[i];
-    if (in_string) {
-      if (ch == '\\') {
-        ++i;
-      } else if (ch == '"') {
-        in_string = false;
-      }
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      best = std::max(best, ++depth);
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  return best;
-}
+int max_nesting(std::string_view text) { return detail::json_depth(text); }
 
 }  // namespace meshsim::json

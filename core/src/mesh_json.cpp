@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "meshsim/detail/json_depth.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -11,29 +12,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr int kMaxJsonDepth = 16;  // the format nests 4 levels
-
-int bracket_depth(std::string_view text) {
-  int depth = 0;
-  int max_depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
 
 const Json& at(const Json& obj, const char* key, const char* where) {
   if (!obj.is_object()) throw ParseError(std::string(where) + " must be a JSON object");
@@ -102,7 +80,7 @@ std::string save_mesh(const DeviceMesh& mesh) {
 }
 
 DeviceMesh load_mesh(std::string_view text) {
-  if (bracket_depth(text) > kMaxJsonDepth) {
+  if (detail::json_depth(text) > kMaxJsonDepth) {
     throw ParseError("mesh document nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   Json doc = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
