@@ -267,6 +267,8 @@ TEST(DeviceMeshUnflatten, ErrorsNameTheRule) {
   expect_throws_with<InvalidArgument>(
       [&] { w.unflatten(0, V{2, 3}, Names{"a", "b"}); },
       "The product of mesh_sizes=(2, 3) is 6, but the original dimension at dim=0 has size 8.");
+  expect_throws_with<InvalidArgument>([&] { w.unflatten(0, V{4}, Names{"a"}); },
+                                      "The product of mesh_sizes=(4,) is 4");
   expect_throws_with<InvalidArgument>([&] { w.unflatten(0, V{8, 0}, Names{"a", "b"}); },
                                       "mesh size 0");
   expect_throws_with<OverflowError>(
@@ -375,6 +377,23 @@ TEST(DeviceMeshCache, RecordNamesAreStableAcrossUniverses) {
   DeviceMesh b = mesh_3d();
   EXPECT_EQ(a.group_record(1)->name, b.group_record(1)->name);
   EXPECT_NE(a.group_record(1), b.group_record(1));
+}
+
+TEST(DeviceMeshCache, PerDimBackendOverrideFollowsTheDimThroughSlicesAndUnflatten) {
+  BackendConfig gloo{.backend = "gloo"};
+  DeviceMesh m = DeviceMesh::init({2, 4}, Names{"dp", "tp"},
+                                  {.backend_override = {gloo, BackendConfig{}}});
+  EXPECT_EQ(m.slice("dp").backend_config(0), gloo);
+  EXPECT_EQ(m.slice("tp").backend_config(0), BackendConfig{});
+  DeviceMesh u = m.unflatten(1, V{2, 2}, Names{"a", "b"});
+  EXPECT_EQ(u.backend_config(0), gloo);
+  EXPECT_EQ(u.backend_config(1), BackendConfig{});
+  EXPECT_EQ(m.group_record(0)->name, "group[2:4]@gloo");
+  EXPECT_EQ(m.group_record(0), m.slice("dp").group_record(0));
+  EXPECT_NE(m.group_record(0), m.group_record(0, BackendConfig{}));
+  expect_throws_with<InvalidArgument>(
+      [&] { DeviceMesh::init({2, 4}, Names{"dp", "tp"}, {.backend_override = {gloo}}); },
+      "backend_override should have the same length as the number of mesh dimensions");
 }
 
 TEST(BackendConfigValue, EqualityAndHash) {

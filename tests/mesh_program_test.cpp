@@ -136,4 +136,28 @@ TEST(MeshEqual, SameRootDifferentRootsAndEquivalence) {
   EXPECT_EQ(error_type(ask(req)), "InvalidArgument");
 }
 
+TEST(MeshProgram, BackendOverrideByIndexOrNameWithPyTorchErrors) {
+  auto build = [](const char* override_json) {
+    Json req = Json::parse(R"({"op": "mesh.program", "world_size": 8, "want": ["backend_by_dim"],
+        "build": {"init_device_mesh": {"mesh_shape": [2, 4], "mesh_dim_names": ["dp", "tp"]}}})");
+    req["build"]["init_device_mesh"]["backend_override"] = Json::parse(override_json);
+    return ask(req);
+  };
+  EXPECT_EQ(build(R"({"0": "gloo", "tp": {"backend": "nccl", "timeout_ms": 500}})")["result"],
+            Json::parse(R"J({"backend_by_dim": {"dp": "gloo", "tp": "nccl(timeout=500ms)"}})J"));
+  Json a = build(R"({"0": "gloo", "dp": "nccl"})");
+  EXPECT_EQ(error_type(a), "InvalidArgument");
+  EXPECT_NE(a["error"]["message"].get<std::string>().find(
+                "Found redundant dim index 0 and name dp in backend_override"),
+            std::string::npos);
+  Json b = build(R"({"pp": "gloo", "5": "nccl"})");
+  EXPECT_NE(b["error"]["message"].get<std::string>().find(
+                "Found invalid keys in backend_override: got [5, 'pp'], expected integers in "
+                "range [0, 2) or one of ('dp', 'tp')"),
+            std::string::npos)
+      << b.dump();
+  EXPECT_EQ(error_type(build(R"({"0": 3})")), "InvalidArgument");
+  EXPECT_EQ(error_type(build(R"({"0": {"timeout_ms": -1}})")), "InvalidArgument");
+}
+
 }  // namespace

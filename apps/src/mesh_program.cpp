@@ -1,6 +1,7 @@
 #include "mesh_program.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -86,6 +87,64 @@ void read_nested(const Json& j, std::size_t depth, std::vector<int64_t>& shape,
   for (const Json& e : j) read_nested(e, depth + 1, shape, values);
 }
 
+// backend_override normalises PyTorch's per-dim override dict: keys are a dim name or a dim
+// index (a decimal string in JSON); values a backend name, {"backend"?, "timeout_ms"?} or null.
+std::vector<BackendConfig> backend_override(const Json& j, const MeshNames& names, int ndim) {
+  if (!j.is_object()) throw InvalidArgument("'backend_override' must be an object of dim -> backend");
+  std::map<std::string, const Json*> left;
+  for (const auto& [k, v] : j.items()) left.emplace(k, &v);
+  std::vector<BackendConfig> out(static_cast<std::size_t>(ndim));
+  for (int d = 0; d < ndim; ++d) {
+    const std::string idx = std::to_string(d);
+    const Json* val = nullptr;
+    if (names && left.count((*names)[static_cast<std::size_t>(d)])) {
+      const std::string& name = (*names)[static_cast<std::size_t>(d)];
+      if (left.count(idx)) {
+        throw InvalidArgument("Found redundant dim index " + idx + " and name " + name +
+                              " in backend_override");
+      }
+      val = left[name];
+      left.erase(name);
+    } else if (left.count(idx)) {
+      val = left[idx];
+      left.erase(idx);
+    }
+    if (!val || val->is_null()) continue;
+    BackendConfig& c = out[static_cast<std::size_t>(d)];
+    if (val->is_string()) {
+      c.backend = val->get<std::string>();
+    } else if (val->is_object()) {
+      check_keys(*val, {"backend", "timeout_ms"}, "backend_override value");
+      if (const Json* b = find(*val, "backend"); b && !b->is_null()) c.backend = to_str(*b, "backend");
+      if (const Json* t = find(*val, "timeout_ms"); t && !t->is_null()) {
+        const int64_t ms = json::to_int(*t, "timeout_ms");
+        if (ms < 0) throw InvalidArgument("timeout_ms " + std::to_string(ms) + " is negative");
+        c.timeout = std::chrono::milliseconds(ms);
+      }
+    } else {
+      throw InvalidArgument("backend_override value for dim " + idx +
+                            " must be a backend name, an object or null, got " + val->dump());
+    }
+  }
+  if (!left.empty()) {
+    std::string got;
+    for (const auto& [k, _] : left) {
+      const bool index = !k.empty() && std::all_of(k.begin(), k.end(), ::isdigit);
+      got += (got.empty() ? "" : ", ") + (index ? k : "'" + k + "'");
+    }
+    std::string valid = "None";
+    if (names) {
+      valid = "(";
+      for (std::size_t i = 0; i < names->size(); ++i) valid += (i ? ", '" : "'") + (*names)[i] + "'";
+      valid += names->size() == 1 ? ",)" : ")";
+    }
+    throw InvalidArgument("Found invalid keys in backend_override: got [" + got +
+                          "], expected integers in range [0, " + std::to_string(ndim) +
+                          ") or one of " + valid);
+  }
+  return out;
+}
+
 struct Program {
   int64_t world = 0;
   std::optional<int64_t> rank;  // explicit: run as this rank
@@ -103,25 +162,31 @@ DeviceMesh build_root(const Json& build, int64_t world) {
   opts.world_size = world;
   if (const Json* init = find(build, "init_device_mesh")) {
     need_object(*init, "'init_device_mesh'");
-    check_keys(*init, {"mesh_shape", "mesh_dim_names", "device_type"}, "init_device_mesh");
+    check_keys(*init, {"mesh_shape", "mesh_dim_names", "device_type", "backend_override"},
+               "init_device_mesh");
     if (const Json* dt = find(*init, "device_type")) opts.device_type = to_str(*dt, "device_type");
     std::vector<int64_t> shape = json::to_int_list(need(*init, "mesh_shape", "init_device_mesh"),
                                                    "mesh_shape");
-    return DeviceMesh::init(shape, to_optional_names(find(*init, "mesh_dim_names"), "mesh_dim_names"),
-                            opts);
+    MeshNames names = to_optional_names(find(*init, "mesh_dim_names"), "mesh_dim_names");
+    if (const Json* bo = find(*init, "backend_override"); bo && !bo->is_null()) {
+      opts.backend_override = backend_override(*bo, names, static_cast<int>(shape.size()));
+    }
+    return DeviceMesh::init(shape, std::move(names), opts);
   }
   if (const Json* dm = find(build, "DeviceMesh")) {
     need_object(*dm, "'DeviceMesh'");
-    check_keys(*dm, {"mesh", "mesh_dim_names", "device_type"}, "DeviceMesh");
+    check_keys(*dm, {"mesh", "mesh_dim_names", "device_type", "backend_override"}, "DeviceMesh");
     if (const Json* dt = find(*dm, "device_type")) opts.device_type = to_str(*dt, "device_type");
     const Json& mesh = need(*dm, "mesh", "DeviceMesh");
     if (!mesh.is_array()) throw InvalidArgument("'mesh' must be a (nested) list of ranks");
     std::vector<int64_t> shape;
     std::vector<int64_t> values;
     read_nested(mesh, 0, shape, values);
-    return DeviceMesh::from_ranks(shape, values,
-                                  to_optional_names(find(*dm, "mesh_dim_names"), "mesh_dim_names"),
-                                  opts);
+    MeshNames names = to_optional_names(find(*dm, "mesh_dim_names"), "mesh_dim_names");
+    if (const Json* bo = find(*dm, "backend_override"); bo && !bo->is_null()) {
+      opts.backend_override = backend_override(*bo, names, static_cast<int>(shape.size()));
+    }
+    return DeviceMesh::from_ranks(shape, values, std::move(names), opts);
   }
   throw InvalidArgument("'build' must hold 'init_device_mesh' or 'DeviceMesh', got " + build.dump());
 }
@@ -249,7 +314,7 @@ const std::vector<std::string>& all_fields() {
   static const std::vector<std::string> f{
       "mesh_dim_names",     "layout",         "shape",     "ndim",       "size",
       "rank_map",           "mesh_by_rank",   "coordinate_by_rank",      "groups_by_dim",
-      "local_rank_by_rank", "coordinate",     "local_rank", "my_groups"};
+      "local_rank_by_rank", "backend_by_dim", "coordinate", "local_rank", "my_groups"};
   return f;
 }
 
@@ -283,6 +348,11 @@ Json field(const Program& p, const DeviceMesh& m, const std::string& name) {
     return out;
   }
   if (name == "coordinate" || name == "local_rank") return opt_list(m.coordinate(me));
+  if (name == "backend_by_dim") {
+    Json out = Json::object();
+    for (int d = 0; d < m.ndim(); ++d) out[m.dim_name(d)] = m.backend_config(d).to_string();
+    return out;
+  }
   if (name == "my_groups") {
     Json out = Json::object();
     for (int d = 0; d < m.ndim(); ++d) out[m.dim_name(d)] = opt_list(m.group_of(me, d));
@@ -290,7 +360,7 @@ Json field(const Program& p, const DeviceMesh& m, const std::string& name) {
   }
   throw InvalidArgument("unknown result field '" + name + "'; known fields: mesh_dim_names, "
                         "layout, shape, ndim, size, rank_map, mesh_by_rank, coordinate_by_rank, "
-                        "groups_by_dim, local_rank_by_rank, coordinate, local_rank, my_groups");
+                        "groups_by_dim, local_rank_by_rank, backend_by_dim, coordinate, local_rank, my_groups");
 }
 
 }  // namespace
@@ -323,7 +393,7 @@ Json run_mesh_program(const Json& request) {
   if (const Json* w = find(request, "want"); w && !w->is_null()) {
     want = to_names(*w, "want");
   } else {
-    want.assign(all_fields().begin(), all_fields().end() - 3);  // all but the rank-scoped
+    want.assign(all_fields().begin(), all_fields().end() - 4);  // PyTorch's fields
   }
   Json out = Json::object();
   for (const std::string& f : want) out[f] = field(p, m, f);

@@ -38,7 +38,7 @@ std::string py_list(const std::vector<std::string>& v) { return "[" + join(v, ",
 std::string int_list(std::span<const int64_t> v) {
   std::string out = "(";
   for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out + ")";
+  return out + (v.size() == 1 ? ",)" : ")");  // Python's tuple repr
 }
 
 void check_unique_names(const std::vector<std::string>& names, std::string_view where) {
@@ -690,8 +690,9 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
   int64_t prev = -1;
   for (std::size_t k = modes.size(); k-- > 0;) {
     if (modes[k].stride().is_tuple()) {
-      throw InvalidArgument("Currently, this only allows slicing out a contiguous flattened dim: '" +
-                            want[k] + "' has layout " + meshsim::to_string(modes[k]));
+      throw InvalidArgument(
+          "Currently, this only allows slicing out a contiguous flattened dim. ('" + want[k] +
+          "' has the non-contiguous layout " + meshsim::to_string(modes[k]) + ")");
     }
     const int64_t stride = modes[k].stride().value();
     if (stride < prev) {
