@@ -165,6 +165,10 @@ void step(Run& run) {
     std::vector<std::string> names;
     for (int d : sel) names.push_back(r.names[static_cast<std::size_t>(d)]);
     auto got = attempt([&] { return h.mesh.slice(names); });
+    if (names == r.names) {  // all own names in order: the mesh itself, whatever its strides
+      RC_ASSERT(got.has_value() && *got == h.mesh);
+      return;
+    }
     if (!got) {
       RC_ASSERT(!slice_must_succeed(r, sel));
       return;
@@ -225,12 +229,19 @@ void step(Run& run) {
     spliced.insert(spliced.end(), names.begin(), names.end());
     spliced.insert(spliced.end(), r.names.begin() + d + 1, r.names.end());
     std::set<std::string> unique(spliced.begin(), spliced.end());
-    RC_ASSERT(got.has_value() == (unique.size() == spliced.size()));
-    if (!got) return;
     std::vector<int64_t> shape(r.shape.begin(), r.shape.begin() + d);
     shape.insert(shape.end(), sizes.begin(), sizes.end());
     shape.insert(shape.end(), r.shape.begin() + d + 1, r.shape.end());
-    run.handles.push_back({*got, ref::reshape(r, shape, spliced)});
+    RefMesh want = ref::reshape(r, shape, spliced);
+    if (unique.size() != spliced.size()) {
+      RC_ASSERT(!got);
+      return;
+    }
+    // A reshape that is not additive over the new dims has no layout (PyTorch's composition
+    // asserts too): meshsim must refuse exactly those.
+    RC_ASSERT(got.has_value() == ref::additive(want));
+    if (!got) return;
+    run.handles.push_back({*got, want});
   } else {  // concatenate
     const int k = *rc::gen::inRange(1, 4);
     std::vector<DeviceMesh> meshes;
@@ -376,7 +387,15 @@ RC_GTEST_PROP(DeviceMeshProps, UnflattenThenFlattenRestoresTheDim, ()) {
   const int64_t a = *rc::gen::elementOf(divisors);
   const std::vector<int64_t> sizes{a, s / a};
   const std::vector<std::string> names{"split_a", "split_b"};
-  DeviceMesh u = h.mesh.unflatten(d, sizes, names);
+  auto attempt_u = attempt([&] { return h.mesh.unflatten(d, sizes, names); });
+  if (!attempt_u) {  // only a reshape no layout can express is refused
+    std::vector<int64_t> shape(h.ref.shape.begin(), h.ref.shape.begin() + d);
+    shape.insert(shape.end(), sizes.begin(), sizes.end());
+    shape.insert(shape.end(), h.ref.shape.begin() + d + 1, h.ref.shape.end());
+    RC_ASSERT(!ref::additive(ref::reshape(h.ref, shape, {})));
+    return;
+  }
+  const DeviceMesh& u = *attempt_u;
   RC_ASSERT(u.ndim() == h.mesh.ndim() + 1);
   // The inner new dim's groups are contiguous runs inside the old dim's groups.
   const std::vector<Array> old_groups = h.mesh.groups(d);

@@ -156,6 +156,23 @@ inline std::vector<Array> dim_rows(const RefMesh& m, int d) {
   return rows;
 }
 
+// additive is whether copy 0 is a sum of per-dim displacements (what a layout can express):
+// value(c) - value(0) == sum over dims of (value(c_d e_d) - value(0)).
+inline bool additive(const RefMesh& m) {
+  const Array& c0 = m.copies.front();
+  std::vector<int64_t> st(m.shape.size(), 1);
+  for (std::size_t d = m.shape.size(); d-- > 1;) st[d - 1] = st[d] * m.shape[d];
+  for (int64_t i = 0; i < static_cast<int64_t>(c0.size()); ++i) {
+    int64_t sum = c0[0];
+    for (std::size_t d = 0; d < m.shape.size(); ++d) {
+      const int64_t digit = (i / st[d]) % m.shape[d];
+      sum += c0[static_cast<std::size_t>(digit * st[d])] - c0[0];
+    }
+    if (sum != c0[static_cast<std::size_t>(i)]) return false;
+  }
+  return true;
+}
+
 // Where is, for every position, its copy and its row-major index there.
 struct Where {
   std::vector<std::size_t> copy;

@@ -126,6 +126,17 @@ TEST(DeviceMeshInit, RejectsBadInputWithPyTorchMessages) {
                                       "holds 4 ranks but 3 were given");
 }
 
+TEST(DeviceMeshInit, AbsurdlyManyDimsAreRejectedNotQuadratic) {
+  std::vector<int64_t> ones(100000, 1);
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::init(ones); }, "exceed the limit of 256");
+  DeviceMesh w = DeviceMesh::init({1}, Names{"w"});
+  Names many(100000);
+  for (std::size_t i = 0; i < many.size(); ++i) many[i] = "n" + std::to_string(i);
+  expect_throws_with<InvalidArgument>([&] { w.unflatten(0, ones, many); }, "exceed the limit");
+  std::vector<int64_t> max_ones(static_cast<std::size_t>(kMaxMeshDims), 1);
+  EXPECT_EQ(DeviceMesh::init(max_ones).ndim(), kMaxMeshDims);
+}
+
 TEST(DeviceMeshInit, DuplicateInSparseRankMapIsFound) {
   V shape{3};
   expect_throws_with<InvalidArgument>(

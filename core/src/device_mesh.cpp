@@ -41,14 +41,21 @@ std::string int_list(std::span<const int64_t> v) {
   return out + (v.size() == 1 ? ",)" : ")");  // Python's tuple repr
 }
 
+void check_dims(std::size_t ndim, std::string_view what) {
+  if (ndim > static_cast<std::size_t>(kMaxMeshDims)) {
+    throw InvalidArgument(std::string(what) + ": " + std::to_string(ndim) +
+                          " mesh dims exceed the limit of " + std::to_string(kMaxMeshDims));
+  }
+}
+
 void check_unique_names(const std::vector<std::string>& names, std::string_view where) {
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    for (std::size_t j = 0; j < i; ++j) {
-      if (names[i] == names[j]) {
-        throw InvalidArgument("Each mesh_dim_name must be unique. '" + names[i] +
-                              "' appears twice in " + py_list(names) + std::string(where));
-      }
-    }
+  check_dims(names.size(), "mesh_dim_names");
+  std::vector<std::string_view> sorted(names.begin(), names.end());
+  std::sort(sorted.begin(), sorted.end());
+  auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+  if (dup != sorted.end()) {
+    throw InvalidArgument("Each mesh_dim_name must be unique. '" + std::string(*dup) +
+                          "' appears twice in " + py_list(names) + std::string(where));
   }
 }
 
@@ -284,6 +291,7 @@ std::vector<BackendConfig> checked_configs(std::vector<BackendConfig> configs, i
 
 Layout row_major(std::span<const int64_t> shape, const char* what) {
   if (shape.empty()) throw InvalidArgument(std::string(what) + ": the mesh shape must not be empty");
+  check_dims(shape.size(), what);
   boost::container::small_vector<IntTuple, 8> elems;
   int64_t n = 1;
   for (int64_t s : shape) {
@@ -659,6 +667,7 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
   }
   std::vector<std::string> want(requested.begin(), requested.end());
   if (want.empty()) throw InvalidArgument("slice: no mesh_dim_names requested");
+  check_dims(want.size(), "slice");
   if (want == *names_) return *this;
   std::vector<Layout> modes;
   std::vector<BackendConfig> configs;
@@ -776,6 +785,7 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes,
                           std::to_string(names.size()) + " names and sizes " + int_list(sizes));
   }
   if (sizes.empty()) throw InvalidArgument("_unflatten: mesh_sizes must not be empty");
+  check_dims(sizes.size() + static_cast<std::size_t>(ndim()) - 1, "_unflatten");
   int64_t product = 1;
   for (int64_t s : sizes) {
     if (s < 1) {
@@ -812,6 +822,9 @@ DeviceMesh DeviceMesh::concatenate(std::span<const DeviceMesh> meshes) {
   std::vector<std::string> names;
   std::vector<BackendConfig> configs;
   bool any_config = false;
+  std::size_t total_dims = 0;
+  for (const DeviceMesh& m : meshes) total_dims += static_cast<std::size_t>(m.ndim());
+  check_dims(total_dims, "concatenate");
   for (const DeviceMesh& m : meshes) {
     if (m.u_ != first.u_) {
       throw InvalidArgument("Cannot concatenate DeviceMeshes derived from different device meshs: " +

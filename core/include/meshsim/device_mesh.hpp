@@ -46,6 +46,10 @@ namespace meshsim {
 
 class Universe;
 
+// kMaxMeshDims bounds a mesh's dims (real meshes have a handful; the bound keeps hostile
+// programs from turning name and mode checks quadratic). More is InvalidArgument.
+inline constexpr int kMaxMeshDims = 256;
+
 // MeshArray is a row-major N-d array of global ranks.
 using MeshArray = RemappedTensor;
 
