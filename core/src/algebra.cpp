@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "meshsim/checked_math.hpp"
+#include "meshsim/detail/flat_modes.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -17,20 +18,12 @@ using Node = IntTuple::Node;
 
 namespace {
 
-struct Mode {
-  int64_t s;
-  int64_t d;
-};
-using Flat = boost::container::small_vector<Mode, 16>;
+using Mode = detail::Leaf;
+using Flat = detail::Leaves;
 
 // flat_inner_first lists L's leaves fastest first.
 Flat flat_inner_first(const Layout& l, Convention c) {
-  Flat out;
-  const Node* s = l.shape().nodes();
-  const Node* d = l.stride().nodes();
-  for (int i = 0; i < l.shape().node_count(); ++i) {
-    if (s[i].arity == IntTuple::kLeaf) out.push_back(Mode{s[i].value, d[i].value});
-  }
+  Flat out = detail::leaves(l);
   if (c == Convention::kTorch) std::reverse(out.begin(), out.end());
   return out;
 }
@@ -409,19 +402,7 @@ Layout compose_leaf(ComposeCtx& x, int64_t s, int64_t d) {
 }
 
 // join makes layouts the top-level modes of one layout without re-validating them.
-Layout join(std::span<const Layout> modes) {
-  IntTupleBuilder s;
-  IntTupleBuilder d;
-  s.open();
-  d.open();
-  for (const Layout& m : modes) {
-    s.append(m.shape());
-    d.append(m.stride());
-  }
-  s.close();
-  d.close();
-  return Layout::unchecked(s.take(), d.take());
-}
+Layout join(std::span<const Layout> modes) { return detail::join_unchecked(modes); }
 
 Layout compose_rec(ComposeCtx& x, const Node* bs, const Node* bd) {
   if (bs->arity == IntTuple::kLeaf) return compose_leaf(x, bs->value, bd->value);

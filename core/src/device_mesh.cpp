@@ -10,6 +10,7 @@
 
 #include "meshsim/algebra.hpp"
 #include "meshsim/checked_math.hpp"
+#include "meshsim/detail/flat_modes.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -84,13 +85,8 @@ using Leaves = boost::container::small_vector<MeshLeaf, 16>;
 Leaves leaves_by_stride(const Layout& l) {
   Leaves out;
   for (int dim = 0; dim < l.rank(); ++dim) {
-    Layout mode = l[dim];
-    const IntTuple::Node* s = mode.shape().nodes();
-    const IntTuple::Node* d = mode.stride().nodes();
     const std::size_t first = out.size();
-    for (int i = 0; i < mode.shape().node_count(); ++i) {
-      if (s[i].arity == IntTuple::kLeaf) out.push_back(MeshLeaf{s[i].value, d[i].value, dim, 1});
-    }
+    for (const detail::Leaf& x : detail::leaves(l[dim])) out.push_back(MeshLeaf{x.s, x.d, dim, 1});
     int64_t w = 1;  // row-major inside the mode: the last leaf is fastest
     for (std::size_t k = out.size(); k-- > first;) {
       out[k].weight = w;

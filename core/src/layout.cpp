@@ -6,6 +6,7 @@
 
 #include "meshsim/algebra.hpp"
 #include "meshsim/checked_math.hpp"
+#include "meshsim/detail/flat_modes.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -95,7 +96,19 @@ int64_t cosize(const Layout& l) {
   return checked_add(hi, 1, "cosize");
 }
 
-Layout make_layout(std::span<const Layout> modes) {
+namespace detail {
+
+Leaves leaves(const Layout& l) {
+  Leaves out;
+  const Node* s = l.shape().nodes();
+  const Node* d = l.stride().nodes();
+  for (int i = 0; i < l.shape().node_count(); ++i) {
+    if (s[i].arity == IntTuple::kLeaf) out.push_back(Leaf{s[i].value, d[i].value});
+  }
+  return out;
+}
+
+Layout join_unchecked(std::span<const Layout> modes) {
   IntTupleBuilder s;
   IntTupleBuilder d;
   s.open();
@@ -106,7 +119,14 @@ Layout make_layout(std::span<const Layout> modes) {
   }
   s.close();
   d.close();
-  return Layout(s.take(), d.take());
+  return Layout::unchecked(s.take(), d.take());
+}
+
+}  // namespace detail
+
+Layout make_layout(std::span<const Layout> modes) {
+  Layout joined = detail::join_unchecked(modes);
+  return Layout(joined.shape(), joined.stride());
 }
 
 Layout make_layout(std::initializer_list<Layout> modes) {

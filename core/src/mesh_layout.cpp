@@ -5,6 +5,7 @@
 
 #include "meshsim/algebra.hpp"
 #include "meshsim/checked_math.hpp"
+#include "meshsim/detail/flat_modes.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -13,20 +14,8 @@ using Node = IntTuple::Node;
 
 namespace {
 
-struct Leaf {
-  int64_t s;
-  int64_t d;
-};
-
-boost::container::small_vector<Leaf, 16> leaves_of(const Layout& l) {
-  boost::container::small_vector<Leaf, 16> out;
-  for (int i = 0; i < l.shape().node_count(); ++i) {
-    if (l.shape().nodes()[i].arity == IntTuple::kLeaf) {
-      out.push_back(Leaf{l.shape().nodes()[i].value, l.stride().nodes()[i].value});
-    }
-  }
-  return out;
-}
+using detail::Leaf;
+using detail::leaves;
 
 void check_enumeration(int64_t n, const char* what, const Layout& l) {
   if (n > kMaxEnumeration) {
@@ -39,18 +28,18 @@ void check_enumeration(int64_t n, const char* what, const Layout& l) {
 // for_each_rank calls f(L(c)) for the flattened coordinates c in row-major order.
 template <typename F>
 void for_each_rank(const Layout& l, const F& f) {
-  auto leaves = leaves_of(l);
+  const detail::Leaves lv = leaves(l);
   const int64_t n = size(l);
-  boost::container::small_vector<int64_t, 16> crd(leaves.size(), 0);
+  boost::container::small_vector<int64_t, 16> crd(lv.size(), 0);
   int64_t value = 0;
   for (int64_t i = 0; i < n; ++i) {
     f(value);
-    for (std::size_t k = leaves.size(); k-- > 0;) {  // odometer, last leaf fastest
-      if (++crd[k] < leaves[k].s) {
-        value += leaves[k].d;
+    for (std::size_t k = lv.size(); k-- > 0;) {  // odometer, last leaf fastest
+      if (++crd[k] < lv[k].s) {
+        value += lv[k].d;
         break;
       }
-      value -= (leaves[k].s - 1) * leaves[k].d;
+      value -= (lv[k].s - 1) * lv[k].d;
       crd[k] = 0;
     }
   }
@@ -59,8 +48,8 @@ void for_each_rank(const Layout& l, const F& f) {
 }  // namespace
 
 bool mesh_check_non_overlap(const Layout& l) {
-  boost::container::small_vector<Leaf, 16> live;
-  for (const Leaf& x : leaves_of(l)) {
+  detail::Leaves live;
+  for (const Leaf& x : leaves(l)) {
     if (x.s == 1) continue;
     if (x.d == 0) return false;  // a broadcast mode repeats ranks
     live.push_back(x);
