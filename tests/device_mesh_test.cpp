@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <thread>
 #include <unordered_set>
 
 #include "meshsim/error.hpp"
@@ -405,6 +406,30 @@ TEST(DeviceMeshCache, PerDimBackendOverrideFollowsTheDimThroughSlicesAndUnflatte
   expect_throws_with<InvalidArgument>(
       [&] { DeviceMesh::init({2, 4}, Names{"dp", "tp"}, {.backend_override = {gloo}}); },
       "backend_override should have the same length as the number of mesh dimensions");
+}
+
+TEST(DeviceMeshCache, ConcurrentLookupsAndFlattensAgree) {
+  // The universe is shared by every rank thread of a simulation: lookups and flattens race.
+  DeviceMesh m = DeviceMesh::init({4, 4, 4}, Names{"dp", "cp", "tp"});
+  std::vector<std::shared_ptr<const GroupRecord>> seen(8);
+  std::vector<DeviceMesh> flats(8, m);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        seen[t] = m.slice({"dp", "tp"}).group_record(1);
+        flats[t] = m.slice({"cp", "tp"}).flatten();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 1; t < 8; ++t) {
+    EXPECT_EQ(seen[t], seen[0]);
+    EXPECT_EQ(flats[t], flats[0]);
+  }
+  EXPECT_EQ(m.cache_stats().size, 1);
+  EXPECT_EQ(m.cache_stats().hits + m.cache_stats().misses, 8 * 200);
+  EXPECT_EQ(m.flattened_names(), (Names{"cp_tp"}));
 }
 
 TEST(BackendConfigValue, EqualityAndHash) {

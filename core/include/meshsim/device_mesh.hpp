@@ -93,8 +93,7 @@ class DeviceMesh {
   // row-major order (any distinct non-negative integers).
   static DeviceMesh from_ranks(std::span<const int64_t> shape, std::span<const int64_t> ranks,
                                MeshNames names = std::nullopt, RootOptions options = {});
-  // from_group is a 1-D mesh over an existing group's ranks (in the group's order); when `mesh`
-  // is given it must hold exactly those ranks.
+  // from_group is a 1-D mesh over an existing group's ranks, in the group's order.
   static DeviceMesh from_group(std::span<const int64_t> group_ranks, MeshNames names = std::nullopt,
                                RootOptions options = {});
   // from_groups builds the mesh of `shape`/`ranks` from one group per dim as seen by `rank`
