@@ -138,6 +138,18 @@ TEST(DeviceMeshInit, AbsurdlyManyDimsAreRejectedNotQuadratic) {
   EXPECT_EQ(DeviceMesh::init(max_ones).ndim(), kMaxMeshDims);
 }
 
+TEST(DeviceMeshInit, RanksNearInt64MaxNeitherWrapNorCollide) {
+  V shape{3};
+  V ranks{INT64_MAX, 0, INT64_MAX - 1};
+  DeviceMesh m = DeviceMesh::from_ranks(shape, ranks);
+  EXPECT_EQ(m.coordinate(INT64_MAX), (V{0}));
+  EXPECT_EQ(m.coordinate(INT64_MAX - 1), (V{2}));
+  EXPECT_EQ(m.coordinate(INT64_MIN), std::nullopt);
+  EXPECT_EQ(m.rank_map_start(), std::nullopt);
+  V run{INT64_MAX - 2, INT64_MAX - 1, INT64_MAX};
+  EXPECT_EQ(DeviceMesh::from_ranks(shape, run).rank_map_start(), INT64_MAX - 2);
+}
+
 TEST(DeviceMeshInit, DuplicateInSparseRankMapIsFound) {
   V shape{3};
   expect_throws_with<InvalidArgument>(

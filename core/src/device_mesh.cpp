@@ -150,7 +150,7 @@ class RankMap {
       }
       lo = std::min(lo, r);
       hi = std::max(hi, r);
-      if (p > 0 && r != ranks[p - 1] + 1) run = false;
+      if (p > 0 && (ranks[p - 1] == INT64_MAX || r != ranks[p - 1] + 1)) run = false;
     }
     if (run) return affine(ranks.empty() ? 0 : ranks[0], n);
     RankMap m;
