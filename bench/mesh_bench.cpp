@@ -1,7 +1,9 @@
 // Cost of DeviceMesh bookkeeping as the world grows: build, slice, flatten, unflatten,
 // coordinate and own-group on a (dp, cp=4, tp=4) mesh of 2^6, 2^12, 2^20 and 2^24 ranks. Each
 // benchmark's argument is log2(world). Times and heap bytes per op must not grow with the world
-// (compare the /24 and /6 rows of one run). Heap use is counted by replacing operator new.
+// (compare the /24 and /6 rows of one run; this VM is noisy, so run with
+// --benchmark_enable_random_interleaving=true --benchmark_repetitions=9 and read the medians).
+// Heap use is counted by replacing operator new.
 #include <benchmark/benchmark.h>
 
 #include "alloc_counter.hpp"

@@ -51,7 +51,7 @@ void check_dims(std::size_t ndim, std::string_view what) {
 
 void check_unique_names(const std::vector<std::string>& names, std::string_view where) {
   check_dims(names.size(), "mesh_dim_names");
-  std::vector<std::string_view> sorted(names.begin(), names.end());
+  boost::container::small_vector<std::string_view, 16> sorted(names.begin(), names.end());
   std::sort(sorted.begin(), sorted.end());
   auto dup = std::adjacent_find(sorted.begin(), sorted.end());
   if (dup != sorted.end()) {
