@@ -341,6 +341,16 @@ TEST(DeviceMeshConcatenate, Errors) {
 
 // --- identity, hashing and the group cache (meshsim) --------------------------------------------
 
+TEST(DeviceMeshLocalRank, IsTheCoordinateNotTheSortedGroupRank) {
+  // PyTorch reports the rank inside a c10d group, which sorts its members: on mesh [7..0],
+  // rank 7 has local rank 7 there. meshsim keeps mesh order: rank 7 sits at coordinate 0.
+  V shape{8};
+  V ranks{7, 6, 5, 4, 3, 2, 1, 0};
+  DeviceMesh m = DeviceMesh::from_ranks(shape, ranks, Names{"w"});
+  EXPECT_EQ(m.groups(0), (Rows{{7, 6, 5, 4, 3, 2, 1, 0}}));
+  for (int64_t r = 0; r < 8; ++r) EXPECT_EQ(m.local_rank(r, 0), 7 - r);
+}
+
 TEST(DeviceMeshIdentity, IndependentRootsAreDifferentUniversesButEquivalent) {
   DeviceMesh a = mesh_3d();
   DeviceMesh b = mesh_3d();
