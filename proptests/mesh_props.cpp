@@ -91,6 +91,15 @@ void check_same(const Run& run, const Handle& h) {
   }
 }
 
+// spliced replaces element d of v by `with` (unflatten's rule for shapes and names).
+template <typename T>
+std::vector<T> spliced(const std::vector<T>& v, int d, const std::vector<T>& with) {
+  std::vector<T> out(v.begin(), v.begin() + d);
+  out.insert(out.end(), with.begin(), with.end());
+  out.insert(out.end(), v.begin() + d + 1, v.end());
+  return out;
+}
+
 // pick_dims picks k distinct dims of an n-dim mesh, in ascending order or shuffled.
 std::vector<int> pick_dims(int n) {
   std::vector<int> all(static_cast<std::size_t>(n));
@@ -225,15 +234,10 @@ void step(Run& run) {
       RC_ASSERT(!got);
       return;
     }
-    std::vector<std::string> spliced(r.names.begin(), r.names.begin() + d);
-    spliced.insert(spliced.end(), names.begin(), names.end());
-    spliced.insert(spliced.end(), r.names.begin() + d + 1, r.names.end());
-    std::set<std::string> unique(spliced.begin(), spliced.end());
-    std::vector<int64_t> shape(r.shape.begin(), r.shape.begin() + d);
-    shape.insert(shape.end(), sizes.begin(), sizes.end());
-    shape.insert(shape.end(), r.shape.begin() + d + 1, r.shape.end());
-    RefMesh want = ref::reshape(r, shape, spliced);
-    if (unique.size() != spliced.size()) {
+    const std::vector<std::string> new_names = spliced(r.names, d, names);
+    std::set<std::string> unique(new_names.begin(), new_names.end());
+    RefMesh want = ref::reshape(r, spliced(r.shape, d, sizes), new_names);
+    if (unique.size() != new_names.size()) {
       RC_ASSERT(!got);
       return;
     }
@@ -293,6 +297,16 @@ void step(Run& run) {
   RC_TAG(op == 0 ? "slice" : op == 1 ? "flatten" : op == 2 ? "unflatten" : "concatenate");
 }
 
+Run start(const gen::MeshRootSpec& spec);
+
+// random_run builds a random root and applies between lo and hi - 1 random steps.
+Run random_run(const gen::MeshRootSpec& spec, int lo, int hi) {
+  Run run = start(spec);
+  const int steps = *rc::gen::inRange(lo, hi);
+  for (int i = 0; i < steps; ++i) step(run);
+  return run;
+}
+
 Run start(const gen::MeshRootSpec& spec) {
   Run run;
   run.ranks = spec.ranks();
@@ -304,16 +318,12 @@ Run start(const gen::MeshRootSpec& spec) {
 
 RC_GTEST_PROP(DeviceMeshProps, RandomProgramsAgreeWithTheBruteForceReference, ()) {
   const auto spec = *gen::mesh_root();
-  Run run = start(spec);
-  const int steps = *rc::gen::inRange(1, 8);
-  for (int i = 0; i < steps; ++i) step(run);
+  Run run = random_run(spec, 1, 8);
 }
 
 RC_GTEST_PROP(DeviceMeshProps, EqualityIsUniverseCanonicalLayoutAndNames, ()) {
   const auto spec = *gen::mesh_root();
-  Run run = start(spec);
-  const int steps = *rc::gen::inRange(1, 8);
-  for (int i = 0; i < steps; ++i) step(run);
+  Run run = random_run(spec, 1, 8);
   for (const Handle& a : run.handles) {
     for (const Handle& b : run.handles) {
       bool same = a.ref.names == b.ref.names && a.ref.shape.size() == b.ref.shape.size();
@@ -333,9 +343,7 @@ RC_GTEST_PROP(DeviceMeshProps, EqualityIsUniverseCanonicalLayoutAndNames, ()) {
 
 RC_GTEST_PROP(DeviceMeshProps, GroupCacheHitsIffTheKeyRepeats, ()) {
   const auto spec = *gen::mesh_root();
-  Run run = start(spec);
-  const int steps = *rc::gen::inRange(1, 6);
-  for (int i = 0; i < steps; ++i) step(run);
+  Run run = random_run(spec, 1, 6);
   const BackendConfig gloo{.backend = "gloo", .timeout = std::chrono::milliseconds(100)};
   std::set<std::pair<Array, int>> keys;
   int64_t calls = 0;
@@ -359,9 +367,7 @@ RC_GTEST_PROP(DeviceMeshProps, GroupCacheHitsIffTheKeyRepeats, ()) {
 
 RC_GTEST_PROP(DeviceMeshProps, SaveLoadRoundTripsToAnEquivalentMesh, ()) {
   const auto spec = *gen::mesh_root();
-  Run run = start(spec);
-  const int steps = *rc::gen::inRange(0, 6);
-  for (int i = 0; i < steps; ++i) step(run);
+  Run run = random_run(spec, 0, 6);
   const Handle& h = *rc::gen::elementOf(run.handles);
   const std::string text = save_mesh(h.mesh);
   DeviceMesh back = load_mesh(text);
@@ -373,9 +379,7 @@ RC_GTEST_PROP(DeviceMeshProps, SaveLoadRoundTripsToAnEquivalentMesh, ()) {
 
 RC_GTEST_PROP(DeviceMeshProps, UnflattenThenFlattenRestoresTheDim, ()) {
   const auto spec = *gen::mesh_root();
-  Run run = start(spec);
-  const int steps = *rc::gen::inRange(0, 5);
-  for (int i = 0; i < steps; ++i) step(run);
+  Run run = random_run(spec, 0, 5);
   const Handle& h = *rc::gen::elementOf(run.handles);
   RC_PRE(h.mesh.names().has_value());
   const int d = *rc::gen::inRange(0, h.mesh.ndim());
@@ -389,10 +393,7 @@ RC_GTEST_PROP(DeviceMeshProps, UnflattenThenFlattenRestoresTheDim, ()) {
   const std::vector<std::string> names{"split_a", "split_b"};
   auto attempt_u = attempt([&] { return h.mesh.unflatten(d, sizes, names); });
   if (!attempt_u) {  // only a reshape no layout can express is refused
-    std::vector<int64_t> shape(h.ref.shape.begin(), h.ref.shape.begin() + d);
-    shape.insert(shape.end(), sizes.begin(), sizes.end());
-    shape.insert(shape.end(), h.ref.shape.begin() + d + 1, h.ref.shape.end());
-    RC_ASSERT(!ref::additive(ref::reshape(h.ref, shape, {})));
+    RC_ASSERT(!ref::additive(ref::reshape(h.ref, spliced(h.ref.shape, d, sizes), {})));
     return;
   }
   const DeviceMesh& u = *attempt_u;
