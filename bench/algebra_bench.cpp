@@ -12,7 +12,7 @@
 
 #include "meshsim/algebra.hpp"
 #include "meshsim/mesh_layout.hpp"
-#include "query.hpp"
+#include "meshsim/query.hpp"
 
 using meshsim::bench::g_allocs;
 using meshsim::bench::g_bytes;

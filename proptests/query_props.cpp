@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "query.hpp"
+#include "meshsim/query.hpp"
 
 namespace {
 

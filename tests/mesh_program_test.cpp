@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "query.hpp"
+#include "meshsim/query.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "query.hpp"
+#include "meshsim/query.hpp"
 
 namespace {
 

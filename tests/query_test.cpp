@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "query.hpp"
+#include "meshsim/query.hpp"
 
 namespace {
 

@@ -1,5 +1,6 @@
-#include "json_codec.hpp"
+#include "meshsim/json_codec.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "meshsim/detail/json_depth.hpp"
@@ -43,7 +44,63 @@ int64_t to_int(const Json& j, std::string_view field) {
     return static_cast<int64_t>(v);
   }
   if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_number_float()) {
+    // Integers beyond uint64 reach us as doubles: an overflow, not a type error.
+    const double d = j.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) >= 9.2233720368547758e18) {
+      throw OverflowError(name(field) + ": " + j.dump() + " does not fit in a 64-bit signed integer");
+    }
+  }
   throw InvalidArgument(name(field) + ": expected an integer, got " + j.dump());
+}
+
+const Json* find(const Json& obj, std::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+const Json& need(const Json& obj, std::string_view key, std::string_view where) {
+  const Json* j = find(obj, key);
+  if (!j) throw InvalidArgument(std::string(where) + ": missing field '" + std::string(key) + "'");
+  return *j;
+}
+
+const Json& need_object(const Json& j, std::string_view where) {
+  if (!j.is_object()) {
+    throw InvalidArgument(std::string(where) + " must be an object, got " + short_dump(j));
+  }
+  return j;
+}
+
+std::string to_str(const Json& j, std::string_view field) {
+  if (!j.is_string()) throw InvalidArgument(name(field) + " must be a string, got " + short_dump(j));
+  return j.get<std::string>();
+}
+
+std::vector<std::string> to_names(const Json& j, std::string_view field) {
+  if (!j.is_array()) {
+    throw InvalidArgument(name(field) + " must be a list of strings, got " + short_dump(j));
+  }
+  std::vector<std::string> out;
+  out.reserve(j.size());
+  for (const Json& e : j) out.push_back(to_str(e, field));
+  return out;
+}
+
+void check_keys(const Json& obj, std::initializer_list<std::string_view> allowed,
+                std::string_view where) {
+  for (const auto& [k, _] : obj.items()) {
+    bool known = false;
+    for (std::string_view a : allowed) known = known || k == a;
+    if (!known) throw InvalidArgument(std::string(where) + ": unknown field '" + k + "'");
+  }
+}
+
+std::string short_dump(const Json& j, std::size_t limit) {
+  std::string s = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (s.size() > limit) s = s.substr(0, limit) + "...";
+  return s;
 }
 
 IntTuple to_int_tuple(const Json& j, std::string_view field, NullAs nulls) {

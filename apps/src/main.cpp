@@ -7,8 +7,9 @@
 #include <iostream>
 
 #include "meshsim/error.hpp"
-#include "query.hpp"
-#include "show.hpp"
+#include "meshsim/mesh_program.hpp"
+#include "meshsim/query.hpp"
+#include "meshsim/show.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"meshsim: device-mesh layout algebra and bookkeeping, testable on a laptop"};
@@ -19,16 +20,20 @@ int main(int argc, char** argv) {
   bool flush = false;
   query->add_option("-f,--file", file, "read requests from this file instead of stdin");
   query->add_flag("--flush", flush, "flush after every answer (for interactive pipes)");
+  int64_t max_elements = meshsim::query::kDefaultMaxAnswerElements;
+  query->add_option("--max-elements", max_elements,
+                    "element budget of one answer (ranks, values and keys)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
 
   auto* show = app.add_subcommand("show", "show a mesh, its per-dim groups and coordinates");
   meshsim::show::Options so;
   std::vector<std::string> slices, flattens, unflattens;
-  show->add_option("--mesh", so.mesh, "named sizes, e.g. dp=2,cp=2,tp=4");
-  show->add_option("--shape", so.shape, "sizes, e.g. 2,2,4 (with --names)");
-  show->add_option("--names", so.names, "dim names for --shape, e.g. dp,cp,tp");
-  show->add_option("--rank-map", so.rank_map, "global ranks: a range 8..23 or a list 8,9,...");
-  show->add_option("--world-size", so.world_size, "world size (default: enough for the ranks)");
-  show->add_option("--rank", so.rank, "the rank whose view and groups to show");
+  show->add_option("--mesh", so.recipe.mesh, "named sizes, e.g. dp=2,cp=2,tp=4");
+  show->add_option("--shape", so.recipe.shape, "sizes, e.g. 2,2,4 (with --names)");
+  show->add_option("--names", so.recipe.names, "dim names for --shape, e.g. dp,cp,tp");
+  show->add_option("--rank-map", so.recipe.rank_map, "global ranks: a range 8..23 or a list 8,9,...");
+  show->add_option("--world-size", so.recipe.world_size, "world size (default: enough for the ranks)");
+  show->add_option("--rank", so.recipe.rank, "the rank whose view and groups to show");
   auto* o_slice = show->add_option("--slice", slices, "slice dims, e.g. dp,tp (repeatable)");
   auto* o_flatten = show->add_option("--flatten", flattens, "flatten (optional name)")
                         ->expected(0, 1)
@@ -44,25 +49,30 @@ int main(int argc, char** argv) {
 
   std::ios::sync_with_stdio(false);
   if (*query) {
+    meshsim::query::set_max_answer_elements(max_elements);
+    meshsim::query::RunResult r;
     if (file.empty()) {
-      meshsim::query::run(std::cin, std::cout, flush);
+      r = meshsim::query::run_lines(std::cin, std::cout, flush);
     } else {
       std::ifstream in(file);
       if (!in) {
         std::cerr << "meshsim query: cannot open '" << file << "'\n";
         return 2;
       }
-      meshsim::query::run(in, std::cout, flush);
+      in.exceptions(std::ios::badbit);
+      r = meshsim::query::run_lines(in, std::cout, flush);
     }
-    return std::cout.good() ? 0 : 1;
+    if (!r.input_ok) std::cerr << "meshsim query: the input could not be read to its end\n";
+    return std::cout.good() && r.input_ok ? 0 : 1;
   }
   if (*show) {
     // Transformations apply in command-line order.
     std::size_t si = 0, fi = 0, ui = 0;
     for (CLI::Option* opt : show->parse_order()) {
-      if (opt == o_slice) so.steps.push_back({"slice", slices.at(si++)});
-      if (opt == o_flatten) so.steps.push_back({"flatten", fi < flattens.size() ? flattens[fi++] : ""});
-      if (opt == o_unflatten) so.steps.push_back({"unflatten", unflattens.at(ui++)});
+      auto& steps = so.recipe.steps;
+      if (opt == o_slice) steps.push_back({"slice", slices.at(si++)});
+      if (opt == o_flatten) steps.push_back({"flatten", fi < flattens.size() ? flattens[fi++] : ""});
+      if (opt == o_unflatten) steps.push_back({"unflatten", unflattens.at(ui++)});
     }
     try {
       meshsim::show::run(so, std::cout);

@@ -1,4 +1,4 @@
-#include "query.hpp"
+#include "meshsim/query.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -6,8 +6,8 @@
 #include <ostream>
 #include <unordered_map>
 
-#include "json_codec.hpp"
-#include "mesh_program.hpp"
+#include "meshsim/json_codec.hpp"
+#include "meshsim/mesh_program.hpp"
 #include "meshsim/algebra.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/mesh_layout.hpp"
@@ -199,6 +199,9 @@ std::vector<std::string> ops() {
 std::string answer_line(std::string_view line) {
   Json id = nullptr;
   try {
+    if (const auto nul = line.find('\0'); nul != std::string_view::npos) {
+      throw ParseError("request holds a NUL byte at offset " + std::to_string(nul));
+    }
     if (json::max_nesting(line) > 2 * kMaxDepth) {
       throw ParseError("request nests brackets deeper than " + std::to_string(2 * kMaxDepth));
     }
@@ -236,17 +239,50 @@ std::string answer_line(std::string_view line) {
   }
 }
 
-std::size_t run(std::istream& in, std::ostream& out, bool flush) {
-  std::size_t n = 0;
+RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
+  RunResult r;
   std::string line;
-  while (std::getline(in, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    out << answer_line(line) << '\n';
+  std::streambuf* sb = in.rdbuf();
+  auto emit = [&](const std::string& answer) {
+    out << answer << '\n';
     if (flush) out.flush();
-    ++n;
+    ++r.answers;
+  };
+  for (;;) {
+    line.clear();
+    int c = 0;
+    bool too_long = false;
+    try {
+      while ((c = sb->sbumpc()) != std::char_traits<char>::eof() && c != '\n') {
+        if (line.size() >= kMaxLineBytes) {
+          too_long = true;
+          break;
+        }
+        line.push_back(static_cast<char>(c));
+      }
+    } catch (const std::exception& e) {
+      // A stream that fails to read (a directory, an I/O error) is an answer, not silence.
+      emit(dump(error_answer(nullptr, "Unavailable", std::string("reading the input failed: ") + e.what())));
+      r.input_ok = false;
+      break;
+    }
+    if (too_long) {
+      emit(dump(error_answer(nullptr, "ResourceExhausted",
+                             "request line " + std::to_string(r.answers + 1) +
+                                 " is longer than " + std::to_string(kMaxLineBytes) +
+                                 " bytes; the rest of the input is not read")));
+      r.input_ok = false;
+      break;
+    }
+    if (line.find_first_not_of(" \t\r") != std::string::npos) emit(answer_line(line));
+    if (c == std::char_traits<char>::eof()) break;
   }
   out.flush();
-  return n;
+  return r;
+}
+
+std::size_t run(std::istream& in, std::ostream& out, bool flush) {
+  return run_lines(in, out, flush).answers;
 }
 
 }  // namespace meshsim::query

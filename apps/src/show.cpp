@@ -1,4 +1,4 @@
-#include "show.hpp"
+#include "meshsim/show.hpp"
 
 #include <algorithm>
 #include <iomanip>
@@ -6,7 +6,8 @@
 #include <ostream>
 #include <sstream>
 
-#include "mesh_program.hpp"
+#include "meshsim/json_codec.hpp"
+#include "meshsim/mesh_program.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim::show {
@@ -14,54 +15,6 @@ namespace meshsim::show {
 namespace {
 
 using Json = nlohmann::json;
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep)) out.push_back(cur);
-  if (!s.empty() && s.back() == sep) out.emplace_back();
-  return out;
-}
-
-int64_t parse_int(const std::string& s, const std::string& what) {
-  std::size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (s.empty() || used != s.size()) {
-    throw InvalidArgument(what + ": '" + s + "' is not an integer");
-  }
-  return v;
-}
-
-std::vector<int64_t> parse_ints(const std::string& s, const std::string& what) {
-  std::vector<int64_t> out;
-  for (const auto& p : split(s, ',')) out.push_back(parse_int(p, what));
-  if (out.empty()) throw InvalidArgument(what + ": expected a comma-separated list");
-  return out;
-}
-
-Json parse_rank_map(const std::string& s, int64_t count) {
-  const auto dots = s.find("..");
-  if (dots == std::string::npos) return Json(parse_ints(s, "--rank-map"));
-  const int64_t lo = parse_int(s.substr(0, dots), "--rank-map");
-  const int64_t hi = parse_int(s.substr(dots + 2), "--rank-map");
-  if (hi < lo || hi - lo + 1 != count) {
-    throw InvalidArgument("--rank-map " + s + " holds " + std::to_string(hi - lo + 1) +
-                          " ranks but the mesh has " + std::to_string(count));
-  }
-  std::vector<int64_t> v;
-  for (int64_t r = lo; r <= hi; ++r) v.push_back(r);
-  return Json(v);
-}
-
-Json nest(const std::vector<int64_t>& shape, const std::vector<int64_t>& values) {
-  return query::nested(MeshArray{shape, values});
-}
 
 std::string join_ints(const Json& a) {
   std::string s;
@@ -71,95 +24,37 @@ std::string join_ints(const Json& a) {
 
 }  // namespace
 
-std::string program(const Options& o) {
-  std::vector<int64_t> shape;
-  Json names = nullptr;
-  if (!o.mesh.empty()) {
-    if (!o.shape.empty() || !o.names.empty()) {
-      throw InvalidArgument("give either --mesh or --shape/--names, not both");
-    }
-    std::vector<std::string> n;
-    for (const auto& kv : split(o.mesh, ',')) {
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos) throw InvalidArgument("--mesh: '" + kv + "' is not name=size");
-      n.push_back(kv.substr(0, eq));
-      shape.push_back(parse_int(kv.substr(eq + 1), "--mesh " + kv));
-    }
-    names = n;
-  } else if (!o.shape.empty()) {
-    shape = parse_ints(o.shape, "--shape");
-    if (!o.names.empty()) names = split(o.names, ',');
-  } else {
-    throw InvalidArgument("give the mesh with --mesh dp=2,tp=4 or --shape 2,4 [--names dp,tp]");
-  }
-  int64_t count = 1;
-  for (int64_t s : shape) {
-    if (s < 1 || __builtin_mul_overflow(count, s, &count)) {
-      throw InvalidArgument("mesh sizes must be >= 1 and their product must fit in int64");
-    }
-  }
-  Json req = {{"op", "mesh.program"}};
-  if (o.rank_map.empty()) {
-    req["build"] = {{"init_device_mesh", {{"mesh_shape", shape}, {"mesh_dim_names", names}}}};
-    req["world_size"] = o.world_size.value_or(count);
-  } else {
-    Json ranks = parse_rank_map(o.rank_map, count);
-    if (static_cast<int64_t>(ranks.size()) != count) {
-      throw InvalidArgument("--rank-map holds " + std::to_string(ranks.size()) +
-                            " ranks but the mesh has " + std::to_string(count));
-    }
-    int64_t max_rank = 0;
-    for (const Json& r : ranks) max_rank = std::max(max_rank, r.get<int64_t>());
-    req["build"] = {{"DeviceMesh", {{"mesh", nest(shape, ranks.get<std::vector<int64_t>>())},
-                                    {"mesh_dim_names", names}}}};
-    req["world_size"] = o.world_size.value_or(max_rank + 1);
-  }
-  if (o.rank) req["rank"] = *o.rank;
-  Json ops = Json::array();
-  for (const Step& s : o.steps) {
-    Json step = {{"on", "_last"}};
-    if (s.kind == "slice") {
-      step["slice"] = split(s.arg, ',');
-    } else if (s.kind == "flatten") {
-      step["flatten"] = s.arg.empty() ? Json(nullptr) : Json(s.arg);
-    } else if (s.kind == "unflatten") {
-      auto parts = split(s.arg, ':');
-      if (parts.size() != 3) {
-        throw InvalidArgument("--unflatten '" + s.arg + "': expected dim:sizes:names, e.g. tp:2,2:a,b");
-      }
-      Json dim = parts[0];
-      if (!parts[0].empty() && std::all_of(parts[0].begin(), parts[0].end(), ::isdigit)) {
-        dim = parse_int(parts[0], "--unflatten dim");
-      }
-      step["unflatten"] = {{"dim", dim}, {"sizes", parse_ints(parts[1], "--unflatten sizes")},
-                           {"names", split(parts[2], ',')}};
-    } else {
-      throw InvalidArgument("unknown transformation '" + s.kind + "'");
-    }
-    ops.push_back(step);
-  }
-  req["ops"] = ops;
-  return req.dump();
-}
-
 void run(const Options& o, std::ostream& out) {
-  Json req = Json::parse(program(o));
+  if (o.max_rows < 0 || o.max_rows > INT32_MAX) {
+    throw OutOfRange("--max-rows " + std::to_string(o.max_rows) + " is out of range [0, 2^31)");
+  }
+  if (o.format != "text" && o.format != "json") {
+    throw InvalidArgument("--format must be text or json, not " + o.format);
+  }
+  const MeshRecipe recipe = recipe_from_flags(o.recipe);
+  BuiltMeshes built = meshsim::apply(recipe);
   if (o.format == "json") {
-    req["want"] = {"mesh_dim_names", "layout", "shape", "size", "groups_by_dim",
-                   "coordinate_by_rank", "mesh_by_rank"};
-    if (o.rank) req["want"].insert(req["want"].end(), {"coordinate", "my_groups"});
-    Json result = query::run_mesh_program(req);
+    std::vector<std::string> want{"mesh_dim_names", "layout", "shape", "size", "groups_by_dim",
+                                  "coordinate_by_rank", "mesh_by_rank"};
+    if (recipe.rank) want.insert(want.end(), {"coordinate", "my_groups"});
+    Json result = query::describe(recipe, built, want);
     out << "{\n";
     std::size_t i = 0;
     for (const auto& [k, v] : result.items()) {
-      out << "  " << Json(k).dump() << ": " << v.dump() << (++i < result.size() ? ",\n" : "\n");
+      out << "  " << Json(k).dump() << ": " << json::short_dump(v, SIZE_MAX)
+          << (++i < result.size() ? ",\n" : "\n");
     }
     out << "}\n";
     return;
   }
-  if (o.format != "text") throw InvalidArgument("--format must be text or json, not " + o.format);
-  DeviceMesh m = query::build_mesh_program(req);
-  const int64_t me = o.rank.value_or(0);
+  const DeviceMesh& m = built.result;
+  if (m.rank_map_size() > kMaxEnumeration) {
+    throw ResourceExhausted("the rank map holds " + std::to_string(m.rank_map_size()) +
+                            " ranks, over the limit of " + std::to_string(kMaxEnumeration) +
+                            " that meshsim show lists");
+  }
+  const std::optional<int64_t> rank = recipe.rank;
+  const int64_t me = rank.value_or(0);
   int64_t rows_left = o.max_rows;
   auto budget = [&](std::ostream& os) {
     if (rows_left-- > 0) return true;
@@ -207,7 +102,7 @@ void run(const Options& o, std::ostream& out) {
     }
     out << "\n";
   }
-  if (o.rank) {
+  if (rank) {
     auto c = m.coordinate(me);
     out << "\nrank " << me << ": ";
     if (!c) {

@@ -811,6 +811,10 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes,
                     std::move(configs));
 }
 
+DeviceMesh DeviceMesh::with_backend_configs(std::vector<BackendConfig> configs) const {
+  return DeviceMesh(u_, layout_, names_, is_root_, checked_configs(std::move(configs), ndim()));
+}
+
 DeviceMesh DeviceMesh::concatenate(std::span<const DeviceMesh> meshes) {
   if (meshes.empty()) throw InvalidArgument("concatenate: needs at least one mesh");
   const DeviceMesh& first = meshes.front();

@@ -118,6 +118,9 @@ class DeviceMesh {
                        std::span<const std::string> names) const;
   DeviceMesh unflatten(std::string_view dim, std::span<const int64_t> sizes,
                        std::span<const std::string> names) const;
+  // with_backend_configs is this mesh with one backend config per dim (empty: the defaults);
+  // identity is unchanged (configs are not part of ==), group records follow the new configs.
+  DeviceMesh with_backend_configs(std::vector<BackendConfig> configs) const;
   // concatenate joins the dims of meshes of one universe; they must not overlap.
   static DeviceMesh concatenate(std::span<const DeviceMesh> meshes);
 

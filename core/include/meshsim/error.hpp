@@ -48,6 +48,11 @@ MESHSIM_DEFINE_ERROR(AlreadyExists, Error);
 MESHSIM_DEFINE_ERROR(ResourceExhausted, Error);
 // DeadlineExceeded: a wait ran past its deadline.
 MESHSIM_DEFINE_ERROR(DeadlineExceeded, Error);
+// Aborted: the operation stopped because another participant failed (a rank of the same run
+// threw, departed or was diagnosed); the message names that participant.
+MESHSIM_DEFINE_ERROR(Aborted, Error);
+// Unavailable: a resource (a stream, a peer, a store) could not be read or reached.
+MESHSIM_DEFINE_ERROR(Unavailable, Error);
 // Internal: a broken invariant inside meshsim; always a bug.
 MESHSIM_DEFINE_ERROR(Internal, Error);
 

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <initializer_list>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -28,6 +30,18 @@ Layout to_layout(const Json& j, std::string_view field);
 // to_tiler reads an array of null | int n (n:1) | layout.
 Tiler to_tiler(const Json& j, std::string_view field);
 std::vector<int64_t> to_int_list(const Json& j, std::string_view field);
+// The field readers every JSON decoder of meshsim uses (query engine, recipe): find is null when
+// the key is absent (or `obj` is not an object); need throws InvalidArgument naming `where`.
+const Json* find(const Json& obj, std::string_view key);
+const Json& need(const Json& obj, std::string_view key, std::string_view where);
+const Json& need_object(const Json& j, std::string_view where);
+std::string to_str(const Json& j, std::string_view field);
+std::vector<std::string> to_names(const Json& j, std::string_view field);
+// check_keys refuses fields outside `allowed` (a typo must not be silently ignored).
+void check_keys(const Json& obj, std::initializer_list<std::string_view> allowed,
+                std::string_view where);
+// short_dump is a value for an error message: at most ~200 characters, invalid UTF-8 replaced.
+std::string short_dump(const Json& j, std::size_t limit = 200);
 
 Json from_int_tuple(const IntTuple& t);
 Json from_layout(const Layout& l);

@@ -25,4 +25,16 @@ std::vector<std::string> ops();
 // blank lines are skipped. Returns the number of answers written.
 std::size_t run(std::istream& in, std::ostream& out, bool flush = false);
 
+// kMaxLineBytes bounds one request line; a longer line gets a ResourceExhausted answer and ends
+// the input (its end cannot be found within bounded memory).
+inline constexpr std::size_t kMaxLineBytes = std::size_t{64} << 20;
+
+// RunResult is what run_lines did: answers written, and whether the input was read to its end
+// (false after a read error or an over-long line; the tool then exits non-zero).
+struct RunResult {
+  std::size_t answers = 0;
+  bool input_ok = true;
+};
+RunResult run_lines(std::istream& in, std::ostream& out, bool flush = false);
+
 }  // namespace meshsim::query

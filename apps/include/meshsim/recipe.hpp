@@ -1,0 +1,124 @@
+// meshsim/recipe.hpp — one typed mesh recipe: a root, then ordered steps, decoded in full before
+// anything is built, and applied by one function. `meshsim show`, `meshsim run` and the
+// `mesh.program` query op all go through it.
+//
+//   MeshRecipe r = recipe_from_flags({.mesh = "dp=2,cp=2,tp=4", .steps = {{"slice", "dp,tp"}}});
+//   BuiltMeshes b = apply(r);        // b.root, b.meshes (one per step), b.result
+//   MeshRecipe same = recipe_from_json(nlohmann::json::parse(R"({"world_size": 16,
+//       "build": {"init_device_mesh": {"mesh_shape": [2,2,4], "mesh_dim_names": ["dp","cp","tp"]}},
+//       "ops": [{"slice": ["dp", "tp"]}]})"));
+//
+// Decoding checks the form of every field (types, integer ranges, sizes >= 1 and their product
+// in int64, step kinds, bounded counts); apply checks the semantics (DeviceMesh's own errors).
+// Thread safety: a recipe is a value; apply may run concurrently on one recipe (each call builds
+// its own universe unless a shared root is given).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshsim/backend_config.hpp"
+#include "meshsim/device_mesh.hpp"
+
+namespace meshsim {
+
+// kMaxRecipeSteps bounds the steps of one recipe (hostile programs must stay linear).
+inline constexpr int kMaxRecipeSteps = 1024;
+
+// DimOverride is one entry of PyTorch's per-dim backend override, keyed as written (a dim name
+// or a decimal index); nullopt config means "default" (JSON null). Keys are resolved against the
+// mesh's names when the recipe is applied, with PyTorch's redundant/invalid-key errors.
+struct DimOverride {
+  std::string key;
+  std::optional<BackendConfig> config;
+};
+
+// RootSpec is how the root mesh is made.
+struct RootSpec {
+  enum class Kind {
+    kInit,     // init_device_mesh(shape, names): identity rank map 0..n-1
+    kRanks,    // DeviceMesh(mesh): explicit global ranks, row-major
+    kGroup,    // DeviceMesh.from_group(group): 1-D over a group's ranks
+    kLogical,  // a mesh of a shape and names only (PyTorch's from_logical): ranks 0..n-1,
+               // no world size and no groups are created for it until asked
+  };
+  Kind kind = Kind::kInit;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> ranks;  // kRanks and kGroup
+  MeshNames names;
+  std::string device_type = "cpu";
+  std::vector<DimOverride> backend_override;
+};
+
+// StepSpec is one transformation. `on` names the input mesh (a handle; "root" or "_last"),
+// `let` binds the result to a handle.
+struct StepSpec {
+  enum class Kind { kSlice, kFlatten, kUnflatten, kConcatenate };
+  Kind kind = Kind::kSlice;
+  std::string on = "root";
+  std::optional<std::string> let;
+  std::vector<std::string> names;            // slice: dims; unflatten: new names
+  std::optional<std::string> flatten_name;   // flatten
+  std::optional<BackendConfig> flatten_config;
+  std::optional<std::string> dim_name;       // unflatten by name ...
+  int64_t dim_index = 0;                     // ... or by index
+  std::vector<int64_t> sizes;                // unflatten
+  std::vector<DimOverride> backend_override; // unflatten: per new dim
+  std::vector<std::string> handles;          // concatenate
+};
+
+// MeshRecipe is the whole request: world size, the optional rank it runs as, root, steps, and
+// the handle of the result (default: the last step's mesh, or the root).
+struct MeshRecipe {
+  int64_t world_size = 0;
+  std::optional<int64_t> rank;
+  RootSpec root;
+  std::vector<StepSpec> steps;
+  std::optional<std::string> result;
+};
+
+// RecipeFlags are the command-line spelling shared by `meshsim show` and `meshsim run`.
+struct RecipeFlags {
+  struct Step {
+    std::string kind;  // "slice", "flatten", "unflatten"
+    std::string arg;   // "dp,tp"; a name or ""; "dim:2,2:a,b"
+  };
+  std::string mesh;      // "dp=2,cp=2,tp=4"
+  std::string shape;     // "2,2,4" (with `names`)
+  std::string names;     // "dp,cp,tp"
+  std::string rank_map;  // "8..23" or "8,9,10,..."
+  std::optional<int64_t> world_size;
+  std::optional<int64_t> rank;
+  std::vector<Step> steps;  // each applies to the previous result
+};
+
+// recipe_from_json decodes a mesh.program request object (fields world_size, rank, build, ops,
+// result; other fields are ignored). ParseError/InvalidArgument/OutOfRange name the field.
+MeshRecipe recipe_from_json(const nlohmann::json& program);
+// recipe_from_flags decodes the command-line form; errors name the flag and value.
+MeshRecipe recipe_from_flags(const RecipeFlags& flags);
+
+// BuiltMeshes are the meshes a recipe makes: the root, one mesh per step in order, the handles
+// bound by `let`, and the result.
+struct BuiltMeshes {
+  DeviceMesh root;
+  std::vector<DeviceMesh> meshes;
+  std::map<std::string, DeviceMesh> handles;
+  DeviceMesh result;
+};
+
+// apply builds the recipe; with `shared_root`, steps start from that root instead of building
+// one. With `recipe.rank`, a derived mesh with several copies must hold that rank (PyTorch's
+// rule for a rank's view), else FailedPrecondition.
+BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& shared_root = {});
+
+// resolve_backend_override turns per-dim override entries into one config per dim (empty when
+// none is set), with PyTorch's errors for redundant and invalid keys.
+std::vector<BackendConfig> resolve_backend_override(const std::vector<DimOverride>& entries,
+                                                    const MeshNames& names, int ndim);
+
+}  // namespace meshsim

@@ -1,0 +1,26 @@
+// show.hpp — `meshsim show`: a mesh, its per-dim groups and every rank's coordinate, as a
+// readable table or JSON.
+//
+//   meshsim show --mesh dp=2,cp=2,tp=4 --rank-map 8..23 --slice dp,tp --rank 9
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshsim/recipe.hpp"
+
+namespace meshsim::show {
+
+// Options are the recipe flags plus how to print.
+struct Options {
+  RecipeFlags recipe;
+  std::string format = "text";
+  int64_t max_rows = 256;  // rows per table (text); must be in [0, 2^31)
+};
+
+// run prints the mesh; throws meshsim::Error on bad options or recipes.
+void run(const Options& o, std::ostream& out);
+
+}  // namespace meshsim::show

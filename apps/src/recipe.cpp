@@ -1,0 +1,548 @@
+#include "meshsim/recipe.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <sstream>
+
+#include "meshsim/error.hpp"
+#include "meshsim/json_codec.hpp"
+
+namespace meshsim {
+
+namespace {
+
+using Json = nlohmann::json;
+using json::check_keys;
+using json::find;
+using json::need;
+using json::need_object;
+using json::to_names;
+using json::to_str;
+
+const Json* present(const Json& obj, std::string_view key) {
+  const Json* j = find(obj, key);
+  return j && !j->is_null() ? j : nullptr;
+}
+
+MeshNames optional_names(const Json& obj, std::string_view key) {
+  const Json* j = present(obj, key);
+  if (!j) return std::nullopt;
+  return to_names(*j, key);
+}
+
+// read_nested flattens a rectangular nested list of ints into shape + row-major values.
+void read_nested(const Json& j, std::size_t depth, std::vector<int64_t>& shape,
+                 std::vector<int64_t>& values) {
+  if (!j.is_array()) {
+    if (depth != shape.size()) {
+      throw InvalidArgument("'mesh' is not rectangular: a rank at depth " + std::to_string(depth) +
+                            " where the mesh has " + std::to_string(shape.size()) + " dims");
+    }
+    values.push_back(json::to_int(j, "mesh"));
+    return;
+  }
+  if (j.empty()) throw InvalidArgument("'mesh' has an empty list (mesh sizes must be >= 1)");
+  if (depth >= static_cast<std::size_t>(kMaxMeshDims)) {
+    throw InvalidArgument("'mesh' nests deeper than " + std::to_string(kMaxMeshDims) + " dims");
+  }
+  if (depth == shape.size()) {
+    if (!values.empty()) {
+      throw InvalidArgument("'mesh' is not rectangular: a list at depth " + std::to_string(depth) +
+                            " where the mesh holds ranks");
+    }
+    shape.push_back(static_cast<int64_t>(j.size()));
+  } else if (shape[depth] != static_cast<int64_t>(j.size())) {
+    throw InvalidArgument("'mesh' is not rectangular: a list of " + std::to_string(j.size()) +
+                          " at depth " + std::to_string(depth) + " where the others have " +
+                          std::to_string(shape[depth]));
+  }
+  for (const Json& e : j) read_nested(e, depth + 1, shape, values);
+}
+
+BackendConfig config_from_json(const Json& v, std::string_view where) {
+  BackendConfig c;
+  if (v.is_string()) {
+    c.backend = v.get<std::string>();
+    return c;
+  }
+  if (!v.is_object()) {
+    throw InvalidArgument(std::string(where) + " must be a backend name, an object or null, got " +
+                          json::short_dump(v));
+  }
+  check_keys(v, {"backend", "timeout_ms"}, where);
+  if (const Json* b = present(v, "backend")) c.backend = to_str(*b, "backend");
+  if (const Json* t = present(v, "timeout_ms")) {
+    const int64_t ms = json::to_int(*t, "timeout_ms");
+    if (ms < 0) throw InvalidArgument("timeout_ms " + std::to_string(ms) + " is negative");
+    c.timeout = std::chrono::milliseconds(ms);
+  }
+  return c;
+}
+
+std::vector<DimOverride> overrides_from_json(const Json& j) {
+  if (!j.is_object()) throw InvalidArgument("'backend_override' must be an object of dim -> backend");
+  std::vector<DimOverride> out;
+  for (const auto& [k, v] : j.items()) {
+    DimOverride o{k, std::nullopt};
+    if (!v.is_null()) o.config = config_from_json(v, "backend_override value for dim " + k);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+RootSpec root_from_json(const Json& build) {
+  need_object(build, "'build'");
+  if (build.size() != 1) {
+    throw InvalidArgument(
+        "'build' must hold exactly one of 'init_device_mesh', 'DeviceMesh', 'from_group' or "
+        "'from_logical'");
+  }
+  RootSpec r;
+  const auto& [kind, body] = *build.items().begin();
+  need_object(body, "'" + kind + "'");
+  if (kind == "init_device_mesh" || kind == "from_logical") {
+    r.kind = kind == "init_device_mesh" ? RootSpec::Kind::kInit : RootSpec::Kind::kLogical;
+    check_keys(body, {"mesh_shape", "mesh_dim_names", "device_type", "backend_override"}, kind);
+    r.shape = json::to_int_list(need(body, "mesh_shape", kind), "mesh_shape");
+  } else if (kind == "DeviceMesh") {
+    r.kind = RootSpec::Kind::kRanks;
+    check_keys(body, {"mesh", "mesh_dim_names", "device_type", "backend_override"}, kind);
+    const Json& mesh = need(body, "mesh", kind);
+    if (!mesh.is_array()) throw InvalidArgument("'mesh' must be a (nested) list of ranks");
+    read_nested(mesh, 0, r.shape, r.ranks);
+  } else if (kind == "from_group") {
+    r.kind = RootSpec::Kind::kGroup;
+    check_keys(body, {"group", "mesh_dim_names", "device_type", "backend_override"}, kind);
+    r.ranks = json::to_int_list(need(body, "group", kind), "group");
+    r.shape = {static_cast<int64_t>(r.ranks.size())};
+  } else {
+    throw InvalidArgument("'build' must hold 'init_device_mesh', 'DeviceMesh', 'from_group' or "
+                          "'from_logical', got '" + kind + "'");
+  }
+  r.names = optional_names(body, "mesh_dim_names");
+  if (const Json* dt = find(body, "device_type")) r.device_type = to_str(*dt, "device_type");
+  if (const Json* bo = present(body, "backend_override")) r.backend_override = overrides_from_json(*bo);
+  return r;
+}
+
+StepSpec step_from_json(const Json& s, std::size_t index) {
+  const std::string where = "ops[" + std::to_string(index) + "]";
+  need_object(s, where);
+  check_keys(s, {"slice", "flatten", "unflatten", "concatenate", "on", "let", "backend"}, where);
+  int kinds = 0;
+  for (const char* k : {"slice", "flatten", "unflatten", "concatenate"}) kinds += s.contains(k);
+  if (kinds != 1) {
+    throw InvalidArgument(where + " must hold exactly one of slice, flatten, unflatten, concatenate");
+  }
+  StepSpec st;
+  if (const Json* on = present(s, "on")) st.on = to_str(*on, "on");
+  if (const Json* let = present(s, "let")) {
+    st.let = to_str(*let, "let");
+    if (*st.let == "root" || *st.let == "_last") {
+      throw InvalidArgument("'let' cannot rebind the reserved handle '" + *st.let + "'");
+    }
+  }
+  if (s.contains("backend") && !s.contains("flatten")) {
+    throw InvalidArgument(where + ": 'backend' applies to a flatten step only");
+  }
+  if (const Json* j = find(s, "slice")) {
+    st.kind = StepSpec::Kind::kSlice;
+    st.names = j->is_string() ? std::vector<std::string>{j->get<std::string>()} : to_names(*j, "slice");
+  } else if (const Json* f = find(s, "flatten")) {
+    st.kind = StepSpec::Kind::kFlatten;
+    if (!f->is_null()) st.flatten_name = to_str(*f, "flatten");
+    if (const Json* b = present(s, "backend")) st.flatten_config = config_from_json(*b, "'backend'");
+  } else if (const Json* u = find(s, "unflatten")) {
+    st.kind = StepSpec::Kind::kUnflatten;
+    need_object(*u, "'unflatten'");
+    check_keys(*u, {"dim", "sizes", "names", "backend_override"}, "unflatten");
+    const Json& dim = need(*u, "dim", "unflatten");
+    if (dim.is_string()) {
+      st.dim_name = dim.get<std::string>();
+    } else {
+      st.dim_index = json::to_int(dim, "dim");
+    }
+    st.sizes = json::to_int_list(need(*u, "sizes", "unflatten"), "sizes");
+    st.names = to_names(need(*u, "names", "unflatten"), "names");
+    if (const Json* bo = present(*u, "backend_override")) st.backend_override = overrides_from_json(*bo);
+  } else {
+    st.kind = StepSpec::Kind::kConcatenate;
+    const Json& list = s.at("concatenate");
+    if (!list.is_array()) throw InvalidArgument("'concatenate' must be a list of handles");
+    for (const Json& h : list) st.handles.push_back(to_str(h, "handle"));
+  }
+  return st;
+}
+
+// ---- command-line spelling ----
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  if (!s.empty() && s.back() == sep) out.emplace_back();
+  return out;
+}
+
+int64_t parse_int(const std::string& s, const std::string& what) {
+  std::size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::out_of_range&) {
+    throw OverflowError(what + ": '" + s + "' does not fit in a 64-bit signed integer");
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (s.empty() || used != s.size() || std::isspace(static_cast<unsigned char>(s[0]))) {
+    throw InvalidArgument(what + ": '" + s + "' is not an integer");
+  }
+  return v;
+}
+
+std::vector<int64_t> parse_ints(const std::string& s, const std::string& what) {
+  std::vector<int64_t> out;
+  for (const auto& p : split(s, ',')) out.push_back(parse_int(p, what));
+  if (out.empty()) throw InvalidArgument(what + ": expected a comma-separated list");
+  return out;
+}
+
+int64_t checked_product(const std::vector<int64_t>& shape, const std::string& what) {
+  int64_t count = 1;
+  for (int64_t s : shape) {
+    if (s < 1) throw InvalidArgument(what + ": mesh size " + std::to_string(s) + " is not >= 1");
+    if (__builtin_mul_overflow(count, s, &count)) {
+      throw OverflowError(what + ": the product of the mesh sizes does not fit in int64");
+    }
+  }
+  return count;
+}
+
+// parse_rank_map reads "lo..hi" (inclusive) or a list; a range is checked against `count` and
+// the enumeration limit before anything is expanded.
+std::vector<int64_t> parse_rank_map(const std::string& s, int64_t count) {
+  const auto dots = s.find("..");
+  std::vector<int64_t> out;
+  if (dots == std::string::npos) {
+    out = parse_ints(s, "--rank-map");
+  } else {
+    const int64_t lo = parse_int(s.substr(0, dots), "--rank-map");
+    const int64_t hi = parse_int(s.substr(dots + 2), "--rank-map");
+    int64_t span = 0;
+    if (hi < lo || __builtin_sub_overflow(hi, lo, &span) || span == INT64_MAX) {
+      throw InvalidArgument("--rank-map " + s + " is not a range lo..hi with lo <= hi");
+    }
+    if (span + 1 != count) {
+      throw InvalidArgument("--rank-map " + s + " holds " + std::to_string(span + 1) +
+                            " ranks but the mesh has " + std::to_string(count));
+    }
+    if (count > kMaxEnumeration) {
+      throw ResourceExhausted("--rank-map " + s + ": " + std::to_string(count) +
+                              " explicit ranks exceed the limit of " +
+                              std::to_string(kMaxEnumeration));
+    }
+    out.resize(static_cast<std::size_t>(count));
+    for (int64_t i = 0; i < count; ++i) out[static_cast<std::size_t>(i)] = lo + i;
+  }
+  if (static_cast<int64_t>(out.size()) != count) {
+    throw InvalidArgument("--rank-map holds " + std::to_string(out.size()) +
+                          " ranks but the mesh has " + std::to_string(count));
+  }
+  return out;
+}
+
+// valid_utf8 is whether `s` is well-formed UTF-8 (names are printed and written as JSON).
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2
+                            : (c >> 3) == 0x1E ? 3 : 4;
+    if (extra == 4 || i + extra >= s.size()) return false;
+    for (std::size_t k = 1; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+void check_names_text(const std::vector<std::string>& names, const char* flag) {
+  for (const std::string& n : names) {
+    if (!valid_utf8(n)) throw InvalidArgument(std::string(flag) + ": the name '" + n + "' is not valid UTF-8");
+  }
+}
+
+// ---- apply ----
+
+BackendConfig override_config(const DimOverride& o) { return o.config.value_or(BackendConfig{}); }
+
+struct Handles {
+  std::optional<DeviceMesh> root;
+  std::optional<DeviceMesh> last;
+  std::map<std::string, DeviceMesh> named;
+
+  const DeviceMesh& get(const std::string& name) const {
+    if (name == "root") return *root;
+    if (name == "_last") return *last;
+    auto it = named.find(name);
+    if (it == named.end()) throw NotFound("unknown mesh handle '" + name + "'");
+    return it->second;
+  }
+};
+
+DeviceMesh build_root(const RootSpec& r, int64_t world) {
+  RootOptions opts;
+  opts.device_type = r.device_type;
+  if (world > 0 && r.kind != RootSpec::Kind::kLogical) opts.world_size = world;
+  if (!r.backend_override.empty()) {
+    opts.backend_override =
+        resolve_backend_override(r.backend_override, r.names, static_cast<int>(r.shape.size()));
+  }
+  switch (r.kind) {
+    case RootSpec::Kind::kInit:
+    case RootSpec::Kind::kLogical:
+      return DeviceMesh::init(r.shape, r.names, opts);
+    case RootSpec::Kind::kRanks:
+      return DeviceMesh::from_ranks(r.shape, r.ranks, r.names, opts);
+    case RootSpec::Kind::kGroup:
+      return DeviceMesh::from_group(r.ranks, r.names, opts);
+  }
+  throw Internal("unknown root kind");
+}
+
+DeviceMesh apply_step(const StepSpec& s, const Handles& h) {
+  const DeviceMesh& src = h.get(s.on);
+  switch (s.kind) {
+    case StepSpec::Kind::kSlice:
+      return src.slice(s.names);
+    case StepSpec::Kind::kFlatten:
+      return src.flatten(s.flatten_name, s.flatten_config);
+    case StepSpec::Kind::kUnflatten: {
+      DeviceMesh out = s.dim_name ? src.unflatten(*s.dim_name, s.sizes, s.names)
+                                  : src.unflatten(s.dim_index, s.sizes, s.names);
+      if (s.backend_override.empty()) return out;
+      // Overrides name the new dims; they replace the default configs of those dims.
+      const int first = s.dim_name ? src.dim_index(*s.dim_name) : static_cast<int>(s.dim_index);
+      MeshNames new_names(s.names);
+      std::vector<BackendConfig> inner =
+          resolve_backend_override(s.backend_override, new_names, static_cast<int>(s.sizes.size()));
+      std::vector<BackendConfig> all;
+      for (int d = 0; d < out.ndim(); ++d) {
+        const bool is_new = d >= first && d < first + static_cast<int>(s.sizes.size());
+        all.push_back(is_new ? inner[static_cast<std::size_t>(d - first)] : out.backend_config(d));
+      }
+      return out.with_backend_configs(std::move(all));
+    }
+    case StepSpec::Kind::kConcatenate: {
+      std::vector<DeviceMesh> meshes;
+      for (const std::string& name : s.handles) meshes.push_back(h.get(name));
+      return DeviceMesh::concatenate(meshes);
+    }
+  }
+  throw Internal("unknown step kind");
+}
+
+void check_rank_view(const std::optional<int64_t>& rank, const DeviceMesh& m) {
+  if (rank && !m.is_root() && m.copies() > 1 && !m.contains(*rank)) {
+    throw FailedPrecondition(
+        "In order to get the mesh Tensor of a DeviceMesh it needs to either have all its original "
+        "dimensions (e.g., no slicing) or it needs to contain the local rank: rank " +
+        std::to_string(*rank) + " is not in " + m.to_string());
+  }
+}
+
+}  // namespace
+
+std::vector<BackendConfig> resolve_backend_override(const std::vector<DimOverride>& entries,
+                                                    const MeshNames& names, int ndim) {
+  if (names && static_cast<int>(names->size()) != ndim) {
+    throw InvalidArgument("mesh_dim_names has " + std::to_string(names->size()) +
+                          " names but the mesh has " + std::to_string(ndim) + " dims");
+  }
+  std::map<std::string, const DimOverride*> left;
+  for (const DimOverride& e : entries) left.emplace(e.key, &e);
+  std::vector<BackendConfig> out(static_cast<std::size_t>(ndim));
+  for (int d = 0; d < ndim; ++d) {
+    const std::string idx = std::to_string(d);
+    const DimOverride* val = nullptr;
+    if (names && left.count((*names)[static_cast<std::size_t>(d)])) {
+      const std::string& name = (*names)[static_cast<std::size_t>(d)];
+      if (left.count(idx)) {
+        throw InvalidArgument("Found redundant dim index " + idx + " and name " + name +
+                              " in backend_override");
+      }
+      val = left[name];
+      left.erase(name);
+    } else if (left.count(idx)) {
+      val = left[idx];
+      left.erase(idx);
+    }
+    if (val) out[static_cast<std::size_t>(d)] = override_config(*val);
+  }
+  if (!left.empty()) {
+    std::string got;
+    for (const auto& [k, _] : left) {
+      const bool index = !k.empty() && std::all_of(k.begin(), k.end(), ::isdigit);
+      got += (got.empty() ? "" : ", ") + (index ? k : "'" + k + "'");
+    }
+    std::string valid = "None";
+    if (names) {
+      valid = "(";
+      for (std::size_t i = 0; i < names->size(); ++i) valid += (i ? ", '" : "'") + (*names)[i] + "'";
+      valid += names->size() == 1 ? ",)" : ")";
+    }
+    throw InvalidArgument("Found invalid keys in backend_override: got [" + got +
+                          "], expected integers in range [0, " + std::to_string(ndim) +
+                          ") or one of " + valid);
+  }
+  return out;
+}
+
+MeshRecipe recipe_from_json(const Json& req) {
+  need_object(req, "program");
+  MeshRecipe r;
+  const Json& build = need(req, "build", "mesh.program");
+  r.root = root_from_json(build);
+  if (const Json* w = present(req, "world_size")) {
+    r.world_size = json::to_int(*w, "world_size");
+    if (r.world_size < 1) {
+      throw InvalidArgument("world_size " + std::to_string(r.world_size) + " is not >= 1");
+    }
+  } else if (r.root.kind != RootSpec::Kind::kLogical) {
+    need(req, "world_size", "mesh.program");
+  }
+  if (const Json* rk = present(req, "rank")) {
+    r.rank = json::to_int(*rk, "rank");
+    const int64_t world = r.world_size > 0 ? r.world_size : INT64_MAX;
+    if (*r.rank < 0 || *r.rank >= world) {
+      throw OutOfRange("rank " + std::to_string(*r.rank) + " is out of range [0, " +
+                       std::to_string(r.world_size) + ")");
+    }
+  }
+  if (const Json* ops = present(req, "ops")) {
+    if (!ops->is_array()) throw InvalidArgument("'ops' must be a list of steps");
+    if (ops->size() > static_cast<std::size_t>(kMaxRecipeSteps)) {
+      throw ResourceExhausted("'ops' holds " + std::to_string(ops->size()) +
+                              " steps, over the limit of " + std::to_string(kMaxRecipeSteps));
+    }
+    for (std::size_t i = 0; i < ops->size(); ++i) r.steps.push_back(step_from_json((*ops)[i], i));
+  }
+  if (const Json* res = present(req, "result")) r.result = to_str(*res, "handle");
+  return r;
+}
+
+MeshRecipe recipe_from_flags(const RecipeFlags& f) {
+  MeshRecipe r;
+  RootSpec& root = r.root;
+  if (!f.mesh.empty()) {
+    if (!f.shape.empty() || !f.names.empty()) {
+      throw InvalidArgument("give either --mesh or --shape/--names, not both");
+    }
+    std::vector<std::string> names;
+    for (const auto& kv : split(f.mesh, ',')) {
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos) throw InvalidArgument("--mesh: '" + kv + "' is not name=size");
+      names.push_back(kv.substr(0, eq));
+      root.shape.push_back(parse_int(kv.substr(eq + 1), "--mesh " + kv));
+    }
+    check_names_text(names, "--mesh");
+    root.names = std::move(names);
+  } else if (!f.shape.empty()) {
+    root.shape = parse_ints(f.shape, "--shape");
+    if (!f.names.empty()) root.names = split(f.names, ',');
+    if (root.names) check_names_text(*root.names, "--names");
+  } else {
+    throw InvalidArgument("give the mesh with --mesh dp=2,tp=4 or --shape 2,4 [--names dp,tp]");
+  }
+  if (root.shape.size() > static_cast<std::size_t>(kMaxMeshDims)) {
+    throw InvalidArgument("the mesh has " + std::to_string(root.shape.size()) +
+                          " dims, over the limit of " + std::to_string(kMaxMeshDims));
+  }
+  const int64_t count = checked_product(root.shape, f.mesh.empty() ? "--shape" : "--mesh");
+  if (f.world_size && *f.world_size < 1) {
+    throw InvalidArgument("--world-size " + std::to_string(*f.world_size) + " is not >= 1");
+  }
+  if (f.rank_map.empty()) {
+    root.kind = RootSpec::Kind::kInit;
+    r.world_size = f.world_size.value_or(count);
+  } else {
+    root.kind = RootSpec::Kind::kRanks;
+    root.ranks = parse_rank_map(f.rank_map, count);
+    int64_t max_rank = 0;
+    for (int64_t v : root.ranks) {
+      if (v < 0) throw InvalidArgument("--rank-map: rank " + std::to_string(v) + " is negative");
+      max_rank = std::max(max_rank, v);
+    }
+    if (!f.world_size && max_rank == INT64_MAX) {
+      throw OverflowError("--rank-map: rank " + std::to_string(max_rank) +
+                          " leaves no room for a world size in int64");
+    }
+    r.world_size = f.world_size.value_or(max_rank + 1);
+  }
+  if (f.rank) {
+    if (*f.rank < 0 || *f.rank >= r.world_size) {
+      throw OutOfRange("--rank " + std::to_string(*f.rank) + " is out of range [0, " +
+                       std::to_string(r.world_size) + ")");
+    }
+    r.rank = f.rank;
+  }
+  if (f.steps.size() > static_cast<std::size_t>(kMaxRecipeSteps)) {
+    throw ResourceExhausted(std::to_string(f.steps.size()) + " transformations exceed the limit of " +
+                            std::to_string(kMaxRecipeSteps));
+  }
+  for (const RecipeFlags::Step& s : f.steps) {
+    StepSpec st;
+    st.on = "_last";
+    if (s.kind == "slice") {
+      st.kind = StepSpec::Kind::kSlice;
+      st.names = split(s.arg, ',');
+      check_names_text(st.names, "--slice");
+    } else if (s.kind == "flatten") {
+      st.kind = StepSpec::Kind::kFlatten;
+      if (!s.arg.empty()) st.flatten_name = s.arg;
+      check_names_text({s.arg}, "--flatten");
+    } else if (s.kind == "unflatten") {
+      st.kind = StepSpec::Kind::kUnflatten;
+      auto parts = split(s.arg, ':');
+      if (parts.size() != 3) {
+        throw InvalidArgument("--unflatten '" + s.arg + "': expected dim:sizes:names, e.g. tp:2,2:a,b");
+      }
+      if (!parts[0].empty() && std::all_of(parts[0].begin(), parts[0].end(), ::isdigit)) {
+        st.dim_index = parse_int(parts[0], "--unflatten dim");
+      } else {
+        st.dim_name = parts[0];
+      }
+      st.sizes = parse_ints(parts[1], "--unflatten sizes");
+      checked_product(st.sizes, "--unflatten sizes");
+      st.names = split(parts[2], ',');
+      check_names_text(st.names, "--unflatten");
+      check_names_text({parts[0]}, "--unflatten");
+    } else {
+      throw InvalidArgument("unknown transformation '" + s.kind + "'");
+    }
+    r.steps.push_back(std::move(st));
+  }
+  return r;
+}
+
+BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& shared_root) {
+  Handles h;
+  h.root = shared_root ? *shared_root : build_root(recipe.root, recipe.world_size);
+  h.last = h.root;
+  std::vector<DeviceMesh> meshes;
+  meshes.reserve(recipe.steps.size());
+  for (const StepSpec& s : recipe.steps) {
+    DeviceMesh m = apply_step(s, h);
+    check_rank_view(recipe.rank, m);
+    if (s.let) h.named.insert_or_assign(*s.let, m);
+    h.last = m;
+    meshes.push_back(std::move(m));
+  }
+  DeviceMesh result = recipe.result ? h.get(*recipe.result) : *h.last;
+  return BuiltMeshes{*h.root, std::move(meshes), std::move(h.named), std::move(result)};
+}
+
+}  // namespace meshsim
