@@ -9,6 +9,7 @@
 #include "meshsim/error.hpp"
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/query.hpp"
+#include "meshsim/run.hpp"
 #include "meshsim/show.hpp"
 
 int main(int argc, char** argv) {
@@ -42,6 +43,22 @@ int main(int argc, char** argv) {
       show->add_option("--unflatten", unflattens, "unflatten dim:sizes:names, e.g. tp:2,2:a,b");
   show->add_option("--format", so.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   show->add_option("--max-rows", so.max_rows, "rows printed per table (text)");
+
+  auto* run = app.add_subcommand("run", "simulate every rank over a backend and check the mesh's groups");
+  meshsim::run::Options ro;
+  std::vector<std::string> r_slices, r_flattens, r_unflattens;
+  run->add_option("--mesh", ro.recipe.mesh, "named sizes, e.g. dp=2,cp=2,tp=4");
+  run->add_option("--shape", ro.recipe.shape, "sizes, e.g. 2,2,4 (with --names)");
+  run->add_option("--names", ro.recipe.names, "dim names for --shape");
+  run->add_option("--rank-map", ro.recipe.rank_map, "global ranks: a range 8..23 or a list");
+  run->add_option("--world-size", ro.recipe.world_size, "world size (>= the mesh's ranks)");
+  auto* r_slice = run->add_option("--slice", r_slices, "slice dims (repeatable)");
+  auto* r_flatten = run->add_option("--flatten", r_flattens, "flatten (optional name)")->expected(0, 1)->default_str("");
+  auto* r_unflatten = run->add_option("--unflatten", r_unflattens, "unflatten dim:sizes:names");
+  run->add_option("--backend", ro.backend, "threaded (default)");
+  run->add_option("--timeout", ro.timeout_seconds, "seconds every wait may take (default 30)");
+  run->add_option("--format", ro.format, "text or json");
+  run->add_option("--fault", ro.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall");
 
   auto* ops = app.add_subcommand("ops", "list the ops `meshsim query` answers");
 
@@ -81,6 +98,21 @@ int main(int argc, char** argv) {
       return 2;
     }
     return 0;
+  }
+  if (*run) {
+    std::size_t si = 0, fi = 0, ui = 0;
+    for (CLI::Option* opt : run->parse_order()) {
+      auto& steps = ro.recipe.steps;
+      if (opt == r_slice) steps.push_back({"slice", r_slices.at(si++)});
+      if (opt == r_flatten) steps.push_back({"flatten", fi < r_flattens.size() ? r_flattens[fi++] : ""});
+      if (opt == r_unflatten) steps.push_back({"unflatten", r_unflattens.at(ui++)});
+    }
+    try {
+      return meshsim::run::run(ro, std::cout);
+    } catch (const meshsim::Error& e) {
+      std::cerr << "meshsim run: " << e.type_name() << ": " << e.what() << "\n";
+      return 2;
+    }
   }
   if (*ops) {
     for (const auto& name : meshsim::query::ops()) std::cout << name << '\n';

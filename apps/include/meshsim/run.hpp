@@ -1,0 +1,34 @@
+// meshsim/run.hpp — `meshsim run`, the main job: every simulated rank builds the recipe's meshes
+// and checks, for every dim of every mesh, its group against all_gather of ranks and an
+// all_reduce of known values over that dim's communicator, then a global agreement step.
+//
+//   meshsim run --mesh dp=2,cp=2,tp=4 [--rank-map ..] [--slice ..] [--fault stall@3] [--format json]
+//
+// Planted faults (--fault KIND@RANK, repeatable) exercise every diagnostic: throw (the rank
+// throws mid-run), skip (the rank skips its last collective), mismatch (the rank issues a
+// different count), mesh (the rank builds a different mesh), stall (the rank sleeps past the
+// timeout outside any collective).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "meshsim/recipe.hpp"
+
+namespace meshsim::run {
+
+struct Options {
+  RecipeFlags recipe;
+  std::string backend = "threaded";
+  double timeout_seconds = 30;
+  std::string format = "text";
+  std::vector<std::string> faults;  // "KIND@RANK"
+};
+
+// run executes the job and prints its report on `out`; returns the exit code (0 every check
+// passed, 1 a check or a rank failed). Bad usage or input throws meshsim::Error (exit 2).
+int run(const Options& o, std::ostream& out);
+
+}  // namespace meshsim::run

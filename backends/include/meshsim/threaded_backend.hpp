@@ -1,0 +1,99 @@
+// meshsim/threaded_backend.hpp — ranks as threads of one process, meeting in shared memory.
+//
+//   auto backend = std::make_shared<ThreadedBackend>(ThreadedBackend::Options{.world_size = 8});
+//   // on the thread of rank r:
+//   auto world = backend->world(r);
+//   auto tp = backend->new_group(r, tp_ranks, BackendConfig{});
+//
+// Each group keeps one rendezvous per sequence number: ranks post their buffers, wait until the
+// group has arrived, and then each rank moves its own share of the data (a reduction of one
+// chunk, a copy of the blocks it receives) directly between the other ranks' buffers. There is
+// no lock shared by groups on the data path; a group's mutex guards only its bookkeeping.
+// Reductions combine ranks in group order, so results are bit-identical from run to run.
+//
+// Failure: abort(d) records the first diagnosis and wakes every waiter, which throws Aborted with
+// the diagnosis (naming the rank at fault); depart(r) says rank r's program ended, so a collective
+// still waiting for r fails at once naming it. waits() tells a watchdog, per blocked rank, the
+// collective it waits in and the ranks that have not arrived.
+//
+// Thread safety: every member is safe to call from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshsim/communicator.hpp"
+
+namespace meshsim {
+
+// Diagnosis is why a run stopped: its kind ("error", "mismatch", "stall", "mesh", "departed",
+// "check"), the ranks at fault, a readable message, and for stalls the ranks that were waiting
+// and the ranks they waited for.
+struct Diagnosis {
+  std::string kind;
+  std::vector<int64_t> ranks;
+  std::string message;
+  std::vector<int64_t> waiting;
+  std::vector<int64_t> missing;
+};
+
+// WaitInfo is one blocked rank: the group (global ranks), the collective and its sequence number,
+// the group members that have not arrived, and how long it has waited.
+struct WaitInfo {
+  int64_t rank = 0;
+  std::vector<int64_t> group;
+  uint64_t seq = 0;
+  CollectiveDesc desc;
+  std::vector<int64_t> missing;
+  double seconds = 0;
+  // to_string: "rank 3 waits in all_gather(int64, count=1) #2 of group [0, 1, 2, 3] for [1]".
+  std::string to_string() const;
+};
+
+class ThreadedBackend final : public Backend {
+ public:
+  struct Options {
+    int64_t world_size = 1;
+    // timeout is the deadline of every wait unless a group's BackendConfig sets one.
+    std::chrono::milliseconds timeout{30000};
+    // mismatch_grace is how long a rank that found a mismatch waits for the rest of the group,
+    // so the diagnosis can name the odd rank(s) out rather than whoever arrived first.
+    std::chrono::milliseconds mismatch_grace{200};
+  };
+
+  explicit ThreadedBackend(Options options);
+  ~ThreadedBackend() override;
+  ThreadedBackend(const ThreadedBackend&) = delete;
+  ThreadedBackend& operator=(const ThreadedBackend&) = delete;
+
+  std::string name() const override { return "threaded"; }
+  int64_t world_size() const override;
+  std::shared_ptr<Communicator> world(int64_t rank) override;
+  std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,
+                                          const BackendConfig& config) override;
+
+  // abort records `d` if no diagnosis was recorded before (returns whether it was) and wakes
+  // every waiter.
+  bool abort(Diagnosis d);
+  bool aborted() const;
+  std::optional<Diagnosis> diagnosis() const;
+  // depart marks rank's program as ended.
+  void depart(int64_t rank);
+  // waits lists every rank blocked in a collective now.
+  std::vector<WaitInfo> waits() const;
+  // sleep_for sleeps unless aborted first; returns false when woken by an abort.
+  bool sleep_for(std::chrono::milliseconds d);
+  // collectives counts the collectives completed by all ranks (each rank's calls summed).
+  int64_t collectives() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+}  // namespace meshsim

@@ -1,0 +1,628 @@
+#include "meshsim/threaded_backend.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "reduce.hpp"
+
+namespace meshsim {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string rank_list(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Arrival is what one rank posted at a rendezvous.
+struct Arrival {
+  bool arrived = false;
+  CollectiveDesc desc;
+  const void* in = nullptr;
+  void* out = nullptr;
+};
+
+// Slot is one rendezvous: a (group, sequence number), or one point-to-point message.
+struct Slot {
+  explicit Slot(std::size_t n) : at(n) {}
+  std::vector<Arrival> at;
+  int arrived = 0;
+  int phase_done[2] = {0, 0};
+  int left = 0;
+  bool mismatch = false;
+  std::vector<std::byte> scratch;
+};
+
+struct Group {
+  std::vector<int64_t> ranks;
+  std::chrono::milliseconds timeout{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, std::shared_ptr<Slot>> slots;
+  // point to point: (src, dst, n-th message on that pair) -> slot of two arrivals [src, dst]
+  std::map<std::tuple<int, int, uint64_t>, std::shared_ptr<Slot>> p2p;
+};
+
+// RankWait is what the watchdog reads about one rank.
+struct RankWait {
+  std::mutex mu;
+  bool active = false;
+  std::shared_ptr<Group> group;
+  uint64_t seq = 0;
+  bool p2p = false;
+  std::tuple<int, int, uint64_t> p2p_key;
+  CollectiveDesc desc;
+  Clock::time_point since;
+};
+
+}  // namespace
+
+struct ThreadedBackend::State {
+  Options options;
+  std::atomic<bool> aborted{false};
+  mutable std::mutex diag_mu;
+  std::optional<Diagnosis> diagnosis;
+  std::condition_variable sleep_cv;  // with diag_mu
+
+  mutable std::mutex groups_mu;  // group creation only
+  std::vector<std::shared_ptr<Group>> groups;
+  std::map<std::string, std::shared_ptr<Group>> by_key;
+  std::map<std::pair<int64_t, std::string>, int64_t> instances;
+
+  std::unique_ptr<std::atomic<bool>[]> departed;
+  std::unique_ptr<RankWait[]> waits;
+  std::atomic<int64_t> collectives{0};
+
+  void wake_all() {
+    std::vector<std::shared_ptr<Group>> gs;
+    {
+      std::lock_guard lk(groups_mu);
+      gs = groups;
+    }
+    for (auto& g : gs) {
+      std::lock_guard lk(g->mu);
+      g->cv.notify_all();
+    }
+    std::lock_guard lk(diag_mu);
+    sleep_cv.notify_all();
+  }
+
+  [[noreturn]] void throw_aborted() const {
+    std::lock_guard lk(diag_mu);
+    throw Aborted(diagnosis ? diagnosis->message : std::string("the run was aborted"));
+  }
+};
+
+namespace {
+
+class ThreadedCommunicator final : public Communicator {
+ public:
+  ThreadedCommunicator(std::shared_ptr<ThreadedBackend::State> s, ThreadedBackend* owner,
+                       std::shared_ptr<Group> g, int me)
+      : s_(std::move(s)), owner_(owner), g_(std::move(g)), me_(me) {}
+
+  int rank() const override { return me_; }
+  int size() const override { return static_cast<int>(g_->ranks.size()); }
+  const std::vector<int64_t>& global_ranks() const override { return g_->ranks; }
+  std::string backend() const override { return "threaded"; }
+
+  void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
+    check_count(count);
+    const CollectiveDesc d{CollectiveOp::kAllReduce, t, count, -1, op};
+    const std::size_t es = dtype_size(t);
+    collective(d, buf, buf, [&](Slot& slot, int n) {
+      const int64_t lo = count * me_ / n, hi = count * (me_ + 1) / n;
+      std::vector<const std::byte*> ins(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        ins[static_cast<std::size_t>(r)] =
+            static_cast<const std::byte*>(slot.at[static_cast<std::size_t>(r)].in) + lo * es;
+      }
+      detail::reduce_into(slot.scratch.data() + lo * es, ins, hi - lo, t, op);
+    }, [&](Slot& slot, int) {
+      if (count > 0) std::memcpy(buf, slot.scratch.data(), static_cast<std::size_t>(count) * es);
+    }, static_cast<std::size_t>(count) * es);
+  }
+
+  void broadcast(void* buf, int64_t count, DType t, int root) override {
+    check_count(count);
+    check_peer(root, "broadcast root");
+    const CollectiveDesc d{CollectiveOp::kBroadcast, t, count, root, ReduceOp::kSum};
+    collective(d, buf, buf, [&](Slot& slot, int) {
+      if (me_ != root && count > 0) {
+        std::memcpy(buf, slot.at[static_cast<std::size_t>(root)].in,
+                    static_cast<std::size_t>(count) * dtype_size(t));
+      }
+    });
+  }
+
+  void all_gather(const void* in, void* out, int64_t count, DType t) override {
+    check_count(count);
+    const CollectiveDesc d{CollectiveOp::kAllGather, t, count, -1, ReduceOp::kSum};
+    const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(t);
+    collective(d, in, out, [&](Slot& slot, int n) {
+      for (int r = 0; r < n; ++r) {
+        if (bytes) {
+          std::memmove(static_cast<std::byte*>(out) + static_cast<std::size_t>(r) * bytes,
+                       slot.at[static_cast<std::size_t>(r)].in, bytes);
+        }
+      }
+    });
+  }
+
+  void reduce_scatter(const void* in, void* out, int64_t count, DType t, ReduceOp op) override {
+    check_count(count);
+    const CollectiveDesc d{CollectiveOp::kReduceScatter, t, count, -1, op};
+    const std::size_t es = dtype_size(t);
+    collective(d, in, out, [&](Slot& slot, int n) {
+      std::vector<const std::byte*> ins(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        ins[static_cast<std::size_t>(r)] =
+            static_cast<const std::byte*>(slot.at[static_cast<std::size_t>(r)].in) +
+            static_cast<std::size_t>(me_) * static_cast<std::size_t>(count) * es;
+      }
+      std::vector<std::byte> tmp(static_cast<std::size_t>(count) * es);
+      detail::reduce_into(tmp.data(), ins, count, t, op);
+      if (!tmp.empty()) std::memcpy(out, tmp.data(), tmp.size());
+    });
+  }
+
+  void all_to_all(const void* in, void* out, int64_t count, DType t) override {
+    check_count(count);
+    const CollectiveDesc d{CollectiveOp::kAllToAll, t, count, -1, ReduceOp::kSum};
+    const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(t);
+    collective(d, in, out, [&](Slot& slot, int n) {
+      for (int r = 0; r < n; ++r) {
+        if (bytes) {
+          std::memcpy(static_cast<std::byte*>(out) + static_cast<std::size_t>(r) * bytes,
+                      static_cast<const std::byte*>(slot.at[static_cast<std::size_t>(r)].in) +
+                          static_cast<std::size_t>(me_) * bytes,
+                      bytes);
+        }
+      }
+    });
+  }
+
+  void barrier() override {
+    const CollectiveDesc d{CollectiveOp::kBarrier, DType::kInt64, 0, -1, ReduceOp::kSum};
+    collective(d, nullptr, nullptr, nullptr);
+  }
+
+  void send(const void* buf, int64_t count, DType t, int peer) override {
+    check_count(count);
+    check_peer(peer, "send peer");
+    point_to_point(CollectiveDesc{CollectiveOp::kSend, t, count, peer, ReduceOp::kSum}, buf,
+                   nullptr, me_, peer, send_seq_[peer]++);
+  }
+
+  void recv(void* buf, int64_t count, DType t, int peer) override {
+    check_count(count);
+    check_peer(peer, "recv peer");
+    point_to_point(CollectiveDesc{CollectiveOp::kRecv, t, count, peer, ReduceOp::kSum}, nullptr,
+                   buf, peer, me_, recv_seq_[peer]++);
+  }
+
+ private:
+  using Work = std::function<void(Slot&, int)>;
+
+  int64_t global(int r) const { return g_->ranks[static_cast<std::size_t>(r)]; }
+
+  void check_count(int64_t count) const {
+    if (count < 0) throw InvalidArgument("collective count " + std::to_string(count) + " is negative");
+    if (count > (int64_t{1} << 40)) {
+      throw OutOfRange("collective count " + std::to_string(count) + " exceeds 2^40 elements");
+    }
+  }
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size()) {
+      throw OutOfRange(std::string(what) + " " + std::to_string(peer) + " is out of range [0, " +
+                       std::to_string(size()) + ")");
+    }
+  }
+
+  std::string where(const CollectiveDesc& d, uint64_t seq) const {
+    return d.to_string() + " #" + std::to_string(seq) + " of group " + rank_list(g_->ranks);
+  }
+
+  Clock::time_point deadline() const {
+    const auto t = g_->timeout.count() > 0 ? g_->timeout : s_->options.timeout;
+    return Clock::now() + t;
+  }
+
+  // RankWait bookkeeping for the watchdog.
+  struct Waiting {
+    RankWait& w;
+    Waiting(RankWait& rw, std::shared_ptr<Group> g, uint64_t seq, const CollectiveDesc& d,
+            bool p2p, std::tuple<int, int, uint64_t> key)
+        : w(rw) {
+      std::lock_guard lk(w.mu);
+      w.active = true;
+      w.group = std::move(g);
+      w.seq = seq;
+      w.desc = d;
+      w.p2p = p2p;
+      w.p2p_key = key;
+      w.since = Clock::now();
+    }
+    ~Waiting() {
+      std::lock_guard lk(w.mu);
+      w.active = false;
+      w.group.reset();
+    }
+  };
+
+  // wait blocks until done(), failing on abort, on a departed member that is still missing
+  // (missing() lists group ranks not yet there), and at the deadline.
+  template <class Done, class Missing>
+  void wait(std::unique_lock<std::mutex>& lk, Done done, Missing missing, Clock::time_point until,
+            const std::string& what) {
+    while (!done()) {
+      if (s_->aborted.load()) {
+        lk.unlock();
+        s_->throw_aborted();
+      }
+      for (int r : missing()) {
+        if (s_->departed[static_cast<std::size_t>(global(r))].load()) {
+          const std::string msg = "rank " + std::to_string(global(r)) +
+                                  " ended its program without joining " + what + " (rank " +
+                                  std::to_string(global(me_)) + " waits for it)";
+          lk.unlock();
+          owner_->abort(Diagnosis{"departed", {global(r)}, msg, {}, {}});
+          s_->throw_aborted();
+        }
+      }
+      if (g_->cv.wait_until(lk, until) == std::cv_status::timeout && !done() &&
+          !s_->aborted.load()) {
+        std::vector<int64_t> gone;
+        for (int r : missing()) gone.push_back(global(r));
+        throw DeadlineExceeded("rank " + std::to_string(global(me_)) + " waited past its deadline in " +
+                               what + "; ranks " + rank_list(gone) + " never arrived");
+      }
+    }
+  }
+
+  std::vector<int> not_arrived(const Slot& slot) const {
+    std::vector<int> out;
+    for (std::size_t r = 0; r < slot.at.size(); ++r) {
+      if (!slot.at[r].arrived) out.push_back(static_cast<int>(r));
+    }
+    return out;
+  }
+
+  // diagnose_mismatch names the ranks whose description is held by the fewest arrivals.
+  std::string mismatch_message(const Slot& slot, uint64_t seq, std::vector<int64_t>& culprits) const {
+    std::vector<std::pair<CollectiveDesc, std::vector<int64_t>>> kinds;
+    for (std::size_t r = 0; r < slot.at.size(); ++r) {
+      if (!slot.at[r].arrived) continue;
+      auto it = std::find_if(kinds.begin(), kinds.end(),
+                             [&](const auto& k) { return k.first == slot.at[r].desc; });
+      if (it == kinds.end()) {
+        kinds.push_back({slot.at[r].desc, {}});
+        it = kinds.end() - 1;
+      }
+      it->second.push_back(global(static_cast<int>(r)));
+    }
+    std::size_t most = 0;
+    for (const auto& k : kinds) most = std::max(most, k.second.size());
+    std::size_t holders = 0;
+    for (const auto& k : kinds) holders += k.second.size() == most;
+    std::string msg = "collective mismatch at #" + std::to_string(seq) + " of group " +
+                      rank_list(g_->ranks) + ":";
+    for (const auto& [d, ranks] : kinds) {
+      msg += " rank" + std::string(ranks.size() > 1 ? "s " : " ") +
+             (ranks.size() > 1 ? rank_list(ranks) : std::to_string(ranks[0])) + " called " +
+             d.to_string() + ";";
+      // The odd ones out: every description held by fewer ranks than the most common one (on a
+      // tie, every rank involved).
+      if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
+    }
+    std::sort(culprits.begin(), culprits.end());
+    msg.pop_back();
+    return msg;
+  }
+
+  // collective runs one rendezvous: arrive, check agreement, work phase 1 (reading the other
+  // ranks' buffers), and when phase2 is given, a second phase after everyone finished the
+  // first (all_reduce writes its result in place only after every rank read its inputs).
+  void collective(const CollectiveDesc& d, const void* in, void* out, const Work& phase1,
+                  const Work& phase2 = nullptr, std::size_t scratch_bytes = 0) {
+    if (s_->aborted.load()) s_->throw_aborted();
+    const int n = size();
+    const uint64_t seq = ++seq_;
+    const std::string what = where(d, seq);
+    const auto until = deadline();
+    RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
+    Waiting waiting(rw, g_, seq, d, false, {});
+    std::unique_lock lk(g_->mu);
+    auto& ref = g_->slots[seq];
+    if (!ref) {
+      ref = std::make_shared<Slot>(static_cast<std::size_t>(n));
+      ref->scratch.resize(scratch_bytes);
+    }
+    std::shared_ptr<Slot> slot = ref;
+    Arrival& a = slot->at[static_cast<std::size_t>(me_)];
+    a.arrived = true;
+    a.desc = d;
+    a.in = in;
+    a.out = out;
+    ++slot->arrived;
+    auto all_here = [&] { return slot->arrived == n; };
+    auto missing = [&] { return not_arrived(*slot); };
+    bool differs = false;
+    for (const Arrival& o : slot->at) differs = differs || (o.arrived && !(o.desc == d));
+    if (differs && !slot->mismatch) {
+      // Give the rest of the group a moment so the diagnosis can name the odd rank out.
+      slot->mismatch = true;
+      g_->cv.notify_all();
+      const auto grace = std::min(until, Clock::now() + s_->options.mismatch_grace);
+      g_->cv.wait_until(lk, grace, [&] { return all_here() || s_->aborted.load(); });
+      std::vector<int64_t> culprits;
+      const std::string msg = mismatch_message(*slot, seq, culprits);
+      lk.unlock();
+      owner_->abort(Diagnosis{"mismatch", culprits, msg, {}, {}});
+      s_->throw_aborted();
+    }
+    if (all_here()) g_->cv.notify_all();
+    wait(lk, [&] { return all_here() || slot->mismatch; }, missing, until, what);
+    if (slot->mismatch) {
+      lk.unlock();
+      // The rank that found the mismatch aborts the run; wait for its diagnosis.
+      wait_abort(until);
+    }
+    lk.unlock();
+    // From here every rank of the group has arrived and only moves memory: the phase waits
+    // neither abort nor time out, so no rank leaves while another still reads its buffers.
+    std::exception_ptr err;
+    auto run_phase = [&](const Work& w) {
+      try {
+        if (w) w(*slot, n);
+      } catch (...) {
+        if (!err) err = std::current_exception();
+      }
+    };
+    run_phase(phase1);
+    lk.lock();
+    const int phases = phase2 ? 2 : 1;
+    for (int p = 0; p < phases; ++p) {
+      if (++slot->phase_done[p] == n) g_->cv.notify_all();
+      g_->cv.wait(lk, [&] { return slot->phase_done[p] == n; });
+      if (p == 0 && phase2) {
+        lk.unlock();
+        run_phase(phase2);
+        lk.lock();
+      }
+    }
+    if (++slot->left == n) g_->slots.erase(seq);
+    lk.unlock();
+    if (err) std::rethrow_exception(err);
+    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void wait_abort(Clock::time_point until) {
+    std::unique_lock lk(s_->diag_mu);
+    s_->sleep_cv.wait_until(lk, until, [&] { return s_->aborted.load(); });
+    lk.unlock();
+    s_->throw_aborted();
+  }
+
+  void point_to_point(const CollectiveDesc& d, const void* in, void* out, int src, int dst,
+                      uint64_t n_th) {
+    if (s_->aborted.load()) s_->throw_aborted();
+    if (src == dst) throw InvalidArgument("send/recv: rank " + std::to_string(global(me_)) + " addresses itself");
+    const bool sender = d.op == CollectiveOp::kSend;
+    const std::string what = d.to_string() + " #" + std::to_string(n_th) + " from rank " +
+                             std::to_string(global(src)) + " to rank " + std::to_string(global(dst)) +
+                             " in group " + rank_list(g_->ranks);
+    const auto key = std::make_tuple(src, dst, n_th);
+    const auto until = deadline();
+    RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
+    Waiting waiting(rw, g_, n_th, d, true, key);
+    std::unique_lock lk(g_->mu);
+    auto& ref = g_->p2p[key];
+    if (!ref) ref = std::make_shared<Slot>(2);
+    std::shared_ptr<Slot> slot = ref;
+    Arrival& a = slot->at[sender ? 0 : 1];
+    a.arrived = true;
+    a.desc = d;
+    a.in = in;
+    a.out = out;
+    ++slot->arrived;
+    g_->cv.notify_all();
+    const int other = sender ? dst : src;
+    auto missing = [&] { return slot->arrived == 2 ? std::vector<int>{} : std::vector<int>{other}; };
+    wait(lk, [&] { return slot->arrived == 2; }, missing, until, what);
+    const Arrival& s = slot->at[0];
+    const Arrival& r = slot->at[1];
+    if (s.desc.dtype != r.desc.dtype || s.desc.count != r.desc.count) {
+      const std::string msg = "send/recv mismatch: rank " + std::to_string(global(src)) + " called " +
+                              s.desc.to_string() + ", rank " + std::to_string(global(dst)) +
+                              " called " + r.desc.to_string();
+      lk.unlock();
+      owner_->abort(Diagnosis{"mismatch", {global(src), global(dst)}, msg, {}, {}});
+      s_->throw_aborted();
+    }
+    if (!sender) {
+      if (d.count > 0) {
+        std::memcpy(out, s.in, static_cast<std::size_t>(d.count) * dtype_size(d.dtype));
+      }
+      slot->phase_done[0] = 1;
+      g_->p2p.erase(key);
+      g_->cv.notify_all();
+    } else {
+      wait(lk, [&] { return slot->phase_done[0] == 1; }, [&] { return std::vector<int>{}; }, until,
+           what);
+    }
+    lk.unlock();
+    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  std::shared_ptr<ThreadedBackend::State> s_;
+  ThreadedBackend* owner_;
+  std::shared_ptr<Group> g_;
+  int me_;
+  uint64_t seq_ = 0;
+  std::map<int, uint64_t> send_seq_, recv_seq_;
+};
+
+}  // namespace
+
+std::string WaitInfo::to_string() const {
+  return "rank " + std::to_string(rank) + " waits in " + desc.to_string() + " #" +
+         std::to_string(seq) + " of group " + rank_list(group) + " for ranks " + rank_list(missing);
+}
+
+ThreadedBackend::ThreadedBackend(Options options) : s_(std::make_shared<State>()) {
+  if (options.world_size < 1 || options.world_size > (int64_t{1} << 20)) {
+    throw InvalidArgument("threaded backend: world size " + std::to_string(options.world_size) +
+                          " is out of range [1, 2^20]");
+  }
+  if (options.timeout.count() <= 0) {
+    throw InvalidArgument("threaded backend: timeout " + std::to_string(options.timeout.count()) +
+                          " ms is not > 0");
+  }
+  s_->options = options;
+  const auto n = static_cast<std::size_t>(options.world_size);
+  s_->departed = std::make_unique<std::atomic<bool>[]>(n);
+  s_->waits = std::make_unique<RankWait[]>(n);
+}
+
+ThreadedBackend::~ThreadedBackend() = default;
+
+int64_t ThreadedBackend::world_size() const { return s_->options.world_size; }
+
+std::shared_ptr<Communicator> ThreadedBackend::world(int64_t rank) {
+  std::vector<int64_t> all(static_cast<std::size_t>(s_->options.world_size));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  return new_group(rank, all, BackendConfig{});
+}
+
+std::shared_ptr<Communicator> ThreadedBackend::new_group(int64_t rank,
+                                                        std::span<const int64_t> ranks,
+                                                        const BackendConfig& config) {
+  const int64_t world = s_->options.world_size;
+  if (rank < 0 || rank >= world) {
+    throw OutOfRange("rank " + std::to_string(rank) + " is out of range [0, " + std::to_string(world) + ")");
+  }
+  if (!config.backend.empty() && config.backend != "threaded") {
+    throw InvalidArgument("backend '" + config.backend + "' is not available in a threaded run "
+                          "(its groups use the threaded backend; give \"threaded\" or no backend)");
+  }
+  std::vector<int64_t> sorted(ranks.begin(), ranks.end());
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.empty()) throw InvalidArgument("new_group: a group needs at least one rank");
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= world) {
+      throw OutOfRange("new_group: rank " + std::to_string(sorted[i]) + " is out of range [0, " +
+                       std::to_string(world) + ")");
+    }
+    if (i && sorted[i] == sorted[i - 1]) {
+      throw InvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " appears twice");
+    }
+  }
+  auto pos = std::find(ranks.begin(), ranks.end(), rank);
+  if (pos == ranks.end()) {
+    throw InvalidArgument("new_group: rank " + std::to_string(rank) + " is not a member of " +
+                          rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())));
+  }
+  // The n-th creation of the same (ranks, config) by a rank meets the n-th by every other member.
+  std::string key = rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())) + "@" +
+                    std::to_string(config.fingerprint());
+  std::shared_ptr<Group> g;
+  {
+    std::lock_guard lk(s_->groups_mu);
+    const int64_t instance = s_->instances[{rank, key}]++;
+    key += "#" + std::to_string(instance);
+    auto& ref = s_->by_key[key];
+    if (!ref) {
+      ref = std::make_shared<Group>();
+      ref->ranks.assign(ranks.begin(), ranks.end());
+      ref->timeout = config.timeout;
+      s_->groups.push_back(ref);
+    }
+    g = ref;
+  }
+  return std::make_shared<ThreadedCommunicator>(s_, this, g, static_cast<int>(pos - ranks.begin()));
+}
+
+bool ThreadedBackend::abort(Diagnosis d) {
+  {
+    std::lock_guard lk(s_->diag_mu);
+    if (s_->diagnosis) return false;
+    s_->diagnosis = std::move(d);
+    s_->aborted.store(true);
+  }
+  s_->wake_all();
+  return true;
+}
+
+bool ThreadedBackend::aborted() const { return s_->aborted.load(); }
+
+std::optional<Diagnosis> ThreadedBackend::diagnosis() const {
+  std::lock_guard lk(s_->diag_mu);
+  return s_->diagnosis;
+}
+
+void ThreadedBackend::depart(int64_t rank) {
+  if (rank < 0 || rank >= s_->options.world_size) return;
+  s_->departed[static_cast<std::size_t>(rank)].store(true);
+  s_->wake_all();
+}
+
+std::vector<WaitInfo> ThreadedBackend::waits() const {
+  std::vector<WaitInfo> out;
+  const auto now = Clock::now();
+  for (int64_t r = 0; r < s_->options.world_size; ++r) {
+    RankWait& w = s_->waits[static_cast<std::size_t>(r)];
+    std::shared_ptr<Group> g;
+    WaitInfo info;
+    bool p2p = false;
+    std::tuple<int, int, uint64_t> key;
+    {
+      std::lock_guard lk(w.mu);
+      if (!w.active) continue;
+      g = w.group;
+      info.rank = r;
+      info.seq = w.seq;
+      info.desc = w.desc;
+      info.seconds = std::chrono::duration<double>(now - w.since).count();
+      p2p = w.p2p;
+      key = w.p2p_key;
+    }
+    info.group = g->ranks;
+    {
+      std::lock_guard lk(g->mu);
+      if (p2p) {
+        auto it = g->p2p.find(key);
+        if (it == g->p2p.end() || it->second->arrived < 2) {
+          const int other = info.desc.op == CollectiveOp::kSend ? std::get<1>(key) : std::get<0>(key);
+          info.missing.push_back(g->ranks[static_cast<std::size_t>(other)]);
+        }
+      } else {
+        auto it = g->slots.find(info.seq);
+        for (std::size_t i = 0; i < g->ranks.size(); ++i) {
+          if (it == g->slots.end() || !it->second->at[i].arrived) info.missing.push_back(g->ranks[i]);
+        }
+      }
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+bool ThreadedBackend::sleep_for(std::chrono::milliseconds d) {
+  std::unique_lock lk(s_->diag_mu);
+  return !s_->sleep_cv.wait_for(lk, d, [&] { return s_->aborted.load(); });
+}
+
+int64_t ThreadedBackend::collectives() const { return s_->collectives.load(); }
+
+}  // namespace meshsim

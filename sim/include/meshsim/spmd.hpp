@@ -1,0 +1,106 @@
+// meshsim/spmd.hpp — run N ranks of one SPMD program as threads over a backend, and never hang.
+//
+//   RunReport report = run_spmd({.world_size = 8, .timeout = std::chrono::seconds(5)},
+//                               [](RankContext& ctx) {
+//     DeviceMesh mesh = DeviceMesh::init({2, 4}, {{"dp", "tp"}});
+//     ctx.check_mesh_agreement(mesh);
+//     Communicator& tp = ctx.comm(mesh, "tp");
+//     int64_t me = ctx.rank();
+//     std::vector<int64_t> got(tp.size());
+//     tp.all_gather(std::span<const int64_t>(&me, 1), std::span<int64_t>(got));
+//   });
+//   if (!report.ok) std::cerr << report.summary();
+//
+// Never a hang: the first failure on any rank (an exception, a mismatch, a departed rank) makes
+// every blocked collective on every rank fail fast naming the failed rank; a watchdog turns a
+// collective that waits past the timeout into a diagnosis listing, per rank, the collective it
+// waits in and the ranks that never arrived. A rank still running `grace` after the run was
+// aborted (user code in an endless loop) is reported as stuck and left detached.
+//
+// Thread safety: run_spmd may be called from any thread; each call has its own world.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshsim/communicator.hpp"
+#include "meshsim/device_mesh.hpp"
+#include "meshsim/mesh_communicators.hpp"
+#include "meshsim/threaded_backend.hpp"
+
+namespace meshsim {
+
+struct SpmdOptions {
+  int64_t world_size = 1;
+  std::string backend = "threaded";
+  // timeout bounds every wait; the watchdog diagnoses a wait older than this.
+  std::chrono::milliseconds timeout{30000};
+  bool watchdog = true;
+  // grace is how long the runner waits for ranks to return after an abort.
+  std::chrono::milliseconds grace{2000};
+};
+
+// MeshParts are the fingerprints ranks exchange to agree on a mesh before creating its groups.
+struct MeshParts {
+  uint64_t shape = 0, names = 0, layout = 0, rank_map = 0;
+  friend bool operator==(const MeshParts&, const MeshParts&) = default;
+};
+MeshParts mesh_parts(const DeviceMesh& mesh);
+
+// RankContext is what each rank's function gets.
+class RankContext {
+ public:
+  RankContext(std::shared_ptr<ThreadedBackend> backend, int64_t rank);
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return backend_->world_size(); }
+  Communicator& world() { return *world_; }
+  Backend& backend() { return *backend_; }
+  MeshCommunicators& comms() { return comms_; }
+  // comm is this rank's communicator along a dim of `mesh` (through the group cache).
+  Communicator& comm(const DeviceMesh& mesh, int dim) { return comms_.get(mesh, dim); }
+  Communicator& comm(const DeviceMesh& mesh, std::string_view dim) {
+    return comms_.get(mesh, mesh.dim_index(dim));
+  }
+  // check_mesh_agreement exchanges mesh_parts over the world communicator (a collective every
+  // rank calls); on a disagreement the run stops with a "mesh" diagnosis naming the ranks that
+  // differ from the majority (or from `expected`) and the parts that differ.
+  void check_mesh_agreement(const DeviceMesh& mesh, std::optional<MeshParts> expected = {});
+  // fail stops the run with a diagnosis naming this rank (kind "check" by default).
+  [[noreturn]] void fail(const std::string& message, const std::string& kind = "check");
+  // sleep_for sleeps unless the run is aborted first (then throws Aborted).
+  void sleep_for(std::chrono::milliseconds d);
+
+ private:
+  std::shared_ptr<ThreadedBackend> backend_;
+  int64_t rank_;
+  std::shared_ptr<Communicator> world_;
+  MeshCommunicators comms_;
+};
+
+// RankReport is how one rank ended: "ok", "failed" (at fault), "aborted" (stopped because
+// another rank failed) or "stuck" (still running after the grace period).
+struct RankReport {
+  int64_t rank = 0;
+  std::string status;
+  std::string message;
+};
+
+struct RunReport {
+  bool ok = true;
+  std::vector<Diagnosis> failures;  // one per rank at fault
+  std::vector<RankReport> ranks;
+  int64_t collectives = 0;
+  double seconds = 0;
+  // summary: "8 ranks ok" or one line per failure.
+  std::string summary() const;
+};
+
+RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn);
+
+}  // namespace meshsim

@@ -1,0 +1,330 @@
+#include "meshsim/spmd.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "meshsim/error.hpp"
+
+namespace meshsim {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string list(const std::vector<int64_t>& v, std::size_t limit = 32) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > limit) s += ", ... (" + std::to_string(v.size()) + " ranks)";
+  return s + "]";
+}
+
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void add(uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xFF;
+      h *= 1099511628211ull;
+    }
+  }
+  void add(std::string_view s) {
+    add(s.size());
+    for (char c : s) {
+      h ^= static_cast<unsigned char>(c);
+      h *= 1099511628211ull;
+    }
+  }
+};
+
+// stall_diagnosis explains what every blocked rank waits for; the ranks at fault are those
+// missing from some collective while waiting in none (on a cycle, every missing rank).
+Diagnosis stall_diagnosis(const ThreadedBackend& backend, std::chrono::milliseconds timeout,
+                          const std::string& extra) {
+  std::vector<WaitInfo> waits = backend.waits();
+  std::set<int64_t> waiting, missing;
+  for (const WaitInfo& w : waits) {
+    waiting.insert(w.rank);
+    missing.insert(w.missing.begin(), w.missing.end());
+  }
+  std::vector<int64_t> culprits;
+  for (int64_t r : missing) {
+    if (!waiting.count(r)) culprits.push_back(r);
+  }
+  if (culprits.empty()) culprits.assign(missing.begin(), missing.end());
+  Diagnosis d;
+  d.kind = "stall";
+  d.ranks = culprits;
+  d.waiting.assign(waiting.begin(), waiting.end());
+  d.missing.assign(missing.begin(), missing.end());
+  d.message = "stall: no progress for " + std::to_string(timeout.count()) + " ms; ranks " +
+              list(d.missing) + " never arrived";
+  if (!culprits.empty() && culprits.size() < missing.size()) d.message += " (rank" +
+      std::string(culprits.size() > 1 ? "s " : " ") + list(culprits) + " waits in no collective)";
+  std::size_t shown = 0;
+  for (const WaitInfo& w : waits) {
+    if (shown++ == 16) {
+      d.message += "; ... " + std::to_string(waits.size() - 16) + " more waiting ranks";
+      break;
+    }
+    d.message += "; " + w.to_string();
+  }
+  if (!extra.empty()) d.message += "; " + extra;
+  return d;
+}
+
+struct Shared {
+  std::shared_ptr<ThreadedBackend> backend;
+  std::function<void(RankContext&)> fn;
+  std::chrono::milliseconds timeout;
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t done = 0;
+  std::vector<RankReport> reports;
+  std::vector<bool> finished;
+};
+
+void run_rank(const std::shared_ptr<Shared>& sh, int64_t r) {
+  RankReport rep{r, "ok", ""};
+  ThreadedBackend& b = *sh->backend;
+  try {
+    RankContext ctx(sh->backend, r);
+    sh->fn(ctx);
+  } catch (const Aborted& e) {
+    rep = {r, "aborted", e.what()};
+  } catch (const DeadlineExceeded& e) {
+    Diagnosis d = stall_diagnosis(b, sh->timeout, e.what());
+    if (d.ranks.empty()) d.ranks = {r};
+    b.abort(std::move(d));
+    rep = {r, "failed", e.what()};
+  } catch (const Error& e) {
+    const std::string msg = "rank " + std::to_string(r) + " failed: " + e.type_name() + ": " + e.what();
+    if (!b.abort(Diagnosis{"error", {r}, msg, {}, {}})) rep = {r, "aborted", e.what()};
+    else rep = {r, "failed", msg};
+  } catch (const std::exception& e) {
+    const std::string msg = "rank " + std::to_string(r) + " failed: " + e.what();
+    b.abort(Diagnosis{"error", {r}, msg, {}, {}});
+    rep = {r, "failed", msg};
+  } catch (...) {
+    const std::string msg = "rank " + std::to_string(r) + " failed with an unknown exception";
+    b.abort(Diagnosis{"error", {r}, msg, {}, {}});
+    rep = {r, "failed", msg};
+  }
+  b.depart(r);
+  std::lock_guard lk(sh->mu);
+  sh->reports[static_cast<std::size_t>(r)] = std::move(rep);
+  sh->finished[static_cast<std::size_t>(r)] = true;
+  ++sh->done;
+  sh->cv.notify_all();
+}
+
+}  // namespace
+
+MeshParts mesh_parts(const DeviceMesh& mesh) {
+  MeshParts p;
+  Fnv shape, names, layout, ranks;
+  for (int64_t s : mesh.shape()) shape.add(static_cast<uint64_t>(s));
+  if (mesh.names()) {
+    for (const auto& n : *mesh.names()) names.add(n);
+  } else {
+    names.add(uint64_t{0xFFFF});
+  }
+  layout.add(to_string(mesh.layout()));
+  if (auto start = mesh.rank_map_start()) {
+    ranks.add(uint64_t{1});
+    ranks.add(static_cast<uint64_t>(*start));
+    ranks.add(static_cast<uint64_t>(mesh.rank_map_size()));
+  } else {
+    ranks.add(uint64_t{2});
+    for (int64_t r : mesh.rank_map()) ranks.add(static_cast<uint64_t>(r));
+  }
+  return MeshParts{shape.h, names.h, layout.h, ranks.h};
+}
+
+RankContext::RankContext(std::shared_ptr<ThreadedBackend> backend, int64_t rank)
+    : backend_(std::move(backend)), rank_(rank), world_(backend_->world(rank)), comms_(*backend_, rank) {}
+
+void RankContext::fail(const std::string& message, const std::string& kind) {
+  backend_->abort(Diagnosis{kind, {rank_}, "rank " + std::to_string(rank_) + ": " + message, {}, {}});
+  throw Aborted(backend_->diagnosis()->message);
+}
+
+void RankContext::sleep_for(std::chrono::milliseconds d) {
+  if (!backend_->sleep_for(d)) throw Aborted(backend_->diagnosis()->message);
+}
+
+void RankContext::check_mesh_agreement(const DeviceMesh& mesh, std::optional<MeshParts> expected) {
+  const MeshParts mine = mesh_parts(mesh);
+  const int64_t mine_v[4] = {static_cast<int64_t>(mine.shape), static_cast<int64_t>(mine.names),
+                             static_cast<int64_t>(mine.layout), static_cast<int64_t>(mine.rank_map)};
+  const auto n = static_cast<std::size_t>(world_->size());
+  std::vector<int64_t> all(4 * n);
+  world_->all_gather(std::span<const int64_t>(mine_v, 4), std::span<int64_t>(all));
+  std::vector<MeshParts> parts(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    parts[r] = MeshParts{static_cast<uint64_t>(all[4 * r]), static_cast<uint64_t>(all[4 * r + 1]),
+                         static_cast<uint64_t>(all[4 * r + 2]), static_cast<uint64_t>(all[4 * r + 3])};
+  }
+  MeshParts ref;
+  if (expected) {
+    ref = *expected;
+  } else {
+    // The majority's mesh (on a tie, the one the lowest rank built).
+    std::vector<std::pair<MeshParts, std::size_t>> counts;
+    for (const MeshParts& p : parts) {
+      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == p; });
+      if (it == counts.end()) counts.push_back({p, 1});
+      else ++it->second;
+    }
+    ref = std::max_element(counts.begin(), counts.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  }
+  std::vector<int64_t> odd;
+  std::set<std::string> what;
+  for (std::size_t r = 0; r < n; ++r) {
+    const MeshParts& p = parts[r];
+    if (p == ref) continue;
+    odd.push_back(world_->global_ranks()[r]);
+    if (p.shape != ref.shape) what.insert("shape");
+    if (p.names != ref.names) what.insert("names");
+    if (p.layout != ref.layout) what.insert("layout");
+    if (p.rank_map != ref.rank_map) what.insert("rank map");
+  }
+  if (odd.empty()) return;
+  std::string parts_text;
+  for (const auto& w : what) parts_text += (parts_text.empty() ? "" : ", ") + w;
+  const std::string msg =
+      std::string(odd.size() == 1 ? "rank " : "ranks ") +
+      (odd.size() == 1 ? std::to_string(odd[0]) : list(odd)) + " built a different mesh than " +
+      (expected ? std::string("the recipe's") : std::string("the other ranks'")) + ": its " +
+      parts_text + " differ" + (what.size() == 1 ? "s" : "") + " (this rank built " +
+      mesh.to_string() + ")";
+  backend_->abort(Diagnosis{"mesh", odd, msg, {}, {}});
+  throw Aborted(backend_->diagnosis()->message);
+}
+
+std::string RunReport::summary() const {
+  if (ok) {
+    return std::to_string(ranks.size()) + " ranks ok, " + std::to_string(collectives) +
+           " collectives";
+  }
+  std::string s;
+  for (const Diagnosis& d : failures) {
+    s += "rank " + (d.ranks.empty() ? std::string("?") : std::to_string(d.ranks[0])) + " [" +
+         d.kind + "]: " + d.message + "\n";
+  }
+  return s;
+}
+
+RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn) {
+  if (options.backend != "threaded") {
+    throw InvalidArgument("run_spmd: backend '" + options.backend +
+                          "' is not available (this build runs the threaded backend)");
+  }
+  if (options.world_size < 1 || options.world_size > 16384) {
+    throw InvalidArgument("run_spmd: world size " + std::to_string(options.world_size) +
+                          " is out of range [1, 16384] for rank threads");
+  }
+  if (options.timeout.count() <= 0) {
+    throw InvalidArgument("run_spmd: timeout " + std::to_string(options.timeout.count()) +
+                          " ms is not > 0");
+  }
+  const auto start = Clock::now();
+  const auto period = std::clamp(options.timeout / 8, std::chrono::milliseconds(5),
+                                 std::chrono::milliseconds(250));
+  ThreadedBackend::Options bo;
+  bo.world_size = options.world_size;
+  // With a watchdog the collectives' own deadlines come later, so the watchdog, which sees
+  // every rank, writes the diagnosis.
+  bo.timeout = options.watchdog ? options.timeout + period * 4 + std::chrono::milliseconds(500)
+                                : options.timeout;
+  auto sh = std::make_shared<Shared>();
+  sh->backend = std::make_shared<ThreadedBackend>(bo);
+  sh->fn = std::move(fn);
+  sh->timeout = options.timeout;
+  const auto n = static_cast<std::size_t>(options.world_size);
+  sh->reports.resize(n);
+  sh->finished.assign(n, false);
+
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int64_t r = 0; r < options.world_size; ++r) {
+    try {
+      threads.emplace_back([sh, r] { run_rank(sh, r); });
+    } catch (const std::system_error& e) {
+      sh->backend->abort(Diagnosis{"error", {r}, "could not start the thread of rank " +
+                                   std::to_string(r) + ": " + e.what(), {}, {}});
+      std::lock_guard lk(sh->mu);
+      for (int64_t q = r; q < options.world_size; ++q) {
+        sh->reports[static_cast<std::size_t>(q)] = {q, "failed", e.what()};
+        sh->finished[static_cast<std::size_t>(q)] = true;
+        ++sh->done;
+      }
+      break;
+    }
+  }
+
+  std::optional<Clock::time_point> aborted_at;
+  {
+    std::unique_lock lk(sh->mu);
+    while (sh->done < options.world_size) {
+      sh->cv.wait_for(lk, period);
+      if (sh->done == options.world_size) break;
+      lk.unlock();
+      if (sh->backend->aborted()) {
+        if (!aborted_at) aborted_at = Clock::now();
+        if (Clock::now() - *aborted_at > options.grace) {
+          lk.lock();
+          break;
+        }
+      } else if (options.watchdog) {
+        double oldest = 0;
+        for (const WaitInfo& w : sh->backend->waits()) oldest = std::max(oldest, w.seconds);
+        if (oldest * 1000.0 > static_cast<double>(options.timeout.count())) {
+          sh->backend->abort(stall_diagnosis(*sh->backend, options.timeout, ""));
+        }
+      }
+      lk.lock();
+    }
+  }
+
+  RunReport report;
+  {
+    std::lock_guard lk(sh->mu);
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r < threads.size()) {
+        if (sh->finished[r]) threads[r].join();
+        else threads[r].detach();
+      }
+      if (!sh->finished[r]) {
+        sh->reports[r] = {static_cast<int64_t>(r), "stuck",
+                          "still running " + std::to_string(options.grace.count()) +
+                              " ms after the run was aborted (left detached)"};
+      }
+    }
+    report.ranks = sh->reports;
+  }
+  for (std::size_t r = threads.size(); r-- > 0;) {
+    if (threads[r].joinable()) threads[r].join();
+  }
+  if (auto d = sh->backend->diagnosis()) {
+    report.ok = false;
+    for (int64_t r : d->ranks) {
+      Diagnosis one = *d;
+      one.ranks = {r};
+      report.failures.push_back(std::move(one));
+      if (r >= 0 && r < options.world_size) {
+        auto& rr = report.ranks[static_cast<std::size_t>(r)];
+        if (rr.status != "stuck") rr = {r, "failed", d->message};
+      }
+    }
+  }
+  for (const RankReport& r : report.ranks) report.ok = report.ok && r.status == "ok";
+  report.collectives = sh->backend->collectives();
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return report;
+}
+
+}  // namespace meshsim
