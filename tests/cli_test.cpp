@@ -113,3 +113,54 @@ TEST(Cli, ShowRejectsBadMeshesWithAnError) {
 }
 
 }  // namespace
+
+namespace {
+
+// meshsim run: the groups reported are the mesh's, checked over the backend; every planted
+// fault at any rank ends with exit 1 and a failure naming that rank; bad input exits 2.
+Json run_json(const std::string& args, int* status) {
+  Result r = run("run " + args + " --format json");
+  *status = r.status;
+  if (r.lines.size() != 1) return nullptr;
+  return Json::parse(r.lines[0]);
+}
+
+TEST(CliRun, PassesAndReportsTheCheckedGroups) {
+  int status = -1;
+  Json j = run_json("--mesh dp=2,cp=2,tp=4 --slice dp,tp", &status);
+  ASSERT_EQ(status, 0) << j;
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_EQ(j["world_size"], 16);
+  ASSERT_EQ(j["meshes"].size(), 2u);
+  EXPECT_EQ(j["meshes"][1]["groups_by_dim"]["dp"][0], Json({0, 8}));
+  EXPECT_EQ(j["meshes"][1]["groups_by_dim"]["tp"][1], Json({4, 5, 6, 7}));
+  EXPECT_EQ(j["failures"].size(), 0u);
+  EXPECT_GT(j["checks"].get<int64_t>(), 0);
+}
+
+TEST(CliRun, EveryFaultKindAtEveryRankIsDiagnosedNamingIt) {
+  for (const std::string kind : {"throw", "skip", "mismatch", "mesh", "stall"}) {
+    for (int rank : {0, 3, 5}) {
+      int status = -1;
+      Json j = run_json("--mesh dp=2,tp=3 --timeout 0.5 --fault " + kind + "@" + std::to_string(rank), &status);
+      EXPECT_EQ(status, 1) << kind << "@" << rank;
+      ASSERT_TRUE(j.is_object()) << kind << "@" << rank;
+      ASSERT_FALSE(j["failures"].empty()) << kind << "@" << rank;
+      bool named = false;
+      for (const Json& f : j["failures"]) named = named || f["rank"] == rank;
+      EXPECT_TRUE(named) << kind << "@" << rank << ": " << j["failures"];
+      if (kind == "stall") EXPECT_EQ(j["failures"][0]["missing"], Json({rank}));
+    }
+  }
+}
+
+TEST(CliRun, BadUsageExitsTwo) {
+  for (const std::string args : {"--mesh dp=0", "--mesh dp=-2", "--mesh dp=2,dp=2",
+                                 "--mesh dp=4 --world-size 2", "--mesh dp=9223372036854775807,tp=2",
+                                 "--mesh dp=2 --fault nope@1", "--mesh dp=2 --fault throw@2",
+                                 "--mesh dp=2 --backend mpi", "--mesh dp=2 --timeout 0"}) {
+    EXPECT_EQ(run("run " + args).status, 2) << args;
+  }
+}
+
+}  // namespace
