@@ -12,6 +12,39 @@
 #include "meshsim/run.hpp"
 #include "meshsim/show.hpp"
 
+namespace {
+
+// RecipeOptions are the recipe flags `show` and `run` share; steps() returns the
+// transformations in command-line order.
+struct RecipeOptions {
+  std::vector<std::string> slices, flattens, unflattens;
+  CLI::Option *slice = nullptr, *flatten = nullptr, *unflatten = nullptr;
+
+  void add(CLI::App* sub, meshsim::RecipeFlags& f) {
+    sub->add_option("--mesh", f.mesh, "named sizes, e.g. dp=2,cp=2,tp=4");
+    sub->add_option("--shape", f.shape, "sizes, e.g. 2,2,4 (with --names)");
+    sub->add_option("--names", f.names, "dim names for --shape, e.g. dp,cp,tp");
+    sub->add_option("--rank-map", f.rank_map, "global ranks: a range 8..23 or a list 8,9,...");
+    sub->add_option("--world-size", f.world_size, "world size (default: enough for the ranks)");
+    slice = sub->add_option("--slice", slices, "slice dims, e.g. dp,tp (repeatable)");
+    flatten = sub->add_option("--flatten", flattens, "flatten (optional name)")
+                  ->expected(0, 1)
+                  ->default_str("");
+    unflatten = sub->add_option("--unflatten", unflattens, "unflatten dim:sizes:names, e.g. tp:2,2:a,b");
+  }
+
+  void collect(CLI::App* sub, meshsim::RecipeFlags& f) const {
+    std::size_t si = 0, fi = 0, ui = 0;
+    for (CLI::Option* opt : sub->parse_order()) {
+      if (opt == slice) f.steps.push_back({"slice", slices.at(si++)});
+      if (opt == flatten) f.steps.push_back({"flatten", fi < flattens.size() ? flattens[fi++] : ""});
+      if (opt == unflatten) f.steps.push_back({"unflatten", unflattens.at(ui++)});
+    }
+  }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"meshsim: device-mesh layout algebra and bookkeeping, testable on a laptop"};
   app.require_subcommand(1);
@@ -28,33 +61,16 @@ int main(int argc, char** argv) {
 
   auto* show = app.add_subcommand("show", "show a mesh, its per-dim groups and coordinates");
   meshsim::show::Options so;
-  std::vector<std::string> slices, flattens, unflattens;
-  show->add_option("--mesh", so.recipe.mesh, "named sizes, e.g. dp=2,cp=2,tp=4");
-  show->add_option("--shape", so.recipe.shape, "sizes, e.g. 2,2,4 (with --names)");
-  show->add_option("--names", so.recipe.names, "dim names for --shape, e.g. dp,cp,tp");
-  show->add_option("--rank-map", so.recipe.rank_map, "global ranks: a range 8..23 or a list 8,9,...");
-  show->add_option("--world-size", so.recipe.world_size, "world size (default: enough for the ranks)");
+  RecipeOptions show_recipe;
+  show_recipe.add(show, so.recipe);
   show->add_option("--rank", so.recipe.rank, "the rank whose view and groups to show");
-  auto* o_slice = show->add_option("--slice", slices, "slice dims, e.g. dp,tp (repeatable)");
-  auto* o_flatten = show->add_option("--flatten", flattens, "flatten (optional name)")
-                        ->expected(0, 1)
-                        ->default_str("");
-  auto* o_unflatten =
-      show->add_option("--unflatten", unflattens, "unflatten dim:sizes:names, e.g. tp:2,2:a,b");
   show->add_option("--format", so.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   show->add_option("--max-rows", so.max_rows, "rows printed per table (text)");
 
   auto* run = app.add_subcommand("run", "simulate every rank over a backend and check the mesh's groups");
   meshsim::run::Options ro;
-  std::vector<std::string> r_slices, r_flattens, r_unflattens;
-  run->add_option("--mesh", ro.recipe.mesh, "named sizes, e.g. dp=2,cp=2,tp=4");
-  run->add_option("--shape", ro.recipe.shape, "sizes, e.g. 2,2,4 (with --names)");
-  run->add_option("--names", ro.recipe.names, "dim names for --shape");
-  run->add_option("--rank-map", ro.recipe.rank_map, "global ranks: a range 8..23 or a list");
-  run->add_option("--world-size", ro.recipe.world_size, "world size (>= the mesh's ranks)");
-  auto* r_slice = run->add_option("--slice", r_slices, "slice dims (repeatable)");
-  auto* r_flatten = run->add_option("--flatten", r_flattens, "flatten (optional name)")->expected(0, 1)->default_str("");
-  auto* r_unflatten = run->add_option("--unflatten", r_unflattens, "unflatten dim:sizes:names");
+  RecipeOptions run_recipe;
+  run_recipe.add(run, ro.recipe);
   run->add_option("--backend", ro.backend, "threaded (default)");
   run->add_option("--timeout", ro.timeout_seconds, "seconds every wait may take (default 30)");
   run->add_option("--format", ro.format, "text or json");
@@ -83,14 +99,7 @@ int main(int argc, char** argv) {
     return std::cout.good() && r.input_ok ? 0 : 1;
   }
   if (*show) {
-    // Transformations apply in command-line order.
-    std::size_t si = 0, fi = 0, ui = 0;
-    for (CLI::Option* opt : show->parse_order()) {
-      auto& steps = so.recipe.steps;
-      if (opt == o_slice) steps.push_back({"slice", slices.at(si++)});
-      if (opt == o_flatten) steps.push_back({"flatten", fi < flattens.size() ? flattens[fi++] : ""});
-      if (opt == o_unflatten) steps.push_back({"unflatten", unflattens.at(ui++)});
-    }
+    show_recipe.collect(show, so.recipe);  // transformations in command-line order
     try {
       meshsim::show::run(so, std::cout);
     } catch (const meshsim::Error& e) {
@@ -100,13 +109,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*run) {
-    std::size_t si = 0, fi = 0, ui = 0;
-    for (CLI::Option* opt : run->parse_order()) {
-      auto& steps = ro.recipe.steps;
-      if (opt == r_slice) steps.push_back({"slice", r_slices.at(si++)});
-      if (opt == r_flatten) steps.push_back({"flatten", fi < r_flattens.size() ? r_flattens[fi++] : ""});
-      if (opt == r_unflatten) steps.push_back({"unflatten", r_unflattens.at(ui++)});
-    }
+    run_recipe.collect(run, ro.recipe);
     try {
       return meshsim::run::run(ro, std::cout);
     } catch (const meshsim::Error& e) {
