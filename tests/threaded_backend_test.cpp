@@ -41,8 +41,10 @@ void check_reductions(int64_t world) {
         T want = value_of<T>(0, i);
         for (int64_t r = 1; r < world; ++r) {
           const T v = value_of<T>(r, i);
-          if (op == ReduceOp::kSum || op == ReduceOp::kAvg) want = static_cast<T>(want + v);
-          if (op == ReduceOp::kProd) want = static_cast<T>(want * v);
+          // Integers wrap (two's complement) like the backend's; computed without signed overflow.
+          using W = std::conditional_t<std::is_integral_v<T>, std::make_unsigned_t<std::conditional_t<std::is_integral_v<T>, T, int>>, T>;
+          if (op == ReduceOp::kSum || op == ReduceOp::kAvg) want = static_cast<T>(static_cast<W>(want) + static_cast<W>(v));
+          if (op == ReduceOp::kProd) want = static_cast<T>(static_cast<W>(want) * static_cast<W>(v));
           if (op == ReduceOp::kMin) want = std::min(want, v);
           if (op == ReduceOp::kMax) want = std::max(want, v);
         }

@@ -99,7 +99,8 @@ RootSpec root_from_json(const Json& build) {
         "'from_logical'");
   }
   RootSpec r;
-  const auto& [kind, body] = *build.items().begin();
+  const std::string kind = build.begin().key();
+  const Json& body = build.begin().value();
   need_object(body, "'" + kind + "'");
   if (kind == "init_device_mesh" || kind == "from_logical") {
     r.kind = kind == "init_device_mesh" ? RootSpec::Kind::kInit : RootSpec::Kind::kLogical;
