@@ -137,7 +137,8 @@ Json field(Program& p, const DeviceMesh& m, const std::string& name) {
     // Each dim's index among the root's names (PyTorch's get_root_mesh_dim); null when the dim
     // is not a root dim (a flattened or unflattened one).
     Json out = Json::object();
-    const MeshNames& rn = m.root().names();
+    const DeviceMesh root = m.root();
+    const MeshNames& rn = root.names();
     for (int d = 0; d < m.ndim(); ++d) {
       Json idx = nullptr;
       if (rn && m.names()) {
