@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "generators.hpp"
+#include "meshsim/testing/generators.hpp"
 #include "meshsim/algebra.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/mesh_layout.hpp"

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "mesh_generators.hpp"
+#include "meshsim/testing/mesh_generators.hpp"
 #include "mesh_reference.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/mesh_json.hpp"

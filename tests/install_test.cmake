@@ -19,6 +19,17 @@ execute_process(COMMAND ${WORK_DIR}/build/downstream RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "the downstream program failed: ${rc}")
 endif()
+# The downstream suite, through ctest: the SPMD instance carries the backend's label.
+execute_process(COMMAND ${CMAKE_CTEST_COMMAND} --test-dir ${WORK_DIR}/build -L threaded
+                        --output-on-failure RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc OR NOT out MATCHES "Downstream.TpGroupsMatchTheMesh/threaded" OR NOT out MATCHES "100% tests passed")
+  message(FATAL_ERROR "the downstream SPMD test failed (${rc}):\n${out}")
+endif()
+execute_process(COMMAND ${CMAKE_CTEST_COMMAND} --test-dir ${WORK_DIR}/build -L prop
+                        --output-on-failure RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc OR NOT out MATCHES "2 tests passed|100% tests passed, 0 tests failed out of 2")
+  message(FATAL_ERROR "the downstream properties failed (${rc}):\n${out}")
+endif()
 execute_process(COMMAND ${WORK_DIR}/prefix/bin/meshsim ops RESULT_VARIABLE rc OUTPUT_VARIABLE out)
 if(rc OR NOT out MATCHES "composition")
   message(FATAL_ERROR "the installed meshsim tool failed: ${rc}")

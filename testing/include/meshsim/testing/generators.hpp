@@ -1,7 +1,7 @@
 // generators.hpp — rapidcheck generators for IntTuples and Layouts, reusable by anyone who fuzzes
 // their own layouts:
 //
-//   #include <proptests/generators.hpp>
+//   #include <meshsim/testing/generators.hpp>   // target meshsim::testing
 //   RC_GTEST_PROP(MyLayouts, CoalesceKeepsSize, ()) {
 //     const meshsim::Layout l = *meshsim::gen::layout();
 //     RC_ASSERT(size(meshsim::coalesce(l)) == size(l));

@@ -1,6 +1,7 @@
 // mesh_generators.hpp — rapidcheck generators for DeviceMesh roots: up to 6 dims, worlds up to
 // 4096 ranks, rank maps that are the identity, an offset run, a permutation or a sparse set.
 //
+//   #include <meshsim/testing/mesh_generators.hpp>   // target meshsim::testing
 //   RC_GTEST_PROP(MyMeshes, EveryRankHasACoordinate, ()) {
 //     const auto spec = *meshsim::gen::mesh_root();
 //     meshsim::DeviceMesh m = spec.build();

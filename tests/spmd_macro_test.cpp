@@ -1,0 +1,192 @@
+// MESHSIM_SPMD_TEST and run_on_every_rank: the body runs on every rank once per backend, as
+// separate test instances; a failing rank's assertion is reported with the rank; a fatal one stops
+// every rank fast; exceptions, stalls and skips are reported as the user expects.
+#include "meshsim/testing/spmd_test.hpp"
+
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <numeric>
+
+#include "meshsim/error.hpp"
+
+namespace meshsim {
+namespace {
+
+using namespace std::chrono_literals;
+using Names = std::vector<std::string>;
+
+// On every rank and every dim, the communicator's group is the group the mesh computes, and
+// all_gather of the global ranks over it returns that group in order.
+void check_every_dim(RankContext& ctx, const DeviceMesh& mesh) {
+  ctx.check_mesh_agreement(mesh);
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    Communicator& c = ctx.comm(mesh, d);
+    const std::optional<std::vector<int64_t>> group = mesh.group_of(ctx.rank(), d);
+    ASSERT_TRUE(group.has_value()) << "rank " << ctx.rank() << " is not in " << mesh.to_string();
+    const std::vector<int64_t>& want = *group;
+    ASSERT_EQ(c.global_ranks(), want) << "dim " << d;
+    const int64_t me = ctx.rank();
+    std::vector<int64_t> got(static_cast<std::size_t>(c.size()));
+    c.all_gather(std::span<const int64_t>(&me, 1), std::span<int64_t>(got));
+    EXPECT_EQ(got, want) << "dim " << d;
+  }
+}
+
+MESHSIM_SPMD_TEST(SpmdMacro, GroupsOfA3dMeshMatchAllGather, 8) {
+  check_every_dim(ctx, DeviceMesh::init(std::vector<int64_t>{2, 2, 2}, Names{"dp", "cp", "tp"}));
+}
+
+MESHSIM_SPMD_TEST(SpmdMacro, PermutedRankMapSlicedAndFlattened, 12) {
+  std::vector<int64_t> ranks(12);
+  std::iota(ranks.begin(), ranks.end(), int64_t{0});
+  std::reverse(ranks.begin(), ranks.end());
+  std::rotate(ranks.begin(), ranks.begin() + 5, ranks.end());
+  const DeviceMesh mesh = DeviceMesh::from_ranks(std::vector<int64_t>{3, 2, 2}, ranks, Names{"dp", "cp", "tp"});
+  check_every_dim(ctx, mesh);
+  check_every_dim(ctx, mesh.slice({"dp", "tp"}));
+  check_every_dim(ctx, mesh.slice({"cp", "tp"}).flatten());
+}
+
+MESHSIM_SPMD_TEST(SpmdMacro, UnflattenedWorldOfFive, 5) {
+  check_every_dim(ctx, DeviceMesh::init(std::vector<int64_t>{5}, Names{"world"}));
+  // A world of 5 with a mesh of 4: rank 4 is outside and holds no group.
+  if (ctx.rank() < 4) {
+    const DeviceMesh m = DeviceMesh::init(std::vector<int64_t>{4}, Names{"w"}, {.world_size = 5})
+                             .unflatten(0, std::vector<int64_t>{2, 2}, Names{"dp", "tp"});
+    for (int d = 0; d < 2; ++d) EXPECT_EQ(ctx.comm(m, d).size(), 2);
+  }
+}
+
+MESHSIM_SPMD_TEST(SpmdMacro, OneRank, 1) {
+  int64_t v = 41;
+  ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
+  EXPECT_EQ(v, 41);
+  EXPECT_EQ(ctx.world_size(), 1);
+}
+
+// Runs `fn` through run_on_every_rank and keeps what it reported instead of failing this test.
+struct Intercepted {
+  ::testing::TestPartResultArray results;
+  RunReport report;
+  std::vector<std::string> messages(::testing::TestPartResult::Type type) const {
+    std::vector<std::string> out;
+    for (int i = 0; i < results.size(); ++i) {
+      if (results.GetTestPartResult(i).type() == type) out.push_back(results.GetTestPartResult(i).message());
+    }
+    return out;
+  }
+};
+
+std::unique_ptr<Intercepted> intercept(int64_t world, const std::function<void(RankContext&)>& fn,
+                                       std::chrono::milliseconds timeout = 5000ms) {
+  auto out = std::make_unique<Intercepted>();
+  ::testing::ScopedFakeTestPartResultReporter r(
+      ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &out->results);
+  out->report = testing::run_on_every_rank(world, "threaded", fn, timeout);
+  return out;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(SpmdMacroReports, RegistersOneInstancePerBackend) {
+  const ::testing::UnitTest& ut = *::testing::UnitTest::GetInstance();
+  std::vector<std::string> names;
+  for (int i = 0; i < ut.total_test_suite_count(); ++i) {
+    const ::testing::TestSuite& s = *ut.GetTestSuite(i);
+    if (std::string(s.name()) != "SpmdMacro") continue;
+    for (int j = 0; j < s.total_test_count(); ++j) names.push_back(s.GetTestInfo(j)->name());
+  }
+  EXPECT_EQ(testing::spmd_backends(), std::vector<std::string>{"threaded"});
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"GroupsOfA3dMeshMatchAllGather/threaded", "OneRank/threaded",
+                                             "PermutedRankMapSlicedAndFlattened/threaded",
+                                             "UnflattenedWorldOfFive/threaded"}));
+}
+
+TEST(SpmdMacroReports, NonFatalFailureNamesEachFailingRank) {
+  auto got = intercept(6, [](RankContext& ctx) {
+    int64_t v = ctx.rank();
+    ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
+    EXPECT_EQ(v, 15);
+    EXPECT_NE(ctx.rank() % 3, 1) << "planted";
+  });
+  EXPECT_TRUE(got->report.ok) << got->report.summary();
+  auto failed = got->messages(::testing::TestPartResult::kNonFatalFailure);
+  std::sort(failed.begin(), failed.end());
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_TRUE(contains(failed[0], "[rank 1] ") && contains(failed[0], "planted")) << failed[0];
+  EXPECT_TRUE(contains(failed[1], "[rank 4] ") && contains(failed[1], "planted")) << failed[1];
+}
+
+TEST(SpmdMacroReports, FatalFailureStopsEveryRankFast) {
+  const auto start = std::chrono::steady_clock::now();
+  auto got = intercept(
+      8,
+      [](RankContext& ctx) {
+        ASSERT_NE(ctx.rank(), 5) << "planted fatal";
+        ctx.world().barrier();  // rank 5 never arrives: the others must not wait for the timeout
+      },
+      20000ms);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(s, 10.0) << "the other ranks waited for the timeout";
+  EXPECT_FALSE(got->report.ok);
+  ASSERT_EQ(got->report.failures.size(), 1u) << got->report.summary();
+  EXPECT_EQ(got->report.failures[0].ranks, std::vector<int64_t>{5});
+  EXPECT_EQ(got->report.failures[0].kind, "assertion");
+  const auto failed = got->messages(::testing::TestPartResult::kNonFatalFailure);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_TRUE(contains(failed[0], "[rank 5] ") && contains(failed[0], "planted fatal")) << failed[0];
+}
+
+TEST(SpmdMacroReports, ExceptionAndStallFailTheTestWithTheDiagnosis) {
+  auto thrown = intercept(4, [](RankContext& ctx) {
+    if (ctx.rank() == 3) throw InvalidArgument("planted exception");
+    ctx.world().barrier();
+  });
+  auto failed = thrown->messages(::testing::TestPartResult::kNonFatalFailure);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_TRUE(contains(failed[0], "rank 3") && contains(failed[0], "planted exception")) << failed[0];
+
+  auto stalled = intercept(
+      3, [](RankContext& ctx) {
+        if (ctx.rank() == 0) {
+          try {
+            ctx.sleep_for(10000ms);
+          } catch (const Aborted&) {
+            return;
+          }
+        }
+        ctx.world().barrier();
+      },
+      300ms);
+  failed = stalled->messages(::testing::TestPartResult::kNonFatalFailure);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_TRUE(contains(failed[0], "stall") && contains(failed[0], "rank 0")) << failed[0];
+}
+
+TEST(SpmdMacroReports, SkipOnEveryRankSkipsTheTest) {
+  auto got = intercept(3, [](RankContext&) { GTEST_SKIP() << "no accelerator"; });
+  EXPECT_TRUE(got->report.ok);
+  EXPECT_TRUE(got->messages(::testing::TestPartResult::kNonFatalFailure).empty());
+  const auto skipped = got->messages(::testing::TestPartResult::kSkip);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_TRUE(contains(skipped[0], "[rank 0] no accelerator")) << skipped[0];
+}
+
+TEST(SpmdMacroReports, TimeoutFromTheEnvironmentIsChecked) {
+  ::setenv("MESHSIM_TEST_TIMEOUT", "2.5", 1);
+  EXPECT_EQ(testing::default_timeout(), 2500ms);
+  for (const char* bad : {"0", "-1", "nan", "1e9", "3s", "inf"}) {
+    ::setenv("MESHSIM_TEST_TIMEOUT", bad, 1);
+    EXPECT_THROW(testing::default_timeout(), InvalidArgument) << bad;
+  }
+  ::unsetenv("MESHSIM_TEST_TIMEOUT");
+  EXPECT_EQ(testing::default_timeout(), 30000ms);
+}
+
+}  // namespace
+}  // namespace meshsim
