@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "reduce.hpp"
 
@@ -36,11 +37,11 @@ struct Arrival {
 struct Slot {
   explicit Slot(std::size_t n) : at(n) {}
   std::vector<Arrival> at;
-  int arrived = 0;
-  int phase_done[2] = {0, 0};
+  // Written under the group's mutex; atomic so that a waiter may spin on them without it.
+  std::atomic<int> arrived{0};
+  std::atomic<int> finished{0};
   int left = 0;
   bool mismatch = false;
-  std::vector<std::byte> scratch;
 };
 
 struct Group {
@@ -69,6 +70,7 @@ struct RankWait {
 
 struct ThreadedBackend::State {
   Options options;
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<bool> aborted{false};
   mutable std::mutex diag_mu;
   std::optional<Diagnosis> diagnosis;
@@ -120,17 +122,29 @@ class ThreadedCommunicator final : public Communicator {
     check_count(count);
     const CollectiveDesc d{CollectiveOp::kAllReduce, t, count, -1, op};
     const std::size_t es = dtype_size(t);
+    // Rank k owns chunk k of every rank's buffer: it alone reads and writes that chunk, so it
+    // reduces the chunk tile by tile (in group-rank order) into a cache-sized buffer and writes
+    // the result straight into every rank's buffer. Each rank reads and writes count/n elements
+    // of each buffer once: one memcpy's worth of traffic per rank, no shared scratch.
     collective(d, buf, buf, [&](Slot& slot, int n) {
       const int64_t lo = count * me_ / n, hi = count * (me_ + 1) / n;
+      constexpr std::size_t kTileBytes = 32 * 1024;
+      const int64_t tile = static_cast<int64_t>(kTileBytes / es);
+      alignas(64) std::byte acc[kTileBytes];
       std::vector<const std::byte*> ins(static_cast<std::size_t>(n));
-      for (int r = 0; r < n; ++r) {
-        ins[static_cast<std::size_t>(r)] =
-            static_cast<const std::byte*>(slot.at[static_cast<std::size_t>(r)].in) + lo * es;
+      for (int64_t at = lo; at < hi; at += tile) {
+        const int64_t len = std::min(tile, hi - at);
+        for (int r = 0; r < n; ++r) {
+          ins[static_cast<std::size_t>(r)] =
+              static_cast<const std::byte*>(slot.at[static_cast<std::size_t>(r)].in) + at * es;
+        }
+        detail::reduce_into(acc, ins, len, t, op);
+        for (int r = 0; r < n; ++r) {
+          std::memcpy(static_cast<std::byte*>(slot.at[static_cast<std::size_t>(r)].out) + at * es,
+                      acc, static_cast<std::size_t>(len) * es);
+        }
       }
-      detail::reduce_into(slot.scratch.data() + lo * es, ins, hi - lo, t, op);
-    }, [&](Slot& slot, int) {
-      if (count > 0) std::memcpy(buf, slot.scratch.data(), static_cast<std::size_t>(count) * es);
-    }, static_cast<std::size_t>(count) * es);
+    });
   }
 
   void broadcast(void* buf, int64_t count, DType t, int root) override {
@@ -330,11 +344,10 @@ class ThreadedCommunicator final : public Communicator {
     return msg;
   }
 
-  // collective runs one rendezvous: arrive, check agreement, work phase 1 (reading the other
-  // ranks' buffers), and when phase2 is given, a second phase after everyone finished the
-  // first (all_reduce writes its result in place only after every rank read its inputs).
-  void collective(const CollectiveDesc& d, const void* in, void* out, const Work& phase1,
-                  const Work& phase2 = nullptr, std::size_t scratch_bytes = 0) {
+  // collective runs one rendezvous: arrive, check agreement, do the work (reading the other
+  // ranks' buffers, or writing into them where each rank owns a disjoint part), then a barrier so
+  // that no rank returns, and reuses its buffers, while another still touches them.
+  void collective(const CollectiveDesc& d, const void* in, void* out, const Work& work) {
     if (s_->aborted.load()) s_->throw_aborted();
     const int n = size();
     const uint64_t seq = ++seq_;
@@ -344,10 +357,7 @@ class ThreadedCommunicator final : public Communicator {
     Waiting waiting(rw, g_, seq, d, false, {});
     std::unique_lock lk(g_->mu);
     auto& ref = g_->slots[seq];
-    if (!ref) {
-      ref = std::make_shared<Slot>(static_cast<std::size_t>(n));
-      ref->scratch.resize(scratch_bytes);
-    }
+    if (!ref) ref = std::make_shared<Slot>(static_cast<std::size_t>(n));
     std::shared_ptr<Slot> slot = ref;
     Arrival& a = slot->at[static_cast<std::size_t>(me_)];
     a.arrived = true;
@@ -371,7 +381,13 @@ class ThreadedCommunicator final : public Communicator {
       owner_->abort(Diagnosis{"mismatch", culprits, msg, {}, {}});
       s_->throw_aborted();
     }
-    if (all_here()) g_->cv.notify_all();
+    if (all_here()) {
+      g_->cv.notify_all();
+    } else {
+      lk.unlock();
+      spin([&] { return slot->arrived.load() == n; });
+      lk.lock();
+    }
     wait(lk, [&] { return all_here() || slot->mismatch; }, missing, until, what);
     if (slot->mismatch) {
       lk.unlock();
@@ -389,22 +405,28 @@ class ThreadedCommunicator final : public Communicator {
         if (!err) err = std::current_exception();
       }
     };
-    run_phase(phase1);
+    run_phase(work);
     lk.lock();
-    const int phases = phase2 ? 2 : 1;
-    for (int p = 0; p < phases; ++p) {
-      if (++slot->phase_done[p] == n) g_->cv.notify_all();
-      g_->cv.wait(lk, [&] { return slot->phase_done[p] == n; });
-      if (p == 0 && phase2) {
-        lk.unlock();
-        run_phase(phase2);
-        lk.lock();
-      }
+    if (++slot->finished == n) {
+      g_->cv.notify_all();
+    } else {
+      lk.unlock();
+      spin([&] { return slot->finished.load() == n; });
+      lk.lock();
     }
+    g_->cv.wait(lk, [&] { return slot->finished == n; });
     if (++slot->left == n) g_->slots.erase(seq);
     lk.unlock();
     if (err) std::rethrow_exception(err);
     s_->collectives.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // spin waits briefly for `ready` when the group fits on the machine's cores, so that a
+  // rendezvous of a few ranks costs no sleep and wake-up; larger groups go straight to sleep.
+  template <class Ready>
+  void spin(Ready ready) const {
+    if (size() > s_->cores) return;
+    for (int i = 0; i < 2000 && !ready(); ++i) std::this_thread::yield();
   }
 
   void wait_abort(Clock::time_point until) {
@@ -454,11 +476,11 @@ class ThreadedCommunicator final : public Communicator {
       if (d.count > 0) {
         std::memcpy(out, s.in, static_cast<std::size_t>(d.count) * dtype_size(d.dtype));
       }
-      slot->phase_done[0] = 1;
+      slot->finished = 1;
       g_->p2p.erase(key);
       g_->cv.notify_all();
     } else {
-      wait(lk, [&] { return slot->phase_done[0] == 1; }, [&] { return std::vector<int>{}; }, until,
+      wait(lk, [&] { return slot->finished == 1; }, [&] { return std::vector<int>{}; }, until,
            what);
     }
     lk.unlock();
