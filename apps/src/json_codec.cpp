@@ -151,12 +151,18 @@ std::vector<int64_t> to_int_list(const Json& j, std::string_view field) {
   return out;
 }
 
-Json from_int_tuple(const IntTuple& t) {
-  if (t.is_int()) return t.value();
+namespace {
+// from_nodes walks the preorder nodes once (indexing children one by one is quadratic).
+Json from_nodes(const IntTuple::Node* n) {
+  if (n->arity == IntTuple::kLeaf) return n->value;
   Json a = Json::array();
-  for (int i = 0; i < t.rank(); ++i) a.push_back(from_int_tuple(t[i]));
+  const IntTuple::Node* c = n + 1;
+  for (int k = 0; k < n->arity; ++k, c += c->span) a.push_back(from_nodes(c));
   return a;
 }
+}  // namespace
+
+Json from_int_tuple(const IntTuple& t) { return from_nodes(t.nodes()); }
 
 Json from_layout(const Layout& l) {
   return Json{{"shape", from_int_tuple(l.shape())}, {"stride", from_int_tuple(l.stride())}};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <istream>
+#include <optional>
 #include <ostream>
 #include <unordered_map>
 
@@ -47,6 +48,23 @@ struct Args {
 
 using Handler = std::function<Json(const Args&)>;
 
+// charge refuses, before anything is built, an answer that would hold more than the one element
+// budget every answer has (mesh.program charges field by field; see mesh_program.hpp).
+void charge(int64_t elements, bool overflowed, const std::string& what) {
+  const int64_t budget = max_answer_elements();
+  if (overflowed || elements > budget) {
+    throw ResourceExhausted(what + " would hold " +
+                            (overflowed ? std::string("more than 2^63") : std::to_string(elements)) +
+                            " elements, over the answer's budget of " + std::to_string(budget) +
+                            " (raise it with --max-elements)");
+  }
+}
+void charge_product(int64_t a, int64_t b, const std::string& what) {
+  int64_t n = 0;
+  const bool overflowed = __builtin_mul_overflow(a, b, &n);
+  charge(n, overflowed, what);
+}
+
 Json rank_list(const std::vector<int64_t>& v) { return Json(v); }
 
 const std::unordered_map<std::string, Handler>& handlers() {
@@ -70,6 +88,9 @@ const std::unordered_map<std::string, Handler>& handlers() {
     };
     t["idx2crd"] = [](const Args& a) {
       IntTuple shape = a.tuple("shape");
+      charge_product(static_cast<int64_t>(a.list("indices").size()), shape.leaf_count() + 1,
+                     "idx2crd of " + std::to_string(a.list("indices").size()) + " indices over " +
+                         std::to_string(shape.leaf_count()) + " modes");
       Json out = Json::array();
       if (a.has("stride")) {
         IntTuple stride = a.tuple("stride");
@@ -126,7 +147,9 @@ const std::unordered_map<std::string, Handler>& handlers() {
       return Json(mesh_check_non_overlap(a.layout("layout")));
     };
     t["mesh_all_ranks_from_zero"] = [](const Args& a) {
-      return rank_list(mesh_all_ranks_from_zero(a.layout("layout")));
+      const Layout l = a.layout("layout");
+      charge(size(l), false, "the ranks of " + to_string(l));
+      return rank_list(mesh_all_ranks_from_zero(l));
     };
     t["mesh_top_level_sizes"] = [](const Args& a) {
       return rank_list(mesh_top_level_sizes(a.layout("layout")));
@@ -146,11 +169,22 @@ const std::unordered_map<std::string, Handler>& handlers() {
       return L(mesh_unflatten(a.layout("layout"), a.integer("dim"), sizes));
     };
     t["mesh_global_ranks"] = [](const Args& a) {
-      return Json(mesh_global_ranks(a.layout("layout"), a.integer("world_size")));
+      const Layout l = a.layout("layout");
+      const int64_t world = a.integer("world_size");
+      // PyTorch answers layouts that reach past the world (the reference vectors pin it), so
+      // only the size of the answer is bounded here.
+      charge_product(size(complement(l, world, Convention::kTorch)), size(l) + 1,
+                     "the groups of " + to_string(l) + " in a world of " + std::to_string(world));
+      return Json(mesh_global_ranks(l, world));
     };
     t["mesh_remap_to_tensor"] = [](const Args& a) {
       std::vector<int64_t> map = json::to_int_list(a.at("rank_map"), "rank_map");
-      RemappedTensor t = mesh_remap_to_tensor(a.layout("layout"), map);
+      const Layout l = a.layout("layout");
+      if (cosize(l) <= static_cast<int64_t>(map.size())) {
+        charge_product(size(complement(l, static_cast<int64_t>(map.size()), Convention::kTorch)),
+                       size(l), "the remapped tensor of " + to_string(l));
+      }
+      RemappedTensor t = mesh_remap_to_tensor(l, map);
       // Nest the row-major values into lists along t.shape.
       std::function<Json(std::size_t, std::size_t&)> nest = [&](std::size_t dim,
                                                                  std::size_t& pos) -> Json {
@@ -187,6 +221,86 @@ Json error_answer(const Json& id, std::string_view type, std::string_view messag
 // dump never throws on invalid UTF-8 echoed from input: it is replaced.
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
+// RawId reads the text of a request's top-level "id" number, for ids that JSON's reader keeps
+// only as a double (past int64/uint64, or with a fraction or exponent): they are echoed as sent;
+// and for a request that is not valid JSON, the id it held before the error.
+struct RawId final : nlohmann::json_sax<Json> {
+  int depth = 0;
+  bool at_id = false;
+  std::optional<std::string> raw;
+
+  bool scalar() {
+    if (depth == 1 && at_id) raw.reset();
+    at_id = false;
+    return true;
+  }
+  bool null() override { return scalar(); }
+  bool boolean(bool) override { return scalar(); }
+  bool number_integer(number_integer_t v) override { return integer(std::to_string(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return integer(std::to_string(v)); }
+  bool integer(std::string text) {
+    const bool mine = depth == 1 && at_id;
+    scalar();
+    if (mine) raw = std::move(text);
+    return true;
+  }
+  bool number_float(number_float_t, const string_t& text) override {
+    const bool mine = depth == 1 && at_id;
+    scalar();
+    if (mine) raw = text;
+    return true;
+  }
+  bool string(string_t&) override { return scalar(); }
+  bool binary(binary_t&) override { return scalar(); }
+  bool start_object(std::size_t) override { return open(); }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    at_id = depth == 1 && k == "id";
+    return true;
+  }
+  // A number past double's range is an error of JSON's reader; when it is the id, its text is
+  // still echoed with the ParseError.
+  bool parse_error(std::size_t, const std::string& token, const Json::exception& e) override {
+    if (depth == 1 && at_id && e.id == 406) raw = token;
+    error = e.what();
+    return false;
+  }
+  std::string error;
+
+ private:
+  bool open() {
+    if (depth == 1 && at_id) raw.reset();
+    at_id = false;
+    ++depth;
+    return true;
+  }
+  bool close() {
+    --depth;
+    return true;
+  }
+};
+
+RawId raw_id(std::string_view line) {
+  RawId sax;
+  Json::sax_parse(line.begin(), line.end(), &sax);
+  return sax;
+}
+
+// finish writes an answer object, with the request's id as sent when `raw` holds its text.
+std::string finish(const Json& answer, const std::optional<std::string>& raw) {
+  if (!raw) return dump(answer);
+  std::string out = "{";
+  for (const auto& [k, v] : answer.items()) {
+    if (out.size() > 1) out += ',';
+    out += dump(Json(k));
+    out += ':';
+    out += k == "id" ? *raw : dump(v);
+  }
+  return out + "}";
+}
+
 }  // namespace
 
 std::vector<std::string> ops() {
@@ -198,6 +312,7 @@ std::vector<std::string> ops() {
 
 std::string answer_line(std::string_view line) {
   Json id = nullptr;
+  std::optional<std::string> raw;
   try {
     if (const auto nul = line.find('\0'); nul != std::string_view::npos) {
       throw ParseError("request holds a NUL byte at offset " + std::to_string(nul));
@@ -206,9 +321,15 @@ std::string answer_line(std::string_view line) {
       throw ParseError("request nests brackets deeper than " + std::to_string(2 * kMaxDepth));
     }
     Json req = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-    if (req.is_discarded()) throw ParseError("request is not valid JSON");
+    if (req.is_discarded()) {
+      RawId r = raw_id(line);
+      raw = r.raw;
+      const std::string why = r.error.substr(r.error.find(' ') + 1);  // past "[json.exception.x]"
+      throw ParseError("request is not valid JSON" + (why.empty() ? std::string() : ": " + why));
+    }
     if (!req.is_object()) throw ParseError("request must be a JSON object, got " + req.dump());
     if (req.contains("id")) id = req["id"];
+    if (id.is_number_float()) raw = raw_id(line).raw;
     auto op_it = req.find("op");
     if (op_it == req.end() || !op_it->is_string()) {
       throw InvalidArgument("request needs a string field 'op'");
@@ -227,15 +348,15 @@ std::string answer_line(std::string_view line) {
       throw InvalidArgument("op '" + op + "' exists only in the torch convention");
     }
     Json result = h->second(Args{req, conv});
-    return dump(Json{{"id", id}, {"ok", true}, {"result", std::move(result)}});
+    return finish(Json{{"id", id}, {"ok", true}, {"result", std::move(result)}}, raw);
   } catch (const Error& e) {
-    return dump(error_answer(id, e.type_name(), e.what()));
+    return finish(error_answer(id, e.type_name(), e.what()), raw);
   } catch (const Json::exception& e) {
-    return dump(error_answer(id, "InvalidArgument", e.what()));
+    return finish(error_answer(id, "InvalidArgument", e.what()), raw);
   } catch (const std::bad_alloc&) {
-    return dump(error_answer(id, "ResourceExhausted", "out of memory answering the request"));
+    return finish(error_answer(id, "ResourceExhausted", "out of memory answering the request"), raw);
   } catch (const std::exception& e) {
-    return dump(error_answer(id, "Internal", e.what()));
+    return finish(error_answer(id, "Internal", e.what()), raw);
   }
 }
 

@@ -25,8 +25,11 @@ namespace meshsim {
 // kMaxDepth bounds the nesting accepted from text and JSON (deeper input is rejected with
 // InvalidArgument instead of exhausting the stack).
 inline constexpr int kMaxDepth = 32;
-// kMaxNodes bounds the number of nodes (ints plus tuples) of one IntTuple built from input.
-inline constexpr int kMaxNodes = 1 << 16;
+// kMaxNodes bounds the number of nodes (ints plus tuples) of one IntTuple built from input, and so
+// the modes of a layout read from input (as kMaxMeshDims bounds a mesh's dims). Every operation on
+// a layout this size stays within milliseconds, and answers that nest once per mode (a remapped
+// tensor) stay within a safe recursion depth.
+inline constexpr int kMaxNodes = 4096;
 
 class IntTuple {
  public:
