@@ -286,6 +286,12 @@ TEST(DeviceMeshUnflatten, ErrorsNameTheRule) {
                                  "negative dims are not accepted");
   expect_throws_with<NotFound>([&] { w.unflatten("x", V{2, 4}, Names{"a", "b"}); },
                                "dim x specified in `_unflatten` is not in ('world',)");
+  // An unnamed mesh: the same class and message by name as by index.
+  DeviceMesh unnamed = DeviceMesh::init({8});
+  expect_throws_with<FailedPrecondition>([&] { unnamed.unflatten("x", V{2, 4}, Names{"a", "b"}); },
+                                         "Cannot unflatten a DeviceMesh without mesh_dim_names!");
+  expect_throws_with<FailedPrecondition>([&] { unnamed.unflatten(0, V{2, 4}, Names{"a", "b"}); },
+                                         "Cannot unflatten a DeviceMesh without mesh_dim_names!");
   expect_throws_with<InvalidArgument>([&] { w.unflatten(0, V{2, 4}, Names{"a"}); },
                                       "mesh_dim_names must have same length as mesh_sizes");
   expect_throws_with<InvalidArgument>(

@@ -6,6 +6,7 @@
 namespace meshsim {
 namespace {
 using testing::T;
+using testing::expect_throws_with;
 
 TEST(IntTuple, IntAndOneTupleAreDifferentValues) {
   IntTuple four = 4;
@@ -74,6 +75,33 @@ TEST(IntTuple, FlattenAndCongruence) {
   EXPECT_TRUE(congruent(T("((2,2),4)"), T("((1,8),2)")));
   EXPECT_FALSE(congruent(T("(2,2)"), T("((2),2)")));
   EXPECT_FALSE(congruent(T("4"), T("(4)")));
+}
+
+TEST(IntTuple, ShapeDivMatchesPycutesCases) {
+  // CUTLASS's pycute test_int_tuple cases, and each branch of the definition.
+  EXPECT_EQ(shape_div(T("(3,4)"), T("6")), T("(1,2)"));
+  EXPECT_EQ(shape_div(T("(3,4)"), T("12")), T("(1,1)"));
+  EXPECT_EQ(shape_div(T("(3,4)"), T("36")), T("(1,1)"));
+  EXPECT_EQ(shape_div(T("((3,4),6)"), T("36")), T("((1,1),2)"));
+  EXPECT_EQ(shape_div(T("(6,((3,4),6))"), T("36")), T("(1,((1,2),6))"));
+  EXPECT_EQ(shape_div(T("12"), T("4")), T("3"));
+  EXPECT_EQ(shape_div(T("4"), T("12")), T("1"));          // ceil(4 / 12)
+  EXPECT_EQ(shape_div(T("12"), T("(2,3)")), T("2"));      // int / tuple: by its size
+  EXPECT_EQ(shape_div(T("(8,9)"), T("(2,3)")), T("(4,3)"));  // mode by mode
+  EXPECT_EQ(shape_div(T("(4)"), T("2")), T("(2)"));
+  EXPECT_EQ(shape_div(T("0"), T("5")), T("0"));
+}
+
+TEST(IntTuple, ShapeDivRejectsWhatIsNotDivisibleEitherWay) {
+  expect_throws_with<InvalidArgument>([] { shape_div(T("6"), T("4")); },
+                                      "neither of 6 and 4 divides the other");
+  expect_throws_with<InvalidArgument>([] { shape_div(T("(2,3)"), T("(2,3,4)")); },
+                                      "different ranks");
+  expect_throws_with<InvalidArgument>([] { shape_div(T("4"), T("0")); }, "needs a >= 0 and b >= 1");
+  expect_throws_with<InvalidArgument>([] { shape_div(IntTuple(-4), T("2")); }, "needs a >= 0 and b >= 1");
+  // Inside a tuple the first mode already fails: neither of 4 and 6 divides the other.
+  expect_throws_with<InvalidArgument>([] { shape_div(T("(4,3)"), T("6")); }, "divides the other");
+  EXPECT_THROW(shape_div(T("((4611686018427387904,4),3)"), T("2")), OverflowError);
 }
 
 }  // namespace

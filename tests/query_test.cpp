@@ -17,6 +17,22 @@ TEST(Query, AnswersWithIdOkAndResult) {
   EXPECT_EQ(a, Json::parse(R"J({"id": 7, "ok": true, "result": 8})J"));
 }
 
+TEST(Query, ShapeDivAnswersAndRefuses) {
+  Json a = ask(R"J({"id": 1, "op": "shape_div", "a": [6, [[3, 4], 6]], "b": 36})J");
+  EXPECT_EQ(a["result"], Json::parse("[1, [[1, 2], 6]]")) << a.dump();
+  Json b = ask(R"J({"id": 2, "op": "shape_div", "a": 6, "b": 4})J");
+  EXPECT_EQ(b["error"]["type"], "InvalidArgument") << b.dump();
+}
+
+TEST(Query, NumericIdsAreEchoedExactly) {
+  for (const std::string id : {"123456789012345678901234567890", "-9223372036854775809", "1.50",
+                               "1e400", "2E-7", "18446744073709551615", "7"}) {
+    const std::string answer = meshsim::query::answer_line(
+        R"({"id":)" + id + R"(,"op":"size","layout":{"shape":2,"stride":1}})");
+    EXPECT_NE(answer.find("\"id\":" + id + ","), std::string::npos) << answer;
+  }
+}
+
 TEST(Query, AcceptsCuteTextLayoutsAndAnyIdType) {
   Json a = ask(R"J({"id": "x", "op": "complement_bound", "layout": "(2,2):(4,1)", "bound": 16})J");
   EXPECT_EQ(a["id"], "x");

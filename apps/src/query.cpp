@@ -78,6 +78,9 @@ const std::unordered_map<std::string, Handler>& handlers() {
     t["compact_stride"] = [](const Args& a) {
       return json::from_int_tuple(compact_stride(a.tuple("shape"), a.conv));
     };
+    t["shape_div"] = [](const Args& a) {
+      return json::from_int_tuple(shape_div(a.tuple("a"), a.tuple("b")));
+    };
     t["crd2idx"] = [](const Args& a) {
       Layout l = a.layout("layout");
       Json out = Json::array();

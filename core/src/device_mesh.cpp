@@ -759,9 +759,14 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
 
 DeviceMesh DeviceMesh::unflatten(std::string_view dim, std::span<const int64_t> sizes,
                                  std::span<const std::string> names) const {
-  if (!names_ || std::find(names_->begin(), names_->end(), dim) == names_->end()) {
+  if (!names_) {
+    // The same condition and class as unflatten by index (and as slice and flatten).
+    throw FailedPrecondition("Cannot unflatten a DeviceMesh without mesh_dim_names! (" +
+                             to_string() + ")");
+  }
+  if (std::find(names_->begin(), names_->end(), dim) == names_->end()) {
     throw NotFound("dim " + std::string(dim) + " specified in `_unflatten` is not in " +
-                   (names_ ? py_tuple(*names_) : std::string("(no mesh_dim_names)")) + ".");
+                   py_tuple(*names_) + ".");
   }
   return unflatten(dim_index(dim), sizes, names);
 }

@@ -148,6 +148,72 @@ int64_t size(const IntTuple& t) {
   return p;
 }
 
+namespace {
+
+int64_t subtree_size(const Node* n) {
+  int64_t p = 1;
+  for (int i = 0; i < n->span; ++i) {
+    if (n[i].arity == IntTuple::kLeaf) p = checked_mul(p, n[i].value, "shape_div: size");
+  }
+  return p;
+}
+
+int64_t div_ints(int64_t a, int64_t b) {
+  if (a < 0 || b < 1) {
+    throw InvalidArgument("shape_div: " + std::to_string(a) + " / " + std::to_string(b) +
+                          " needs a >= 0 and b >= 1");
+  }
+  if (a % b != 0 && b % a != 0) {
+    throw InvalidArgument("shape_div: neither of " + std::to_string(a) + " and " +
+                          std::to_string(b) + " divides the other");
+  }
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+
+// div_by divides the subtree at `a` by the int b, left to right (tuple / int).
+void div_by(const Node* a, int64_t b, IntTupleBuilder& out) {
+  if (a->arity == IntTuple::kLeaf) {
+    out.leaf(div_ints(a->value, b));
+    return;
+  }
+  out.open();
+  const Node* c = a + 1;
+  for (int k = 0; k < a->arity; ++k, c += c->span) {
+    div_by(c, b, out);
+    b = div_ints(b, subtree_size(c));
+  }
+  out.close();
+}
+
+void div_tree(const Node* a, const Node* b, IntTupleBuilder& out) {
+  if (b->arity == IntTuple::kLeaf) {
+    div_by(a, b->value, out);
+    return;
+  }
+  if (a->arity == IntTuple::kLeaf) {
+    out.leaf(div_ints(a->value, subtree_size(b)));
+    return;
+  }
+  if (a->arity != b->arity) {
+    throw InvalidArgument("shape_div: " + to_string(IntTuple::from_nodes(a)) + " and " +
+                          to_string(IntTuple::from_nodes(b)) + " have different ranks (" +
+                          std::to_string(a->arity) + " and " + std::to_string(b->arity) + ")");
+  }
+  out.open();
+  const Node* ca = a + 1;
+  const Node* cb = b + 1;
+  for (int k = 0; k < a->arity; ++k, ca += ca->span, cb += cb->span) div_tree(ca, cb, out);
+  out.close();
+}
+
+}  // namespace
+
+IntTuple shape_div(const IntTuple& a, const IntTuple& b) {
+  IntTupleBuilder out;
+  div_tree(a.nodes(), b.nodes(), out);
+  return out.take();
+}
+
 IntTuple flatten(const IntTuple& t) {
   IntTupleBuilder b;
   b.open();

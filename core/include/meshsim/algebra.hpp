@@ -24,12 +24,15 @@ namespace meshsim {
 
 // compact_stride is the exclusive suffix (torch) or prefix (cute) product, congruent to shape.
 //   compact_stride((2,(2,3))) == (6,(3,1)) torch, (1,(2,4)) cute.
+// @post congruent(result, shape); the layout shape:result is a bijection onto [0, size(shape)).
 IntTuple compact_stride(const IntTuple& shape, Convention c = Convention::kTorch);
 
 // crd2idx maps a coordinate to an index: tuple coordinates take inner products mode by mode;
 // an int coordinate against a tuple shape is split in the convention's order, the outermost mode
 // (first in torch, last in cute) taking any overflow. A coordinate leaf must be >= 0.
 //   crd2idx(4, (2,3):(10,1)) == 11 torch, 2 cute.
+// @pre shape and stride congruent; coordinate leaves >= 0 (InvalidArgument otherwise).
+// @post crd2idx(idx2crd(i, S), S, compact_stride(S)) == i for 0 <= i < size(S).
 int64_t crd2idx(const IntTuple& coord, const IntTuple& shape, const IntTuple& stride,
                 Convention c = Convention::kTorch);
 int64_t crd2idx(const IntTuple& coord, const Layout& l, Convention c = Convention::kTorch);
@@ -37,6 +40,8 @@ int64_t crd2idx(const IntTuple& coord, const Layout& l, Convention c = Conventio
 // idx2crd maps an index (or a partial coordinate) to a coordinate congruent to shape: each leaf
 // is (i / d) mod s, with d the given stride or the convention's compact stride. Every mode wraps.
 // InvalidArgument for a zero stride or a tuple index against an int shape.
+// @pre shape sizes >= 1, strides >= 1, index leaves >= 0. @post congruent(result, shape) for an
+// int index; every leaf of the result is < its mode's size.
 IntTuple idx2crd(const IntTuple& idx, const IntTuple& shape, Convention c = Convention::kTorch);
 IntTuple idx2crd(const IntTuple& idx, const IntTuple& shape, const IntTuple& stride);
 
@@ -50,6 +55,7 @@ Layout coalesce(const Layout& l, Convention c = Convention::kTorch);
 Layout coalesce(const Layout& l, const IntTuple& profile, Convention c = Convention::kTorch);
 
 // filter removes size-1 and stride-0 modes, then coalesces; `1:0` when nothing is left.
+// @post depth <= 1; no stride-0 mode of size > 1; the image of R equals the image of L.
 Layout filter(const Layout& l, Convention c = Convention::kTorch);
 Layout filter(const Layout& l, const IntTuple& profile, Convention c = Convention::kTorch);
 
@@ -58,6 +64,8 @@ Layout filter(const Layout& l, const IntTuple& profile, Convention c = Conventio
 // smaller than the running extent (else InvalidArgument "non-injective layout in complement");
 // M >= 1. Torch returns modes in decreasing stride order, cute in increasing.
 //   complement((2,2):(4,1), 16) == (2,2):(8,2) torch; complement(4:2, 16, kCute) == (2,2):(1,8)
+// @post R's strides increase (cute) or decrease (torch) mode by mode; R(i) != L(j) for all i, j
+// but R(0) == L(0) == 0 (disjoint images); size(R) * size(L) >= M (L and R cover [0, M)).
 Layout complement(const Layout& l, int64_t bound = 1, Convention c = Convention::kTorch);
 
 // composition(A, B) is R with R(i) == A(B(i)) for every i < size(B), compatible with B's shape;
@@ -65,6 +73,7 @@ Layout complement(const Layout& l, int64_t bound = 1, Convention c = Convention:
 // A's mode divide one another), shape divisibility (no truncation), and, when B reaches beyond
 // A's domain, coalesce(A) must keep A's extension. InvalidArgument naming the rule otherwise.
 //   composition((6,2):(2,1), 3:2) == 3:2 torch, 3:4 cute.
+// @post R(i) == A(B(i)) for 0 <= i < size(B); size(R) == size(B).
 Layout composition(const Layout& a, const Layout& b, Convention c = Convention::kTorch);
 
 // Tiler is a by-mode argument: entry i applies to top-level mode i of A; nullopt keeps that
@@ -76,20 +85,26 @@ Layout composition(const Layout& a, const Tiler& tiler, Convention c = Conventio
 // logical_divide(A, B) = A o (B, complement(B, size(A))): mode 0 the tile, mode 1 the rest,
 // in both conventions.
 //   logical_divide(16:1, 4:2) == (4,(2,2)):(2,(8,1)) torch.
+// @pre the preconditions of complement(B, size(A)) and of the composition.
+// @post rank(R) == 2; size(R) >= size(A); R(i) == A(B(i)) for i < size(B) (mode 0 is the tile).
 Layout logical_divide(const Layout& a, const Layout& b, Convention c = Convention::kTorch);
 Layout logical_divide(const Layout& a, const Tiler& tiler, Convention c = Convention::kTorch);
 
 // logical_product(A, B) = (A, complement(A, size(A) * cosize(B)) o B), in both conventions.
 //   logical_product(2:1, 3:1) == (2,3):(1,2).
+// @pre the preconditions of the complement and of the composition.
+// @post rank(R) == 2; mode 0 equals A; size(R) == size(A) * size(B).
 Layout logical_product(const Layout& a, const Layout& b, Convention c = Convention::kTorch);
 Layout logical_product(const Layout& a, const Tiler& tiler, Convention c = Convention::kTorch);
 
 // right_inverse is the largest R, contiguous from 0, with L(R(i)) == i for i < size(R);
 // `1:0` when L has no stride-1 mode. Never throws for a valid layout.
+// @post L(R(i)) == i for 0 <= i < size(R).
 Layout right_inverse(const Layout& l, Convention c = Convention::kTorch);
 // left_inverse is R with R(L(i)) == i for every i < size(L): right_inverse of (L, complement(L))
 // (cute) or (complement(L), L) (torch). @pre L injective with strides that chain so that the
 // complement fills every gap; InvalidArgument otherwise.
+// @post R(L(i)) == i for 0 <= i < size(L).
 Layout left_inverse(const Layout& l, Convention c = Convention::kTorch);
 
 }  // namespace meshsim

@@ -44,6 +44,8 @@
 
 namespace meshsim {
 
+// Universe is the state every mesh derived from one root shares: the rank map, the flatten
+// registry and the group cache (device_mesh.cpp; reached through DeviceMesh only).
 class Universe;
 
 // kMaxMeshDims bounds a mesh's dims (real meshes have a handful; the bound keeps hostile
@@ -60,28 +62,31 @@ using MeshNames = std::optional<std::vector<std::string>>;
 // each in mesh order) of one dim layout under one backend config, and a stable name that is the
 // same for the same key in every run. Backends attach communicators to records.
 struct GroupRecord {
-  std::string name;
-  Layout layout;  // the canonical dim layout over rank-map positions
-  BackendConfig config;
-  std::vector<std::vector<int64_t>> rows;
+  std::string name;       // stable across runs and processes for the same (layout, config)
+  Layout layout;          // the canonical dim layout over rank-map positions
+  BackendConfig config;   // the backend the group is created with
+  std::vector<std::vector<int64_t>> rows;  // every group of the dim, global ranks
 };
 
 // RootOptions configure a root mesh: the device type (letters only, PyTorch's rule), the world
 // size when known (the mesh must fit in it and every rank must be below it), and per-dim backend
 // configs (empty, or one per dim).
 struct RootOptions {
-  std::string device_type = "cpu";
-  std::optional<int64_t> world_size;
-  std::vector<BackendConfig> backend_override;
+  std::string device_type = "cpu";         // letters only
+  std::optional<int64_t> world_size;       // unset: the rank map's largest rank + 1 is allowed
+  std::vector<BackendConfig> backend_override;  // empty, or one per dim
 };
 
 // CacheStats counts group-cache lookups of a universe.
 struct CacheStats {
-  int64_t hits = 0;
-  int64_t misses = 0;
-  int64_t size = 0;
+  int64_t hits = 0;    // lookups that found a record
+  int64_t misses = 0;  // lookups that created one
+  int64_t size = 0;    // records held
 };
 
+// DeviceMesh is an immutable value: a layout over the root's rank-map positions, dim names and
+// per-dim backend configs, plus a shared Universe. Copies are cheap; all methods are const and
+// safe to call from several threads (the shared group cache is internally locked).
 class DeviceMesh {
  public:
   // init is init_device_mesh: a row-major layout of `shape` over the identity rank map 0..n-1.
@@ -124,12 +129,15 @@ class DeviceMesh {
   // concatenate joins the dims of meshes of one universe; they must not overlap.
   static DeviceMesh concatenate(std::span<const DeviceMesh> meshes);
 
+  // device_type is the root's device ("cpu", "cuda", ...); names are the dim names, if any.
   const std::string& device_type() const;
   const MeshNames& names() const { return names_; }
   // dim_name is the name of dim i, or its index as text for an unnamed mesh.
   std::string dim_name(int dim) const;
   // dim_index finds a dim by name; NotFound otherwise.
   int dim_index(std::string_view name) const;
+  // ndim is the number of dims; shape their sizes; size() the number of ranks of one copy;
+  // size(dim) the size of one dim.
   int ndim() const { return layout_.rank(); }
   std::vector<int64_t> shape() const;
   int64_t size() const;
@@ -138,11 +146,14 @@ class DeviceMesh {
   // every dim coalesced and is what identity uses.
   const Layout& layout() const { return layout_; }
   const Layout& canonical_layout() const { return canonical_; }
+  // is_root is true for a mesh built by a constructor (not derived); root() is that mesh;
+  // world_size is the world given to the root, if any.
   bool is_root() const { return is_root_; }
   DeviceMesh root() const;
   std::optional<int64_t> world_size() const;
   // rank_map is the root's global ranks in row-major order (materialised on request).
   std::vector<int64_t> rank_map() const;
+  // rank_map_size is the number of entries of the rank map, without materialising it.
   int64_t rank_map_size() const;
   // copies is how many disjoint copies of this mesh tile the rank map (1 for the root).
   int64_t copies() const;
@@ -166,6 +177,7 @@ class DeviceMesh {
   // omitted), created on first use.
   std::shared_ptr<const GroupRecord> group_record(int dim) const;
   std::shared_ptr<const GroupRecord> group_record(int dim, const BackendConfig& config) const;
+  // cache_stats are the universe's group-cache counters (shared by every mesh of the root).
   CacheStats cache_stats() const;
   // flattened_names are the names registered on the root by flatten, in registration order;
   // flattened pairs each with its layout.
@@ -177,8 +189,12 @@ class DeviceMesh {
 
   // universe_id identifies the universe (unique within the process).
   uint64_t universe_id() const;
+  // universe is the shared state (opaque outside core).
   const std::shared_ptr<const Universe>& universe() const;
+  // hash agrees with ==: it covers the universe, the names and the canonical layout.
   std::size_t hash() const { return hash_; }
+  // == is identity as PyTorch defines it: the same universe (root), names and canonical layout;
+  // backend configs and the layout's written form do not count.
   friend bool operator==(const DeviceMesh& a, const DeviceMesh& b);
   friend bool operator!=(const DeviceMesh& a, const DeviceMesh& b) { return !(a == b); }
   // equivalent compares content across universes: device type, names, canonical layout, and

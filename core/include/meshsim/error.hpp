@@ -5,6 +5,20 @@
 //   composition: shape 4 of B does not divide mode 3 of A in (3,4):(1,5)
 // The subclasses follow a small canonical taxonomy (as in absl::StatusCode):
 //
+// Which class for which condition (one rule per condition, used the same way everywhere):
+//   - the input itself is malformed or breaks an operation's rule, whatever the state
+//     (bad shape, non-congruent stride, sizes that do not divide, duplicate names): InvalidArgument;
+//     text or JSON that does not parse: ParseError;
+//   - an index, a dim, a rank or a count outside its range: OutOfRange; a product that does
+//     not fit in int64: OverflowError;
+//   - a valid request the object cannot honour in its state (slice, flatten or unflatten of
+//     a mesh without mesh_dim_names, by name or by index; a rank not in the mesh): FailedPrecondition;
+//   - a name looked up and absent (a dim name, a handle, an op): NotFound; registered twice with
+//     a different meaning: AlreadyExists;
+//   - an answer or a request over a size limit (the element budget, the line limit): ResourceExhausted;
+//   - waits: DeadlineExceeded (this wait ran out), Aborted (another participant failed first),
+//     Unavailable (a stream, peer or store cannot be reached); Internal only for meshsim's bugs.
+//
 //   try { auto r = meshsim::composition(a, b); }
 //   catch (const meshsim::InvalidArgument& e) { /* the input broke a rule */ }
 //   catch (const meshsim::Error& e) { /* anything else meshsim reports */ }

@@ -103,6 +103,14 @@ class IntTupleBuilder {
 int64_t size(const IntTuple& t);
 // flatten is the tuple of the leaves in order (always a tuple, `4` gives `(4)`).
 IntTuple flatten(const IntTuple& t);
+// shape_div is CuTe's inclusive prefix division, congruent with `a`:
+//   tuple / tuple (same rank): mode by mode;  tuple / int: each mode v is divided by what is left
+//   of b, which is then divided by size(v);  int / tuple: a / size(b);  int / int: ceil(a / b).
+//   shape_div((3,4), 6) == (1,2);  shape_div((6,((3,4),6)), 36) == (1,((1,2),6)).
+// @pre every int / int step has a >= 0, b >= 1, and one of a, b divides the other
+//      (InvalidArgument naming both otherwise); tuple / tuple ranks agree.
+// @post congruent(shape_div(a, b), a).
+IntTuple shape_div(const IntTuple& a, const IntTuple& b);
 // congruent is true when a and b have the same tree structure.
 bool congruent(const IntTuple& a, const IntTuple& b);
 
