@@ -479,6 +479,32 @@ TEST(BackendConfigValue, EqualityAndHash) {
   EXPECT_EQ(short_timeout.to_string(), "gloo(timeout=5ms)");
 }
 
+TEST(BackendConfigValue, SplitFromIsAValueThatMeansTheSameInEveryUniverse) {
+  // Two universes built apart (as two processes would) name the parent group the same, so the
+  // split configs derived from them are equal, with equal fingerprints and group names.
+  auto split_config = [](const DeviceMesh& world) {
+    return BackendConfig{.backend = "nccl",
+                         .options = NcclOptions{.split_color = 1,
+                                                .split_from = world.group_record(0)->name}};
+  };
+  DeviceMesh w1 = DeviceMesh::init({8}, Names{"world"});
+  DeviceMesh w2 = DeviceMesh::init({8}, Names{"world"});
+  const BackendConfig c1 = split_config(w1), c2 = split_config(w2);
+  EXPECT_EQ(c1, c2);
+  EXPECT_EQ(c1.fingerprint(), c2.fingerprint());
+  DeviceMesh m1 = DeviceMesh::init({2, 4}, Names{"dp", "tp"});
+  DeviceMesh m2 = DeviceMesh::init({2, 4}, Names{"dp", "tp"});
+  EXPECT_EQ(m1.group_record(1, c1)->name, m2.group_record(1, c2)->name);
+  // Another parent is another config.
+  BackendConfig other = c1;
+  std::get<NcclOptions>(other.options).split_from = m1.group_record(1)->name;
+  EXPECT_NE(other, c1);
+  EXPECT_NE(other.fingerprint(), c1.fingerprint());
+  BackendConfig none = c1;
+  std::get<NcclOptions>(none.options).split_from.reset();
+  EXPECT_NE(none.fingerprint(), c1.fingerprint());
+}
+
 // --- from groups (meshsim validates what PyTorch skips) ------------------------------------------
 
 TEST(DeviceMeshFromGroups, OneGroupAndGroupsPerDim) {

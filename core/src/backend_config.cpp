@@ -45,7 +45,8 @@ uint64_t BackendConfig::fingerprint() const {
     f.u64(n->high_priority_stream ? 1 : 0);
     f.u64(n->split_color.has_value() ? 1 : 0);
     f.u64(static_cast<uint64_t>(n->split_color.value_or(0)));
-    f.u64(reinterpret_cast<uintptr_t>(n->split_from));
+    f.u64(n->split_from.has_value() ? 1 : 0);
+    f.str(n->split_from.value_or(""));
     f.str(n->config_blob);
   }
   return f.h;

@@ -27,13 +27,15 @@ struct GlooOptions {
   friend bool operator==(const GlooOptions&, const GlooOptions&) = default;
 };
 
-// NcclOptions are NCCL's per-group settings. `split_from` names the communicator a split starts
-// from by identity (the address of the caller's handle; never dereferenced by meshsim), and
+// NcclOptions are NCCL's per-group settings. `split_from` names the group a split starts from
+// by value: the parent's GroupRecord::name (`mesh.group_record(dim)->name`, e.g.
+// "group[8:1]@nccl"), which is the same in every process and every run for the same parent, so
+// configs that carry it can be keyed and sent between processes (an address could not).
 // `config_blob` carries an opaque ncclConfig_t image compared byte for byte.
 struct NcclOptions {
   bool high_priority_stream = false;
   std::optional<int64_t> split_color;
-  const void* split_from = nullptr;
+  std::optional<std::string> split_from;
   std::string config_blob;
   friend bool operator==(const NcclOptions&, const NcclOptions&) = default;
 };
@@ -46,8 +48,10 @@ struct BackendConfig {
   std::variant<std::monostate, GlooOptions, NcclOptions> options;
 
   friend bool operator==(const BackendConfig&, const BackendConfig&) = default;
-  // hash is consistent with ==; fingerprint is a stable 64-bit digest of the same fields (FNV-1a,
-  // identical across runs and platforms except for `split_from`, an address).
+  // hash is consistent with ==. fingerprint is a stable 64-bit FNV-1a digest of every field
+  // (backend, timeout, which options, and each option's fields, strings length-prefixed):
+  // equal configs have equal fingerprints in every process, run and platform, so it can key
+  // groups across processes (Gloo and NCCL rendezvous).
   std::size_t hash() const { return static_cast<std::size_t>(fingerprint()); }
   uint64_t fingerprint() const;
   // to_string is a short readable form: "default", "nccl(timeout=600000ms,...)".
