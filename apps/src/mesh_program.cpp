@@ -45,15 +45,15 @@ Program run(const Json& req, const std::optional<DeviceMesh>& shared_root = std:
 // budget charges `keys` entries of `per_key` values each (plus the key) to the answer's one
 // element budget, before anything is built.
 void budget(Program& p, int64_t keys, int64_t per_key, const char* field) {
-  int64_t total = 0;
-  if (__builtin_mul_overflow(keys, per_key + 1, &total) || total > p.budget_left) {
+  // keys * (per_key + 1) > budget_left, decided without forming a product that may overflow.
+  if (keys > p.budget_left / (per_key + 1)) {
     throw ResourceExhausted("'" + std::string(field) + "' would list " + std::to_string(keys) +
                             " x " + std::to_string(per_key) + " values, over what is left of the "
                             "answer's budget of " + std::to_string(g_max_answer_elements.load()) +
                             " elements (ask for fewer fields with 'want', or raise the budget "
                             "with --max-elements)");
   }
-  p.budget_left -= total;
+  p.budget_left -= keys * (per_key + 1);
 }
 
 Json opt_list(const std::optional<std::vector<int64_t>>& v) { return v ? Json(*v) : Json(nullptr); }

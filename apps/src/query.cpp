@@ -50,19 +50,18 @@ using Handler = std::function<Json(const Args&)>;
 
 // charge refuses, before anything is built, an answer that would hold more than the one element
 // budget every answer has (mesh.program charges field by field; see mesh_program.hpp).
-void charge(int64_t elements, bool overflowed, const std::string& what) {
-  const int64_t budget = max_answer_elements();
-  if (overflowed || elements > budget) {
-    throw ResourceExhausted(what + " would hold " +
-                            (overflowed ? std::string("more than 2^63") : std::to_string(elements)) +
-                            " elements, over the answer's budget of " + std::to_string(budget) +
-                            " (raise it with --max-elements)");
-  }
+void refuse(const std::string& size, const std::string& what) {
+  throw ResourceExhausted(what + " would hold " + size + " elements, over the answer's budget of " +
+                          std::to_string(max_answer_elements()) + " (raise it with --max-elements)");
 }
+void charge(int64_t elements, const std::string& what) {
+  if (elements > max_answer_elements()) refuse(std::to_string(elements), what);
+}
+// charge_product charges a * b (a, b >= 0) without forming a product that may overflow.
 void charge_product(int64_t a, int64_t b, const std::string& what) {
-  int64_t n = 0;
-  const bool overflowed = __builtin_mul_overflow(a, b, &n);
-  charge(n, overflowed, what);
+  if (b > 0 && a > max_answer_elements() / b) {
+    refuse(std::to_string(a) + " x " + std::to_string(b), what);
+  }
 }
 
 Json rank_list(const std::vector<int64_t>& v) { return Json(v); }
@@ -151,7 +150,7 @@ const std::unordered_map<std::string, Handler>& handlers() {
     };
     t["mesh_all_ranks_from_zero"] = [](const Args& a) {
       const Layout l = a.layout("layout");
-      charge(size(l), false, "the ranks of " + to_string(l));
+      charge(size(l), "the ranks of " + to_string(l));
       return rank_list(mesh_all_ranks_from_zero(l));
     };
     t["mesh_top_level_sizes"] = [](const Args& a) {
@@ -176,7 +175,7 @@ const std::unordered_map<std::string, Handler>& handlers() {
       const int64_t world = a.integer("world_size");
       // PyTorch answers layouts that reach past the world (the reference vectors pin it), so
       // only the size of the answer is bounded here.
-      charge_product(size(complement(l, world, Convention::kTorch)), size(l) + 1,
+      charge_product(size(complement(l, world, Convention::kTorch)), size(l),
                      "the groups of " + to_string(l) + " in a world of " + std::to_string(world));
       return Json(mesh_global_ranks(l, world));
     };

@@ -214,9 +214,10 @@ int64_t checked_product(const std::vector<int64_t>& shape, const std::string& wh
   int64_t count = 1;
   for (int64_t s : shape) {
     if (s < 1) throw InvalidArgument(what + ": mesh size " + std::to_string(s) + " is not >= 1");
-    if (__builtin_mul_overflow(count, s, &count)) {
+    if (count > INT64_MAX / s) {
       throw OverflowError(what + ": the product of the mesh sizes does not fit in int64");
     }
+    count *= s;
   }
   return count;
 }
@@ -231,10 +232,12 @@ std::vector<int64_t> parse_rank_map(const std::string& s, int64_t count) {
   } else {
     const int64_t lo = parse_int(s.substr(0, dots), "--rank-map");
     const int64_t hi = parse_int(s.substr(dots + 2), "--rank-map");
-    int64_t span = 0;
-    if (hi < lo || __builtin_sub_overflow(hi, lo, &span) || span == INT64_MAX) {
+    if (lo < 0) throw InvalidArgument("--rank-map " + s + ": rank " + std::to_string(lo) + " is negative");
+    // 0 <= lo <= hi, so hi - lo cannot overflow.
+    if (hi < lo || hi - lo == INT64_MAX) {
       throw InvalidArgument("--rank-map " + s + " is not a range lo..hi with lo <= hi");
     }
+    const int64_t span = hi - lo;
     if (span + 1 != count) {
       throw InvalidArgument("--rank-map " + s + " holds " + std::to_string(span + 1) +
                             " ranks but the mesh has " + std::to_string(count));

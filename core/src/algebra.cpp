@@ -8,8 +8,8 @@
 #include <string>
 #include <tuple>
 
-#include "meshsim/checked_math.hpp"
-#include "meshsim/detail/flat_modes.hpp"
+#include "checked_math.hpp"
+#include "flat_modes.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -50,8 +50,8 @@ Layout build(const Flat& modes, Convention c) {
 }
 
 bool product_equals(int64_t a, int64_t b, int64_t target) {
-  int64_t p = 0;
-  return !__builtin_mul_overflow(a, b, &p) && p == target;
+  const std::optional<int64_t> p = try_mul(a, b);
+  return p && *p == target;
 }
 
 // coalesce_flat merges inner-first modes: drop size 1, merge when the outer stride equals the
@@ -76,26 +76,8 @@ std::string str(const Layout& l) { return to_string(l); }
 
 }  // namespace
 
-// ---- compact_stride, crd2idx, idx2crd --------------------------------------------------
+// ---- crd2idx, idx2crd --------------------------------------------------
 
-IntTuple compact_stride(const IntTuple& shape, Convention c) {
-  boost::container::small_vector<int, 16> leaves;
-  for (int i = 0; i < shape.node_count(); ++i) {
-    if (shape.nodes()[i].arity == IntTuple::kLeaf) leaves.push_back(i);
-  }
-  if (c == Convention::kTorch) std::reverse(leaves.begin(), leaves.end());
-  IntTupleBuilder b;
-  b.append(shape);
-  IntTuple out = b.take();
-  auto* nodes = const_cast<Node*>(out.nodes());
-  int64_t cur = 1;
-  for (std::size_t k = 0; k < leaves.size(); ++k) {
-    int64_t s = nodes[leaves[k]].value;
-    nodes[leaves[k]].value = cur;
-    if (k + 1 < leaves.size()) cur = checked_mul(cur, s, "compact_stride");
-  }
-  return out;
-}
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <boost/container/small_vector.hpp>
 
 #include "meshsim/algebra.hpp"
-#include "meshsim/checked_math.hpp"
-#include "meshsim/detail/flat_modes.hpp"
+#include "checked_math.hpp"
+#include "flat_modes.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -107,7 +107,9 @@ bool tiles_rank_map(const Layout& l, int64_t n) {
   int64_t span = 1;
   for (const MeshLeaf& x : leaves_by_stride(l)) {
     if (x.d < span || x.d % span != 0) return false;
-    if (__builtin_mul_overflow(x.d, x.s, &span)) return false;
+    const std::optional<int64_t> next = try_mul(x.d, x.s);
+    if (!next) return false;
+    span = *next;
   }
   return n % span == 0;
 }

@@ -6,7 +6,8 @@
 #include <optional>
 #include <utility>
 
-#include "meshsim/checked_math.hpp"
+#include "checked_math.hpp"
+#include "parse_text.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -208,6 +209,24 @@ void div_tree(const Node* a, const Node* b, IntTupleBuilder& out) {
 
 }  // namespace
 
+IntTuple compact_stride(const IntTuple& shape, Convention c) {
+  // The leaves' sizes in the convention's order (torch: right to left), then their running
+  // exclusive products, written back in preorder by transform_leaves.
+  boost::container::small_vector<int64_t, 16> sizes;
+  for (int i = 0; i < shape.node_count(); ++i) {
+    if (shape.nodes()[i].arity == IntTuple::kLeaf) sizes.push_back(shape.nodes()[i].value);
+  }
+  const std::size_t n = sizes.size();
+  boost::container::small_vector<int64_t, 16> stride(n);
+  int64_t cur = 1;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t at = c == Convention::kTorch ? n - 1 - k : k;
+    stride[at] = cur;
+    if (k + 1 < n) cur = checked_mul(cur, sizes[at], "compact_stride");
+  }
+  return transform_leaves(shape, [&](int k, int64_t) { return stride[static_cast<std::size_t>(k)]; });
+}
+
 IntTuple shape_div(const IntTuple& a, const IntTuple& b) {
   IntTupleBuilder out;
   div_tree(a.nodes(), b.nodes(), out);
@@ -337,10 +356,18 @@ class TextParser {
 
 }  // namespace
 
+std::string_view to_string(Convention c) { return c == Convention::kTorch ? "torch" : "cute"; }
+
+Convention parse_convention(std::string_view name) {
+  if (name == "torch") return Convention::kTorch;
+  if (name == "cute") return Convention::kCute;
+  throw InvalidArgument("unknown convention '" + std::string(name) +
+                        "': expected \"torch\" or \"cute\"");
+}
+
 IntTuple parse_int_tuple(std::string_view text) { return TextParser(text).parse_all(); }
 
 namespace detail {
-// parse_layout_text is shared with layout.cpp: "S:D" or "S".
 std::pair<IntTuple, std::optional<IntTuple>> parse_layout_text(std::string_view text) {
   TextParser p(text);
   IntTuple shape = p.parse_value();

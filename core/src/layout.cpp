@@ -4,27 +4,15 @@
 #include <optional>
 #include <utility>
 
-#include "meshsim/algebra.hpp"
-#include "meshsim/checked_math.hpp"
-#include "meshsim/detail/flat_modes.hpp"
+#include "checked_math.hpp"
+#include "flat_modes.hpp"
+#include "parse_text.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
 
-namespace detail {
-std::pair<IntTuple, std::optional<IntTuple>> parse_layout_text(std::string_view text);
-}  // namespace detail
-
 using Node = IntTuple::Node;
 
-std::string_view to_string(Convention c) { return c == Convention::kTorch ? "torch" : "cute"; }
-
-Convention parse_convention(std::string_view name) {
-  if (name == "torch") return Convention::kTorch;
-  if (name == "cute") return Convention::kCute;
-  throw InvalidArgument("unknown convention '" + std::string(name) +
-                        "': expected \"torch\" or \"cute\"");
-}
 
 Layout::Layout(IntTuple shape, IntTuple stride) : shape_(std::move(shape)), stride_(std::move(stride)) {
   if (!congruent(shape_, stride_)) {
@@ -45,16 +33,19 @@ Layout::Layout(IntTuple shape, IntTuple stride) : shape_(std::move(shape)), stri
       throw InvalidArgument("layout " + to_string(shape_) + ":" + to_string(stride_) + ": stride " +
                             std::to_string(d[i].value) + " is not >= 0");
     }
-    int64_t term = 0;
-    if (__builtin_mul_overflow(sz, s[i].value, &sz)) {
+    const std::optional<int64_t> next_size = try_mul(sz, s[i].value);
+    if (!next_size) {
       throw OverflowError("layout " + to_string(shape_) + ":" + to_string(stride_) +
                           ": size overflows 64-bit signed integers");
     }
-    if (__builtin_mul_overflow(s[i].value - 1, d[i].value, &term) ||
-        __builtin_add_overflow(hi, term, &hi) || hi == INT64_MAX) {
+    sz = *next_size;
+    const std::optional<int64_t> term = try_mul(s[i].value - 1, d[i].value);
+    const std::optional<int64_t> next_hi = term ? try_add(hi, *term) : std::nullopt;
+    if (!next_hi || *next_hi == INT64_MAX) {
       throw OverflowError("layout " + to_string(shape_) + ":" + to_string(stride_) +
                           ": cosize overflows 64-bit signed integers");
     }
+    hi = *next_hi;
   }
 }
 

@@ -118,11 +118,13 @@ DeviceMesh load_mesh(std::string_view text) {
         throw ResourceExhausted("root.rank_map: a shifted run of " + std::to_string(n) +
                                 " ranks exceeds the limit of " + std::to_string(kMaxEnumeration));
       }
+      if (start > INT64_MAX - (n - 1)) {
+        throw OverflowError("root.rank_map: the run from start " + std::to_string(start) + " of " +
+                            std::to_string(n) + " ranks passes int64");
+      }
       std::vector<int64_t> ranks(static_cast<std::size_t>(n));
       for (int64_t p = 0; p < n; ++p) {
-        if (__builtin_add_overflow(start, p, &ranks[static_cast<std::size_t>(p)])) {
-          throw ParseError("root.rank_map: start " + std::to_string(start) + " overflows int64");
-        }
+        ranks[static_cast<std::size_t>(p)] = start + p;
       }
       root = DeviceMesh::from_ranks(shape, ranks, root_names, opts);
     }

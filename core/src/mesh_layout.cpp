@@ -4,8 +4,8 @@
 #include <string>
 
 #include "meshsim/algebra.hpp"
-#include "meshsim/checked_math.hpp"
-#include "meshsim/detail/flat_modes.hpp"
+#include "checked_math.hpp"
+#include "flat_modes.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -104,11 +104,8 @@ Layout mesh_nest(const Layout& l) {
 
 Layout mesh_coalesce(const Layout& l) {
   Layout c = coalesce(l, Convention::kTorch);
-  IntTuple stride = c.stride();
-  auto* nodes = const_cast<Node*>(stride.nodes());
-  for (int i = 0; i < stride.node_count(); ++i) {
-    if (nodes[i].arity == IntTuple::kLeaf && nodes[i].value == 0) nodes[i].value = 1;
-  }
+  // Stride-0 modes (size 1 after coalescing) get stride 1, as PyTorch's _MeshLayout.coalesce.
+  IntTuple stride = transform_leaves(c.stride(), [](int, int64_t v) { return v == 0 ? 1 : v; });
   return Layout(c.shape(), stride);
 }
 

@@ -22,10 +22,7 @@
 
 namespace meshsim {
 
-// compact_stride is the exclusive suffix (torch) or prefix (cute) product, congruent to shape.
-//   compact_stride((2,(2,3))) == (6,(3,1)) torch, (1,(2,4)) cute.
-// @post congruent(result, shape); the layout shape:result is a bijection onto [0, size(shape)).
-IntTuple compact_stride(const IntTuple& shape, Convention c = Convention::kTorch);
+// compact_stride and shape_div, the IntTuple helpers, are declared in int_tuple.hpp.
 
 // crd2idx maps a coordinate to an index: tuple coordinates take inner products mode by mode;
 // an int coordinate against a tuple shape is split in the convention's order, the outermost mode

@@ -81,6 +81,11 @@ class IntTuple {
   Storage nodes_;
 };
 
+// transform_leaves is `t` with every leaf v replaced by f(k, v), k the leaf's preorder index
+// (0, 1, ...); the tree structure is kept. It builds a new tuple (IntTuples are never edited).
+template <typename F>
+IntTuple transform_leaves(const IntTuple& t, F f);
+
 // IntTupleBuilder assembles an IntTuple in preorder:
 //   IntTupleBuilder b; b.open(); b.leaf(2); b.leaf(3); b.close(); IntTuple t = b.take();  // (2,3)
 class IntTupleBuilder {
@@ -99,10 +104,50 @@ class IntTupleBuilder {
   boost::container::small_vector<int32_t, 8> open_;
 };
 
+template <typename F>
+IntTuple transform_leaves(const IntTuple& t, F f) {
+  IntTupleBuilder b;
+  const IntTuple::Node* n = t.nodes();
+  // Preorder with explicit closes: a stack of remaining children per open tuple.
+  boost::container::small_vector<int32_t, 8> left;
+  int leaf = 0;
+  for (int i = 0; i < t.node_count(); ++i) {
+    if (n[i].arity == IntTuple::kLeaf) {
+      b.leaf(f(leaf++, n[i].value));
+      if (!left.empty()) --left.back();
+    } else {
+      if (!left.empty()) --left.back();
+      b.open();
+      left.push_back(n[i].arity);
+    }
+    while (!left.empty() && left.back() == 0) {
+      b.close();
+      left.pop_back();
+    }
+  }
+  return b.take();
+}
+
 // size is the product of all leaves (1 for the empty tuple); OverflowError when it overflows.
 int64_t size(const IntTuple& t);
 // flatten is the tuple of the leaves in order (always a tuple, `4` gives `(4)`).
 IntTuple flatten(const IntTuple& t);
+// Convention picks how an integer index maps to a coordinate.
+//   kTorch (PyTorch `_pycute`, `_MeshLayout`): lexicographic, the right-most mode is fastest,
+//          compact strides are suffix products: (2,3) -> (3,1).
+//   kCute  (NVIDIA CuTe, CUTLASS pycute): colexicographic, the left-most mode is fastest,
+//          compact strides are prefix products: (2,3) -> (1,2).
+enum class Convention { kTorch, kCute };
+
+// to_string is "torch" or "cute"; parse_convention is its inverse (InvalidArgument otherwise).
+std::string_view to_string(Convention c);
+Convention parse_convention(std::string_view name);
+
+// compact_stride is the exclusive suffix (torch) or prefix (cute) product, congruent to shape.
+//   compact_stride((2,(2,3))) == (6,(3,1)) torch, (1,(2,4)) cute.
+// @post congruent(result, shape); the layout shape:result is a bijection onto [0, size(shape)).
+IntTuple compact_stride(const IntTuple& shape, Convention c = Convention::kTorch);
+
 // shape_div is CuTe's inclusive prefix division, congruent with `a`:
 //   tuple / tuple (same rank): mode by mode;  tuple / int: each mode v is divided by what is left
 //   of b, which is then divided by size(v);  int / tuple: a / size(b);  int / int: ceil(a / b).

@@ -18,16 +18,6 @@
 
 namespace meshsim {
 
-// Convention picks how an integer index maps to a coordinate.
-//   kTorch (PyTorch `_pycute`, `_MeshLayout`): lexicographic, the right-most mode is fastest,
-//          compact strides are suffix products: (2,3) -> (3,1).
-//   kCute  (NVIDIA CuTe, CUTLASS pycute): colexicographic, the left-most mode is fastest,
-//          compact strides are prefix products: (2,3) -> (1,2).
-enum class Convention { kTorch, kCute };
-
-// to_string is "torch" or "cute"; parse_convention is its inverse (InvalidArgument otherwise).
-std::string_view to_string(Convention c);
-Convention parse_convention(std::string_view name);
 
 class Layout {
  public:
