@@ -598,6 +598,10 @@ TEST(DeviceMeshJson, MalformedTruncatedOrHostileInputIsATypedError) {
   EXPECT_THROW(load_mesh(edited("[\"dp\",\"tp\"]", "[\"dp\"]")), InvalidArgument);
   EXPECT_THROW(load_mesh(edited("\"start\":0", "\"start\":9223372036854775807")), Error);
   EXPECT_THROW(load_mesh(edited("\"start\":0", "\"start\":\"0\"")), ParseError);
+  // One reader, one class per condition: an integer past int64 is an OverflowError here as in
+  // the query engine, whether JSON keeps it as uint64 or as a double.
+  EXPECT_THROW(load_mesh(edited("\"start\":0", "\"start\":9223372036854775808")), OverflowError);
+  EXPECT_THROW(load_mesh(edited("\"start\":0", "\"start\":18446744073709551616")), OverflowError);
   EXPECT_THROW(load_mesh(std::string(100000, '[')), ParseError);
   EXPECT_THROW(load_mesh("null"), ParseError);
   EXPECT_THROW(load_mesh(""), ParseError);

@@ -1,4 +1,4 @@
-// meshsim/detail/json_depth.hpp — the deepest bracket nesting of raw JSON text (strings
+// json_depth.hpp (private to meshsim::json) — the deepest bracket nesting of raw JSON text (strings
 // skipped), so readers can refuse absurdly nested input before a parser sees it.
 #pragma once
 

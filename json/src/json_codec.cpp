@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "meshsim/detail/json_depth.hpp"
+#include "json_depth.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim::json {

@@ -1,4 +1,7 @@
-// json_codec.hpp — JSON forms of meshsim values for `meshsim query`.
+// json_codec.hpp — the one JSON reader and writer of meshsim values (target meshsim::json),
+// used by the query engine, the mesh recipe and DeviceMesh save/load. One error class per
+// condition: a wrong type, a missing or unknown field, a bad tuple: InvalidArgument naming the
+// field; an integer past int64 (also when JSON's reader keeps it as a double): OverflowError.
 //
 // IntTuple: a JSON integer or a non-empty array of IntTuples (an array is a tuple, so `4` and
 // `[4]` differ). Layout: {"shape": S, "stride": D} (PyTorch's {"sizes", "strides"} too) or CuTe's
