@@ -11,6 +11,8 @@
 #include "meshsim/algebra.hpp"
 #include "checked_math.hpp"
 #include "flat_modes.hpp"
+#include "rank_map.hpp"
+#include "universe.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -124,153 +126,6 @@ Layout canonical_of(const Layout& l) {
 
 }  // namespace
 
-// RankMap holds the root's global ranks by position: an affine run (start + p) stored in O(1),
-// or an explicit list with an inverse index (dense when the ranks are compact, sorted otherwise).
-class RankMap {
- public:
-  static RankMap affine(int64_t start, int64_t n) {
-    RankMap m;
-    m.start_ = start;
-    m.n_ = n;
-    return m;
-  }
-  static RankMap explicit_ranks(std::span<const int64_t> ranks, std::optional<int64_t> world) {
-    const auto n = static_cast<int64_t>(ranks.size());
-    int64_t lo = INT64_MAX;
-    int64_t hi = -1;
-    bool run = true;
-    for (std::size_t p = 0; p < ranks.size(); ++p) {
-      const int64_t r = ranks[p];
-      if (r < 0) {
-        throw InvalidArgument("rank " + std::to_string(r) + " at mesh position " +
-                              std::to_string(p) + " is negative: global ranks must be >= 0");
-      }
-      if (world && r >= *world) {
-        throw OutOfRange("rank " + std::to_string(r) + " at mesh position " + std::to_string(p) +
-                         " is out of range [0, " + std::to_string(*world) +
-                         ") of the world size");
-      }
-      lo = std::min(lo, r);
-      hi = std::max(hi, r);
-      if (p > 0 && (ranks[p - 1] == INT64_MAX || r != ranks[p - 1] + 1)) run = false;
-    }
-    if (run) return affine(ranks.empty() ? 0 : ranks[0], n);
-    RankMap m;
-    m.n_ = n;
-    m.values_.assign(ranks.begin(), ranks.end());
-    auto duplicate = [&](int64_t r) {
-      return InvalidArgument("rank " + std::to_string(r) +
-                             " appears twice in the mesh (PyTorch finds it later: "
-                             "rank_coords.size(0) must be 0 or 1, got 2)");
-    };
-    if (hi - lo < 4 * n + 1024) {
-      m.dense_lo_ = lo;
-      m.dense_.assign(static_cast<std::size_t>(hi - lo + 1), -1);
-      for (int64_t p = 0; p < n; ++p) {
-        int64_t& slot = m.dense_[static_cast<std::size_t>(ranks[p] - lo)];
-        if (slot >= 0) throw duplicate(ranks[p]);
-        slot = p;
-      }
-    } else {
-      m.sorted_.reserve(ranks.size());
-      for (int64_t p = 0; p < n; ++p) m.sorted_.emplace_back(ranks[p], p);
-      std::sort(m.sorted_.begin(), m.sorted_.end());
-      for (std::size_t i = 1; i < m.sorted_.size(); ++i) {
-        if (m.sorted_[i].first == m.sorted_[i - 1].first) throw duplicate(m.sorted_[i].first);
-      }
-    }
-    return m;
-  }
-
-  int64_t size() const { return n_; }
-  std::optional<int64_t> start() const {
-    return values_.empty() ? std::optional<int64_t>(start_) : std::nullopt;
-  }
-  int64_t at(int64_t p) const {
-    return values_.empty() ? start_ + p : values_[static_cast<std::size_t>(p)];
-  }
-  std::optional<int64_t> position(int64_t rank) const {
-    if (values_.empty()) {
-      if (rank < start_ || rank - start_ >= n_) return std::nullopt;
-      return rank - start_;
-    }
-    if (!dense_.empty()) {
-      if (rank < dense_lo_ || rank - dense_lo_ >= static_cast<int64_t>(dense_.size())) {
-        return std::nullopt;
-      }
-      const int64_t p = dense_[static_cast<std::size_t>(rank - dense_lo_)];
-      return p < 0 ? std::nullopt : std::optional<int64_t>(p);
-    }
-    auto it = std::lower_bound(sorted_.begin(), sorted_.end(), std::make_pair(rank, int64_t{0}));
-    if (it == sorted_.end() || it->first != rank) return std::nullopt;
-    return it->second;
-  }
-  friend bool operator==(const RankMap& a, const RankMap& b) {
-    if (a.n_ != b.n_) return false;
-    if (a.values_.empty() && b.values_.empty()) return a.start_ == b.start_;
-    for (int64_t p = 0; p < a.n_; ++p) {
-      if (a.at(p) != b.at(p)) return false;
-    }
-    return true;
-  }
-
- private:
-  int64_t start_ = 0;
-  int64_t n_ = 0;
-  std::vector<int64_t> values_;
-  int64_t dense_lo_ = 0;
-  std::vector<int64_t> dense_;
-  std::vector<std::pair<int64_t, int64_t>> sorted_;
-};
-
-// Universe is the state a root shares with every mesh derived from it. The rank map and root
-// description are immutable; the flatten registry and group cache grow under `mu`.
-class Universe {
- public:
-  Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks, Layout root_layout,
-           MeshNames root_names, std::vector<BackendConfig> root_configs)
-      : id(next_id()),
-        device_type(std::move(device_type)),
-        world_size(world),
-        rank_map(std::move(ranks)),
-        root_layout(std::move(root_layout)),
-        root_names(std::move(root_names)),
-        root_configs(std::move(root_configs)) {}
-
-  struct GroupKey {
-    Layout layout;
-    BackendConfig config;
-    friend bool operator==(const GroupKey&, const GroupKey&) = default;
-  };
-  struct GroupKeyHash {
-    std::size_t operator()(const GroupKey& k) const { return mix(k.layout.hash(), k.config.hash()); }
-  };
-  struct Flattened {
-    std::string name;
-    Layout layout;
-    BackendConfig config;
-  };
-
-  const uint64_t id;
-  const std::string device_type;
-  const std::optional<int64_t> world_size;
-  const RankMap rank_map;
-  const Layout root_layout;
-  const MeshNames root_names;
-  const std::vector<BackendConfig> root_configs;
-
-  mutable std::mutex mu;
-  mutable std::vector<Flattened> flattened;  // registration order
-  mutable std::unordered_map<GroupKey, std::shared_ptr<const GroupRecord>, GroupKeyHash> groups;
-  mutable CacheStats stats;
-
- private:
-  static uint64_t next_id() {
-    static std::atomic<uint64_t> counter{1};
-    return counter.fetch_add(1, std::memory_order_relaxed);
-  }
-};
-
 namespace {
 
 const BackendConfig& default_config() {
@@ -359,16 +214,31 @@ DeviceMesh::DeviceMesh(std::shared_ptr<const Universe> u, Layout layout, MeshNam
   hash_ = h;
 }
 
-DeviceMesh DeviceMesh::init(std::span<const int64_t> shape, MeshNames names, RootOptions options) {
+// make_root is the one way a root is built (init_device_mesh and DeviceMesh(mesh)): names,
+// device, a row-major layout of `shape`, the world, the configs, then the rank map — the
+// identity run when `ranks` is null, else the given ranks, checked.
+DeviceMesh DeviceMesh::make_root(const char* what, std::span<const int64_t> shape,
+                                 const std::span<const int64_t>* ranks, MeshNames names,
+                                 RootOptions options) {
   check_root_names(names, shape.size());
   check_device_type(options.device_type);
-  Layout layout = row_major(shape, "init_device_mesh");
+  Layout layout = row_major(shape, what);
   const int64_t n = meshsim::size(layout);
+  if (ranks && n != static_cast<int64_t>(ranks->size())) {
+    throw InvalidArgument(std::string(what) + ": shape " + int_list(shape) + " holds " +
+                          std::to_string(n) + " ranks but " + std::to_string(ranks->size()) +
+                          " were given");
+  }
   check_world(options.world_size, n);
   auto configs = checked_configs(std::move(options.backend_override), layout.rank());
-  auto u = std::make_shared<const Universe>(options.device_type, options.world_size,
-                                            RankMap::affine(0, n), layout, names, configs);
+  RankMap map = ranks ? RankMap::explicit_ranks(*ranks, options.world_size) : RankMap::affine(0, n);
+  auto u = std::make_shared<const Universe>(options.device_type, options.world_size, std::move(map),
+                                            layout, names, configs);
   return DeviceMesh(std::move(u), layout, std::move(names), true, configs);
+}
+
+DeviceMesh DeviceMesh::init(std::span<const int64_t> shape, MeshNames names, RootOptions options) {
+  return make_root("init_device_mesh", shape, nullptr, std::move(names), std::move(options));
 }
 
 DeviceMesh DeviceMesh::init(std::initializer_list<int64_t> shape, MeshNames names,
@@ -379,20 +249,7 @@ DeviceMesh DeviceMesh::init(std::initializer_list<int64_t> shape, MeshNames name
 
 DeviceMesh DeviceMesh::from_ranks(std::span<const int64_t> shape, std::span<const int64_t> ranks,
                                   MeshNames names, RootOptions options) {
-  check_root_names(names, shape.size());
-  check_device_type(options.device_type);
-  Layout layout = row_major(shape, "DeviceMesh");
-  const int64_t n = meshsim::size(layout);
-  if (n != static_cast<int64_t>(ranks.size())) {
-    throw InvalidArgument("DeviceMesh: shape " + int_list(shape) + " holds " + std::to_string(n) +
-                          " ranks but " + std::to_string(ranks.size()) + " were given");
-  }
-  check_world(options.world_size, n);
-  auto configs = checked_configs(std::move(options.backend_override), layout.rank());
-  auto u = std::make_shared<const Universe>(options.device_type, options.world_size,
-                                            RankMap::explicit_ranks(ranks, options.world_size),
-                                            layout, names, configs);
-  return DeviceMesh(std::move(u), layout, std::move(names), true, configs);
+  return make_root("DeviceMesh", shape, &ranks, std::move(names), std::move(options));
 }
 
 DeviceMesh DeviceMesh::from_group(std::span<const int64_t> group_ranks, MeshNames names,
@@ -573,48 +430,27 @@ std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim) const {
 std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim,
                                                             const BackendConfig& config) const {
   dim_name(dim);
-  Universe::GroupKey key{canonical_[dim], config};
-  {
-    std::lock_guard lock(u_->mu);
-    auto it = u_->groups.find(key);
-    if (it != u_->groups.end()) {
-      ++u_->stats.hits;
-      return it->second;
-    }
-  }
-  // Build outside the lock (it may enumerate many ranks); the first insert wins.
-  auto rec = std::make_shared<GroupRecord>();
-  rec->name = "group[" + meshsim::to_string(key.layout) + "]@" + config.to_string();
-  rec->layout = key.layout;
-  rec->config = config;
-  rec->rows = groups(dim);
-  std::lock_guard lock(u_->mu);
-  auto [it, inserted] = u_->groups.emplace(std::move(key), std::move(rec));
-  if (inserted) {
-    ++u_->stats.misses;
-  } else {
-    ++u_->stats.hits;
-  }
-  u_->stats.size = static_cast<int64_t>(u_->groups.size());
-  return it->second;
+  return u_->find_or_create_group(canonical_[dim], config, [&] {
+    auto rec = std::make_shared<GroupRecord>();
+    rec->name = "group[" + meshsim::to_string(canonical_[dim]) + "]@" + config.to_string();
+    rec->layout = canonical_[dim];
+    rec->config = config;
+    rec->rows = groups(dim);
+    return rec;
+  });
 }
 
-CacheStats DeviceMesh::cache_stats() const {
-  std::lock_guard lock(u_->mu);
-  return u_->stats;
-}
+CacheStats DeviceMesh::cache_stats() const { return u_->stats(); }
 
 std::vector<std::string> DeviceMesh::flattened_names() const {
-  std::lock_guard lock(u_->mu);
   std::vector<std::string> out;
-  for (const auto& f : u_->flattened) out.push_back(f.name);
+  for (const auto& f : u_->flattened()) out.push_back(f.name);
   return out;
 }
 
 std::vector<std::pair<std::string, Layout>> DeviceMesh::flattened() const {
-  std::lock_guard lock(u_->mu);
   std::vector<std::pair<std::string, Layout>> out;
-  for (const auto& f : u_->flattened) out.emplace_back(f.name, f.layout);
+  for (const auto& f : u_->flattened()) out.emplace_back(f.name, f.layout);
   return out;
 }
 
@@ -669,30 +505,27 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
   if (want == *names_) return *this;
   std::vector<Layout> modes;
   std::vector<BackendConfig> configs;
-  {
-    std::lock_guard lock(u_->mu);
-    for (const std::string& n : want) {
-      auto own = std::find(names_->begin(), names_->end(), n);
-      if (own != names_->end()) {
-        const int i = static_cast<int>(own - names_->begin());
-        modes.push_back(layout_[i]);
-        configs.push_back(backend_config(i));
-        continue;
-      }
-      auto flat = std::find_if(u_->flattened.begin(), u_->flattened.end(),
-                               [&](const Universe::Flattened& f) { return f.name == n; });
-      if (is_root_ && flat != u_->flattened.end()) {
+  for (const std::string& n : want) {
+    auto own = std::find(names_->begin(), names_->end(), n);
+    if (own != names_->end()) {
+      const int i = static_cast<int>(own - names_->begin());
+      modes.push_back(layout_[i]);
+      configs.push_back(backend_config(i));
+      continue;
+    }
+    if (is_root_) {
+      if (std::optional<Universe::Flattened> flat = u_->find_flattened(n)) {
         modes.push_back(flat->layout);
         configs.push_back(flat->config);
         continue;
       }
-      std::vector<std::string> valid = *names_;
-      if (is_root_) {
-        for (const auto& f : u_->flattened) valid.push_back(f.name);
-      }
-      throw NotFound("Invalid mesh_dim_names " + py_tuple(want) +
-                     " specified. Valid mesh_dim_names are " + py_list(valid) + ".");
     }
+    std::vector<std::string> valid = *names_;
+    if (is_root_) {
+      for (const auto& f : u_->flattened()) valid.push_back(f.name);
+    }
+    throw NotFound("Invalid mesh_dim_names " + py_tuple(want) +
+                   " specified. Valid mesh_dim_names are " + py_list(valid) + ".");
   }
   int64_t prev = -1;
   for (std::size_t k = modes.size(); k-- > 0;) {
@@ -736,27 +569,13 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
                           py_tuple(*names_) + " and ('" + flat_name + "',).");
     }
   }
-  Layout flat = mesh_flatten(layout_);
-  BackendConfig cfg = config.value_or(BackendConfig{});
-  {
-    std::lock_guard lock(u_->mu);
-    auto it = std::find_if(u_->flattened.begin(), u_->flattened.end(),
-                           [&](const Universe::Flattened& f) { return f.name == flat_name; });
-    if (it != u_->flattened.end()) {
-      if (canonical_of(it->layout) != canonical_of(flat)) {
-        throw AlreadyExists("Flatten mesh with mesh_dim_name " + flat_name +
-                            " has been created before, Please specify another valid "
-                            "mesh_dim_name (registered layout " +
-                            meshsim::to_string(it->layout) + ", this one " +
-                            meshsim::to_string(flat) + ").");
-      }
-      flat = it->layout;
-      if (!config) cfg = it->config;
-    } else {
-      u_->flattened.push_back(Universe::Flattened{flat_name, flat, cfg});
-    }
-  }
-  return DeviceMesh(u_, std::move(flat), std::vector<std::string>{flat_name}, false, {cfg});
+  const Layout flat = mesh_flatten(layout_);
+  // The registry keeps the first layout written under a name; the same canonical layout
+  // returns it, another one throws AlreadyExists.
+  Universe::Flattened reg = u_->register_flatten(flat_name, flat, canonical_of(flat), config);
+  Layout registered = std::move(reg.layout);
+  BackendConfig cfg = std::move(reg.config);
+  return DeviceMesh(u_, std::move(registered), std::vector<std::string>{flat_name}, false, {cfg});
 }
 
 DeviceMesh DeviceMesh::unflatten(std::string_view dim, std::span<const int64_t> sizes,

@@ -211,6 +211,9 @@ class DeviceMesh {
  private:
   DeviceMesh(std::shared_ptr<const Universe> u, Layout layout, MeshNames names, bool is_root,
              std::vector<BackendConfig> configs);
+  static DeviceMesh make_root(const char* what, std::span<const int64_t> shape,
+                              const std::span<const int64_t>* ranks, MeshNames names,
+                              RootOptions options);
   struct Digits;
   Digits digits_of(int64_t position) const;
 

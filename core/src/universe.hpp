@@ -1,0 +1,77 @@
+// universe.hpp (core-private) — the state a root mesh shares with every mesh derived from it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "meshsim/backend_config.hpp"
+#include "meshsim/device_mesh.hpp"
+#include "meshsim/layout.hpp"
+#include "rank_map.hpp"
+
+namespace meshsim {
+
+// Universe: the root's description and rank map (immutable, public const), and the two things
+// that grow as meshes are derived — the flatten registry and the group cache — behind methods
+// that take the universe's lock. Thread safety: every method may be called from many threads.
+class Universe {
+ public:
+  Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks, Layout root_layout,
+           MeshNames root_names, std::vector<BackendConfig> root_configs);
+
+  const uint64_t id;  // unique within the process
+  const std::string device_type;
+  const std::optional<int64_t> world_size;
+  const RankMap rank_map;
+  const Layout root_layout;
+  const MeshNames root_names;
+  const std::vector<BackendConfig> root_configs;
+
+  // Flattened is one flatten registration: its name, layout as written, the layout's canonical
+  // form (what identity compares) and backend config.
+  struct Flattened {
+    std::string name;
+    Layout layout;
+    Layout canonical;
+    BackendConfig config;
+  };
+  // register_flatten records `name` -> layout, or returns the registration made before under
+  // that name when its canonical layout is the same (AlreadyExists when it differs). A config
+  // given now wins; otherwise the earlier registration's config is kept.
+  Flattened register_flatten(const std::string& name, const Layout& layout, const Layout& canonical,
+                             const std::optional<BackendConfig>& config) const;
+  // find_flattened is the registration under `name`, if any.
+  std::optional<Flattened> find_flattened(const std::string& name) const;
+  // flattened lists the registrations in registration order.
+  std::vector<Flattened> flattened() const;
+
+  // find_or_create_group returns the cached record for (layout, config), creating it with
+  // `make` on a miss (`make` runs outside the lock; the first insert wins). Counts hits/misses.
+  std::shared_ptr<const GroupRecord> find_or_create_group(
+      const Layout& layout, const BackendConfig& config,
+      const std::function<std::shared_ptr<GroupRecord>()>& make) const;
+  CacheStats stats() const;
+
+ private:
+  struct GroupKey {
+    Layout layout;
+    BackendConfig config;
+    friend bool operator==(const GroupKey&, const GroupKey&) = default;
+  };
+  struct GroupKeyHash {
+    std::size_t operator()(const GroupKey& k) const;
+  };
+
+  mutable std::mutex mu_;
+  mutable std::vector<Flattened> flattened_;  // registration order
+  mutable std::unordered_map<GroupKey, std::shared_ptr<const GroupRecord>, GroupKeyHash> groups_;
+  mutable CacheStats stats_;
+};
+
+}  // namespace meshsim
