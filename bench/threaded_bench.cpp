@@ -4,6 +4,7 @@
 //   AllReduceBandwidth/<ranks>    64 MiB float32 sum all_reduce over the world
 //   Memcpy/<bytes>                one thread copying the same bytes (the baseline)
 //   MeshsimRun/<ranks>            `meshsim run` over dp x cp x tp meshes of 64, 256, 1024 ranks
+//   LocalRun/<log2 world>         `meshsim run --backend local` at 2^10 .. 2^24 ranks
 //
 // Each bandwidth row also measures memcpy itself in the same process, right before, and reports
 //   memcpy_GBps  min(ranks, cores) threads each copying 64 MiB at once (aggregate bytes/s);
@@ -146,10 +147,33 @@ void MeshsimRun(benchmark::State& state) {
   state.counters["ranks"] = static_cast<double>(ranks);
 }
 
+// LocalRun: `meshsim run --backend local` over (dp, cp=16, tp) meshes of 2^10 .. 2^24 ranks; the
+// cost per rank must stay flat as the world grows (compare ns_per_rank across rows of one run).
+void LocalRun(benchmark::State& state) {
+  const int log2 = static_cast<int>(state.range(0));
+  const int64_t world = int64_t{1} << log2;
+  const int64_t tp = std::min<int64_t>(1024, world / 16);
+  run::Options o;
+  o.recipe.mesh = "dp=" + std::to_string(world / 16 / tp) + ",cp=16,tp=" + std::to_string(tp);
+  o.backend = "local";
+  for (auto _ : state) {
+    std::ostringstream out;
+    if (run::run(o, out) != 0) {
+      state.SkipWithError("meshsim run --backend local failed");
+      break;
+    }
+  }
+  state.counters["ranks"] = static_cast<double>(world);
+  state.counters["ns_per_rank"] = benchmark::Counter(
+      static_cast<double>(world) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 BENCHMARK(Memcpy)->Arg(8)->Arg(kBig)->Unit(benchmark::kMicrosecond);
 BENCHMARK(AllReduceLatency)->Arg(2)->Arg(4)->Arg(8)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(3);
 BENCHMARK(AllReduceBandwidth)->Arg(2)->Arg(4)->Arg(8)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(MeshsimRun)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(LocalRun)->DenseRange(10, 20, 2)->Arg(24)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 

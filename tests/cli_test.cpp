@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -154,11 +155,50 @@ TEST(CliRun, EveryFaultKindAtEveryRankIsDiagnosedNamingIt) {
   }
 }
 
+TEST(CliRun, LocalBackendReportsWhatTheThreadedOneDoes) {
+  // The same arguments over both backends: the reports agree but for the backend and the time.
+  for (const std::string args : {"--mesh dp=2,cp=2,tp=4", "--mesh dp=2,cp=2,tp=4 --slice dp,tp --flatten",
+                                 "--mesh dp=3,tp=4 --rank-map 5..16 --world-size 20 --unflatten tp:2,2:a,b",
+                                 "--mesh dp=2,tp=2 --world-size 7"}) {
+    int st = -1, sl = -1;
+    Json t = run_json(args, &st);
+    Json l = run_json(args + " --backend local", &sl);
+    ASSERT_EQ(st, 0) << args << t;
+    ASSERT_EQ(sl, 0) << args << l;
+    EXPECT_EQ(l["backend"], "local");
+    for (const char* k : {"ok", "world_size", "meshes", "checks", "collectives", "failures"}) {
+      EXPECT_EQ(t[k], l[k]) << args << ": " << k;
+    }
+  }
+}
+
+TEST(CliRun, LocalBackendDiagnosesEveryFaultNamingTheRank) {
+  for (const std::string kind : {"throw", "skip", "mismatch", "mesh"}) {
+    for (int rank : {0, 3, 5}) {
+      int status = -1;
+      Json j = run_json("--backend local --mesh dp=2,tp=3 --fault " + kind + "@" + std::to_string(rank), &status);
+      EXPECT_EQ(status, 1) << kind << "@" << rank;
+      ASSERT_TRUE(j.is_object()) << kind << "@" << rank;
+      ASSERT_FALSE(j["failures"].empty()) << kind << "@" << rank;
+      bool named = false;
+      for (const Json& f : j["failures"]) named = named || f["rank"] == rank;
+      EXPECT_TRUE(named) << kind << "@" << rank << ": " << j["failures"];
+      // The same kind of diagnosis as the threaded run gives.
+      const std::map<std::string, std::string> want{{"throw", "error"}, {"skip", "departed"},
+                                                    {"mismatch", "mismatch"}, {"mesh", "mesh"}};
+      EXPECT_EQ(j["failures"][0]["kind"], want.at(kind)) << j["failures"];
+    }
+  }
+  // A stall cannot happen when every rank runs in one thread: refused as bad usage.
+  EXPECT_EQ(run("run --backend local --mesh dp=2 --fault stall@1").status, 2);
+}
+
 TEST(CliRun, BadUsageExitsTwo) {
   for (const std::string args : {"--mesh dp=0", "--mesh dp=-2", "--mesh dp=2,dp=2",
                                  "--mesh dp=4 --world-size 2", "--mesh dp=9223372036854775807,tp=2",
                                  "--mesh dp=2 --fault nope@1", "--mesh dp=2 --fault throw@2",
-                                 "--mesh dp=2 --backend mpi", "--mesh dp=2 --timeout 0"}) {
+                                 "--mesh dp=2 --backend mpi", "--mesh dp=2 --timeout 0",
+                                 "--mesh dp=8192,tp=4096 --backend local"}) {
     EXPECT_EQ(run("run " + args).status, 2) << args;
   }
 }

@@ -3,11 +3,13 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
 
 #include "meshsim/error.hpp"
+#include "meshsim/local.hpp"
 #include "meshsim/spmd.hpp"
 
 namespace meshsim::run {
@@ -84,41 +86,43 @@ MeshRecipe different_recipe(MeshRecipe r, const DeviceMesh& root) {
   return r;
 }
 
-std::string list(const std::vector<int64_t>& v) {
+// list prints ranks, the first `limit` of them (a summary, not a dump).
+std::string list(const std::vector<int64_t>& v, std::size_t limit = 16) {
   std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  if (v.size() > limit) s += " ... (" + std::to_string(v.size()) + " ranks)";
   return s + "]";
 }
 
-}  // namespace
 
-int run(const Options& o, std::ostream& out) {
-  if (o.backend != "threaded") {
-    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: threaded)");
-  }
-  if (!(o.timeout_seconds > 0) || !std::isfinite(o.timeout_seconds) || o.timeout_seconds > 86400) {
-    throw InvalidArgument("--timeout " + std::to_string(o.timeout_seconds) +
-                          " is not in (0, 86400] seconds");
-  }
-  if (o.format != "text" && o.format != "json") {
-    throw InvalidArgument("--format must be text or json, not " + o.format);
-  }
-  const MeshRecipe recipe = recipe_from_flags(o.recipe);
-  const BuiltMeshes expected = meshsim::apply(recipe);  // bad recipes stop here (exit 2)
-  const int64_t world = recipe.world_size;
-  if (world > 16384) {
-    throw InvalidArgument("--world-size " + std::to_string(world) +
-                          " is over the 16384 rank threads a threaded run supports");
-  }
-  const std::vector<Planted> faults = parse_faults(o.faults, world);
-  std::vector<DeviceMesh> meshes{expected.root};
-  meshes.insert(meshes.end(), expected.meshes.begin(), expected.meshes.end());
+// Outcome is what a run reports, whatever the backend.
+struct Outcome {
+  bool ok = true;
+  std::vector<Diagnosis> failures;   // one per rank at fault
+  std::vector<RankReport> stuck;
+  int64_t checks = 0;
+  int64_t collectives = 0;
+  double seconds = 0;
+  // seen[mesh][dim]: the groups as gathered over the backend, in m.groups(d) order (when ok).
+  std::vector<std::vector<std::vector<std::vector<int64_t>>>> seen;
+};
+
+// Job is what both backends run: the recipe, the meshes it makes, the planted faults.
+struct Job {
+  MeshRecipe recipe;
+  std::optional<BuiltMeshes> expected;
+  std::vector<DeviceMesh> meshes;  // root, then one per step
   std::vector<MeshParts> parts;
-  for (const DeviceMesh& m : meshes) parts.push_back(mesh_parts(m));
-  // checks each rank runs: per mesh it belongs to, per dim, 3 checks.
+  int64_t world = 0;
   int64_t expected_checks = 0;
-  for (const DeviceMesh& m : meshes) expected_checks += int64_t{3} * m.ndim() * m.rank_map_size();
+  std::vector<Planted> faults;
+  std::chrono::milliseconds timeout{0};
+};
 
+Outcome run_threaded(const Job& job) {
+  const std::vector<Planted>& faults = job.faults;
+  const MeshRecipe& recipe = job.recipe;
+  const int64_t world = job.world;
   // gathered[rank][mesh][dim]: the group each rank saw over the backend.
   std::vector<std::vector<std::vector<std::vector<int64_t>>>> gathered(static_cast<std::size_t>(world));
   std::mutex gathered_mu;
@@ -126,13 +130,13 @@ int run(const Options& o, std::ostream& out) {
 
   SpmdOptions so;
   so.world_size = world;
-  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(o.timeout_seconds * 1000)));
+  so.timeout = job.timeout;
   RunReport report = run_spmd(so, [&](RankContext& ctx) {
     const int64_t me = ctx.rank();
-    if (planted(faults, Fault::kStall, me)) ctx.sleep_for(so.timeout + std::chrono::seconds(2));
+    if (planted(faults, Fault::kStall, me)) ctx.sleep_for(job.timeout + std::chrono::seconds(2));
     // Every rank builds the recipe itself, as real ranks do.
     BuiltMeshes built = planted(faults, Fault::kMesh, me)
-                            ? meshsim::apply(different_recipe(recipe, expected.root))
+                            ? meshsim::apply(different_recipe(recipe, job.expected->root))
                             : meshsim::apply(recipe);
     std::vector<DeviceMesh> mine{built.root};
     mine.insert(mine.end(), built.meshes.begin(), built.meshes.end());
@@ -145,7 +149,7 @@ int run(const Options& o, std::ostream& out) {
         if (got[static_cast<std::size_t>(r)] != r) ctx.fail("world all_gather returned " + list(got));
       }
     }
-    for (std::size_t i = 0; i < mine.size(); ++i) ctx.check_mesh_agreement(mine[i], parts[i]);
+    for (std::size_t i = 0; i < mine.size(); ++i) ctx.check_mesh_agreement(mine[i], job.parts[i]);
     std::vector<std::vector<std::vector<int64_t>>> seen(mine.size());
     int64_t passed = 0;
     for (std::size_t i = 0; i < mine.size(); ++i) {
@@ -186,16 +190,188 @@ int run(const Options& o, std::ostream& out) {
     if (planted(faults, Fault::kSkip, me)) return;
     int64_t total = passed;
     ctx.world().all_reduce(std::span<int64_t>(&total, 1), ReduceOp::kSum);
-    if (total != expected_checks) {
+    if (total != job.expected_checks) {
       ctx.fail("global agreement: ranks ran " + std::to_string(total) + " checks, the recipe predicts " +
-               std::to_string(expected_checks));
+               std::to_string(job.expected_checks));
     }
   });
-  const int code = report.ok ? 0 : 1;
 
+  Outcome out;
+  out.ok = report.ok;
+  out.failures = report.failures;
+  for (const RankReport& r : report.ranks) {
+    if (r.status == "stuck") out.stuck.push_back(r);
+  }
+  out.checks = checks_passed;
+  out.collectives = report.collectives;
+  out.seconds = report.seconds;
+  if (report.ok) {
+    for (std::size_t i = 0; i < job.meshes.size(); ++i) {
+      const DeviceMesh& m = job.meshes[i];
+      std::vector<std::vector<std::vector<int64_t>>> dims;
+      for (int d = 0; d < m.ndim(); ++d) {
+        std::vector<std::vector<int64_t>> rows;
+        for (const auto& row : m.groups(d)) {
+          // The group as its first member saw it over the backend.
+          const auto& s = gathered[static_cast<std::size_t>(row[0])];
+          rows.push_back(s[i][static_cast<std::size_t>(d)]);
+        }
+        dims.push_back(std::move(rows));
+      }
+      out.seen.push_back(std::move(dims));
+    }
+  }
+  return out;
+}
+
+// run_local evaluates every rank at once (local mode): the same program, checks and faults as
+// the threaded run, each collective computed group by group.
+Outcome run_local(const Job& job) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t world = job.world;
+  LocalWorld w(world);
+  Outcome out;
+  auto ranks_of = [&](Fault kind) {
+    std::set<int64_t> s;
+    for (const Planted& p : job.faults) {
+      if (p.kind == kind) s.insert(p.rank);
+    }
+    return s;
+  };
+  const std::set<int64_t> throwing = ranks_of(Fault::kThrow), skipping = ranks_of(Fault::kSkip),
+                          odd_count = ranks_of(Fault::kMismatch), odd_mesh = ranks_of(Fault::kMesh);
+  const auto rank_value = LocalValue<int64_t>::affine(world, 0, 1);
+  try {
+    // World check: all_gather of ranks over the world.
+    LocalCall first;
+    for (int64_t r : odd_count) first.count_of[r] = 2;
+    const auto got = w.all_gather(*w.world_groups(), rank_value, first);
+    for (int64_t r = 0; r < world; ++r) {
+      if (got[0][static_cast<std::size_t>(r)] != r) {
+        throw LocalFailure(Diagnosis{"check", {r}, "rank " + std::to_string(r) + ": world all_gather returned a wrong rank", {}, {}});
+      }
+    }
+    // Mesh agreement: what each rank built, against the recipe's meshes.
+    std::vector<MeshParts> odd_parts;
+    if (!odd_mesh.empty()) {
+      const BuiltMeshes other = meshsim::apply(different_recipe(job.recipe, job.expected->root));
+      odd_parts.push_back(mesh_parts(other.root));
+      for (const DeviceMesh& m : other.meshes) odd_parts.push_back(mesh_parts(m));
+    }
+    for (std::size_t i = 0; i < job.meshes.size(); ++i) {
+      w.all_gather(*w.world_groups(), rank_value);  // the fingerprint exchange, one per rank
+      if (!odd_mesh.empty() && !(odd_parts[i] == job.parts[i])) {
+        const MeshParts& p = odd_parts[i];
+        const MeshParts& ref = job.parts[i];
+        std::string what;
+        if (p.shape != ref.shape) what += "shape, ";
+        if (p.names != ref.names) what += "names, ";
+        if (p.layout != ref.layout) what += "layout, ";
+        if (p.rank_map != ref.rank_map) what += "rank map, ";
+        what.resize(what.size() - 2);
+        std::vector<int64_t> odd(odd_mesh.begin(), odd_mesh.end());
+        throw LocalFailure(Diagnosis{"mesh", odd,
+                                     (odd.size() == 1 ? "rank " + std::to_string(odd[0]) : "ranks " + list(odd)) +
+                                         " built a different mesh than the recipe's: its " + what +
+                                         (what.find(',') == std::string::npos ? " differs" : " differ"),
+                                     {}, {}});
+      }
+    }
+    for (std::size_t i = 0; i < job.meshes.size(); ++i) {
+      const DeviceMesh& m = job.meshes[i];
+      std::vector<std::vector<std::vector<int64_t>>> dims;
+      for (int d = 0; d < m.ndim(); ++d) {
+        auto groups = std::make_shared<const LocalGroups>(m, d);
+        const std::string where = "mesh " + std::to_string(i) + " " + m.to_string() + " dim " + m.dim_name(d);
+        // Each rank's own view of its group (its coordinate) against the dim's groups.
+        for (int64_t g = 0; g < groups->count(); ++g) {
+          std::span<const int64_t> members = groups->group(g);
+          std::vector<int64_t> anchor = *m.coordinate(members[0]);
+          for (std::size_t k = 0; k < members.size(); ++k) {
+            std::vector<int64_t> c = *m.coordinate(members[k]);
+            const bool same_line = c[static_cast<std::size_t>(d)] == static_cast<int64_t>(k) &&
+                                   [&] {
+                                     for (std::size_t e = 0; e < c.size(); ++e) {
+                                       if (e != static_cast<std::size_t>(d) && c[e] != anchor[e]) return false;
+                                     }
+                                     return true;
+                                   }();
+            if (!same_line) {
+              throw LocalFailure(Diagnosis{"check", {members[k]}, "rank " + std::to_string(members[k]) + ": " + where +
+                                               ": its communicator's group " + list(std::vector<int64_t>(members.begin(), members.end())) +
+                                               " is not the group its coordinate gives", {}, {}});
+            }
+          }
+        }
+        auto rows = w.all_gather(*groups, rank_value);
+        for (int64_t g = 0; g < groups->count(); ++g) {
+          std::span<const int64_t> members = groups->group(g);
+          if (!std::equal(members.begin(), members.end(), rows[static_cast<std::size_t>(g)].begin())) {
+            throw LocalFailure(Diagnosis{"check", {members[0]}, "rank " + std::to_string(members[0]) + ": " + where +
+                                             ": all_gather of ranks returned " + list(rows[static_cast<std::size_t>(g)]), {}, {}});
+          }
+        }
+        const LocalValue<int64_t> sums = w.all_reduce(groups, LocalValue<int64_t>::affine(world, 1, 1), ReduceOp::kSum);
+        for (int64_t g = 0; g < groups->count(); ++g) {
+          std::span<const int64_t> members = groups->group(g);
+          int64_t want = 0;
+          for (int64_t r : members) want += r + 1;
+          if (sums.at(members[0]) != want) {
+            throw LocalFailure(Diagnosis{"check", {members[0]}, "rank " + std::to_string(members[0]) + ": " + where +
+                                             ": all_reduce(sum) of rank+1 gave " + std::to_string(sums.at(members[0])) +
+                                             ", expected " + std::to_string(want), {}, {}});
+          }
+        }
+        out.checks += 3 * groups->count() * groups->size();
+        dims.push_back(std::move(rows));
+      }
+      out.seen.push_back(std::move(dims));
+      // A planted throw happens after the root's checks, as in the threaded run.
+      if (i == 0 && !throwing.empty()) {
+        const int64_t r = *throwing.begin();
+        throw LocalFailure(Diagnosis{"error", {r}, "rank " + std::to_string(r) + " failed: Internal: planted fault: rank " +
+                                                       std::to_string(r) + " throws mid-run", {}, {}});
+      }
+    }
+    if (!throwing.empty()) {
+      const int64_t r = *throwing.begin();
+      throw LocalFailure(Diagnosis{"error", {r}, "rank " + std::to_string(r) + " failed: Internal: planted fault: rank " +
+                                                     std::to_string(r) + " throws mid-run", {}, {}});
+    }
+    // Global agreement: every rank's check count sums to what the recipe predicts.
+    LocalCall last;
+    last.absent = skipping;
+    std::vector<int64_t> passed(static_cast<std::size_t>(world), 0);
+    for (const DeviceMesh& m : job.meshes) {
+      for (int64_t r = 0; r < world; ++r) {
+        if (m.contains(r)) passed[static_cast<std::size_t>(r)] += 3 * m.ndim();
+      }
+    }
+    const auto total = w.all_reduce(w.world_groups(), LocalValue<int64_t>::dense(std::move(passed)), ReduceOp::kSum, last);
+    if (total.at(0) != job.expected_checks) {
+      throw LocalFailure(Diagnosis{"check", {0}, "global agreement: ranks ran " + std::to_string(total.at(0)) +
+                                                     " checks, the recipe predicts " + std::to_string(job.expected_checks), {}, {}});
+    }
+  } catch (const LocalFailure& f) {
+    out.ok = false;
+    out.seen.clear();
+    for (int64_t r : f.diagnosis.ranks) {
+      Diagnosis one = f.diagnosis;
+      one.ranks = {r};
+      out.failures.push_back(std::move(one));
+    }
+  }
+  out.collectives = w.collectives();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out) {
+  const int64_t world = job.world;
+  const std::vector<DeviceMesh>& meshes = job.meshes;
   if (o.format == "json") {
     Json j;
-    j["ok"] = report.ok;
+    j["ok"] = r.ok;
     j["backend"] = o.backend;
     j["world_size"] = world;
     Json ms = Json::array();
@@ -206,25 +382,17 @@ int run(const Options& o, std::ostream& out) {
       md["shape"] = m.shape();
       Json g = Json::object();
       for (int d = 0; d < m.ndim(); ++d) {
-        Json rows = Json::array();
-        if (report.ok) {
-          for (const auto& row : m.groups(d)) {
-            // The group as its first member saw it over the backend.
-            const auto& s = gathered[static_cast<std::size_t>(row[0])];
-            rows.push_back(i < s.size() && static_cast<std::size_t>(d) < s[i].size() ? Json(s[i][static_cast<std::size_t>(d)]) : Json(nullptr));
-          }
-        }
-        g[m.dim_name(d)] = report.ok ? rows : Json(nullptr);
+        g[m.dim_name(d)] = r.ok ? Json(r.seen[i][static_cast<std::size_t>(d)]) : Json(nullptr);
       }
       md["groups_by_dim"] = g;
       ms.push_back(md);
     }
     j["meshes"] = ms;
-    j["checks"] = checks_passed;
-    j["collectives"] = report.collectives;
-    j["seconds"] = report.seconds;
+    j["checks"] = r.checks;
+    j["collectives"] = r.collectives;
+    j["seconds"] = r.seconds;
     Json fs = Json::array();
-    for (const Diagnosis& d : report.failures) {
+    for (const Diagnosis& d : r.failures) {
       Json f{{"rank", d.ranks.empty() ? Json(nullptr) : Json(d.ranks[0])}, {"kind", d.kind}, {"message", d.message}};
       if (d.kind == "stall") {
         f["waiting"] = d.waiting;
@@ -232,42 +400,89 @@ int run(const Options& o, std::ostream& out) {
       }
       fs.push_back(f);
     }
-    for (const RankReport& r : report.ranks) {
-      if (r.status == "stuck") fs.push_back({{"rank", r.rank}, {"kind", "stuck"}, {"message", r.message}});
-    }
+    for (const RankReport& s : r.stuck) fs.push_back({{"rank", s.rank}, {"kind", "stuck"}, {"message", s.message}});
     j["failures"] = fs;
     out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
   } else {
-    out << "meshsim run: " << world << " ranks over the " << o.backend << " backend, timeout "
-        << o.timeout_seconds << " s\n";
+    out << "meshsim run: " << world << " ranks over the " << o.backend << " backend";
+    if (o.backend == "threaded") out << ", timeout " << o.timeout_seconds << " s";
+    out << "\n";
     for (std::size_t i = 0; i < meshes.size(); ++i) {
       const DeviceMesh& m = meshes[i];
       out << (i == 0 ? "  root " : "  step " + std::to_string(i) + " ") << m.to_string() << "\n";
       for (int d = 0; d < m.ndim(); ++d) {
-        auto groups = m.groups(d);
-        out << "    " << m.dim_name(d) << ": " << groups.size() << " groups of " << m.size(d);
-        for (std::size_t k = 0; k < groups.size() && k < 8; ++k) out << " " << list(groups[k]);
-        if (groups.size() > 8) out << " ...";
+        // The first groups only: listing every group of a 2^24-rank dim is not a summary.
+        const int64_t count = m.rank_map_size() / m.size(d);
+        out << "    " << m.dim_name(d) << ": " << count << " groups of " << m.size(d);
+        if (r.ok) {
+          const auto& rows = r.seen[i][static_cast<std::size_t>(d)];
+          for (std::size_t k = 0; k < rows.size() && k < 8; ++k) out << " " << list(rows[k]);
+          if (rows.size() > 8) out << " ...";
+        }
         out << "\n";
       }
     }
-    out << "checks passed: " << checks_passed << " of " << expected_checks << "; collectives: "
-        << report.collectives << "; wall time " << report.seconds << " s\n";
-    if (report.ok) {
+    out << "checks passed: " << r.checks << " of " << job.expected_checks << "; collectives: "
+        << r.collectives << "; wall time " << r.seconds << " s\n";
+    if (r.ok) {
       out << "OK: every rank's groups match the mesh on every dim\n";
     } else {
-      for (const Diagnosis& d : report.failures) {
+      for (const Diagnosis& d : r.failures) {
         out << "FAILED rank " << (d.ranks.empty() ? -1 : d.ranks[0]) << " [" << d.kind << "]: " << d.message << "\n";
       }
-      for (const RankReport& r : report.ranks) {
-        if (r.status == "stuck") out << "STUCK rank " << r.rank << ": " << r.message << "\n";
-      }
+      for (const RankReport& s : r.stuck) out << "STUCK rank " << s.rank << ": " << s.message << "\n";
     }
   }
   out.flush();
-  bool stuck = false;
-  for (const RankReport& r : report.ranks) stuck = stuck || r.status == "stuck";
-  if (stuck) std::_Exit(code);  // detached rank threads must not outlive main's destructors
+}
+
+}  // namespace
+
+int run(const Options& o, std::ostream& out) {
+  if (o.backend != "threaded" && o.backend != "local") {
+    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: threaded, local)");
+  }
+  if (!(o.timeout_seconds > 0) || !std::isfinite(o.timeout_seconds) || o.timeout_seconds > 86400) {
+    throw InvalidArgument("--timeout " + std::to_string(o.timeout_seconds) +
+                          " is not in (0, 86400] seconds");
+  }
+  if (o.format != "text" && o.format != "json") {
+    throw InvalidArgument("--format must be text or json, not " + o.format);
+  }
+  Job job;
+  job.recipe = recipe_from_flags(o.recipe);
+  job.expected = meshsim::apply(job.recipe);  // bad recipes stop here (exit 2)
+  job.world = job.recipe.world_size;
+  if (o.backend == "threaded" && job.world > 16384) {
+    throw InvalidArgument("--world-size " + std::to_string(job.world) +
+                          " is over the 16384 rank threads a threaded run supports (--backend "
+                          "local runs up to 2^24 ranks in one thread)");
+  }
+  if (o.backend == "local" && job.world > kMaxLocalWorld) {
+    throw InvalidArgument("--world-size " + std::to_string(job.world) + " is over the " +
+                          std::to_string(kMaxLocalWorld) + " ranks local mode supports");
+  }
+  job.faults = parse_faults(o.faults, job.world);
+  if (o.backend == "local") {
+    for (const Planted& p : job.faults) {
+      if (p.kind == Fault::kStall) {
+        throw InvalidArgument("--fault stall@" + std::to_string(p.rank) + " does not apply to "
+                              "--backend local: every rank runs in one thread, in lockstep, so "
+                              "none can stall while the others wait");
+      }
+    }
+  }
+  job.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(o.timeout_seconds * 1000)));
+  job.meshes.push_back(job.expected->root);
+  job.meshes.insert(job.meshes.end(), job.expected->meshes.begin(), job.expected->meshes.end());
+  for (const DeviceMesh& m : job.meshes) job.parts.push_back(mesh_parts(m));
+  // checks each rank runs: per mesh it belongs to, per dim, 3 checks.
+  for (const DeviceMesh& m : job.meshes) job.expected_checks += int64_t{3} * m.ndim() * m.rank_map_size();
+
+  const Outcome r = o.backend == "local" ? run_local(job) : run_threaded(job);
+  print(o, job, r, out);
+  const int code = r.ok ? 0 : 1;
+  if (!r.stuck.empty()) std::_Exit(code);  // detached rank threads must not outlive main's destructors
   return code;
 }
 

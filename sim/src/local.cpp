@@ -1,0 +1,95 @@
+#include "meshsim/local.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace meshsim {
+
+namespace {
+
+std::string rank_list(std::span<const int64_t> v, std::size_t limit = 16) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > limit) s += ", ... (" + std::to_string(v.size()) + " ranks)";
+  return s + "]";
+}
+
+}  // namespace
+
+LocalGroups::LocalGroups(const DeviceMesh& mesh, int dim) {
+  name_ = mesh.to_string() + " dim " + mesh.dim_name(dim);
+  // The groups of the dim from its layout and complement, in complement order.
+  const std::vector<std::vector<int64_t>> rows = mesh.groups(dim);
+  count_ = static_cast<int64_t>(rows.size());
+  size_ = mesh.size(dim);
+  ranks_.reserve(static_cast<std::size_t>(count_ * size_));
+  int64_t hi = -1;
+  for (const auto& row : rows) {
+    ranks_.insert(ranks_.end(), row.begin(), row.end());
+    for (int64_t r : row) hi = std::max(hi, r);
+  }
+  slot_of_.assign(static_cast<std::size_t>(hi + 1), -1);
+  for (std::size_t s = 0; s < ranks_.size(); ++s) slot_of_[static_cast<std::size_t>(ranks_[s])] = static_cast<int64_t>(s);
+}
+
+std::optional<std::pair<int64_t, int64_t>> LocalGroups::of(int64_t rank) const {
+  if (rank < 0 || rank >= static_cast<int64_t>(slot_of_.size())) return std::nullopt;
+  const int64_t s = slot_of_[static_cast<std::size_t>(rank)];
+  if (s < 0) return std::nullopt;
+  return std::pair<int64_t, int64_t>{s / size_, s % size_};
+}
+
+LocalWorld::LocalWorld(int64_t world) : world_(world) {
+  if (world < 1) throw InvalidArgument("local world size " + std::to_string(world) + " is not >= 1");
+  if (world > kMaxLocalWorld) {
+    throw InvalidArgument("local world size " + std::to_string(world) + " exceeds the limit of " +
+                          std::to_string(kMaxLocalWorld) + " ranks");
+  }
+  std::vector<int64_t> shape{world};
+  world_groups_ = std::make_shared<const LocalGroups>(DeviceMesh::init(shape, std::vector<std::string>{"world"}), 0);
+}
+
+void LocalWorld::check(const LocalGroups& groups, const char* op, const LocalCall& call) {
+  for (int64_t r : call.absent) {
+    auto where = groups.of(r);
+    if (!where) continue;
+    std::span<const int64_t> members = groups.group(where->first);
+    const int64_t waiter = members[0] == r && members.size() > 1 ? members[1] : members[0];
+    throw LocalFailure(Diagnosis{"departed", {r},
+                                 "rank " + std::to_string(r) + " ended its program without joining " +
+                                     op + " of group " + rank_list(members) + " (rank " +
+                                     std::to_string(waiter) + " waits for it)",
+                                 {}, {}});
+  }
+  if (call.count_of.empty()) return;
+  // Per group: the members whose count differs from the group's most common count.
+  std::set<int64_t> seen_groups;
+  for (const auto& [r, count] : call.count_of) {
+    auto where = groups.of(r);
+    if (!where || !seen_groups.insert(where->first).second) continue;
+    std::span<const int64_t> members = groups.group(where->first);
+    std::map<int64_t, std::vector<int64_t>> by_count;
+    for (int64_t m : members) {
+      auto it = call.count_of.find(m);
+      by_count[it == call.count_of.end() ? 1 : it->second].push_back(m);
+    }
+    if (by_count.size() < 2) continue;
+    std::size_t most = 0;
+    for (const auto& [c, ranks] : by_count) most = std::max(most, ranks.size());
+    std::size_t holders = 0;
+    for (const auto& [c, ranks] : by_count) holders += ranks.size() == most;
+    std::vector<int64_t> culprits;
+    std::string msg = std::string("collective mismatch at ") + op + " of group " + rank_list(members) + ":";
+    for (const auto& [c, ranks] : by_count) {
+      msg += std::string(ranks.size() > 1 ? " ranks " : " rank ") +
+             (ranks.size() > 1 ? rank_list(ranks) : std::to_string(ranks[0])) + " called " + op +
+             "(int64, count=" + std::to_string(c) + ");";
+      if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
+    }
+    msg.pop_back();
+    std::sort(culprits.begin(), culprits.end());
+    throw LocalFailure(Diagnosis{"mismatch", culprits, msg, {}, {}});
+  }
+}
+
+}  // namespace meshsim
