@@ -1,16 +1,21 @@
 // Runs the installed-shape `meshsim` executable on a request file: the CLI contract end to end.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <chrono>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "meshsim/store.hpp"
 
 namespace {
 
@@ -191,6 +196,40 @@ TEST(CliRun, LocalBackendDiagnosesEveryFaultNamingTheRank) {
   }
   // A stall cannot happen when every rank runs in one thread: refused as bad usage.
   EXPECT_EQ(run("run --backend local --mesh dp=2 --fault stall@1").status, 2);
+}
+
+TEST(CliStore, ServesClientsAndStopsOnSigterm) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    execl(MESHSIM_EXE, MESHSIM_EXE, "store", "--port", "0", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* f = fdopen(out[0], "r");
+  char line[256] = {0};
+  ASSERT_NE(fgets(line, sizeof line, f), nullptr);
+  const std::string text(line);
+  const auto colon = text.rfind(':');
+  ASSERT_NE(text.find("meshsim store listening on 127.0.0.1:"), std::string::npos) << text;
+  const auto port = static_cast<uint16_t>(std::stoi(text.substr(colon + 1)));
+  {
+    meshsim::TcpStoreClient a({.port = port}), b({.port = port});
+    a.set("rank_0", "addr0");
+    EXPECT_EQ(b.get("rank_0", std::chrono::seconds(2)), "addr0");
+    EXPECT_EQ(b.add("arrived", 1), 1);
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  fclose(f);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(run("store --host not-an-ip").status, 2);
+  EXPECT_EQ(run("store --token-file /nonexistent/token").status, 2);
 }
 
 TEST(CliRun, BadUsageExitsTwo) {

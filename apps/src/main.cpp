@@ -1,8 +1,11 @@
 // meshsim — the command-line tool.
 //   meshsim query [--file requests.jsonl]   JSON Lines in, one answer per line (DESIGN §7)
 //   meshsim show --mesh dp=2,tp=4 [...]     a mesh, its groups and coordinates
+//   meshsim run --mesh dp=2,tp=4 [...]      simulate every rank and check the mesh's groups
+//   meshsim store [--host H] [--port P]     serve a TCP rendezvous store until SIGINT/SIGTERM
 //   meshsim ops                             list the query ops
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <fstream>
 #include <iostream>
 
@@ -11,6 +14,7 @@
 #include "meshsim/query.hpp"
 #include "meshsim/run.hpp"
 #include "meshsim/show.hpp"
+#include "meshsim/store.hpp"
 
 namespace {
 
@@ -78,6 +82,13 @@ int main(int argc, char** argv) {
   run->add_option("--format", ro.format, "text or json");
   run->add_option("--fault", ro.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall");
 
+  auto* store = app.add_subcommand("store", "serve a TCP rendezvous store (for multi-process and multi-host jobs)");
+  meshsim::TcpStoreOptions sto;
+  std::string token_file;
+  store->add_option("--host", sto.host, "address to bind (default 127.0.0.1, loopback only)");
+  store->add_option("--port", sto.port, "port to bind (default 0: any free port, printed)");
+  store->add_option("--token-file", token_file, "file whose first line is the token clients must present");
+
   auto* ops = app.add_subcommand("ops", "list the ops `meshsim query` answers");
 
   CLI11_PARSE(app, argc, argv);
@@ -116,6 +127,33 @@ int main(int argc, char** argv) {
       return meshsim::run::run(ro, std::cout);
     } catch (const meshsim::Error& e) {
       std::cerr << "meshsim run: " << e.type_name() << ": " << e.what() << "\n";
+      return 2;
+    }
+  }
+  if (*store) {
+    try {
+      if (!token_file.empty()) {
+        std::ifstream in(token_file);
+        if (!in || !std::getline(in, sto.token) || sto.token.empty()) {
+          throw meshsim::InvalidArgument("--token-file '" + token_file +
+                                         "' cannot be read or its first line is empty");
+        }
+      }
+      // Block the stop signals before the server thread starts, then wait for one here.
+      sigset_t stop;
+      sigemptyset(&stop);
+      sigaddset(&stop, SIGINT);
+      sigaddset(&stop, SIGTERM);
+      pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+      meshsim::TcpStoreServer server(sto);
+      std::cout << "meshsim store listening on " << server.address() << std::endl;
+      int sig = 0;
+      sigwait(&stop, &sig);
+      server.stop();
+      std::cout << "meshsim store stopped (signal " << sig << ")" << std::endl;
+      return 0;
+    } catch (const meshsim::Error& e) {
+      std::cerr << "meshsim store: " << e.type_name() << ": " << e.what() << "\n";
       return 2;
     }
   }

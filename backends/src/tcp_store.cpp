@@ -1,0 +1,543 @@
+// The TCP store: a single-threaded Boost.Asio server (one coroutine per connection) and a
+// blocking client. Frames: u32 LE body length, then the body: an op byte and fields (strings
+// as u32 LE length + bytes, integers as i64 LE). Responses: u32 LE length, a status byte, and
+// the payload.
+#include <utility>  // before asio (std::exchange in Boost 1.74's awaitable.hpp)
+
+#include <boost/asio.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "meshsim/error.hpp"
+#include "meshsim/store.hpp"
+#include "store_ops.hpp"
+
+namespace meshsim {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+enum Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kCompareSet, kRemove };
+enum Status : uint8_t { kOk = 0, kNotFound, kTimeout, kError };
+
+// Writer builds a frame body.
+struct Writer {
+  std::string out;
+  void u8(uint8_t v) { out.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  }
+  void i64(int64_t v) {
+    const auto u = static_cast<uint64_t>(v);
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
+  }
+  void str(const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    out += s;
+  }
+  std::string frame() const {
+    Writer w;
+    w.u32(static_cast<uint32_t>(out.size()));
+    return w.out + out;
+  }
+};
+
+// Reader parses a frame body; every read is bounds-checked (ParseError on a short body).
+struct Reader {
+  const std::string& in;
+  std::size_t at = 0;
+  void need(std::size_t n) const {
+    if (in.size() - at < n) {
+      throw ParseError("store frame: truncated body (needs " + std::to_string(n) + " more bytes at " +
+                       std::to_string(at) + " of " + std::to_string(in.size()) + ")");
+    }
+  }
+  uint8_t u8() {
+    need(1);
+    return static_cast<uint8_t>(in[at++]);
+  }
+  uint32_t u32() {
+    need(4);
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(in[at++])) << (8 * i);
+    return v;
+  }
+  int64_t i64() {
+    need(8);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(in[at++])) << (8 * i);
+    return static_cast<int64_t>(v);
+  }
+  std::string str(std::size_t limit) {
+    const uint32_t n = u32();
+    if (n > limit) {
+      throw ParseError("store frame: a field of " + std::to_string(n) + " bytes exceeds " +
+                       std::to_string(limit));
+    }
+    need(n);
+    std::string s = in.substr(at, n);
+    at += n;
+    return s;
+  }
+  void done() const {
+    if (at != in.size()) {
+      throw ParseError("store frame: " + std::to_string(in.size() - at) + " trailing bytes");
+    }
+  }
+};
+
+uint32_t le32(const unsigned char* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+std::string response(Status s, const std::string& payload = {}) {
+  Writer w;
+  w.u8(s);
+  w.out += payload;
+  return w.frame();
+}
+
+}  // namespace
+
+// ---- server ---------------------------------------------------------------------------------
+
+struct TcpStoreServer::Impl {
+  TcpStoreOptions opt;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::thread thread;
+  std::atomic<std::size_t> open{0};
+  std::set<tcp::socket*> sockets;          // io thread only
+  std::set<asio::steady_timer*> waiters;   // io thread only
+  std::map<std::string, std::string> kv;   // io thread only
+  std::size_t bytes = 0;                   // keys plus values held
+
+  void notify() {
+    for (asio::steady_timer* t : waiters) t->cancel();
+  }
+
+  void charge(const std::string& key, std::size_t old_value, std::size_t new_value, bool is_new) {
+    const std::size_t after = bytes - old_value + new_value + (is_new ? key.size() : 0);
+    if (is_new && kv.size() >= opt.max_keys) {
+      throw ResourceExhausted("store: the server holds its limit of " + std::to_string(opt.max_keys) + " keys");
+    }
+    if (after > opt.max_bytes) {
+      throw ResourceExhausted("store: the server would hold " + std::to_string(after) +
+                              " bytes, over its limit of " + std::to_string(opt.max_bytes));
+    }
+    bytes = after;
+  }
+
+  void put(const std::string& key, const std::string& value) {
+    auto it = kv.find(key);
+    charge(key, it == kv.end() ? 0 : it->second.size(), value.size(), it == kv.end());
+    kv[key] = value;
+  }
+
+  // handle answers one request (all but WAIT, which needs the session's timer).
+  std::string handle(uint8_t op, Reader& r) {
+    switch (op) {
+      case kSet: {
+        std::string key = r.str(kMaxStoreKey), value = r.str(kMaxStoreFrame);
+        r.done();
+        put(key, value);
+        notify();
+        return response(kOk);
+      }
+      case kGet: {
+        std::string key = r.str(kMaxStoreKey);
+        r.done();
+        auto it = kv.find(key);
+        if (it == kv.end()) return response(kNotFound);
+        Writer w;
+        w.str(it->second);
+        return response(kOk, w.out);
+      }
+      case kAdd: {
+        std::string key = r.str(kMaxStoreKey);
+        const int64_t delta = r.i64();
+        r.done();
+        std::map<std::string, std::string> one;
+        auto it = kv.find(key);
+        if (it != kv.end()) one[key] = it->second;
+        const int64_t v = detail::add_to(one, key, delta);
+        put(key, one[key]);
+        notify();
+        Writer w;
+        w.i64(v);
+        return response(kOk, w.out);
+      }
+      case kCompareSet: {
+        std::string key = r.str(kMaxStoreKey), expected = r.str(kMaxStoreFrame),
+                    desired = r.str(kMaxStoreFrame);
+        r.done();
+        std::map<std::string, std::string> one;
+        auto it = kv.find(key);
+        if (it != kv.end()) one[key] = it->second;
+        const std::string v = detail::compare_set_in(one, key, expected, desired);
+        if (one.count(key) && (it == kv.end() || it->second != one[key])) put(key, one[key]);
+        notify();
+        Writer w;
+        w.str(v);
+        return response(kOk, w.out);
+      }
+      case kRemove: {
+        std::string key = r.str(kMaxStoreKey);
+        r.done();
+        auto it = kv.find(key);
+        const bool existed = it != kv.end();
+        if (existed) {
+          bytes -= it->first.size() + it->second.size();
+          kv.erase(it);
+        }
+        Writer w;
+        w.u8(existed ? 1 : 0);
+        return response(kOk, w.out);
+      }
+      default:
+        throw ParseError("store frame: unknown op " + std::to_string(op));
+    }
+  }
+
+  asio::awaitable<void> session(tcp::socket sock) {
+    sockets.insert(&sock);
+    ++open;
+    struct Leave {
+      Impl* s;
+      tcp::socket* k;
+      ~Leave() {
+        s->sockets.erase(k);
+        --s->open;
+      }
+    } leave{this, &sock};
+    asio::steady_timer timer(io);
+    bool authenticated = opt.token.empty();
+    try {
+      for (;;) {
+        unsigned char head[4];
+        co_await asio::async_read(sock, asio::buffer(head), asio::use_awaitable);
+        const uint32_t len = le32(head);
+        if (len == 0 || len > kMaxStoreFrame) {
+          co_await asio::async_write(
+              sock, asio::buffer(response(kError, "OutOfRange: frame of " + std::to_string(len) +
+                                                       " bytes outside [1, " + std::to_string(kMaxStoreFrame) + "]")),
+              asio::use_awaitable);
+          co_return;  // the stream cannot be resynchronised: drop the connection
+        }
+        std::string body(len, '\0');
+        co_await asio::async_read(sock, asio::buffer(body.data(), body.size()), asio::use_awaitable);
+        std::string out;
+        bool close = false;
+        try {
+          Reader r{body};
+          const uint8_t op = r.u8();
+          if (op == kHello) {
+            const std::string token = r.str(kMaxStoreKey);
+            r.done();
+            if (!opt.token.empty() && token != opt.token) {
+              out = response(kError, "FailedPrecondition: wrong store token");
+              close = true;
+            } else {
+              authenticated = true;
+              out = response(kOk);
+            }
+          } else if (!authenticated) {
+            out = response(kError, "FailedPrecondition: this store needs a token first");
+            close = true;
+          } else if (op == kWait) {
+            const uint32_t n = r.u32();
+            if (n > kMaxStoreFrame / 4) throw ParseError("store frame: " + std::to_string(n) + " keys");
+            std::vector<std::string> keys;
+            for (uint32_t i = 0; i < n; ++i) keys.push_back(r.str(kMaxStoreKey));
+            const int64_t ms = r.i64();
+            r.done();
+            if (ms < 0) throw InvalidArgument("store wait: timeout " + std::to_string(ms) + " ms is negative");
+            const auto deadline = std::chrono::steady_clock::now() +
+                                  std::chrono::milliseconds(std::min<int64_t>(ms, int64_t{1} << 40));
+            for (;;) {
+              std::vector<std::string> missing;
+              for (const auto& k : keys) {
+                if (!kv.count(k)) missing.push_back(k);
+              }
+              if (missing.empty()) {
+                out = response(kOk);
+                break;
+              }
+              if (std::chrono::steady_clock::now() >= deadline) {
+                Writer w;
+                w.u32(static_cast<uint32_t>(missing.size()));
+                for (const auto& k : missing) w.str(k);
+                out = response(kTimeout, w.out);
+                break;
+              }
+              timer.expires_at(deadline);
+              waiters.insert(&timer);
+              boost::system::error_code ec;
+              co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+              waiters.erase(&timer);
+              if (!acceptor.is_open()) co_return;  // stopping
+            }
+          } else {
+            out = handle(op, r);
+          }
+        } catch (const ParseError& e) {
+          out = response(kError, std::string(e.type_name()) + ": " + e.what());
+          close = true;  // a malformed frame: answer, then drop the connection
+        } catch (const Error& e) {
+          out = response(kError, std::string(e.type_name()) + ": " + e.what());
+        }
+        co_await asio::async_write(sock, asio::buffer(out), asio::use_awaitable);
+        if (close) co_return;
+      }
+    } catch (const std::exception&) {
+      // The peer went away (EOF, reset) or the server is stopping: end the session.
+    }
+  }
+
+  asio::awaitable<void> accept_loop() {
+    for (;;) {
+      boost::system::error_code ec;
+      tcp::socket sock = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (!acceptor.is_open()) co_return;
+        continue;
+      }
+      if (open.load() >= opt.max_connections) {
+        boost::system::error_code ignored;
+        const std::string busy = response(kError, "ResourceExhausted: the store serves its limit of " +
+                                                      std::to_string(opt.max_connections) + " connections");
+        asio::write(sock, asio::buffer(busy), ignored);
+        sock.close(ignored);
+        continue;
+      }
+      sock.set_option(tcp::no_delay(true), ec);
+      asio::co_spawn(io, session(std::move(sock)), asio::detached);
+    }
+  }
+};
+
+TcpStoreServer::TcpStoreServer(TcpStoreOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->opt = std::move(options);
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address(impl_->opt.host, ec);
+  if (ec) throw InvalidArgument("store: '" + impl_->opt.host + "' is not an IP address");
+  const tcp::endpoint ep(addr, impl_->opt.port);
+  impl_->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) impl_->acceptor.bind(ep, ec);
+  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw Unavailable("store: cannot listen on " + impl_->opt.host + ":" +
+                      std::to_string(impl_->opt.port) + ": " + ec.message());
+  }
+  asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
+  impl_->thread = std::thread([this] { impl_->io.run(); });
+}
+
+TcpStoreServer::~TcpStoreServer() { stop(); }
+
+void TcpStoreServer::stop() {
+  if (!impl_->thread.joinable()) return;
+  asio::post(impl_->io, [this] {
+    boost::system::error_code ec;
+    impl_->acceptor.close(ec);
+    for (tcp::socket* s : impl_->sockets) s->close(ec);
+    impl_->notify();
+  });
+  impl_->thread.join();
+}
+
+uint16_t TcpStoreServer::port() const {
+  boost::system::error_code ec;
+  const auto ep = impl_->acceptor.local_endpoint(ec);
+  return ec ? impl_->opt.port : ep.port();
+}
+
+std::string TcpStoreServer::address() const { return impl_->opt.host + ":" + std::to_string(port()); }
+
+std::size_t TcpStoreServer::connections() const { return impl_->open.load(); }
+
+// ---- client ---------------------------------------------------------------------------------
+
+struct TcpStoreClient::Impl {
+  TcpStoreOptions opt;
+  asio::io_context io;
+  tcp::socket sock{io};
+  std::mutex mu;
+
+  std::string where() const { return opt.host + ":" + std::to_string(opt.port); }
+
+  void set_receive_timeout(std::chrono::milliseconds t) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(t.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((t.count() % 1000) * 1000);
+    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+
+  // call sends one request and returns (status, payload); Unavailable when the connection is lost.
+  std::pair<Status, std::string> call(const Writer& req, std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
+    std::lock_guard lk(mu);
+    if (req.out.size() > kMaxStoreFrame) {
+      throw InvalidArgument("store: a request of " + std::to_string(req.out.size()) +
+                            " bytes exceeds the frame limit of " + std::to_string(kMaxStoreFrame));
+    }
+    if (!sock.is_open()) throw Unavailable("store " + where() + ": the connection was lost earlier");
+    boost::system::error_code ec;
+    set_receive_timeout(wait + std::chrono::seconds(30));
+    asio::write(sock, asio::buffer(req.frame()), ec);
+    unsigned char head[4];
+    if (!ec) asio::read(sock, asio::buffer(head), ec);
+    std::string body;
+    if (!ec) {
+      const uint32_t len = le32(head);
+      if (len == 0 || len > kMaxStoreFrame + 64) {
+        sock.close(ec);
+        throw Unavailable("store " + where() + ": the server sent a frame of " + std::to_string(len) + " bytes");
+      }
+      body.resize(len);
+      asio::read(sock, asio::buffer(body.data(), body.size()), ec);
+    }
+    if (ec) {
+      boost::system::error_code ignored;
+      sock.close(ignored);
+      throw Unavailable("store " + where() + ": connection lost (" + ec.message() +
+                        "); the server stopped or restarted");
+    }
+    const auto status = static_cast<Status>(static_cast<uint8_t>(body[0]));
+    std::string payload = body.substr(1);
+    if (status == kError) {
+      // "Type: message" from the server, rethrown as the same class.
+      const auto colon = payload.find(": ");
+      const std::string type = payload.substr(0, colon), msg = "store " + where() + ": " + payload;
+      if (type == "ResourceExhausted") throw ResourceExhausted(msg);
+      if (type == "OverflowError") throw OverflowError(msg);
+      if (type == "OutOfRange") throw OutOfRange(msg);
+      if (type == "FailedPrecondition") throw FailedPrecondition(msg);
+      if (type == "ParseError") throw ParseError(msg);
+      throw InvalidArgument(msg);
+    }
+    return {status, std::move(payload)};
+  }
+};
+
+TcpStoreClient::TcpStoreClient(TcpStoreOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->opt = std::move(options);
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address(impl_->opt.host, ec);
+  if (ec) throw InvalidArgument("store: '" + impl_->opt.host + "' is not an IP address");
+  const auto until = std::chrono::steady_clock::now() + impl_->opt.connect_timeout;
+  for (;;) {
+    impl_->sock.connect(tcp::endpoint(addr, impl_->opt.port), ec);
+    if (!ec) break;
+    impl_->sock.close();
+    if (std::chrono::steady_clock::now() >= until) {
+      throw Unavailable("store: cannot connect to " + impl_->where() + " within " +
+                        std::to_string(impl_->opt.connect_timeout.count()) + " ms: " + ec.message());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  impl_->sock.set_option(tcp::no_delay(true), ec);
+  if (!impl_->opt.token.empty()) {
+    Writer w;
+    w.u8(kHello);
+    w.str(impl_->opt.token);
+    impl_->call(w);
+  }
+}
+
+TcpStoreClient::~TcpStoreClient() = default;
+
+namespace {
+void check_key(const std::string& key) {
+  if (key.size() > kMaxStoreKey) {
+    throw InvalidArgument("store: a key of " + std::to_string(key.size()) + " bytes exceeds " +
+                          std::to_string(kMaxStoreKey));
+  }
+}
+}  // namespace
+
+void TcpStoreClient::set(const std::string& key, const std::string& value) {
+  check_key(key);
+  Writer w;
+  w.u8(kSet);
+  w.str(key);
+  w.str(value);
+  impl_->call(w);
+}
+
+std::string TcpStoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
+  wait({key}, timeout);
+  Writer w;
+  w.u8(kGet);
+  w.str(key);
+  auto [status, payload] = impl_->call(w);
+  if (status == kNotFound) throw NotFound("store: key '" + key + "' was removed while it was read");
+  Reader r{payload};
+  return r.str(kMaxStoreFrame);
+}
+
+void TcpStoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  Writer w;
+  w.u8(kWait);
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) {
+    check_key(k);
+    w.str(k);
+  }
+  w.i64(timeout.count());
+  auto [status, payload] = impl_->call(w, timeout);
+  if (status == kTimeout) {
+    Reader r{payload};
+    const uint32_t n = r.u32();
+    std::string names;
+    for (uint32_t i = 0; i < n; ++i) {
+      const std::string k = r.str(kMaxStoreKey);
+      if (i < 8) names += (i ? ", '" : "'") + k + "'";
+    }
+    throw DeadlineExceeded("store " + impl_->where() + ": waited " + std::to_string(timeout.count()) +
+                           " ms for keys " + names);
+  }
+}
+
+int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
+  check_key(key);
+  Writer w;
+  w.u8(kAdd);
+  w.str(key);
+  w.i64(delta);
+  auto [status, payload] = impl_->call(w);
+  Reader r{payload};
+  return r.i64();
+}
+
+std::string TcpStoreClient::compare_set(const std::string& key, const std::string& expected,
+                                        const std::string& desired) {
+  check_key(key);
+  Writer w;
+  w.u8(kCompareSet);
+  w.str(key);
+  w.str(expected);
+  w.str(desired);
+  auto [status, payload] = impl_->call(w);
+  Reader r{payload};
+  return r.str(kMaxStoreFrame);
+}
+
+bool TcpStoreClient::remove(const std::string& key) {
+  check_key(key);
+  Writer w;
+  w.u8(kRemove);
+  w.str(key);
+  auto [status, payload] = impl_->call(w);
+  Reader r{payload};
+  return r.u8() != 0;
+}
+
+}  // namespace meshsim

@@ -1,0 +1,220 @@
+// Rendezvous stores: the in-process and TCP stores keep the same semantics; the TCP server
+// survives malformed, truncated and oversized frames, dropped clients, a wrong token and many
+// concurrent clients, and a client sees a stopped server as Unavailable.
+#include "meshsim/store.hpp"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "meshsim/error.hpp"
+
+namespace meshsim {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The semantics every store shares.
+void check_semantics(Store& s, Store& other) {
+  s.set("a", "1");
+  EXPECT_EQ(other.get("a", 1s), "1");
+  s.set("a", "2");
+  EXPECT_EQ(other.get("a", 1s), "2");
+  EXPECT_EQ(s.add("n", 5), 5);
+  EXPECT_EQ(other.add("n", -7), -2);
+  EXPECT_THROW(s.add("a", INT64_MAX), OverflowError);
+  s.set("text", "x1");
+  EXPECT_THROW(s.add("text", 1), InvalidArgument);
+  EXPECT_EQ(s.compare_set("c", "", "first"), "first");     // absent matches ""
+  EXPECT_EQ(s.compare_set("c", "nope", "second"), "first");  // mismatch: unchanged
+  EXPECT_EQ(s.compare_set("c", "first", "second"), "second");
+  EXPECT_EQ(s.compare_set("absent", "x", "y"), "");
+  EXPECT_TRUE(s.remove("c"));
+  EXPECT_FALSE(s.remove("c"));
+  try {
+    s.wait({"a", "never", "nor"}, 50ms);
+    ADD_FAILURE() << "wait must time out";
+  } catch (const DeadlineExceeded& e) {
+    EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("'a'"), std::string::npos) << e.what();
+  }
+  // A waiter is released by a later set from elsewhere.
+  std::thread setter([&] {
+    std::this_thread::sleep_for(50ms);
+    other.set("late", "v");
+  });
+  EXPECT_EQ(s.get("late", 5s), "v");
+  setter.join();
+  // Binary values round-trip.
+  const std::string bin("\0\xff\n\x01", 4);
+  s.set("bin", bin);
+  EXPECT_EQ(other.get("bin", 1s), bin);
+}
+
+TEST(Store, InProcessAndPrefixSemantics) {
+  auto base = std::make_shared<InProcessStore>();
+  check_semantics(*base, *base);
+  PrefixStore p(std::string("group1"), base), q(std::string("group1"), base), r(std::string("group2"), base);
+  p.set("k", "v");
+  EXPECT_EQ(q.get("k", 1s), "v");
+  EXPECT_EQ(base->get("group1/k", 1s), "v");
+  EXPECT_THROW(r.get("k", 20ms), DeadlineExceeded);
+}
+
+TEST(TcpStore, SameSemanticsOverTcp) {
+  TcpStoreServer server({});
+  EXPECT_EQ(server.address(), "127.0.0.1:" + std::to_string(server.port()));
+  TcpStoreClient a({.port = server.port()}), b({.port = server.port()});
+  check_semantics(a, b);
+  EXPECT_THROW(a.set(std::string(kMaxStoreKey + 1, 'k'), "v"), InvalidArgument);
+  EXPECT_THROW(a.set("big", std::string(kMaxStoreFrame, 'v')), InvalidArgument);
+}
+
+// raw opens a plain socket to the server, for frames no client would send.
+int raw(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// reply reads what the server sends until it closes (or 5 s pass).
+std::string reply(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  return out;
+}
+
+std::string frame(const std::string& body) {
+  std::string f(4, '\0');
+  const auto n = static_cast<uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) f[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  return f + body;
+}
+
+TEST(TcpStore, HostileFramesAreAnsweredAndDroppedWithoutHarm) {
+  TcpStoreServer server({});
+  TcpStoreClient good({.port = server.port()});
+  good.set("kept", "yes");
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"oversized length", std::string("\xff\xff\xff\x7f", 4)},
+      {"zero length", std::string("\0\0\0\0", 4)},
+      {"unknown op", frame(std::string("\x63", 1))},
+      {"field past the body", frame(std::string("\x02\xff\xff\xff\xff", 5))},
+      {"trailing bytes", frame(std::string("\x03\x01\0\0\0k\x00", 7))},
+      {"garbage", std::string("GET kept HTTP/1.1\r\n\r\n")},
+  };
+  for (const auto& [what, bytes] : cases) {
+    const int fd = raw(server.port());
+    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size())) << what;
+    const std::string r = reply(fd);  // an error answer, then the server closes the connection
+    ::close(fd);
+    ASSERT_GE(r.size(), 5u) << what;
+    EXPECT_EQ(static_cast<uint8_t>(r[4]), 3u) << what;  // kError
+  }
+  // Truncated frames and clients that vanish mid-request.
+  for (const std::string partial : {std::string("\x10\0\0\0\x02", 5), std::string("\x05", 1)}) {
+    const int fd = raw(server.port());
+    ::send(fd, partial.data(), partial.size(), 0);
+    ::close(fd);
+  }
+  // The server still serves, and nothing leaked a connection.
+  EXPECT_EQ(good.get("kept", 1s), "yes");
+  for (int i = 0; i < 100 && server.connections() > 1; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server.connections(), 1u);
+}
+
+TEST(TcpStore, TokenIsRequired) {
+  TcpStoreServer server({.token = "s3cret"});
+  TcpStoreClient ok({.port = server.port(), .token = "s3cret"});
+  ok.set("k", "v");
+  EXPECT_THROW(TcpStoreClient({.port = server.port(), .token = "wrong"}), FailedPrecondition);
+  TcpStoreClient none({.port = server.port()});
+  EXPECT_THROW(none.get("k", 1s), FailedPrecondition);
+  EXPECT_EQ(ok.get("k", 1s), "v");
+}
+
+TEST(TcpStore, ManyConcurrentClientsAddExactly) {
+  TcpStoreServer server({});
+  std::vector<std::thread> ts;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < 256; ++c) {
+    ts.emplace_back([&, c] {
+      try {
+        TcpStoreClient cl({.port = server.port()});
+        for (int i = 0; i < 20; ++i) cl.add("counter", 1);
+        cl.set("done/" + std::to_string(c), "1");
+      } catch (...) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  TcpStoreClient check({.port = server.port()});
+  EXPECT_EQ(check.add("counter", 0), 256 * 20);
+  std::vector<std::string> keys;
+  for (int c = 0; c < 256; ++c) keys.push_back("done/" + std::to_string(c));
+  EXPECT_NO_THROW(check.wait(keys, 1s));
+}
+
+TEST(TcpStore, LimitsHoldAgainstAFloodOfData) {
+  TcpStoreServer server({.max_connections = 4, .max_keys = 100, .max_bytes = 64 << 10});
+  TcpStoreClient a({.port = server.port()});
+  EXPECT_THROW(a.set("big", std::string(100 << 10, 'x')), ResourceExhausted);
+  for (int i = 0; i < 100; ++i) a.set("k" + std::to_string(i), "v");
+  EXPECT_THROW(a.set("one-too-many", "v"), ResourceExhausted);
+  EXPECT_TRUE(a.remove("k0"));
+  EXPECT_NO_THROW(a.set("one-too-many", "v"));
+  // Past the connection cap a client is refused, not queued.
+  std::vector<std::unique_ptr<TcpStoreClient>> more;
+  for (int i = 0; i < 3; ++i) more.push_back(std::make_unique<TcpStoreClient>(TcpStoreOptions{.port = server.port()}));
+  TcpStoreClient over({.port = server.port()});
+  try {
+    over.set("x", "y");
+    ADD_FAILURE() << "a connection past the cap must be refused";
+  } catch (const ResourceExhausted& e) {  // the server's answer, read before it closed
+    EXPECT_NE(std::string(e.what()).find("limit of 4 connections"), std::string::npos) << e.what();
+  } catch (const Unavailable&) {  // or the close, when it came first
+  }
+}
+
+TEST(TcpStore, AStoppedServerIsUnavailableNotAHang) {
+  auto server = std::make_unique<TcpStoreServer>(TcpStoreOptions{});
+  const uint16_t port = server->port();
+  TcpStoreClient c({.port = port});
+  c.set("k", "v");
+  std::thread waiter([&] {
+    TcpStoreClient w({.port = port});
+    EXPECT_THROW(w.wait({"never"}, 30s), Unavailable);  // released by the stop, not the deadline
+  });
+  std::this_thread::sleep_for(100ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  server.reset();
+  waiter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_THROW(c.get("k", 1s), Unavailable);
+  EXPECT_THROW(c.set("k", "v"), Unavailable);
+  // A server restarted on the same port: an old client stays failed; a new client works.
+  TcpStoreServer again({.port = port});
+  TcpStoreClient fresh({.port = port});
+  fresh.set("k", "again");
+  EXPECT_EQ(fresh.get("k", 1s), "again");
+  EXPECT_THROW(TcpStoreClient({.port = 1, .connect_timeout = 100ms}), Unavailable);
+  EXPECT_THROW(TcpStoreServer({.host = "not-an-ip"}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace meshsim
