@@ -96,6 +96,10 @@ TEST(LocalWorld, AbsentAndMismatchedRanksAreNamed) {
   }
   // A rank outside every group of the dim does not take part and so is never absent.
   EXPECT_NO_THROW(w.all_reduce(tp, x, ReduceOp::kSum, LocalCall{.absent = {100}}));
+  EXPECT_THROW(w.barrier(*tp, LocalCall{.absent = {1}}), LocalFailure);
+  EXPECT_THROW(w.broadcast(tp, x, 4), OutOfRange);
+  EXPECT_THROW(w.reduce_scatter(*tp, LocalBuffers<int64_t>(8, 6), ReduceOp::kSum), InvalidArgument);
+  EXPECT_THROW(w.all_to_all(*tp, LocalBuffers<int64_t>(8, 3)), InvalidArgument);
   EXPECT_THROW(LocalWorld(0), InvalidArgument);
   EXPECT_THROW(LocalWorld(kMaxLocalWorld + 1), InvalidArgument);
 }

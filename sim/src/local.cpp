@@ -49,6 +49,11 @@ LocalWorld::LocalWorld(int64_t world) : world_(world) {
   world_groups_ = std::make_shared<const LocalGroups>(DeviceMesh::init(shape, std::vector<std::string>{"world"}), 0);
 }
 
+void LocalWorld::barrier(const LocalGroups& groups, const LocalCall& call) {
+  check(groups, "barrier", call);
+  collectives_ += groups.count() * groups.size();
+}
+
 void LocalWorld::check(const LocalGroups& groups, const char* op, const LocalCall& call) {
   for (int64_t r : call.absent) {
     auto where = groups.of(r);

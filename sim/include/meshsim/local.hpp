@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -118,6 +119,20 @@ class LocalValue {
   T outside_{};
 };
 
+// LocalBuffers<T> is one buffer of `count` values per rank of a world, dense: rank r's buffer is
+// data[r * count, (r + 1) * count). Ranks outside a collective's groups keep zeros.
+template <typename T>
+struct LocalBuffers {
+  int64_t world = 0;
+  int64_t count = 0;
+  std::vector<T> data;
+  LocalBuffers(int64_t w, int64_t c) : world(w), count(c), data(static_cast<std::size_t>(w * c)) {}
+  std::span<T> of(int64_t rank) { return {data.data() + rank * count, static_cast<std::size_t>(count)}; }
+  std::span<const T> of(int64_t rank) const {
+    return {data.data() + rank * count, static_cast<std::size_t>(count)};
+  }
+};
+
 // LocalCall describes how the ranks of a world deviate at one collective: ranks that do not call
 // it (their program ended or skipped it) and ranks that pass another count than the rest.
 struct LocalCall {
@@ -142,6 +157,21 @@ class LocalWorld {
   template <typename T>
   std::vector<std::vector<T>> all_gather(const LocalGroups& groups, const LocalValue<T>& in,
                                          const LocalCall& call = {});
+  // broadcast gives every member its group's value at group rank `root`.
+  template <typename T>
+  LocalValue<T> broadcast(const std::shared_ptr<const LocalGroups>& groups, const LocalValue<T>& in,
+                          int64_t root, const LocalCall& call = {});
+  // barrier checks that every member takes part (absent members fail it, as any collective).
+  void barrier(const LocalGroups& groups, const LocalCall& call = {});
+  // reduce_scatter: each member passes size * n values (n = in.count / size); member i receives
+  // block i reduced over the members, in group-rank order.
+  template <typename T>
+  LocalBuffers<T> reduce_scatter(const LocalGroups& groups, const LocalBuffers<T>& in, ReduceOp op,
+                                 const LocalCall& call = {});
+  // all_to_all: member i's block j goes to member j's block i.
+  template <typename T>
+  LocalBuffers<T> all_to_all(const LocalGroups& groups, const LocalBuffers<T>& in,
+                             const LocalCall& call = {});
   // world_groups is the one group of every rank, in rank order.
   std::shared_ptr<const LocalGroups> world_groups() const { return world_groups_; }
 
@@ -218,6 +248,77 @@ std::vector<std::vector<T>> LocalWorld::all_gather(const LocalGroups& groups,
     auto& row = out[static_cast<std::size_t>(g)];
     row.reserve(members.size());
     for (int64_t r : members) row.push_back(in.at(r));
+  }
+  collectives_ += groups.count() * groups.size();
+  return out;
+}
+
+template <typename T>
+LocalValue<T> LocalWorld::broadcast(const std::shared_ptr<const LocalGroups>& groups,
+                                    const LocalValue<T>& in, int64_t root, const LocalCall& call) {
+  if (root < 0 || root >= groups->size()) {
+    throw OutOfRange("broadcast root " + std::to_string(root) + " is out of range [0, " +
+                     std::to_string(groups->size()) + ")");
+  }
+  check(*groups, "broadcast", call);
+  std::vector<T> out(static_cast<std::size_t>(groups->count()));
+  for (int64_t g = 0; g < groups->count(); ++g) {
+    out[static_cast<std::size_t>(g)] = in.at(groups->group(g)[static_cast<std::size_t>(root)]);
+  }
+  collectives_ += groups->count() * groups->size();
+  return LocalValue<T>::per_group(world_, groups, std::move(out), T{});
+}
+
+template <typename T>
+LocalBuffers<T> LocalWorld::reduce_scatter(const LocalGroups& groups, const LocalBuffers<T>& in,
+                                           ReduceOp op, const LocalCall& call) {
+  if (in.count % groups.size() != 0) {
+    throw InvalidArgument("reduce_scatter: " + std::to_string(in.count) +
+                          " values per rank do not split into " + std::to_string(groups.size()) +
+                          " blocks");
+  }
+  check(groups, "reduce_scatter", call);
+  const int64_t n = in.count / groups.size();
+  LocalBuffers<T> out(world_, n);
+  for (int64_t g = 0; g < groups.count(); ++g) {
+    std::span<const int64_t> members = groups.group(g);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      std::span<T> dst = out.of(members[i]);
+      for (int64_t e = 0; e < n; ++e) {
+        const int64_t at = static_cast<int64_t>(i) * n + e;
+        T acc = in.of(members[0])[static_cast<std::size_t>(at)];
+        for (std::size_t m = 1; m < members.size(); ++m) {
+          acc = detail::combine(acc, in.of(members[m])[static_cast<std::size_t>(at)], op);
+        }
+        if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(members.size()));
+        dst[static_cast<std::size_t>(e)] = acc;
+      }
+    }
+  }
+  collectives_ += groups.count() * groups.size();
+  return out;
+}
+
+template <typename T>
+LocalBuffers<T> LocalWorld::all_to_all(const LocalGroups& groups, const LocalBuffers<T>& in,
+                                       const LocalCall& call) {
+  if (in.count % groups.size() != 0) {
+    throw InvalidArgument("all_to_all: " + std::to_string(in.count) +
+                          " values per rank do not split into " + std::to_string(groups.size()) +
+                          " blocks");
+  }
+  check(groups, "all_to_all", call);
+  const int64_t n = in.count / groups.size();
+  LocalBuffers<T> out(world_, in.count);
+  for (int64_t g = 0; g < groups.count(); ++g) {
+    std::span<const int64_t> members = groups.group(g);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      for (std::size_t j = 0; j < members.size(); ++j) {
+        std::span<const T> src = in.of(members[i]).subspan(j * static_cast<std::size_t>(n), static_cast<std::size_t>(n));
+        std::span<T> dst = out.of(members[j]).subspan(i * static_cast<std::size_t>(n), static_cast<std::size_t>(n));
+        std::copy(src.begin(), src.end(), dst.begin());
+      }
+    }
   }
   collectives_ += groups.count() * groups.size();
   return out;
