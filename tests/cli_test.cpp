@@ -232,6 +232,49 @@ TEST(CliStore, ServesClientsAndStopsOnSigterm) {
   EXPECT_EQ(run("store --token-file /nonexistent/token").status, 2);
 }
 
+TEST(CliLaunch, StartsRanksWithTheirEnvironmentAndPrefixesOutput) {
+  Result r = run("launch -n 3 -- sh -c 'echo rank=$MESHSIM_RANK of=$MESHSIM_WORLD_SIZE torch=$RANK/$WORLD_SIZE'");
+  ASSERT_EQ(r.status, 0);
+  std::sort(r.lines.begin(), r.lines.end());
+  ASSERT_EQ(r.lines.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    const std::string want = "[rank " + std::to_string(k) + "] rank=" + std::to_string(k) + " of=3 torch=" +
+                             std::to_string(k) + "/3";
+    EXPECT_EQ(r.lines[static_cast<std::size_t>(k)], want);
+  }
+  // Processes meet through the launcher's store.
+  r = run("launch -n 4 -- " + std::string(MESHSIM_EXE) + " rendezvous --timeout 20");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.lines.size(), 4u);
+  for (const auto& l : r.lines) EXPECT_NE(l.find("met every rank"), std::string::npos) << l;
+}
+
+TEST(CliLaunch, OneFailingRankStopsTheOthersAndIsNamed) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string cmd = std::string(MESHSIM_EXE) +
+                    " launch -n 3 -- sh -c 'if [ $MESHSIM_RANK = 1 ]; then exit 3; fi; sleep 60' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
+  EXPECT_NE(out.find("rank 1 exited with status 3"), std::string::npos) << out;
+  EXPECT_EQ(run("launch -n 2 --timeout 0.5 -- sleep 60").status, 124);
+  EXPECT_EQ(run("launch -n 1 -- /nonexistent/program").status, 127);
+}
+
+TEST(CliLaunch, BadUsageExitsTwo) {
+  for (const std::string args : {"launch -n 0 -- true", "launch -n 2", "launch -n 2 --world 3 -- true",
+                                 "launch -n 2 --world 4 --rank-offset 3 --store 127.0.0.1:1 -- true",
+                                 "launch -n 2 --store nohost -- true", "launch -n 2 --timeout -1 -- true",
+                                 "launch -n 99999 -- true", "rendezvous"}) {
+    EXPECT_EQ(run(args).status, 2) << args;
+  }
+}
+
 TEST(CliRun, BadUsageExitsTwo) {
   for (const std::string args : {"--mesh dp=0", "--mesh dp=-2", "--mesh dp=2,dp=2",
                                  "--mesh dp=4 --world-size 2", "--mesh dp=9223372036854775807,tp=2",

@@ -11,9 +11,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "meshsim/error.hpp"
+#include "meshsim/launch_env.hpp"
 
 namespace meshsim {
 namespace {
@@ -214,6 +216,62 @@ TEST(TcpStore, AStoppedServerIsUnavailableNotAHang) {
   EXPECT_EQ(fresh.get("k", 1s), "again");
   EXPECT_THROW(TcpStoreClient({.port = 1, .connect_timeout = 100ms}), Unavailable);
   EXPECT_THROW(TcpStoreServer({.host = "not-an-ip"}), InvalidArgument);
+}
+
+using Env = std::map<std::string, std::string>;
+
+std::optional<LaunchEnv> from(const Env& env) {
+  return launch_env_from([&](const char* k) -> const char* {
+    auto it = env.find(k);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(LaunchEnv, ReadsEachLaunchersVariables) {
+  EXPECT_FALSE(from({}).has_value());
+  auto m = from({{"MESHSIM_RANK", "3"}, {"MESHSIM_WORLD_SIZE", "8"}, {"MESHSIM_LOCAL_RANK", "1"},
+                 {"MESHSIM_STORE", "10.0.0.1:29500"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->launcher, "meshsim");
+  EXPECT_EQ(m->rank, 3);
+  EXPECT_EQ(m->world_size, 8);
+  EXPECT_EQ(m->local_rank, 1);
+  EXPECT_EQ(m->store_host, "10.0.0.1");
+  EXPECT_EQ(m->store_port, 29500);
+  auto t = from({{"RANK", "5"}, {"WORLD_SIZE", "16"}, {"LOCAL_RANK", "5"}, {"MASTER_ADDR", "node0"},
+                 {"MASTER_PORT", "1234"}});
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->launcher, "torchrun");
+  EXPECT_EQ(t->rank, 5);
+  EXPECT_EQ(t->store_host, "node0");
+  EXPECT_EQ(t->store_port, 1234);
+  auto o = from({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}});
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->launcher, "openmpi");
+  EXPECT_EQ(o->world_size, 4);
+  EXPECT_TRUE(o->store_host.empty());
+}
+
+TEST(LaunchEnv, MalformedValuesNameTheVariable) {
+  const std::vector<std::pair<Env, std::string>> bad{
+      {{{"RANK", "1"}}, "WORLD_SIZE is unset"},
+      {{{"RANK", "x"}, {"WORLD_SIZE", "2"}}, "RANK='x'"},
+      {{{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 is out of range [0, 1]"},
+      {{{"RANK", "-1"}, {"WORLD_SIZE", "2"}}, "RANK=-1"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "99999999999999999999"}}, "WORLD_SIZE='99999999999999999999'"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE=0"},
+      {{{"MESHSIM_RANK", "0"}, {"MESHSIM_WORLD_SIZE", "2"}, {"MESHSIM_STORE", "nohost"}}, "MESHSIM_STORE='nohost'"},
+      {{{"MESHSIM_RANK", "0"}, {"MESHSIM_WORLD_SIZE", "2"}, {"MESHSIM_STORE", "h:70000"}}, "MESHSIM_STORE=70000"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, "MASTER_PORT is unset"},
+  };
+  for (const auto& [env, needle] : bad) {
+    try {
+      from(env);
+      ADD_FAILURE() << needle;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

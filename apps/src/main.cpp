@@ -3,13 +3,19 @@
 //   meshsim show --mesh dp=2,tp=4 [...]     a mesh, its groups and coordinates
 //   meshsim run --mesh dp=2,tp=4 [...]      simulate every rank and check the mesh's groups
 //   meshsim store [--host H] [--port P]     serve a TCP rendezvous store until SIGINT/SIGTERM
+//   meshsim launch -n N [...] -- prog args  start (or join) a store and N processes
+//   meshsim rendezvous                      meet every rank of a launched job through its store
 //   meshsim ops                             list the query ops
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdlib>
+#include <unistd.h>
 #include <fstream>
 #include <iostream>
 
 #include "meshsim/error.hpp"
+#include "meshsim/launch.hpp"
+#include "meshsim/launch_env.hpp"
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/query.hpp"
 #include "meshsim/run.hpp"
@@ -89,9 +95,28 @@ int main(int argc, char** argv) {
   store->add_option("--port", sto.port, "port to bind (default 0: any free port, printed)");
   store->add_option("--token-file", token_file, "file whose first line is the token clients must present");
 
+  auto* launch = app.add_subcommand("launch", "start (or join) a store and N processes of a program");
+  meshsim::launch::Options lo;
+  launch->add_option("-n,--nprocs", lo.nprocs, "processes to start on this host")->required();
+  launch->add_option("--store", lo.store, "host:port of a store to join (default: serve one on 127.0.0.1)");
+  launch->add_option("--world", lo.world, "world size when several hosts share one store");
+  launch->add_option("--rank-offset", lo.rank_offset, "global rank of this host's first process");
+  launch->add_option("--token-file", lo.token_file, "file whose first line is the store's token");
+  launch->add_option("--timeout", lo.timeout_seconds, "stop every rank after this many seconds (0: none)");
+  launch->add_option("program", lo.program, "the program and its arguments (after --)")->expected(-1)->required();
+
+  auto* rendezvous = app.add_subcommand("rendezvous", "meet every rank of a launched job through its store");
+  double rdv_timeout = 60;
+  rendezvous->add_option("--timeout", rdv_timeout, "seconds to wait for the other ranks");
+
   auto* ops = app.add_subcommand("ops", "list the ops `meshsim query` answers");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help is success; every other parse error is bad usage: exit 2, as for bad values.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   std::ios::sync_with_stdio(false);
   if (*query) {
@@ -155,6 +180,41 @@ int main(int argc, char** argv) {
     } catch (const meshsim::Error& e) {
       std::cerr << "meshsim store: " << e.type_name() << ": " << e.what() << "\n";
       return 2;
+    }
+  }
+  if (*launch) {
+    try {
+      return meshsim::launch::run(lo, std::cout, std::cerr);
+    } catch (const meshsim::Error& e) {
+      std::cerr << "meshsim launch: " << e.type_name() << ": " << e.what() << "\n";
+      return 2;
+    }
+  }
+  if (*rendezvous) {
+    try {
+      const auto env = meshsim::launch_env_from_environment();
+      if (!env || env->store_host.empty()) {
+        throw meshsim::FailedPrecondition("not launched: no MESHSIM_RANK/RANK/OMPI_COMM_WORLD_RANK "
+                                          "with a store (MESHSIM_STORE or MASTER_ADDR/MASTER_PORT)");
+      }
+      if (!(rdv_timeout > 0) || rdv_timeout > 86400) {
+        throw meshsim::InvalidArgument("--timeout " + std::to_string(rdv_timeout) + " is not in (0, 86400]");
+      }
+      const char* token = std::getenv("MESHSIM_STORE_TOKEN");
+      meshsim::TcpStoreClient store({.host = env->store_host, .port = env->store_port,
+                                     .token = token ? token : ""});
+      store.set("rendezvous/" + std::to_string(env->rank), std::to_string(getpid()));
+      std::vector<std::string> keys;
+      for (int64_t r = 0; r < env->world_size; ++r) keys.push_back("rendezvous/" + std::to_string(r));
+      store.wait(keys, std::chrono::milliseconds(static_cast<int64_t>(rdv_timeout * 1000)));
+      const int64_t arrived = store.add("rendezvous/arrived", 1);
+      std::cout << "rank " << env->rank << " of " << env->world_size << " (" << env->launcher
+                << "): met every rank through " << env->store_host << ":" << env->store_port
+                << " (arrival " << arrived << ")" << std::endl;
+      return 0;
+    } catch (const meshsim::Error& e) {
+      std::cerr << "meshsim rendezvous: " << e.type_name() << ": " << e.what() << "\n";
+      return e.type_name() == std::string("DeadlineExceeded") || e.type_name() == std::string("Unavailable") ? 1 : 2;
     }
   }
   if (*ops) {
