@@ -357,7 +357,7 @@ RC_GTEST_PROP(DeviceMeshProps, GroupCacheHitsIffTheKeyRepeats, ()) {
       keys.insert(key);
       auto [it, fresh] = records.emplace(key, rec);
       RC_ASSERT(it->second == rec);  // the same key always gives the same record
-      RC_ASSERT(rec->rows == h.mesh.groups(d));
+      RC_ASSERT(rec->rows() == h.mesh.groups(d));
     }
   }
   const CacheStats s = run.handles[0].mesh.cache_stats();

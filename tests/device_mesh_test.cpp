@@ -397,13 +397,13 @@ TEST(DeviceMeshCache, UnflattensOfTheWorldShareRecords) {
   EXPECT_EQ(b.group_record(2), tp_a);
   EXPECT_EQ(w.cache_stats().hits, 2);
   EXPECT_NE(b.group_record(1), dp_a);
-  EXPECT_EQ(dp_a->rows, (Rows{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(dp_a->rows(), (Rows{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
   EXPECT_EQ(dp_a->name, "group[2:4]@default");
   // Another backend config is another key.
   BackendConfig gloo{.backend = "gloo", .timeout = std::chrono::milliseconds(5000)};
   auto dp_gloo = a.group_record(0, gloo);
   EXPECT_NE(dp_gloo, dp_a);
-  EXPECT_EQ(dp_gloo->rows, dp_a->rows);
+  EXPECT_EQ(dp_gloo->rows(), dp_a->rows());
   EXPECT_NE(dp_gloo->name, dp_a->name);
   EXPECT_EQ(a.group_record(0, gloo), dp_gloo);
   // A flattened dim with the same canonical layout as a root dim reuses its record.

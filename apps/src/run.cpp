@@ -140,13 +140,15 @@ Outcome run_threaded(const Job& job) {
                             : meshsim::apply(recipe);
     std::vector<DeviceMesh> mine{built.root};
     mine.insert(mine.end(), built.meshes.begin(), built.meshes.end());
-    // World check: all_gather of ranks over the world communicator.
+    // World check: all_reduce(sum) of (rank, 1) over the world communicator (O(1) per rank).
     {
       const bool odd = planted(faults, Fault::kMismatch, me);
-      std::vector<int64_t> in(odd ? 2 : 1, me), got(static_cast<std::size_t>(world) * in.size());
-      ctx.world().all_gather(in.data(), got.data(), static_cast<int64_t>(in.size()), DType::kInt64);
-      for (int64_t r = 0; r < world; ++r) {
-        if (got[static_cast<std::size_t>(r)] != r) ctx.fail("world all_gather returned " + list(got));
+      std::vector<int64_t> v{me, 1};
+      if (odd) v.push_back(0);  // the planted mismatch: another count
+      ctx.world().all_reduce(v.data(), static_cast<int64_t>(v.size()), DType::kInt64, ReduceOp::kSum);
+      if (v[0] != world * (world - 1) / 2 || v[1] != world) {
+        ctx.fail("world all_reduce of (rank, 1) gave (" + std::to_string(v[0]) + ", " +
+                 std::to_string(v[1]) + ")");
       }
     }
     for (std::size_t i = 0; i < mine.size(); ++i) ctx.check_mesh_agreement(mine[i], job.parts[i]);
@@ -242,14 +244,13 @@ Outcome run_local(const Job& job) {
                           odd_count = ranks_of(Fault::kMismatch), odd_mesh = ranks_of(Fault::kMesh);
   const auto rank_value = LocalValue<int64_t>::affine(world, 0, 1);
   try {
-    // World check: all_gather of ranks over the world.
+    // World check: all_reduce(sum) of (rank, 1) over the world.
     LocalCall first;
-    for (int64_t r : odd_count) first.count_of[r] = 2;
-    const auto got = w.all_gather(*w.world_groups(), rank_value, first);
-    for (int64_t r = 0; r < world; ++r) {
-      if (got[0][static_cast<std::size_t>(r)] != r) {
-        throw LocalFailure(Diagnosis{"check", {r}, "rank " + std::to_string(r) + ": world all_gather returned a wrong rank", {}, {}});
-      }
+    first.count = 2;
+    for (int64_t r : odd_count) first.count_of[r] = 3;
+    const auto rank_sum = w.all_reduce(w.world_groups(), rank_value, ReduceOp::kSum, first);
+    if (rank_sum.at(0) != world * (world - 1) / 2) {
+      throw LocalFailure(Diagnosis{"check", {0}, "world all_reduce of ranks gave " + std::to_string(rank_sum.at(0)), {}, {}});
     }
     // Mesh agreement: what each rank built, against the recipe's meshes.
     std::vector<MeshParts> odd_parts;
@@ -259,7 +260,7 @@ Outcome run_local(const Job& job) {
       for (const DeviceMesh& m : other.meshes) odd_parts.push_back(mesh_parts(m));
     }
     for (std::size_t i = 0; i < job.meshes.size(); ++i) {
-      w.all_gather(*w.world_groups(), rank_value);  // the fingerprint exchange, one per rank
+      w.all_reduce(w.world_groups(), rank_value, ReduceOp::kMin);  // the fingerprint check, one per rank
       if (!odd_mesh.empty() && !(odd_parts[i] == job.parts[i])) {
         const MeshParts& p = odd_parts[i];
         const MeshParts& ref = job.parts[i];

@@ -39,6 +39,7 @@ struct Slot {
   std::vector<Arrival> at;
   // Written under the group's mutex; atomic so that a waiter may spin on them without it.
   std::atomic<int> arrived{0};
+  CollectiveDesc first;  // the first arrival's description
   std::atomic<int> finished{0};
   int left = 0;
   bool mismatch = false;
@@ -78,10 +79,14 @@ struct ThreadedBackend::State {
 
   mutable std::mutex groups_mu;  // group creation only
   std::vector<std::shared_ptr<Group>> groups;
-  std::map<std::string, std::shared_ptr<Group>> by_key;
-  std::map<std::pair<int64_t, std::string>, int64_t> instances;
+  // Groups by (digest of ranks and config, n-th creation); instances counts each rank's creations
+  // per digest. Digests keep per-rank bookkeeping O(1) whatever the group size.
+  std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<Group>> by_key;
+  std::map<std::pair<int64_t, uint64_t>, int64_t> instances;
+  std::shared_ptr<Group> world;  // created once
 
   std::unique_ptr<std::atomic<bool>[]> departed;
+  std::atomic<int64_t> departures{0};  // how many ranks departed (waiters scan only when > 0)
   std::unique_ptr<RankWait[]> waits;
   std::atomic<int64_t> collectives{0};
 
@@ -276,18 +281,20 @@ class ThreadedCommunicator final : public Communicator {
 
   // wait blocks until done(), failing on abort, on a departed member that is still missing
   // (missing() lists group ranks not yet there), and at the deadline.
-  template <class Done, class Missing>
+  // `what` describes the wait for error messages; it is built only when one is written (a
+  // description lists the group: O(group size), too much to build on every call).
+  template <class Done, class Missing, class What>
   void wait(std::unique_lock<std::mutex>& lk, Done done, Missing missing, Clock::time_point until,
-            const std::string& what) {
+            const What& what) {
     while (!done()) {
       if (s_->aborted.load()) {
         lk.unlock();
         s_->throw_aborted();
       }
-      for (int r : missing()) {
+      for (int r : s_->departures.load() > 0 ? missing() : std::vector<int>{}) {
         if (s_->departed[static_cast<std::size_t>(global(r))].load()) {
           const std::string msg = "rank " + std::to_string(global(r)) +
-                                  " ended its program without joining " + what + " (rank " +
+                                  " ended its program without joining " + what() + " (rank " +
                                   std::to_string(global(me_)) + " waits for it)";
           lk.unlock();
           owner_->abort(Diagnosis{"departed", {global(r)}, msg, {}, {}});
@@ -299,7 +306,7 @@ class ThreadedCommunicator final : public Communicator {
         std::vector<int64_t> gone;
         for (int r : missing()) gone.push_back(global(r));
         throw DeadlineExceeded("rank " + std::to_string(global(me_)) + " waited past its deadline in " +
-                               what + "; ranks " + rank_list(gone) + " never arrived");
+                               what() + "; ranks " + rank_list(gone) + " never arrived");
       }
     }
   }
@@ -351,7 +358,7 @@ class ThreadedCommunicator final : public Communicator {
     if (s_->aborted.load()) s_->throw_aborted();
     const int n = size();
     const uint64_t seq = ++seq_;
-    const std::string what = where(d, seq);
+    auto what = [&] { return where(d, seq); };
     const auto until = deadline();
     RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
     Waiting waiting(rw, g_, seq, d, false, {});
@@ -367,8 +374,9 @@ class ThreadedCommunicator final : public Communicator {
     ++slot->arrived;
     auto all_here = [&] { return slot->arrived == n; };
     auto missing = [&] { return not_arrived(*slot); };
-    bool differs = false;
-    for (const Arrival& o : slot->at) differs = differs || (o.arrived && !(o.desc == d));
+    // Compare with the first arrival only: O(1) per rank (the mismatch path names everyone).
+    if (slot->arrived == 1) slot->first = d;
+    const bool differs = !(slot->first == d);
     if (differs && !slot->mismatch) {
       // Give the rest of the group a moment so the diagnosis can name the odd rank out.
       slot->mismatch = true;
@@ -441,9 +449,10 @@ class ThreadedCommunicator final : public Communicator {
     if (s_->aborted.load()) s_->throw_aborted();
     if (src == dst) throw InvalidArgument("send/recv: rank " + std::to_string(global(me_)) + " addresses itself");
     const bool sender = d.op == CollectiveOp::kSend;
-    const std::string what = d.to_string() + " #" + std::to_string(n_th) + " from rank " +
-                             std::to_string(global(src)) + " to rank " + std::to_string(global(dst)) +
-                             " in group " + rank_list(g_->ranks);
+    auto what = [&] {
+      return d.to_string() + " #" + std::to_string(n_th) + " from rank " + std::to_string(global(src)) +
+             " to rank " + std::to_string(global(dst)) + " in group " + rank_list(g_->ranks);
+    };
     const auto key = std::make_tuple(src, dst, n_th);
     const auto until = deadline();
     RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
@@ -515,6 +524,10 @@ ThreadedBackend::ThreadedBackend(Options options) : s_(std::make_shared<State>()
   const auto n = static_cast<std::size_t>(options.world_size);
   s_->departed = std::make_unique<std::atomic<bool>[]>(n);
   s_->waits = std::make_unique<RankWait[]>(n);
+  s_->world = std::make_shared<Group>();
+  s_->world->ranks.resize(n);
+  for (std::size_t i = 0; i < n; ++i) s_->world->ranks[i] = static_cast<int64_t>(i);
+  s_->groups.push_back(s_->world);
 }
 
 ThreadedBackend::~ThreadedBackend() = default;
@@ -522,9 +535,12 @@ ThreadedBackend::~ThreadedBackend() = default;
 int64_t ThreadedBackend::world_size() const { return s_->options.world_size; }
 
 std::shared_ptr<Communicator> ThreadedBackend::world(int64_t rank) {
-  std::vector<int64_t> all(static_cast<std::size_t>(s_->options.world_size));
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  return new_group(rank, all, BackendConfig{});
+  // One world group for every rank, built once: O(1) per rank.
+  if (rank < 0 || rank >= s_->options.world_size) {
+    throw OutOfRange("rank " + std::to_string(rank) + " is out of range [0, " +
+                     std::to_string(s_->options.world_size) + ")");
+  }
+  return std::make_shared<ThreadedCommunicator>(s_, this, s_->world, static_cast<int>(rank));
 }
 
 std::shared_ptr<Communicator> ThreadedBackend::new_group(int64_t rank,
@@ -538,37 +554,42 @@ std::shared_ptr<Communicator> ThreadedBackend::new_group(int64_t rank,
     throw InvalidArgument("backend '" + config.backend + "' is not available in a threaded run "
                           "(its groups use the threaded backend; give \"threaded\" or no backend)");
   }
-  std::vector<int64_t> sorted(ranks.begin(), ranks.end());
-  std::sort(sorted.begin(), sorted.end());
-  if (sorted.empty()) throw InvalidArgument("new_group: a group needs at least one rank");
-  for (std::size_t i = 0; i < sorted.size(); ++i) {
-    if (sorted[i] < 0 || sorted[i] >= world) {
-      throw OutOfRange("new_group: rank " + std::to_string(sorted[i]) + " is out of range [0, " +
-                       std::to_string(world) + ")");
-    }
-    if (i && sorted[i] == sorted[i - 1]) {
-      throw InvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " appears twice");
-    }
-  }
+  if (ranks.empty()) throw InvalidArgument("new_group: a group needs at least one rank");
   auto pos = std::find(ranks.begin(), ranks.end(), rank);
   if (pos == ranks.end()) {
     throw InvalidArgument("new_group: rank " + std::to_string(rank) + " is not a member of " +
                           rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())));
   }
   // The n-th creation of the same (ranks, config) by a rank meets the n-th by every other member.
-  std::string key = rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())) + "@" +
-                    std::to_string(config.fingerprint());
+  uint64_t digest = 1469598103934665603ull ^ config.fingerprint();
+  for (int64_t r : ranks) digest = (digest ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  digest = (digest ^ ranks.size()) * 1099511628211ull;
   std::shared_ptr<Group> g;
   {
     std::lock_guard lk(s_->groups_mu);
-    const int64_t instance = s_->instances[{rank, key}]++;
-    key += "#" + std::to_string(instance);
-    auto& ref = s_->by_key[key];
+    const int64_t instance = s_->instances[{rank, digest}]++;
+    auto& ref = s_->by_key[{digest, instance}];
     if (!ref) {
+      // The first member validates the ranks once for the whole group.
+      std::vector<int64_t> sorted(ranks.begin(), ranks.end());
+      std::sort(sorted.begin(), sorted.end());
+      for (std::size_t i = 0; i < sorted.size(); ++i) {
+        if (sorted[i] < 0 || sorted[i] >= world) {
+          s_->instances[{rank, digest}]--;
+          throw OutOfRange("new_group: rank " + std::to_string(sorted[i]) + " is out of range [0, " +
+                           std::to_string(world) + ")");
+        }
+        if (i && sorted[i] == sorted[i - 1]) {
+          s_->instances[{rank, digest}]--;
+          throw InvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " appears twice");
+        }
+      }
       ref = std::make_shared<Group>();
       ref->ranks.assign(ranks.begin(), ranks.end());
       ref->timeout = config.timeout;
       s_->groups.push_back(ref);
+    } else if (!std::equal(ranks.begin(), ranks.end(), ref->ranks.begin(), ref->ranks.end())) {
+      throw Internal("new_group: two different groups share the digest " + std::to_string(digest));
     }
     g = ref;
   }
@@ -595,7 +616,7 @@ std::optional<Diagnosis> ThreadedBackend::diagnosis() const {
 
 void ThreadedBackend::depart(int64_t rank) {
   if (rank < 0 || rank >= s_->options.world_size) return;
-  s_->departed[static_cast<std::size_t>(rank)].store(true);
+  if (!s_->departed[static_cast<std::size_t>(rank)].exchange(true)) s_->departures.fetch_add(1);
   s_->wake_all();
 }
 

@@ -409,13 +409,29 @@ std::optional<std::vector<int64_t>> DeviceMesh::group_of(int64_t rank, int dim) 
   return row;
 }
 
-std::vector<std::vector<int64_t>> DeviceMesh::groups(int dim) const {
-  dim_name(dim);
-  auto rows = mesh_global_ranks(layout_[dim], u_->rank_map.size());
+namespace {
+// rows_of lists every group of a dim layout over the rank map's positions, as global ranks.
+std::vector<std::vector<int64_t>> rows_of(const Universe& u, const Layout& dim_layout) {
+  auto rows = mesh_global_ranks(dim_layout, u.rank_map.size());
   for (auto& row : rows) {
-    for (int64_t& v : row) v = u_->rank_map.at(v);
+    for (int64_t& v : row) v = u.rank_map.at(v);
   }
   return rows;
+}
+}  // namespace
+
+GroupRecord::GroupRecord(std::string n, Layout l, BackendConfig c,
+                         std::function<std::vector<std::vector<int64_t>>()> list_rows)
+    : name(std::move(n)), layout(std::move(l)), config(std::move(c)), list_rows_(std::move(list_rows)) {}
+
+const std::vector<std::vector<int64_t>>& GroupRecord::rows() const {
+  std::call_once(once_, [&] { rows_ = list_rows_(); });
+  return rows_;
+}
+
+std::vector<std::vector<int64_t>> DeviceMesh::groups(int dim) const {
+  dim_name(dim);
+  return rows_of(*u_, layout_[dim]);
 }
 
 const BackendConfig& DeviceMesh::backend_config(int dim) const {
@@ -431,12 +447,18 @@ std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim,
                                                             const BackendConfig& config) const {
   dim_name(dim);
   return u_->find_or_create_group(canonical_[dim], config, [&] {
-    auto rec = std::make_shared<GroupRecord>();
-    rec->name = "group[" + meshsim::to_string(canonical_[dim]) + "]@" + config.to_string();
-    rec->layout = canonical_[dim];
-    rec->config = config;
-    rec->rows = groups(dim);
-    return rec;
+    // The record holds its universe weakly (the universe's cache holds the record).
+    std::weak_ptr<const Universe> weak = u_;
+    Layout dim_layout = canonical_[dim];
+    return std::make_shared<GroupRecord>(
+        "group[" + meshsim::to_string(canonical_[dim]) + "]@" + config.to_string(), canonical_[dim],
+        config, [weak, dim_layout] {
+          std::shared_ptr<const Universe> u = weak.lock();
+          if (!u) {
+            throw FailedPrecondition("GroupRecord::rows: every mesh of this record's root is gone");
+          }
+          return rows_of(*u, dim_layout);
+        });
   });
 }
 

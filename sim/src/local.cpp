@@ -76,7 +76,7 @@ void LocalWorld::check(const LocalGroups& groups, const char* op, const LocalCal
     std::map<int64_t, std::vector<int64_t>> by_count;
     for (int64_t m : members) {
       auto it = call.count_of.find(m);
-      by_count[it == call.count_of.end() ? 1 : it->second].push_back(m);
+      by_count[it == call.count_of.end() ? call.count : it->second].push_back(m);
     }
     if (by_count.size() < 2) continue;
     std::size_t most = 0;

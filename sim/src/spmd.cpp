@@ -159,6 +159,22 @@ void RankContext::check_mesh_agreement(const DeviceMesh& mesh, std::optional<Mes
   const MeshParts mine = mesh_parts(mesh);
   const int64_t mine_v[4] = {static_cast<int64_t>(mine.shape), static_cast<int64_t>(mine.names),
                              static_cast<int64_t>(mine.layout), static_cast<int64_t>(mine.rank_map)};
+  // First an O(1) check: the minimum and maximum of every part over the world (max as the
+  // minimum of the complement), and whether any rank differs from `expected`. Only when they
+  // disagree do the ranks gather every fingerprint (O(world) each) to name the odd ones.
+  {
+    const bool differs = expected && !(mine == *expected);
+    int64_t v[9];
+    for (int i = 0; i < 4; ++i) {
+      v[i] = mine_v[i];
+      v[4 + i] = ~mine_v[i];
+    }
+    v[8] = differs ? 0 : 1;
+    world_->all_reduce(std::span<int64_t>(v, 9), ReduceOp::kMin);
+    bool agree = v[8] == 1;
+    for (int i = 0; i < 4; ++i) agree = agree && v[i] == ~v[4 + i];
+    if (agree) return;
+  }
   const auto n = static_cast<std::size_t>(world_->size());
   std::vector<int64_t> all(4 * n);
   world_->all_gather(std::span<const int64_t>(mine_v, 4), std::span<int64_t>(all));

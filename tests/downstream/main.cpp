@@ -27,7 +27,7 @@ int main() {
   if (mesh.group_of(5, mesh.dim_index("tp")) != std::vector<int64_t>{4, 5}) return 6;
   DeviceMesh ep = DeviceMesh::init({8}, Names{"world"})
                       .unflatten(0, std::vector<int64_t>{2, 2, 2}, Names{"dp", "ep", "ep_tp"});
-  if (ep.group_record(0)->rows.size() != 4) return 7;
+  if (ep.group_record(0)->rows().size() != 4) return 7;
   DeviceMesh back = load_mesh(save_mesh(dp_tp));
   if (back == dp_tp || !equivalent(back, dp_tp)) return 8;
   return 0;

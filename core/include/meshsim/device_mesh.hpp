@@ -30,7 +30,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,14 +60,24 @@ using MeshArray = RemappedTensor;
 // MeshNames are a mesh's dimension names; std::nullopt for an unnamed mesh.
 using MeshNames = std::optional<std::vector<std::string>>;
 
-// GroupRecord is one cached group of a universe: every row (global ranks, in complement order,
-// each in mesh order) of one dim layout under one backend config, and a stable name that is the
-// same for the same key in every run. Backends attach communicators to records.
+// GroupRecord is one cached group of a universe: one dim layout under one backend config, a
+// stable name that is the same for the same key in every run and process, and every row of the
+// dim (global ranks, in complement order, each in mesh order). Backends attach communicators to
+// records. The rows are listed on first use (O(world)): a rank that only needs its own
+// communicator never pays for them.
 struct GroupRecord {
+  GroupRecord(std::string name, Layout layout, BackendConfig config,
+              std::function<std::vector<std::vector<int64_t>>()> list_rows);
   std::string name;       // stable across runs and processes for the same (layout, config)
   Layout layout;          // the canonical dim layout over rank-map positions
   BackendConfig config;   // the backend the group is created with
-  std::vector<std::vector<int64_t>> rows;  // every group of the dim, global ranks
+  // rows is every group of the dim, global ranks (computed once, thread-safe).
+  const std::vector<std::vector<int64_t>>& rows() const;
+
+ private:
+  std::function<std::vector<std::vector<int64_t>>()> list_rows_;
+  mutable std::once_flag once_;
+  mutable std::vector<std::vector<int64_t>> rows_;
 };
 
 // RootOptions configure a root mesh: the device type (letters only, PyTorch's rule), the world

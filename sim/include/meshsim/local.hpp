@@ -137,7 +137,8 @@ struct LocalBuffers {
 // it (their program ended or skipped it) and ranks that pass another count than the rest.
 struct LocalCall {
   std::set<int64_t> absent;
-  std::map<int64_t, int64_t> count_of;  // rank -> the count it passes (others pass 1)
+  std::map<int64_t, int64_t> count_of;  // rank -> the count it passes (others pass `count`)
+  int64_t count = 1;
 };
 
 // LocalWorld runs collectives over LocalValues, one group at a time, counting them the way the
