@@ -138,6 +138,23 @@ TEST(TcpStore, HostileFramesAreAnsweredAndDroppedWithoutHarm) {
   EXPECT_EQ(server.connections(), 1u);
 }
 
+TEST(TcpStore, AClientStalledMidFrameIsDropped) {
+  TcpStoreServer server({.frame_timeout = 200ms});
+  const int fd = raw(server.port());
+  const std::string partial("\x64\0\0\0\x02\x01\0\0\0", 9);  // claims 100 bytes, sends 5
+  ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
+  for (int i = 0; i < 100 && server.connections() == 0; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(server.connections(), 1u);
+  // The client keeps its end open; the server drops the connection after frame_timeout.
+  for (int i = 0; i < 200 && server.connections() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server.connections(), 0u);
+  EXPECT_EQ(reply(fd), "");  // closed without an answer
+  ::close(fd);
+  TcpStoreClient ok({.port = server.port()});
+  ok.set("still", "serving");
+  EXPECT_EQ(ok.get("still", 1s), "serving");
+}
+
 TEST(TcpStore, TokenIsRequired) {
   TcpStoreServer server({.token = "s3cret"});
   TcpStoreClient ok({.port = server.port(), .token = "s3cret"});

@@ -231,7 +231,19 @@ struct TcpStoreServer::Impl {
           co_return;  // the stream cannot be resynchronised: drop the connection
         }
         std::string body(len, '\0');
-        co_await asio::async_read(sock, asio::buffer(body.data(), body.size()), asio::use_awaitable);
+        {
+          // The rest of the frame must follow within frame_timeout, else the connection closes.
+          asio::steady_timer guard(io);
+          guard.expires_after(opt.frame_timeout);
+          guard.async_wait([&sock](const boost::system::error_code& ec) {
+            if (!ec) {
+              boost::system::error_code ignored;
+              sock.close(ignored);
+            }
+          });
+          co_await asio::async_read(sock, asio::buffer(body.data(), body.size()), asio::use_awaitable);
+          guard.cancel();
+        }
         std::string out;
         bool close = false;
         try {
