@@ -7,7 +7,7 @@
 include_guard(GLOBAL)
 include(GoogleTest)
 
-set(MESHSIM_SPMD_BACKENDS threaded)
+set(MESHSIM_SPMD_BACKENDS threaded gloo)
 
 function(meshsim_discover_spmd_tests target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "DISCOVERY_TIMEOUT" "LABELS")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs meshsim's build dependencies from Debian's packages (idempotent, non-interactive).
 set -euo pipefail
-pkgs=(g++ cmake ninja-build libgtest-dev librapidcheck-dev libboost-dev libbenchmark-dev
+pkgs=(g++ cmake ninja-build libgtest-dev librapidcheck-dev libgloo-dev libboost-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -100,11 +100,13 @@ TEST(SpmdMacroReports, RegistersOneInstancePerBackend) {
     if (std::string(s.name()) != "SpmdMacro") continue;
     for (int j = 0; j < s.total_test_count(); ++j) names.push_back(s.GetTestInfo(j)->name());
   }
-  EXPECT_EQ(testing::spmd_backends(), std::vector<std::string>{"threaded"});
+  EXPECT_EQ(testing::spmd_backends(), (std::vector<std::string>{"threaded", "gloo"}));
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"GroupsOfA3dMeshMatchAllGather/threaded", "OneRank/threaded",
-                                             "PermutedRankMapSlicedAndFlattened/threaded",
-                                             "UnflattenedWorldOfFive/threaded"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "GroupsOfA3dMeshMatchAllGather/gloo", "GroupsOfA3dMeshMatchAllGather/threaded",
+                       "OneRank/gloo", "OneRank/threaded", "PermutedRankMapSlicedAndFlattened/gloo",
+                       "PermutedRankMapSlicedAndFlattened/threaded", "UnflattenedWorldOfFive/gloo",
+                       "UnflattenedWorldOfFive/threaded"}));
 }
 
 TEST(SpmdMacroReports, NonFatalFailureNamesEachFailingRank) {

@@ -106,6 +106,27 @@ std::string frame(const std::string& body) {
   return f + body;
 }
 
+TEST(TcpStore, AWillIsPublishedWhenItsConnectionDropsAndNotWhenCleared) {
+  TcpStoreServer server({});
+  TcpStoreClient watcher({.port = server.port()});
+  {
+    TcpStoreClient doomed({.port = server.port()});
+    doomed.set_will("exit/3", "gone");
+    doomed.set_will("exit/2", "gone too");  // replaces the first
+    EXPECT_THROW(doomed.get("exit/2", std::chrono::milliseconds(0)), DeadlineExceeded);
+  }  // the connection drops, as when a process dies
+  EXPECT_EQ(watcher.get("exit/2", std::chrono::seconds(5)), "gone too");
+  EXPECT_THROW(watcher.get("exit/3", std::chrono::milliseconds(50)), DeadlineExceeded);
+  {
+    TcpStoreClient tidy({.port = server.port()});
+    tidy.set_will("exit/5", "gone");
+    tidy.clear_will();
+  }
+  EXPECT_THROW(watcher.get("exit/5", std::chrono::milliseconds(300)), DeadlineExceeded);
+  EXPECT_THROW(watcher.set_will("", "x"), InvalidArgument);
+  EXPECT_THROW(watcher.set_will("k", std::string(kMaxStoreKey + 1, 'v')), InvalidArgument);
+}
+
 TEST(TcpStore, HostileFramesAreAnsweredAndDroppedWithoutHarm) {
   TcpStoreServer server({});
   TcpStoreClient good({.port = server.port()});

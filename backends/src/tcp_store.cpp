@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -22,7 +23,7 @@ using asio::ip::tcp;
 
 namespace {
 
-enum Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kCompareSet, kRemove };
+enum Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kCompareSet, kRemove, kWill };
 enum Status : uint8_t { kOk = 0, kNotFound, kTimeout, kError };
 
 // Writer builds a frame body.
@@ -211,11 +212,21 @@ struct TcpStoreServer::Impl {
     struct Leave {
       Impl* s;
       tcp::socket* k;
+      std::optional<std::pair<std::string, std::string>> will;
       ~Leave() {
         s->sockets.erase(k);
         --s->open;
+        // The connection ended without clearing its will: publish it (a crashed process).
+        if (will && s->acceptor.is_open()) {
+          try {
+            s->put(will->first, will->second);
+            s->notify();
+          } catch (const std::exception&) {
+            // Over the store's caps: the will is dropped, never the server.
+          }
+        }
       }
-    } leave{this, &sock};
+    } leave{this, &sock, std::nullopt};
     asio::steady_timer timer(io);
     bool authenticated = opt.token.empty();
     try {
@@ -262,6 +273,13 @@ struct TcpStoreServer::Impl {
           } else if (!authenticated) {
             out = response(kError, "FailedPrecondition: this store needs a token first");
             close = true;
+          } else if (op == kWill) {
+            // A will: (key, value) to set when this connection drops; an empty key clears it.
+            std::string key = r.str(kMaxStoreKey), value = r.str(kMaxStoreKey);
+            r.done();
+            if (key.empty()) leave.will.reset();
+            else leave.will.emplace(std::move(key), std::move(value));
+            out = response(kOk);
           } else if (op == kWait) {
             const uint32_t n = r.u32();
             if (n > kMaxStoreFrame / 4) throw ParseError("store frame: " + std::to_string(n) + " keys");
@@ -540,6 +558,28 @@ std::string TcpStoreClient::compare_set(const std::string& key, const std::strin
   auto [status, payload] = impl_->call(w);
   Reader r{payload};
   return r.str(kMaxStoreFrame);
+}
+
+void TcpStoreClient::set_will(const std::string& key, const std::string& value) {
+  check_key(key);
+  if (key.empty()) throw InvalidArgument("store will: the key is empty");
+  if (value.size() > kMaxStoreKey) {
+    throw InvalidArgument("store will: a value of " + std::to_string(value.size()) + " bytes exceeds " +
+                          std::to_string(kMaxStoreKey));
+  }
+  Writer w;
+  w.u8(kWill);
+  w.str(key);
+  w.str(value);
+  impl_->call(w);
+}
+
+void TcpStoreClient::clear_will() {
+  Writer w;
+  w.u8(kWill);
+  w.str("");
+  w.str("");
+  impl_->call(w);
 }
 
 bool TcpStoreClient::remove(const std::string& key) {

@@ -41,7 +41,7 @@ struct Fnv {
 
 // stall_diagnosis explains what every blocked rank waits for; the ranks at fault are those
 // missing from some collective while waiting in none (on a cycle, every missing rank).
-Diagnosis stall_diagnosis(const ThreadedBackend& backend, std::chrono::milliseconds timeout,
+Diagnosis stall_diagnosis(const SpmdBackend& backend, std::chrono::milliseconds timeout,
                           const std::string& extra) {
   std::vector<WaitInfo> waits = backend.waits();
   std::set<int64_t> waiting, missing;
@@ -75,8 +75,14 @@ Diagnosis stall_diagnosis(const ThreadedBackend& backend, std::chrono::milliseco
   return d;
 }
 
+// RankExited unwinds a rank thread that exit_abruptly ended (not an std::exception, so user code
+// that catches those does not swallow it).
+struct RankExited {};
+
 struct Shared {
-  std::shared_ptr<ThreadedBackend> backend;
+  std::shared_ptr<SpmdBackend> backend;
+  int64_t first = 0;
+  bool process_rank = false;
   std::function<void(RankContext&)> fn;
   std::chrono::milliseconds timeout;
   std::mutex mu;
@@ -84,14 +90,19 @@ struct Shared {
   int64_t done = 0;
   std::vector<RankReport> reports;
   std::vector<bool> finished;
+  std::vector<bool> exited;
 };
 
 void run_rank(const std::shared_ptr<Shared>& sh, int64_t r) {
   RankReport rep{r, "ok", ""};
-  ThreadedBackend& b = *sh->backend;
+  SpmdBackend& b = *sh->backend;
+  bool exited = false;
   try {
-    RankContext ctx(sh->backend, r);
+    RankContext ctx(sh->backend, r, sh->process_rank);
     sh->fn(ctx);
+  } catch (const RankExited&) {
+    exited = true;
+    rep = {r, "failed", "rank " + std::to_string(r) + " exited abruptly"};
   } catch (const Aborted& e) {
     rep = {r, "aborted", e.what()};
   } catch (const DeadlineExceeded& e) {
@@ -112,10 +123,13 @@ void run_rank(const std::shared_ptr<Shared>& sh, int64_t r) {
     b.abort(Diagnosis{"error", {r}, msg, {}, {}});
     rep = {r, "failed", msg};
   }
-  b.depart(r);
+  // A rank that exited abruptly does not depart: its peers find out as they would from a crash.
+  if (!exited) b.depart(r);
   std::lock_guard lk(sh->mu);
-  sh->reports[static_cast<std::size_t>(r)] = std::move(rep);
-  sh->finished[static_cast<std::size_t>(r)] = true;
+  const auto i = static_cast<std::size_t>(r - sh->first);
+  sh->reports[i] = std::move(rep);
+  sh->finished[i] = true;
+  sh->exited[i] = exited;
   ++sh->done;
   sh->cv.notify_all();
 }
@@ -143,8 +157,23 @@ MeshParts mesh_parts(const DeviceMesh& mesh) {
   return MeshParts{shape.h, names.h, layout.h, ranks.h};
 }
 
-RankContext::RankContext(std::shared_ptr<ThreadedBackend> backend, int64_t rank)
-    : backend_(std::move(backend)), rank_(rank), world_(backend_->world(rank)), comms_(*backend_, rank) {}
+RankContext::RankContext(std::shared_ptr<SpmdBackend> backend, int64_t rank, bool process_rank)
+    : backend_(std::move(backend)), rank_(rank), process_rank_(process_rank), world_(backend_->world(rank)),
+      comms_(*backend_, rank) {}
+
+void RankContext::exit_abruptly() {
+  if (process_rank_) {
+    std::fflush(nullptr);
+    std::_Exit(86);
+  }
+  if (auto* gloo = dynamic_cast<GlooBackend*>(backend_.get())) {
+    gloo->exit_abruptly(rank_);
+    throw RankExited{};
+  }
+  backend_->abort(Diagnosis{"exit", {rank_}, "rank " + std::to_string(rank_) +
+                            " exited abruptly (its thread ended without finishing its collectives)", {}, {}});
+  throw RankExited{};
+}
 
 void RankContext::fail(const std::string& message, const std::string& kind) {
   backend_->abort(Diagnosis{kind, {rank_}, "rank " + std::to_string(rank_) + ": " + message, {}, {}});
@@ -235,9 +264,8 @@ std::string RunReport::summary() const {
 }
 
 RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn) {
-  if (options.backend != "threaded") {
-    throw InvalidArgument("run_spmd: backend '" + options.backend +
-                          "' is not available (this build runs the threaded backend)");
+  if (options.backend != "threaded" && options.backend != "gloo") {
+    throw InvalidArgument("run_spmd: backend '" + options.backend + "' is not available (known: threaded, gloo)");
   }
   if (options.world_size < 1 || options.world_size > 16384) {
     throw InvalidArgument("run_spmd: world size " + std::to_string(options.world_size) +
@@ -247,35 +275,64 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
     throw InvalidArgument("run_spmd: timeout " + std::to_string(options.timeout.count()) +
                           " ms is not > 0");
   }
+  const int64_t first = options.first_rank;
+  const int64_t count = options.local_ranks == 0 && first == 0 ? options.world_size : options.local_ranks;
+  if (first < 0 || count < 1 || first > options.world_size || count > options.world_size - first) {
+    throw OutOfRange("run_spmd: ranks [" + std::to_string(first) + ", " + std::to_string(first) + " + " +
+                     std::to_string(count) + ") are not within the world of " + std::to_string(options.world_size));
+  }
+  const bool everyone_here = count == options.world_size;
+  if (!everyone_here && options.backend != "gloo") {
+    throw InvalidArgument("run_spmd: ranks spread over processes need --backend gloo (the " +
+                          options.backend + " backend runs every rank in one process)");
+  }
   const auto start = Clock::now();
   const auto period = std::clamp(options.timeout / 8, std::chrono::milliseconds(5),
                                  std::chrono::milliseconds(250));
-  ThreadedBackend::Options bo;
-  bo.world_size = options.world_size;
-  // With a watchdog the collectives' own deadlines come later, so the watchdog, which sees
-  // every rank, writes the diagnosis.
-  bo.timeout = options.watchdog ? options.timeout + period * 4 + std::chrono::milliseconds(500)
-                                : options.timeout;
+  // With every rank here a watchdog sees them all, so the collectives' own deadlines come later
+  // and the watchdog writes the diagnosis. Across processes only the deadlines can.
+  const bool watchdog = options.watchdog && everyone_here;
+  const auto op_timeout = watchdog ? options.timeout + period * 4 + std::chrono::milliseconds(500) : options.timeout;
   auto sh = std::make_shared<Shared>();
-  sh->backend = std::make_shared<ThreadedBackend>(bo);
+  sh->first = first;
+  sh->process_rank = !everyone_here && count == 1;
+  if (options.backend == "threaded") {
+    ThreadedBackend::Options bo;
+    bo.world_size = options.world_size;
+    bo.timeout = op_timeout;
+    sh->backend = std::make_shared<ThreadedBackend>(bo);
+  } else {
+    GlooBackend::Options go;
+    go.world_size = options.world_size;
+    go.first_rank = first;
+    go.local_ranks = count;
+    go.store = options.store;
+    go.prefix = options.store_prefix;
+    go.hostname = options.gloo_hostname;
+    go.iface = options.gloo_iface;
+    go.timeout = op_timeout;
+    go.verify = options.gloo_verify;
+    sh->backend = std::make_shared<GlooBackend>(go);
+  }
   sh->fn = std::move(fn);
   sh->timeout = options.timeout;
-  const auto n = static_cast<std::size_t>(options.world_size);
+  const auto n = static_cast<std::size_t>(count);
   sh->reports.resize(n);
   sh->finished.assign(n, false);
+  sh->exited.assign(n, false);
 
   std::vector<std::thread> threads;
   threads.reserve(n);
-  for (int64_t r = 0; r < options.world_size; ++r) {
+  for (int64_t r = first; r < first + count; ++r) {
     try {
       threads.emplace_back([sh, r] { run_rank(sh, r); });
     } catch (const std::system_error& e) {
       sh->backend->abort(Diagnosis{"error", {r}, "could not start the thread of rank " +
                                    std::to_string(r) + ": " + e.what(), {}, {}});
       std::lock_guard lk(sh->mu);
-      for (int64_t q = r; q < options.world_size; ++q) {
-        sh->reports[static_cast<std::size_t>(q)] = {q, "failed", e.what()};
-        sh->finished[static_cast<std::size_t>(q)] = true;
+      for (int64_t q = r; q < first + count; ++q) {
+        sh->reports[static_cast<std::size_t>(q - first)] = {q, "failed", e.what()};
+        sh->finished[static_cast<std::size_t>(q - first)] = true;
         ++sh->done;
       }
       break;
@@ -285,9 +342,9 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   std::optional<Clock::time_point> aborted_at;
   {
     std::unique_lock lk(sh->mu);
-    while (sh->done < options.world_size) {
+    while (sh->done < count) {
       sh->cv.wait_for(lk, period);
-      if (sh->done == options.world_size) break;
+      if (sh->done == count) break;
       lk.unlock();
       if (sh->backend->aborted()) {
         if (!aborted_at) aborted_at = Clock::now();
@@ -295,7 +352,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
           lk.lock();
           break;
         }
-      } else if (options.watchdog) {
+      } else if (watchdog) {
         double oldest = 0;
         for (const WaitInfo& w : sh->backend->waits()) oldest = std::max(oldest, w.seconds);
         if (oldest * 1000.0 > static_cast<double>(options.timeout.count())) {
@@ -307,38 +364,51 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   }
 
   RunReport report;
+  report.backend = options.backend;
+  std::vector<int64_t> exited;
   {
     std::lock_guard lk(sh->mu);
-    for (std::size_t r = 0; r < n; ++r) {
-      if (r < threads.size()) {
-        if (sh->finished[r]) threads[r].join();
-        else threads[r].detach();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i < threads.size()) {
+        if (sh->finished[i]) threads[i].join();
+        else threads[i].detach();
       }
-      if (!sh->finished[r]) {
-        sh->reports[r] = {static_cast<int64_t>(r), "stuck",
+      if (!sh->finished[i]) {
+        sh->reports[i] = {first + static_cast<int64_t>(i), "stuck",
                           "still running " + std::to_string(options.grace.count()) +
                               " ms after the run was aborted (left detached)"};
       }
+      if (sh->exited[i]) exited.push_back(first + static_cast<int64_t>(i));
     }
     report.ranks = sh->reports;
   }
   for (std::size_t r = threads.size(); r-- > 0;) {
     if (threads[r].joinable()) threads[r].join();
   }
-  if (auto d = sh->backend->diagnosis()) {
+  std::optional<Diagnosis> d = sh->backend->diagnosis();
+  if (!d && !exited.empty()) {
+    // No peer noticed (the rank exited after its last collective): the runner names it.
+    d = Diagnosis{"exit", exited, "rank " + std::to_string(exited[0]) + " exited abruptly", {}, {}};
+  }
+  if (d) {
     report.ok = false;
     for (int64_t r : d->ranks) {
       Diagnosis one = *d;
       one.ranks = {r};
       report.failures.push_back(std::move(one));
-      if (r >= 0 && r < options.world_size) {
-        auto& rr = report.ranks[static_cast<std::size_t>(r)];
+      if (r >= first && r < first + count) {
+        auto& rr = report.ranks[static_cast<std::size_t>(r - first)];
         if (rr.status != "stuck") rr = {r, "failed", d->message};
       }
     }
   }
   for (const RankReport& r : report.ranks) report.ok = report.ok && r.status == "ok";
   report.collectives = sh->backend->collectives();
+  if (auto* g = dynamic_cast<GlooBackend*>(sh->backend.get())) report.connect_seconds = g->connect_seconds();
+  // The backend (its Gloo contexts) goes now, inside the timing, unless a stuck thread uses it.
+  bool all_joined = true;
+  for (const RankReport& r : report.ranks) all_joined = all_joined && r.status != "stuck";
+  if (all_joined) sh->backend.reset();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;
 }

@@ -56,7 +56,7 @@ void skip(const std::string& why) { GTEST_SKIP() << why; }
 
 }  // namespace
 
-std::vector<std::string> spmd_backends() { return {"threaded"}; }
+std::vector<std::string> spmd_backends() { return {"threaded", "gloo"}; }
 
 std::chrono::milliseconds default_timeout() {
   const char* env = std::getenv("MESHSIM_TEST_TIMEOUT");

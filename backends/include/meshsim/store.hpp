@@ -132,6 +132,13 @@ class TcpStoreClient final : public Store {
                           const std::string& desired) override;
   bool remove(const std::string& key) override;
 
+  // set_will asks the server to set `key` to `value` (each at most kMaxStoreKey bytes) when this
+  // connection drops before clear_will — how the peers of a process that crashed or was killed
+  // learn which rank it was. One will per connection; a new one replaces the old. A server
+  // stopping does not publish wills.
+  void set_will(const std::string& key, const std::string& value);
+  void clear_will();
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

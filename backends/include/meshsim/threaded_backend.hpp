@@ -26,35 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "meshsim/communicator.hpp"
+#include "meshsim/spmd_backend.hpp"
 
 namespace meshsim {
 
-// Diagnosis is why a run stopped: its kind ("error", "mismatch", "stall", "mesh", "departed",
-// "check"), the ranks at fault, a readable message, and for stalls the ranks that were waiting
-// and the ranks they waited for.
-struct Diagnosis {
-  std::string kind;
-  std::vector<int64_t> ranks;
-  std::string message;
-  std::vector<int64_t> waiting;
-  std::vector<int64_t> missing;
-};
-
-// WaitInfo is one blocked rank: the group (global ranks), the collective and its sequence number,
-// the group members that have not arrived, and how long it has waited.
-struct WaitInfo {
-  int64_t rank = 0;
-  std::vector<int64_t> group;
-  uint64_t seq = 0;
-  CollectiveDesc desc;
-  std::vector<int64_t> missing;
-  double seconds = 0;
-  // to_string: "rank 3 waits in all_gather(int64, count=1) #2 of group [0, 1, 2, 3] for [1]".
-  std::string to_string() const;
-};
-
-class ThreadedBackend final : public Backend {
+class ThreadedBackend final : public SpmdBackend {
  public:
   struct Options {
     int64_t world_size = 1;
@@ -78,17 +54,17 @@ class ThreadedBackend final : public Backend {
 
   // abort records `d` if no diagnosis was recorded before (returns whether it was) and wakes
   // every waiter.
-  bool abort(Diagnosis d);
-  bool aborted() const;
-  std::optional<Diagnosis> diagnosis() const;
+  bool abort(Diagnosis d) override;
+  bool aborted() const override;
+  std::optional<Diagnosis> diagnosis() const override;
   // depart marks rank's program as ended.
-  void depart(int64_t rank);
+  void depart(int64_t rank) override;
   // waits lists every rank blocked in a collective now.
-  std::vector<WaitInfo> waits() const;
+  std::vector<WaitInfo> waits() const override;
   // sleep_for sleeps unless aborted first; returns false when woken by an abort.
-  bool sleep_for(std::chrono::milliseconds d);
+  bool sleep_for(std::chrono::milliseconds d) override;
   // collectives counts the collectives completed by all ranks (each rank's calls summed).
-  int64_t collectives() const;
+  int64_t collectives() const override;
 
   struct State;
 

@@ -32,13 +32,27 @@
 #include "meshsim/communicator.hpp"
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/mesh_communicators.hpp"
+#include "meshsim/gloo_backend.hpp"
+#include "meshsim/store.hpp"
 #include "meshsim/threaded_backend.hpp"
 
 namespace meshsim {
 
 struct SpmdOptions {
   int64_t world_size = 1;
+  // backend: "threaded" (shared memory) or "gloo" (Gloo over TCP).
   std::string backend = "threaded";
+  // Ranks run here: [first_rank, first_rank + local_ranks); local_ranks 0 means every rank (rank
+  // threads). One rank of several processes (gloo only) needs `store`, shared by the processes.
+  int64_t first_rank = 0;
+  int64_t local_ranks = 0;
+  std::shared_ptr<Store> store;
+  // gloo: the TCP device's address (or interface), and the per-collective agreement check.
+  std::string gloo_hostname = "127.0.0.1";
+  std::string gloo_iface;
+  bool gloo_verify = true;
+  // The key prefix of this run in the store (processes of one run must agree on it).
+  std::string store_prefix = "meshsim";
   // timeout bounds every wait; the watchdog diagnoses a wait older than this.
   std::chrono::milliseconds timeout{30000};
   bool watchdog = true;
@@ -56,7 +70,7 @@ MeshParts mesh_parts(const DeviceMesh& mesh);
 // RankContext is what each rank's function gets.
 class RankContext {
  public:
-  RankContext(std::shared_ptr<ThreadedBackend> backend, int64_t rank);
+  RankContext(std::shared_ptr<SpmdBackend> backend, int64_t rank, bool process_rank = false);
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return backend_->world_size(); }
   Communicator& world() { return *world_; }
@@ -75,10 +89,18 @@ class RankContext {
   [[noreturn]] void fail(const std::string& message, const std::string& kind = "check");
   // sleep_for sleeps unless the run is aborted first (then throws Aborted).
   void sleep_for(std::chrono::milliseconds d);
+  // exit_abruptly ends this rank the way a crash does, without unwinding its collectives: a
+  // rank that is a whole process exits at once (status 86, after flushing stdout and stderr); a
+  // rank thread over Gloo drops its connections and tells the store it exited, as a killed
+  // process would; a rank thread over shared memory stops with an "exit" diagnosis.
+  [[noreturn]] void exit_abruptly();
+  // process_rank: this rank is the only rank of its process (launched).
+  bool process_rank() const { return process_rank_; }
 
  private:
-  std::shared_ptr<ThreadedBackend> backend_;
+  std::shared_ptr<SpmdBackend> backend_;
   int64_t rank_;
+  bool process_rank_ = false;
   std::shared_ptr<Communicator> world_;
   MeshCommunicators comms_;
 };
@@ -93,10 +115,12 @@ struct RankReport {
 
 struct RunReport {
   bool ok = true;
+  std::string backend;
   std::vector<Diagnosis> failures;  // one per rank at fault
   std::vector<RankReport> ranks;
   int64_t collectives = 0;
   double seconds = 0;
+  double connect_seconds = 0;  // gloo: time spent connecting groups, summed over local ranks
   // summary: "8 ranks ok" or one line per failure.
   std::string summary() const;
 };

@@ -1,0 +1,120 @@
+// meshsim/gloo_backend.hpp — ranks that talk over Gloo's TCP transport: rank threads of one
+// process (sharing one TCP device) or one rank per process, rendezvousing through a Store.
+//
+//   // 8 rank threads in this process, loopback, an in-process store:
+//   auto b = std::make_shared<GlooBackend>(GlooBackend::Options{.world_size = 8});
+//   // one rank of a job launched by `meshsim launch` (MESHSIM_STORE names the TCP store):
+//   auto store = std::make_shared<TcpStoreClient>(TcpStoreOptions{.host = h, .port = p});
+//   auto b = std::make_shared<GlooBackend>(GlooBackend::Options{
+//       .world_size = 4, .first_rank = r, .local_ranks = 1, .store = store});
+//
+// Groups are Gloo contexts: every member of a new group connects a full mesh over the store
+// under a prefix unique to (ranks, config, instance), reusing the process's device. Every
+// collective of the Communicator interface runs with the group's deadline:
+//   - all_reduce: Gloo's allreduce with meshsim's pairwise kernels (kAvg = sum, then divide);
+//     bfloat16/float16 all-gather and reduce in float32 in group-rank order, as the threaded
+//     backend does. For float32/float64 the ring's order is fixed, so results repeat from run
+//     to run, but they may differ from the threaded backend's group-rank order in the last bits.
+//   - reduce_scatter (this Gloo has no options-API one): an alltoall of the blocks, then each
+//     rank reduces the blocks it received in group-rank order, so results equal the threaded
+//     backend's bit for bit. Gloo's old ReduceScatterHalvingDoubling is never used: it slows
+//     every later call on its context ~300x.
+//   - broadcast, all_gather, all_to_all, barrier: Gloo's options API; send/recv: unbound buffers.
+// With `verify` (the default) ranks first all-gather what they are about to call (op, dtype,
+// count, root, reduce op), so a mismatched collective fails at once on every member with a
+// "mismatch" diagnosis naming the odd rank(s), instead of corrupting data or hanging as raw
+// Gloo does. It costs one small all-gather per collective; benchmarks turn it off.
+//
+// Failure: abort(d) records the diagnosis, writes it to the store ("<prefix>/failure", the
+// first writer wins, so other processes can name the rank at fault) and closes the connections
+// of the ranks of this process that are not inside a collective (departed, failed, sleeping):
+// their peers' blocked calls then fail within a round trip, close their own connections as
+// they unwind, and so on, instead of waiting for the deadline. A rank whose collective fails
+// explains why before it throws: the run's diagnosis if there is one here or in the store, or
+// a member whose process ended abruptly ("<prefix>/exit/<rank>", set by the store server when
+// that process's connection dropped, see TcpStoreClient::set_will, or by exit_abruptly for a
+// thread). Only then does it report the raw transport error.
+//
+// Process state: constructing a GlooBackend sets SIGPIPE to ignored when it has the default
+// action (a write to a peer that died would otherwise kill the process).
+//
+// Limits (measured on 2 cores, see README): connect time grows as n² binds; about 64 rank threads
+// per process and a few hundred ranks per host are practical (Options::max_world refuses more
+// than 256 rank threads in one process).
+//
+// Thread safety: the backend is shared by the process's rank threads; a communicator belongs to
+// one rank.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshsim/spmd_backend.hpp"
+#include "meshsim/store.hpp"
+
+namespace meshsim {
+
+class GlooBackend final : public SpmdBackend {
+ public:
+  // kMaxThreadRanks: rank threads in one process (each pair is a socket: n(n-1) descriptors).
+  static constexpr int64_t kMaxThreadRanks = 256;
+
+  struct Options {
+    int64_t world_size = 1;
+    // The ranks that run in this process: [first_rank, first_rank + local_ranks); local_ranks
+    // 0 means all of them (rank threads).
+    int64_t first_rank = 0;
+    int64_t local_ranks = 0;
+    // The rendezvous store; null: a new InProcessStore (only for rank threads).
+    std::shared_ptr<Store> store;
+    // prefix namespaces this run's keys in the store.
+    std::string prefix = "meshsim";
+    // hostname or iface of the TCP device (hostname wins when both are set).
+    std::string hostname = "127.0.0.1";
+    std::string iface;
+    std::chrono::milliseconds timeout{30000};
+    bool verify = true;
+  };
+
+  explicit GlooBackend(Options options);
+  ~GlooBackend() override;
+  GlooBackend(const GlooBackend&) = delete;
+  GlooBackend& operator=(const GlooBackend&) = delete;
+
+  std::string name() const override { return "gloo"; }
+  int64_t world_size() const override;
+  // world and new_group connect a Gloo context: every member must call them (SPMD).
+  std::shared_ptr<Communicator> world(int64_t rank) override;
+  std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,
+                                          const BackendConfig& config) override;
+
+  bool abort(Diagnosis d) override;
+  bool aborted() const override;
+  std::optional<Diagnosis> diagnosis() const override;
+  void depart(int64_t rank) override;
+  std::vector<WaitInfo> waits() const override;
+  bool sleep_for(std::chrono::milliseconds d) override;
+  int64_t collectives() const override;
+
+  // exit_abruptly makes rank (a thread of this process) die the way a killed process does: its
+  // connections close and the store learns "<prefix>/exit/<rank>"; no diagnosis is written, so
+  // the peers must find out for themselves. The caller's thread must then stop using the rank.
+  void exit_abruptly(int64_t rank);
+  // connect_seconds is the time spent connecting contexts, summed over this process's ranks.
+  double connect_seconds() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+// encode_diagnosis / decode_diagnosis: the store form of a Diagnosis (kind, ranks, message).
+std::string encode_diagnosis(const Diagnosis& d);
+std::optional<Diagnosis> decode_diagnosis(const std::string& text);
+
+}  // namespace meshsim

@@ -1,0 +1,70 @@
+// meshsim/spmd_backend.hpp — what the SPMD runner needs from a backend beyond making groups:
+// one diagnosis per run, failure propagation, departures and a view of blocked ranks.
+//
+//   SpmdBackend& b = ...;                     // ThreadedBackend or GlooBackend
+//   b.abort({"error", {3}, "rank 3 failed: ...", {}, {}});   // first diagnosis wins
+//   for (const WaitInfo& w : b.waits()) ...;  // what every blocked rank waits for
+//
+// Contract shared by every implementation: abort(d) records the first diagnosis only and makes
+// every collective blocked on a rank of this process fail soon after (Aborted naming the rank at
+// fault) — at once for shared memory, within a socket round trip for Gloo (whose waiters are
+// woken by closing the connections of ranks that are not inside a collective); depart(r) says
+// rank r's program ended, so a collective still waiting for r fails naming it; waits() lists
+// the ranks blocked in a collective now, with the members that have not arrived where the
+// backend can know them (every rank of this process).
+//
+// Thread safety: every member is safe to call from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshsim/communicator.hpp"
+
+namespace meshsim {
+
+// Diagnosis is why a run stopped: its kind ("error", "mismatch", "stall", "mesh", "departed",
+// "check", "exit"), the ranks at fault, a readable message, and for stalls the ranks that were
+// waiting and the ranks they waited for.
+struct Diagnosis {
+  std::string kind;
+  std::vector<int64_t> ranks;
+  std::string message;
+  std::vector<int64_t> waiting;
+  std::vector<int64_t> missing;
+};
+
+// WaitInfo is one blocked rank: the group (global ranks), the collective and its sequence number,
+// the group members that have not arrived, and how long it has waited.
+struct WaitInfo {
+  int64_t rank = 0;
+  std::vector<int64_t> group;
+  uint64_t seq = 0;
+  CollectiveDesc desc;
+  std::vector<int64_t> missing;
+  double seconds = 0;
+  // to_string: "rank 3 waits in all_gather(int64, count=1) #2 of group [0, 1, 2, 3] for [1]".
+  std::string to_string() const;
+};
+
+class SpmdBackend : public Backend {
+ public:
+  // abort records `d` if no diagnosis was recorded before (returns whether it was) and wakes
+  // every waiter.
+  virtual bool abort(Diagnosis d) = 0;
+  virtual bool aborted() const = 0;
+  virtual std::optional<Diagnosis> diagnosis() const = 0;
+  // depart marks rank's program as ended.
+  virtual void depart(int64_t rank) = 0;
+  // waits lists every rank blocked in a collective now.
+  virtual std::vector<WaitInfo> waits() const = 0;
+  // sleep_for sleeps unless aborted first; returns false when woken by an abort.
+  virtual bool sleep_for(std::chrono::milliseconds d) = 0;
+  // collectives counts the collectives completed by the ranks of this process (summed).
+  virtual int64_t collectives() const = 0;
+};
+
+}  // namespace meshsim

@@ -1,0 +1,963 @@
+#include "meshsim/gloo_backend.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <signal.h>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "meshsim/error.hpp"
+#include "reduce.hpp"
+
+namespace meshsim {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string rank_list(const std::vector<int64_t>& v, std::size_t limit = 16) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > limit) s += ", ... (" + std::to_string(v.size()) + " ranks)";
+  return s + "]";
+}
+
+std::string hex(uint64_t v) {
+  static const char* d = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = d[v & 15];
+  return s;
+}
+
+// StoreAdapter is a meshsim Store seen through Gloo's rendezvous interface, under a prefix.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(std::shared_ptr<meshsim::Store> base, std::string prefix, milliseconds timeout)
+      : base_(std::move(base)), prefix_(std::move(prefix)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    base_->set(k(key), std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::string v = base_->get(k(key), timeout_);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& key : keys) full.push_back(k(key));
+    base_->wait(full, timeout);
+  }
+
+ private:
+  std::string k(const std::string& key) const { return prefix_ + "/" + key; }
+  std::shared_ptr<meshsim::Store> base_;
+  std::string prefix_;
+  milliseconds timeout_;
+};
+
+// GroupInfo is what this process knows of one group: how far each member got (members of
+// other processes stay at 0 and are never reported missing).
+struct GroupInfo {
+  std::vector<int64_t> ranks;
+  std::vector<uint64_t> entered;  // collectives each member has entered (guarded by State::mu)
+  std::vector<bool> local;
+};
+
+template <class T>
+gloo::AllreduceOptions::Func pairwise(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kProd:
+      return [](void* c, const void* a, const void* b, size_t n) {
+        auto* x = static_cast<T*>(c);
+        const auto* y = static_cast<const T*>(a);
+        const auto* z = static_cast<const T*>(b);
+        for (size_t i = 0; i < n; ++i) x[i] = static_cast<T>(y[i] * z[i]);
+      };
+    case ReduceOp::kMin:
+      return [](void* c, const void* a, const void* b, size_t n) {
+        auto* x = static_cast<T*>(c);
+        const auto* y = static_cast<const T*>(a);
+        const auto* z = static_cast<const T*>(b);
+        for (size_t i = 0; i < n; ++i) x[i] = std::min(y[i], z[i]);
+      };
+    case ReduceOp::kMax:
+      return [](void* c, const void* a, const void* b, size_t n) {
+        auto* x = static_cast<T*>(c);
+        const auto* y = static_cast<const T*>(a);
+        const auto* z = static_cast<const T*>(b);
+        for (size_t i = 0; i < n; ++i) x[i] = std::max(y[i], z[i]);
+      };
+    default:  // kSum, and kAvg's sum
+      return [](void* c, const void* a, const void* b, size_t n) {
+        auto* x = static_cast<T*>(c);
+        const auto* y = static_cast<const T*>(a);
+        const auto* z = static_cast<const T*>(b);
+        for (size_t i = 0; i < n; ++i) x[i] = static_cast<T>(y[i] + z[i]);
+      };
+  }
+}
+
+// Integer sums wrap like the threaded backend's (two's complement), without signed overflow UB.
+template <>
+gloo::AllreduceOptions::Func pairwise<int64_t>(ReduceOp op) {
+  if (op == ReduceOp::kSum || op == ReduceOp::kAvg || op == ReduceOp::kProd) {
+    const bool prod = op == ReduceOp::kProd;
+    return [prod](void* c, const void* a, const void* b, size_t n) {
+      auto* x = static_cast<int64_t*>(c);
+      const auto* y = static_cast<const int64_t*>(a);
+      const auto* z = static_cast<const int64_t*>(b);
+      for (size_t i = 0; i < n; ++i) {
+        const auto u = static_cast<uint64_t>(y[i]), v = static_cast<uint64_t>(z[i]);
+        x[i] = static_cast<int64_t>(prod ? u * v : u + v);
+      }
+    };
+  }
+  return [op](void* c, const void* a, const void* b, size_t n) {
+    auto* x = static_cast<int64_t*>(c);
+    const auto* y = static_cast<const int64_t*>(a);
+    const auto* z = static_cast<const int64_t*>(b);
+    for (size_t i = 0; i < n; ++i) x[i] = op == ReduceOp::kMin ? std::min(y[i], z[i]) : std::max(y[i], z[i]);
+  };
+}
+
+template <>
+gloo::AllreduceOptions::Func pairwise<int32_t>(ReduceOp op) {
+  if (op == ReduceOp::kSum || op == ReduceOp::kAvg || op == ReduceOp::kProd) {
+    const bool prod = op == ReduceOp::kProd;
+    return [prod](void* c, const void* a, const void* b, size_t n) {
+      auto* x = static_cast<int32_t*>(c);
+      const auto* y = static_cast<const int32_t*>(a);
+      const auto* z = static_cast<const int32_t*>(b);
+      for (size_t i = 0; i < n; ++i) {
+        const auto u = static_cast<uint32_t>(y[i]), v = static_cast<uint32_t>(z[i]);
+        x[i] = static_cast<int32_t>(prod ? u * v : u + v);
+      }
+    };
+  }
+  return [op](void* c, const void* a, const void* b, size_t n) {
+    auto* x = static_cast<int32_t*>(c);
+    const auto* y = static_cast<const int32_t*>(a);
+    const auto* z = static_cast<const int32_t*>(b);
+    for (size_t i = 0; i < n; ++i) x[i] = op == ReduceOp::kMin ? std::min(y[i], z[i]) : std::max(y[i], z[i]);
+  };
+}
+
+template <class T>
+void divide(void* buf, int64_t count, int64_t n) {
+  auto* p = static_cast<T*>(buf);
+  for (int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
+}
+
+constexpr uint64_t kP2PSlot = uint64_t{0x6d} << 56;  // meshsim's send/recv slots
+
+}  // namespace
+
+struct GlooBackend::State {
+  Options opt;
+  std::shared_ptr<gloo::transport::Device> device;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Diagnosis> diag;
+  std::atomic<bool> is_aborted{false};
+  std::atomic<int64_t> collectives{0};
+  double connect_seconds = 0;  // guarded by mu
+
+  struct Slot {
+    std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts;
+    bool in_op = false;
+    bool departed = false;
+    bool closed = false;
+    std::optional<WaitInfo> wait;
+    std::shared_ptr<GroupInfo> wait_group;
+    Clock::time_point since;
+    std::map<uint64_t, int64_t> instances;
+  };
+  std::vector<Slot> slots;  // one per rank of this process
+  std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<GroupInfo>> groups;
+
+  bool all_local() const { return opt.local_ranks == opt.world_size; }
+  Slot& slot(int64_t rank) { return slots[static_cast<std::size_t>(rank - opt.first_rank)]; }
+  std::string key(const std::string& k) const { return opt.prefix + "/" + k; }
+
+  // take_contexts_locked marks rank's contexts closed and returns them, to close outside the lock.
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> take_contexts_locked(Slot& s) {
+    if (s.closed) return {};
+    s.closed = true;
+    return s.contexts;
+  }
+  static void close_all(const std::vector<std::shared_ptr<gloo::rendezvous::Context>>& cs) {
+    for (const auto& c : cs) {
+      try {
+        c->closeConnections();
+      } catch (...) {
+        // A context that failed to connect has nothing to close.
+      }
+    }
+  }
+
+  // departed_missing_locked: a member of `g` that departed before entering collective `seq`
+  // (a rank of this process that returned without calling it), or -1.
+  int64_t departed_missing_locked(const GroupInfo& g, uint64_t seq) const {
+    for (std::size_t i = 0; i < g.ranks.size(); ++i) {
+      if (!g.local[i] || g.entered[i] > seq) continue;
+      const Slot& s = slots[static_cast<std::size_t>(g.ranks[i] - opt.first_rank)];
+      if (s.departed) return g.ranks[i];
+    }
+    return -1;
+  }
+
+  // lookup reads a key without waiting (nullopt when absent or the store is unreachable).
+  std::optional<std::string> lookup(const std::string& k) const {
+    try {
+      return opt.store->get(key(k), milliseconds(0));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+};
+
+std::string encode_diagnosis(const Diagnosis& d) {
+  std::string ranks;
+  for (int64_t r : d.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  return d.kind + "\n" + ranks + "\n" + d.message;
+}
+
+std::optional<Diagnosis> decode_diagnosis(const std::string& text) {
+  const auto a = text.find('\n');
+  if (a == std::string::npos) return std::nullopt;
+  const auto b = text.find('\n', a + 1);
+  if (b == std::string::npos) return std::nullopt;
+  Diagnosis d;
+  d.kind = text.substr(0, a);
+  const std::string ranks = text.substr(a + 1, b - a - 1);
+  std::size_t i = 0;
+  while (i < ranks.size()) {
+    std::size_t j = ranks.find(',', i);
+    if (j == std::string::npos) j = ranks.size();
+    try {
+      d.ranks.push_back(std::stoll(ranks.substr(i, j - i)));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    i = j + 1;
+  }
+  d.message = text.substr(b + 1);
+  return d;
+}
+
+namespace {
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<GlooBackend::State> s, GlooBackend* owner,
+                   std::shared_ptr<gloo::rendezvous::Context> ctx, std::shared_ptr<GroupInfo> info,
+                   int rank, std::string prefix, milliseconds timeout)
+      : s_(std::move(s)), owner_(owner), ctx_(std::move(ctx)), info_(std::move(info)), rank_(rank),
+        prefix_(std::move(prefix)), timeout_(timeout),
+        sent_(info_->ranks.size(), 0), received_(info_->ranks.size(), 0) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(info_->ranks.size()); }
+  const std::vector<int64_t>& global_ranks() const override { return info_->ranks; }
+  std::string backend() const override { return "gloo"; }
+
+  void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
+    check_count(count);
+    run({CollectiveOp::kAllReduce, t, count, -1, op}, [&] {
+      if (size() == 1 || count == 0) return;
+      const int64_t n = size();
+      if (t == DType::kBFloat16 || t == DType::kFloat16) {
+        // 16-bit floats: gather, then reduce in float32 in group-rank order (threaded semantics).
+        const std::size_t bytes = static_cast<std::size_t>(count) * 2;
+        std::vector<std::byte> all(bytes * static_cast<std::size_t>(n));
+        gather_bytes(buf, all.data(), bytes);
+        std::vector<const std::byte*> ins;
+        for (int64_t k = 0; k < n; ++k) ins.push_back(all.data() + static_cast<std::size_t>(k) * bytes);
+        detail::reduce_into(static_cast<std::byte*>(buf), ins, count, t, op);
+        return;
+      }
+      gloo::AllreduceOptions o(ctx_);
+      o.setTimeout(timeout_);
+      const auto c = static_cast<size_t>(count);
+      switch (t) {
+        case DType::kInt32: o.setOutput(static_cast<int32_t*>(buf), c); o.setReduceFunction(pairwise<int32_t>(op)); break;
+        case DType::kInt64: o.setOutput(static_cast<int64_t*>(buf), c); o.setReduceFunction(pairwise<int64_t>(op)); break;
+        case DType::kFloat32: o.setOutput(static_cast<float*>(buf), c); o.setReduceFunction(pairwise<float>(op)); break;
+        default: o.setOutput(static_cast<double*>(buf), c); o.setReduceFunction(pairwise<double>(op)); break;
+      }
+      gloo::allreduce(o);
+      if (op == ReduceOp::kAvg) {
+        switch (t) {
+          case DType::kInt32: divide<int32_t>(buf, count, n); break;
+          case DType::kInt64: divide<int64_t>(buf, count, n); break;
+          case DType::kFloat32: divide<float>(buf, count, n); break;
+          default: divide<double>(buf, count, n); break;
+        }
+      }
+    });
+  }
+
+  void broadcast(void* buf, int64_t count, DType t, int root) override {
+    check_count(count);
+    if (root < 0 || root >= size()) {
+      throw OutOfRange("broadcast: root " + std::to_string(root) + " is out of range [0, " +
+                       std::to_string(size()) + ") of group " + rank_list(info_->ranks));
+    }
+    run({CollectiveOp::kBroadcast, t, count, root, ReduceOp::kSum}, [&] {
+      if (size() == 1 || count == 0) return;
+      const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(t);
+      gloo::BroadcastOptions o(ctx_);
+      o.setTimeout(timeout_);
+      o.setRoot(root);
+      if (rank_ == root) o.setInput(static_cast<uint8_t*>(buf), bytes);
+      o.setOutput(static_cast<uint8_t*>(buf), bytes);
+      gloo::broadcast(o);
+    });
+  }
+
+  void all_gather(const void* in, void* out, int64_t count, DType t) override {
+    check_count(count);
+    run({CollectiveOp::kAllGather, t, count, -1, ReduceOp::kSum}, [&] {
+      const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(t);
+      if (count == 0) return;
+      if (size() == 1) {
+        std::memmove(out, in, bytes);
+        return;
+      }
+      gather_bytes(in, out, bytes);
+    });
+  }
+
+  void reduce_scatter(const void* in, void* out, int64_t count, DType t, ReduceOp op) override {
+    check_count(count);
+    run({CollectiveOp::kReduceScatter, t, count, -1, op}, [&] {
+      if (count == 0) return;
+      const std::size_t block = static_cast<std::size_t>(count) * dtype_size(t);
+      const auto n = static_cast<std::size_t>(size());
+      std::vector<std::byte> got(block * n);
+      if (n == 1) {
+        std::memcpy(got.data(), in, block);
+      } else {
+        // Block k of every rank goes to rank k; each rank then reduces what it received in
+        // group-rank order (Gloo's own reduce-scatter would poison the context).
+        gloo::AlltoallOptions o(ctx_);
+        o.setTimeout(timeout_);
+        o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)), block * n);
+        o.setOutput(reinterpret_cast<uint8_t*>(got.data()), block * n);
+        gloo::alltoall(o);
+      }
+      std::vector<const std::byte*> ins;
+      for (std::size_t k = 0; k < n; ++k) ins.push_back(got.data() + k * block);
+      detail::reduce_into(static_cast<std::byte*>(out), ins, count, t, op);
+    });
+  }
+
+  void all_to_all(const void* in, void* out, int64_t count, DType t) override {
+    check_count(count);
+    run({CollectiveOp::kAllToAll, t, count, -1, ReduceOp::kSum}, [&] {
+      if (count == 0) return;
+      const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(t) * static_cast<std::size_t>(size());
+      if (size() == 1) {
+        std::memmove(out, in, bytes);
+        return;
+      }
+      gloo::AlltoallOptions o(ctx_);
+      o.setTimeout(timeout_);
+      o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)), bytes);
+      o.setOutput(static_cast<uint8_t*>(out), bytes);
+      gloo::alltoall(o);
+    });
+  }
+
+  void barrier() override {
+    run({CollectiveOp::kBarrier, DType::kInt64, 0, -1, ReduceOp::kSum}, [&] {
+      if (size() == 1) return;
+      gloo::BarrierOptions o(ctx_);
+      o.setTimeout(timeout_);
+      gloo::barrier(o);
+    });
+  }
+
+  void send(const void* buf, int64_t count, DType t, int peer) override {
+    check_peer(peer);
+    check_count(count);
+    const CollectiveDesc d{CollectiveOp::kSend, t, count, peer, ReduceOp::kSum};
+    run_p2p(d, [&] {
+      const uint64_t k = sent_[static_cast<std::size_t>(peer)]++;
+      int64_t head[3] = {static_cast<int64_t>(t), count, 0};
+      auto h = ctx_->createUnboundBuffer(head, sizeof head);
+      h->send(peer, kP2PSlot + 2 * k);
+      if (count > 0) {
+        auto b = ctx_->createUnboundBuffer(const_cast<void*>(buf), static_cast<std::size_t>(count) * dtype_size(t));
+        b->send(peer, kP2PSlot + 2 * k + 1);
+        h->waitSend(timeout_);
+        b->waitSend(timeout_);
+      } else {
+        h->waitSend(timeout_);
+      }
+    });
+  }
+
+  void recv(void* buf, int64_t count, DType t, int peer) override {
+    check_peer(peer);
+    check_count(count);
+    const CollectiveDesc d{CollectiveOp::kRecv, t, count, peer, ReduceOp::kSum};
+    run_p2p(d, [&] {
+      const uint64_t k = received_[static_cast<std::size_t>(peer)]++;
+      int64_t head[3] = {0, 0, 0};
+      auto h = ctx_->createUnboundBuffer(head, sizeof head);
+      h->recv(peer, kP2PSlot + 2 * k);
+      h->waitRecv(timeout_);
+      if (head[0] != static_cast<int64_t>(t) || head[1] != count) {
+        const std::string msg =
+            "send/recv mismatch: rank " + std::to_string(info_->ranks[static_cast<std::size_t>(peer)]) +
+            " sent " + std::to_string(head[1]) + " elements of " +
+            (head[0] >= 0 && head[0] <= 5 ? to_string(static_cast<DType>(head[0])) : "an unknown type") +
+            ", rank " + std::to_string(global()) + " expected " + d.to_string() + " in group " +
+            rank_list(info_->ranks);
+        owner_->abort(Diagnosis{"mismatch", {info_->ranks[static_cast<std::size_t>(peer)], global()}, msg, {}, {}});
+        throw MismatchError(msg);
+      }
+      if (count > 0) {
+        auto b = ctx_->createUnboundBuffer(buf, static_cast<std::size_t>(count) * dtype_size(t));
+        b->recv(peer, kP2PSlot + 2 * k + 1);
+        b->waitRecv(timeout_);
+      }
+    });
+  }
+
+ private:
+  int64_t global() const { return info_->ranks[static_cast<std::size_t>(rank_)]; }
+
+  void check_count(int64_t count) const {
+    if (count < 0) throw InvalidArgument("gloo collective: count " + std::to_string(count) + " is negative");
+    const int64_t limit = (int64_t{1} << 40) / std::max(1, size());
+    if (count > limit) {
+      throw OutOfRange("gloo collective: count " + std::to_string(count) + " exceeds " +
+                       std::to_string(limit) + " elements per rank");
+    }
+  }
+  void check_peer(int peer) const {
+    if (peer < 0 || peer >= size() || peer == rank_) {
+      throw OutOfRange("send/recv: peer " + std::to_string(peer) + " is not another rank of group " +
+                       rank_list(info_->ranks) + " (size " + std::to_string(size()) + ")");
+    }
+    if (!ctx_) throw Internal("send/recv on a group without a context");
+  }
+
+  void gather_bytes(const void* in, void* out, std::size_t bytes) {
+    gloo::AllgatherOptions o(ctx_);
+    o.setTimeout(timeout_);
+    o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)), bytes);
+    o.setOutput(static_cast<uint8_t*>(out), bytes * static_cast<std::size_t>(size()));
+    gloo::allgather(o);
+  }
+
+  // verify all-gathers every member's description of this collective and fails on a mismatch
+  // naming the ranks that differ from the majority.
+  void verify(const CollectiveDesc& d) {
+    const int64_t mine[5] = {static_cast<int64_t>(d.op), static_cast<int64_t>(d.dtype), d.count, d.root,
+                             static_cast<int64_t>(d.reduce)};
+    const auto n = static_cast<std::size_t>(size());
+    std::vector<int64_t> all(5 * n);
+    gather_bytes(mine, all.data(), sizeof mine);
+    auto desc_of = [&](std::size_t r) {
+      const int64_t* p = all.data() + 5 * r;
+      CollectiveDesc x;
+      x.op = static_cast<CollectiveOp>(p[0]);
+      x.dtype = static_cast<DType>(p[1]);
+      x.count = p[2];
+      x.root = static_cast<int>(p[3]);
+      x.reduce = static_cast<ReduceOp>(p[4]);
+      return x;
+    };
+    bool same = true;
+    for (std::size_t r = 1; r < n && same; ++r) same = std::equal(all.begin(), all.begin() + 5, all.begin() + 5 * static_cast<std::ptrdiff_t>(r));
+    if (same) return;
+    std::vector<std::pair<CollectiveDesc, std::size_t>> counts;
+    for (std::size_t r = 0; r < n; ++r) {
+      const CollectiveDesc x = desc_of(r);
+      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == x; });
+      if (it == counts.end()) counts.push_back({x, 1});
+      else ++it->second;
+    }
+    const CollectiveDesc ref = std::max_element(counts.begin(), counts.end(), [](const auto& a, const auto& b) {
+                                 return a.second < b.second;
+                               })->first;
+    std::vector<int64_t> odd;
+    std::string theirs;
+    for (std::size_t r = 0; r < n; ++r) {
+      const CollectiveDesc x = desc_of(r);
+      if (x == ref) continue;
+      odd.push_back(info_->ranks[r]);
+      if (theirs.empty()) theirs = x.to_string();
+    }
+    const std::string msg = "collective mismatch at #" + std::to_string(seq_) + " of group " +
+                            rank_list(info_->ranks) + ": rank" + (odd.size() > 1 ? "s " + rank_list(odd) : " " + std::to_string(odd[0])) +
+                            " called " + theirs + ", the others called " + ref.to_string();
+    owner_->abort(Diagnosis{"mismatch", odd, msg, {}, {}});
+    throw MismatchError(msg);
+  }
+
+  void enter(const CollectiveDesc& d) {
+    int64_t gone = -1;
+    {
+      std::lock_guard lk(s_->mu);
+      if (s_->diag) throw Aborted(s_->diag->message);
+      gone = s_->departed_missing_locked(*info_, seq_);
+    }
+    if (gone >= 0) {
+      owner_->abort(Diagnosis{"departed", {gone}, "rank " + std::to_string(gone) + " returned from its program without calling " +
+                              d.to_string() + " #" + std::to_string(seq_) + " of group " + rank_list(info_->ranks) +
+                              ", which rank " + std::to_string(global()) + " called", {}, {}});
+      throw Aborted(owner_->diagnosis()->message);
+    }
+    std::lock_guard lk(s_->mu);
+    if (s_->diag) throw Aborted(s_->diag->message);
+    auto& slot = s_->slot(global());
+    slot.in_op = true;
+    WaitInfo w;
+    w.rank = global();
+    w.group = info_->ranks;
+    w.seq = seq_;
+    w.desc = d;
+    slot.wait = std::move(w);
+    slot.wait_group = info_;
+    slot.since = Clock::now();
+    info_->entered[static_cast<std::size_t>(rank_)] = seq_ + 1;
+  }
+  void leave() {
+    std::lock_guard lk(s_->mu);
+    auto& slot = s_->slot(global());
+    slot.in_op = false;
+    slot.wait.reset();
+    slot.wait_group.reset();
+  }
+
+  template <class F>
+  void run(const CollectiveDesc& d, F&& body) {
+    enter(d);
+    guarded(d, [&] {
+      if (s_->opt.verify && size() > 1) verify(d);
+      body();
+    });
+  }
+  template <class F>
+  void run_p2p(const CollectiveDesc& d, F&& body) {
+    enter(d);
+    guarded(d, body);
+  }
+
+  template <class F>
+  void guarded(const CollectiveDesc& d, F&& body) {
+    try {
+      body();
+    } catch (const gloo::IoException& e) {
+      fail_and_throw(d, e.what());
+    } catch (const gloo::EnforceNotMet& e) {
+      fail_and_throw(d, e.what());
+    } catch (...) {
+      leave();
+      close_own();
+      throw;
+    }
+    leave();
+    ++seq_;
+    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void close_own() {
+    std::vector<std::shared_ptr<gloo::rendezvous::Context>> cs;
+    {
+      std::lock_guard lk(s_->mu);
+      cs = s_->take_contexts_locked(s_->slot(global()));
+    }
+    GlooBackend::State::close_all(cs);
+  }
+
+  // fail_and_throw: the transport failed under this rank. Close its connections (so its peers
+  // fail too), then say why: the run's diagnosis (here or in the store), a member that exited,
+  // or for a timeout across processes the members that never arrived; else the raw error.
+  [[noreturn]] void fail_and_throw(const CollectiveDesc& d, const std::string& what) {
+    leave();
+    close_own();
+    const bool timed_out = what.find("Timed out") != std::string::npos ||
+                           what.find("timeout") != std::string::npos;
+    const std::string where = d.to_string() + " #" + std::to_string(seq_) + " of group " + rank_list(info_->ranks);
+    const auto settle = Clock::now() + std::min<milliseconds>(milliseconds(3000), timeout_);
+    std::string stall_key;
+    if (timed_out && !s_->all_local()) {
+      stall_key = s_->key("stall/" + prefix_ + "/" + std::to_string(seq_) + "/");
+      try {
+        s_->opt.store->set(stall_key + std::to_string(global()), d.to_string());
+      } catch (const std::exception&) {
+      }
+    }
+    for (;;) {
+      if (auto dg = owner_->diagnosis()) throw Aborted(dg->message);
+      if (auto f = s_->lookup("failure")) {
+        if (auto dg = decode_diagnosis(*f)) {
+          owner_->abort(*dg);
+          throw Aborted(dg->message);
+        }
+      }
+      for (int64_t g : info_->ranks) {
+        if (g == global()) continue;
+        if (auto e = s_->lookup("exit/" + std::to_string(g))) {
+          const std::string msg = "rank " + std::to_string(g) + " exited abruptly (" + *e + ") while rank " +
+                                  std::to_string(global()) + " was in " + where;
+          owner_->abort(Diagnosis{"exit", {g}, msg, {}, {}});
+          throw Aborted(owner_->diagnosis()->message);
+        }
+      }
+      if (timed_out && s_->all_local()) break;  // the watchdog, which sees every rank, decides
+      if (Clock::now() >= settle) break;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    if (!stall_key.empty()) {
+      // Across processes: the members that never wrote a stall key never arrived.
+      std::vector<int64_t> missing;
+      for (int64_t g : info_->ranks) {
+        if (g != global() && !s_->lookup("stall/" + prefix_ + "/" + std::to_string(seq_) + "/" + std::to_string(g))) missing.push_back(g);
+      }
+      if (!missing.empty()) {
+        Diagnosis dg{"stall", missing,
+                     "stall: rank " + std::to_string(global()) + " waited " + std::to_string(timeout_.count()) +
+                         " ms in " + where + "; rank" + (missing.size() > 1 ? "s " : " ") + rank_list(missing) +
+                         " never arrived",
+                     {global()}, missing};
+        owner_->abort(dg);
+        throw Aborted(owner_->diagnosis()->message);
+      }
+    }
+    if (timed_out) {
+      throw DeadlineExceeded("rank " + std::to_string(global()) + " waited past " + std::to_string(timeout_.count()) +
+                             " ms in " + where + ": " + what);
+    }
+    throw Unavailable("rank " + std::to_string(global()) + " lost a connection in " + where + ": " + what);
+  }
+
+  std::shared_ptr<GlooBackend::State> s_;
+  GlooBackend* owner_;
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  std::shared_ptr<GroupInfo> info_;
+  int rank_;
+  std::string prefix_;
+  milliseconds timeout_;
+  uint64_t seq_ = 0;
+  std::vector<uint64_t> sent_, received_;
+};
+
+}  // namespace
+
+GlooBackend::GlooBackend(Options options) : s_(std::make_shared<State>()) {
+  if (options.world_size < 1) {
+    throw InvalidArgument("gloo backend: world size " + std::to_string(options.world_size) + " is not >= 1");
+  }
+  if (options.local_ranks == 0 && options.first_rank == 0) options.local_ranks = options.world_size;
+  if (options.first_rank < 0 || options.local_ranks < 1 || options.first_rank > options.world_size ||
+      options.local_ranks > options.world_size - options.first_rank) {
+    throw OutOfRange("gloo backend: ranks [" + std::to_string(options.first_rank) + ", " +
+                     std::to_string(options.first_rank) + " + " + std::to_string(options.local_ranks) +
+                     ") are not within the world of " + std::to_string(options.world_size));
+  }
+  if (options.local_ranks > kMaxThreadRanks) {
+    throw InvalidArgument("gloo backend: " + std::to_string(options.local_ranks) +
+                          " rank threads in one process is over the " + std::to_string(kMaxThreadRanks) +
+                          " supported (each pair of ranks holds two sockets, and connecting grows as n^2 "
+                          "binds); run several processes with `meshsim launch`");
+  }
+  if (options.timeout.count() <= 0) {
+    throw InvalidArgument("gloo backend: timeout " + std::to_string(options.timeout.count()) + " ms is not > 0");
+  }
+  if (!options.store) {
+    if (options.local_ranks != options.world_size) {
+      throw InvalidArgument("gloo backend: ranks of several processes need a shared store (Options::store)");
+    }
+    options.store = std::make_shared<InProcessStore>();
+  }
+  // A peer that closed its end makes Gloo's writes raise SIGPIPE, whose default action kills
+  // the process: ignore it (the write then fails with EPIPE, which Gloo reports as an error),
+  // unless the program installed a handler of its own.
+  {
+    struct sigaction old {};
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+  }
+  gloo::transport::tcp::attr a;
+  if (!options.hostname.empty()) a.hostname = options.hostname;
+  else a.iface = options.iface;
+  try {
+    s_->device = gloo::transport::tcp::CreateDevice(a);
+  } catch (const std::exception& e) {
+    throw InvalidArgument("gloo backend: cannot open a TCP device on " +
+                          (options.hostname.empty() ? "interface '" + options.iface + "'" : "'" + options.hostname + "'") +
+                          ": " + e.what());
+  }
+  s_->opt = std::move(options);
+  s_->slots.resize(static_cast<std::size_t>(s_->opt.local_ranks));
+}
+
+GlooBackend::~GlooBackend() {
+  // Each rank's contexts are destroyed on a thread of their own: destroying them one after
+  // another waits a loop tick per pair (seconds at 64 ranks).
+  std::vector<std::vector<std::shared_ptr<gloo::rendezvous::Context>>> per_rank;
+  {
+    std::lock_guard lk(s_->mu);
+    for (auto& slot : s_->slots) per_rank.push_back(std::move(slot.contexts));
+  }
+  const std::size_t workers = std::min<std::size_t>(per_rank.size(), 16);
+  if (workers <= 1) return;
+  std::vector<std::thread> pool;
+  for (std::size_t w = 0; w < workers; ++w) {
+    pool.emplace_back([&per_rank, w, workers] {
+      for (std::size_t r = w; r < per_rank.size(); r += workers) per_rank[r].clear();
+    });
+  }
+  for (auto& t : pool) t.join();
+}
+
+int64_t GlooBackend::world_size() const { return s_->opt.world_size; }
+
+std::shared_ptr<Communicator> GlooBackend::world(int64_t rank) {
+  std::vector<int64_t> all(static_cast<std::size_t>(s_->opt.world_size));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  return new_group(rank, all, BackendConfig{});
+}
+
+std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
+                                                     const BackendConfig& config) {
+  const Options& o = s_->opt;
+  if (rank < o.first_rank || rank >= o.first_rank + o.local_ranks) {
+    throw OutOfRange("gloo backend: rank " + std::to_string(rank) + " does not run in this process (ranks [" +
+                     std::to_string(o.first_rank) + ", " + std::to_string(o.first_rank + o.local_ranks) + "))");
+  }
+  if (!config.backend.empty() && config.backend != "gloo") {
+    throw InvalidArgument("backend '" + config.backend + "' is not available in a gloo run "
+                          "(its groups use the gloo backend; give \"gloo\" or no backend)");
+  }
+  if (const auto* g = std::get_if<GlooOptions>(&config.options); g && !g->devices.empty()) {
+    throw InvalidArgument("gloo backend: per-group devices are not supported; every group uses the "
+                          "backend's device (Options::hostname / iface)");
+  }
+  if (ranks.empty()) throw InvalidArgument("new_group: a group needs at least one rank");
+  auto pos = std::find(ranks.begin(), ranks.end(), rank);
+  if (pos == ranks.end()) {
+    throw InvalidArgument("new_group: rank " + std::to_string(rank) + " is not a member of " +
+                          rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())));
+  }
+  {
+    std::vector<int64_t> sorted(ranks.begin(), ranks.end());
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+      if (sorted[i] < 0 || sorted[i] >= o.world_size) {
+        throw OutOfRange("new_group: rank " + std::to_string(sorted[i]) + " is out of range [0, " +
+                         std::to_string(o.world_size) + ")");
+      }
+      if (i && sorted[i] == sorted[i - 1]) {
+        throw InvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " appears twice");
+      }
+    }
+  }
+  uint64_t digest = 1469598103934665603ull ^ config.fingerprint();
+  for (int64_t r : ranks) digest = (digest ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  digest = (digest ^ ranks.size()) * 1099511628211ull;
+  const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
+  const int sub = static_cast<int>(pos - ranks.begin());
+  const int n = static_cast<int>(ranks.size());
+
+  std::shared_ptr<GroupInfo> info;
+  int64_t instance = 0;
+  {
+    std::lock_guard lk(s_->mu);
+    if (s_->diag) throw Aborted(s_->diag->message);
+    instance = s_->slot(rank).instances[digest]++;
+    auto& ref = s_->groups[{digest, instance}];
+    if (!ref) {
+      ref = std::make_shared<GroupInfo>();
+      ref->ranks.assign(ranks.begin(), ranks.end());
+      ref->entered.assign(ranks.size(), 0);
+      ref->local.resize(ranks.size());
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        ref->local[i] = ranks[i] >= o.first_rank && ranks[i] < o.first_rank + o.local_ranks;
+      }
+    }
+    info = ref;
+  }
+  const std::string prefix = "g" + hex(digest) + "." + std::to_string(instance);
+  if (n == 1) return std::make_shared<GlooCommunicator>(s_, this, nullptr, info, 0, prefix, timeout);
+
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(sub, n);
+  ctx->setTimeout(timeout);
+  {
+    std::lock_guard lk(s_->mu);
+    auto& slot = s_->slot(rank);
+    slot.contexts.push_back(ctx);
+    slot.in_op = true;
+    WaitInfo w;
+    w.rank = rank;
+    w.group = info->ranks;
+    w.desc = CollectiveDesc{CollectiveOp::kBarrier, DType::kInt64, 0, -1, ReduceOp::kSum};
+    slot.wait = std::move(w);
+    slot.since = Clock::now();
+  }
+  const auto start = Clock::now();
+  std::string failure;
+  try {
+    StoreAdapter store(o.store, o.prefix + "/" + prefix, timeout);
+    ctx->connectFullMesh(store, s_->device);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> to_close;
+  {
+    std::lock_guard lk(s_->mu);
+    auto& slot = s_->slot(rank);
+    slot.in_op = false;
+    slot.wait.reset();
+    s_->connect_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    if (s_->diag) {
+      to_close = s_->take_contexts_locked(slot);
+      failure = failure.empty() ? "aborted" : failure;
+    }
+  }
+  State::close_all(to_close);
+  if (!failure.empty()) {
+    if (auto d = diagnosis()) throw Aborted(d->message);
+    throw DeadlineExceeded("gloo backend: rank " + std::to_string(rank) + " could not connect group " +
+                           rank_list(info->ranks) + " within " + std::to_string(timeout.count()) + " ms: " + failure);
+  }
+  return std::make_shared<GlooCommunicator>(s_, this, ctx, info, sub, prefix, timeout);
+}
+
+bool GlooBackend::abort(Diagnosis d) {
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> to_close;
+  {
+    std::lock_guard lk(s_->mu);
+    if (s_->diag) return false;
+    s_->diag = d;
+    s_->is_aborted = true;
+    // Ranks outside any collective will not call again: close theirs now, so their peers fail
+    // fast. Ranks inside one close their own as they unwind.
+    for (auto& slot : s_->slots) {
+      if (!slot.in_op) {
+        auto cs = s_->take_contexts_locked(slot);
+        to_close.insert(to_close.end(), cs.begin(), cs.end());
+      }
+    }
+  }
+  s_->cv.notify_all();
+  try {
+    s_->opt.store->compare_set(s_->key("failure"), "", encode_diagnosis(d));
+  } catch (const std::exception&) {
+    // The store is gone: the peers fall back to their own diagnosis.
+  }
+  State::close_all(to_close);
+  return true;
+}
+
+bool GlooBackend::aborted() const { return s_->is_aborted.load(); }
+
+std::optional<Diagnosis> GlooBackend::diagnosis() const {
+  std::lock_guard lk(s_->mu);
+  return s_->diag;
+}
+
+void GlooBackend::depart(int64_t rank) {
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> to_close;
+  std::optional<Diagnosis> gone;
+  {
+    std::lock_guard lk(s_->mu);
+    if (rank < s_->opt.first_rank || rank >= s_->opt.first_rank + s_->opt.local_ranks) return;
+    auto& slot = s_->slot(rank);
+    slot.departed = true;
+    if (s_->diag) {
+      to_close = s_->take_contexts_locked(slot);
+    } else {
+      // A rank blocked in a collective that this rank never entered waits for it in vain.
+      for (const auto& other : s_->slots) {
+        if (!other.wait || !other.wait_group) continue;
+        const GroupInfo& g = *other.wait_group;
+        for (std::size_t i = 0; i < g.ranks.size(); ++i) {
+          if (g.ranks[i] == rank && g.entered[i] <= other.wait->seq) {
+            gone = Diagnosis{"departed", {rank}, "rank " + std::to_string(rank) + " returned from its program without calling " +
+                             other.wait->desc.to_string() + " #" + std::to_string(other.wait->seq) + " of group " +
+                             rank_list(g.ranks) + ", which rank " + std::to_string(other.wait->rank) + " waits in", {}, {}};
+            break;
+          }
+        }
+        if (gone) break;
+      }
+    }
+  }
+  State::close_all(to_close);
+  if (gone) abort(*gone);
+}
+
+void GlooBackend::exit_abruptly(int64_t rank) {
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> to_close;
+  {
+    std::lock_guard lk(s_->mu);
+    if (rank < s_->opt.first_rank || rank >= s_->opt.first_rank + s_->opt.local_ranks) {
+      throw OutOfRange("gloo backend: rank " + std::to_string(rank) + " does not run in this process");
+    }
+    auto& slot = s_->slot(rank);
+    slot.in_op = false;
+    slot.wait.reset();
+    to_close = s_->take_contexts_locked(slot);
+  }
+  try {
+    s_->opt.store->set(s_->key("exit/" + std::to_string(rank)), "its thread ended");
+  } catch (const std::exception&) {
+  }
+  State::close_all(to_close);
+}
+
+std::vector<WaitInfo> GlooBackend::waits() const {
+  std::lock_guard lk(s_->mu);
+  std::vector<WaitInfo> out;
+  const auto now = Clock::now();
+  for (const auto& slot : s_->slots) {
+    if (!slot.wait) continue;
+    WaitInfo w = *slot.wait;
+    w.seconds = std::chrono::duration<double>(now - slot.since).count();
+    if (slot.wait_group) {
+      const GroupInfo& g = *slot.wait_group;
+      for (std::size_t i = 0; i < g.ranks.size(); ++i) {
+        if (g.local[i] && g.entered[i] <= w.seq) w.missing.push_back(g.ranks[i]);
+      }
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+bool GlooBackend::sleep_for(std::chrono::milliseconds d) {
+  std::unique_lock lk(s_->mu);
+  return !s_->cv.wait_for(lk, d, [&] { return s_->diag.has_value(); });
+}
+
+int64_t GlooBackend::collectives() const { return s_->collectives.load(); }
+
+double GlooBackend::connect_seconds() const {
+  std::lock_guard lk(s_->mu);
+  return s_->connect_seconds;
+}
+
+}  // namespace meshsim
