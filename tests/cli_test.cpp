@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <chrono>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,8 +27,8 @@ struct Result {
   std::vector<std::string> lines;
 };
 
-Result run(const std::string& args) {
-  std::string cmd = std::string(MESHSIM_EXE) + " " + args + " 2>/dev/null";
+// run_shell runs a shell command line; its stdout lines and exit status.
+Result run_shell(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("popen failed");
   std::string out;
@@ -38,6 +39,10 @@ Result run(const std::string& args) {
   std::istringstream in(out);
   for (std::string l; std::getline(in, l);) r.lines.push_back(l);
   return r;
+}
+
+Result run(const std::string& args) {
+  return run_shell(std::string(MESHSIM_EXE) + " " + args + " 2>/dev/null");
 }
 
 TEST(Cli, QueryFileAnswersEveryLineInOrderIncludingMalformedOnes) {
@@ -198,6 +203,95 @@ TEST(CliRun, LocalBackendDiagnosesEveryFaultNamingTheRank) {
   EXPECT_EQ(run("run --backend local --mesh dp=2 --fault stall@1").status, 2);
 }
 
+TEST(CliRun, GlooRankThreadsReportWhatTheThreadedRunDoes) {
+  for (const std::string args : {"--mesh dp=2,tp=4", "--mesh dp=2,cp=2,tp=2 --slice dp,tp --flatten"}) {
+    int st = -1, sg = -1;
+    Json t = run_json(args, &st);
+    Json g = run_json(args + " --backend gloo", &sg);
+    ASSERT_EQ(st, 0) << args << t;
+    ASSERT_EQ(sg, 0) << args << g;
+    EXPECT_EQ(g["backend"], "gloo");
+    for (const char* k : {"ok", "world_size", "meshes", "checks", "collectives", "failures"}) {
+      EXPECT_EQ(t[k], g[k]) << args << ": " << k;
+    }
+  }
+}
+
+TEST(CliRun, GlooRankThreadsDiagnoseEveryFaultNamingTheRank) {
+  const std::map<std::string, std::string> want{{"throw", "error"}, {"skip", "departed"}, {"mismatch", "mismatch"},
+                                                {"mesh", "mesh"}, {"stall", "stall"}, {"exit", "exit"}};
+  for (const auto& [kind, diagnosis] : want) {
+    for (int rank : {0, 5}) {
+      int status = -1;
+      Json j = run_json("--backend gloo --mesh dp=2,tp=3 --timeout 1 --fault " + kind + "@" + std::to_string(rank), &status);
+      EXPECT_EQ(status, 1) << kind << "@" << rank;
+      ASSERT_TRUE(j.is_object()) << kind << "@" << rank;
+      ASSERT_FALSE(j["failures"].empty()) << kind << "@" << rank;
+      EXPECT_EQ(j["failures"][0]["rank"], rank) << kind << "@" << rank << ": " << j["failures"];
+      EXPECT_EQ(j["failures"][0]["kind"], diagnosis) << j["failures"];
+    }
+  }
+}
+
+// launch_output runs `meshsim launch` with `args` and returns (exit status, every output line).
+std::pair<int, std::string> launch_output(const std::string& args) {
+  const std::string cmd = std::string(MESHSIM_EXE) + " launch " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(CliLaunch, GlooRanksAsProcessesPassAndEachReportsItsGroups) {
+  auto [status, out] = launch_output("-n 4 -- " + std::string(MESHSIM_EXE) +
+                                     " run --backend gloo --mesh dp=2,tp=2 --timeout 20");
+  ASSERT_EQ(status, 0) << out;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(out.find("[rank " + std::to_string(r) + "] meshsim run: rank " + std::to_string(r) + " of 4"),
+              std::string::npos) << out;
+  }
+  EXPECT_NE(out.find("[rank 3]     tp: 2 groups of 2 [2 3]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 1]     dp: 2 groups of 2 [1 3]"), std::string::npos) << out;
+}
+
+TEST(CliLaunch, AProcessThatDiesMidRunIsNamedByTheOthersNotAHang) {
+  for (const std::string fault : {"exit@2", "throw@1"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto [status, out] = launch_output("-n 4 -- " + std::string(MESHSIM_EXE) +
+                                       " run --backend gloo --mesh dp=2,tp=2 --timeout 30 --fault " + fault);
+    EXPECT_NE(status, 0) << out;
+    const std::string rank = fault.substr(fault.find('@') + 1);
+    const std::string kind = fault.rfind("exit", 0) == 0 ? "exit" : "error";
+    // Another process names the dead one, long before the 30 s deadline.
+    const std::string other = rank == "2" ? "[rank 0]" : "[rank 3]";
+    EXPECT_NE(out.find(other + " FAILED rank " + rank + " [" + kind + "]"), std::string::npos) << out;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15)) << out;
+  }
+}
+
+TEST(CliLaunch, TorchrunStyleVariablesSetByHandWork) {
+  // Four processes started by hand with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT: rank 0 serves
+  // the store, as torchrun's rank 0 does.
+  const int port = 20000 + static_cast<int>(getpid() % 20000);
+  std::string cmd = "pids=''; for r in 0 1 2 3; do RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                    std::to_string(port) + " " + std::string(MESHSIM_EXE) +
+                    " run --backend gloo --mesh dp=2,tp=2 --timeout 20 --format json & pids=\"$pids $!\"; done; "
+                    "fail=0; for p in $pids; do wait $p || fail=1; done; exit $fail";
+  Result r = run_shell(cmd);
+  EXPECT_EQ(r.status, 0);
+  ASSERT_EQ(r.lines.size(), 4u);
+  std::set<int64_t> ranks;
+  for (const std::string& l : r.lines) {
+    Json j = Json::parse(l);
+    EXPECT_TRUE(j["ok"].get<bool>()) << l;
+    ranks.insert(j["rank"].get<int64_t>());
+  }
+  EXPECT_EQ(ranks, (std::set<int64_t>{0, 1, 2, 3}));
+}
+
 TEST(CliStore, ServesClientsAndStopsOnSigterm) {
   int out[2];
   ASSERT_EQ(pipe(out), 0);
@@ -252,7 +346,7 @@ TEST(CliLaunch, StartsRanksWithTheirEnvironmentAndPrefixesOutput) {
 TEST(CliLaunch, OneFailingRankStopsTheOthersAndIsNamed) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string cmd = std::string(MESHSIM_EXE) +
-                    " launch -n 3 -- sh -c 'if [ $MESHSIM_RANK = 1 ]; then exit 3; fi; sleep 60' 2>&1";
+                    " launch -n 3 --report-grace 1 -- sh -c 'if [ $MESHSIM_RANK = 1 ]; then exit 3; fi; sleep 60' 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;

@@ -163,7 +163,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   }
 
   const auto start = Clock::now();
-  std::optional<Clock::time_point> kill_at;
+  std::optional<Clock::time_point> kill_at, term_at;
   int code = 0;
   std::string why;
   for (;;) {
@@ -203,9 +203,9 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
         if (failed && code == 0) {
           code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
           why = "rank " + std::to_string(c.rank) + " " + describe(st);
-          err << "meshsim launch: " << why << "; stopping the other ranks\n";
-          stop_all(SIGTERM);
-          kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_seconds));
+          err << "meshsim launch: " << why << "; stopping the other ranks in " << o.report_seconds
+              << " s unless they end first (time to report their own diagnosis)\n";
+          term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.report_seconds));
         }
       } else {
         any_running = true;
@@ -223,6 +223,10 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
       code = 124;
       why = "the job ran past --timeout " + std::to_string(o.timeout_seconds) + " s";
       err << "meshsim launch: " << why << "; stopping every rank\n";
+      stop_all(SIGTERM);
+      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_seconds));
+    }
+    if (term_at && !kill_at && Clock::now() > *term_at) {
       stop_all(SIGTERM);
       kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_seconds));
     }

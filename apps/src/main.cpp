@@ -82,11 +82,12 @@ int main(int argc, char** argv) {
   RecipeOptions run_recipe;
   run_recipe.add(run, ro.recipe);
   run->add_option("--backend", ro.backend,
-                  "threaded (default: one thread per rank) or local (every rank at once in one "
-                  "thread, up to 2^24 ranks)");
+                  "threaded (default: one thread per rank), gloo (Gloo over loopback TCP: rank "
+                  "threads, or one rank per process under a launcher), or local (every rank at once "
+                  "in one thread, up to 2^24 ranks)");
   run->add_option("--timeout", ro.timeout_seconds, "seconds every wait may take (default 30)");
   run->add_option("--format", ro.format, "text or json");
-  run->add_option("--fault", ro.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall");
+  run->add_option("--fault", ro.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit");
 
   auto* store = app.add_subcommand("store", "serve a TCP rendezvous store (for multi-process and multi-host jobs)");
   meshsim::TcpStoreOptions sto;
@@ -103,6 +104,8 @@ int main(int argc, char** argv) {
   launch->add_option("--rank-offset", lo.rank_offset, "global rank of this host's first process");
   launch->add_option("--token-file", lo.token_file, "file whose first line is the store's token");
   launch->add_option("--timeout", lo.timeout_seconds, "stop every rank after this many seconds (0: none)");
+  launch->add_option("--report-grace", lo.report_seconds,
+                     "after a rank fails, seconds the others get to report and end before SIGTERM (default 10)");
   launch->add_option("program", lo.program, "the program and its arguments (after --)")->expected(-1)->required();
 
   auto* rendezvous = app.add_subcommand("rendezvous", "meet every rank of a launched job through its store");

@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
+#include <thread>
 
 #include "meshsim/error.hpp"
+#include "meshsim/launch_env.hpp"
 #include "meshsim/local.hpp"
 #include "meshsim/spmd.hpp"
 
@@ -18,7 +20,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-enum class Fault { kThrow, kSkip, kMismatch, kMesh, kStall };
+enum class Fault { kThrow, kSkip, kMismatch, kMesh, kStall, kExit };
 
 struct Planted {
   Fault kind;
@@ -28,7 +30,8 @@ struct Planted {
 std::vector<Planted> parse_faults(const std::vector<std::string>& specs, int64_t world) {
   static const std::map<std::string, Fault> kinds{{"throw", Fault::kThrow}, {"skip", Fault::kSkip},
                                                   {"mismatch", Fault::kMismatch},
-                                                  {"mesh", Fault::kMesh}, {"stall", Fault::kStall}};
+                                                  {"mesh", Fault::kMesh}, {"stall", Fault::kStall},
+                                                  {"exit", Fault::kExit}};
   std::vector<Planted> out;
   for (const std::string& s : specs) {
     const auto at = s.find('@');
@@ -37,7 +40,7 @@ std::vector<Planted> parse_faults(const std::vector<std::string>& specs, int64_t
     auto it = kinds.find(kind);
     if (it == kinds.end()) {
       throw InvalidArgument("--fault '" + s + "': unknown kind '" + kind +
-                            "' (known: throw, skip, mismatch, mesh, stall)");
+                            "' (known: throw, skip, mismatch, mesh, stall, exit)");
     }
     const std::string rank_text = s.substr(at + 1);
     std::size_t used = 0;
@@ -54,9 +57,9 @@ std::vector<Planted> parse_faults(const std::vector<std::string>& specs, int64_t
       throw OutOfRange("--fault '" + s + "': rank " + std::to_string(rank) + " is out of range [0, " +
                        std::to_string(world) + ")");
     }
-    if (world == 1 && (it->second == Fault::kSkip || it->second == Fault::kMismatch)) {
+    if (world == 1 && (it->second == Fault::kSkip || it->second == Fault::kMismatch || it->second == Fault::kExit)) {
       throw InvalidArgument("--fault '" + s + "' needs at least 2 ranks: with one rank no peer can "
-                            "observe a skipped or different collective");
+                            "observe a skipped or different collective, or an exit");
     }
     out.push_back({it->second, rank});
   }
@@ -117,7 +120,66 @@ struct Job {
   int64_t expected_checks = 0;
   std::vector<Planted> faults;
   std::chrono::milliseconds timeout{0};
+  // Ranks over the backend: threaded or gloo; one rank of a launched job (gloo) has a store.
+  std::string backend = "threaded";
+  std::optional<LaunchEnv> launched;
+  std::shared_ptr<TcpStoreClient> store;
+  std::string prefix = "meshsim/run";
 };
+
+// finish_launched: every process of a launched run meets at a store barrier before it exits, so
+// none closes its sockets while a peer still reads from them; a failure published meanwhile by
+// another process fails this one too (its rank was fine, the job was not).
+void finish_launched(const Job& job, Outcome& out) {
+  const int64_t world = job.world;
+  Store& st = *job.store;
+  const std::string failure_key = job.prefix + "/failure", done_key = job.prefix + "/all_done";
+  auto adopt_failure = [&]() {
+    try {
+      if (auto d = decode_diagnosis(st.get(failure_key, std::chrono::milliseconds(0)))) {
+        out.ok = false;
+        out.seen.clear();
+        for (int64_t r : d->ranks) {
+          Diagnosis one = *d;
+          one.ranks = {r};
+          out.failures.push_back(std::move(one));
+        }
+        return true;
+      }
+    } catch (const std::exception&) {
+    }
+    return false;
+  };
+  if (!out.ok) return;
+  try {
+    job.store->clear_will();  // this rank's work is done: its exit from here on is no crash
+    if (st.add(job.prefix + "/done", 1) == world) st.set(done_key, "1");
+    // Longer than a collective's deadline plus the peers' census, so a rank that skipped a
+    // collective hears the peers' diagnosis rather than timing out here first.
+    const auto until = std::chrono::steady_clock::now() + 2 * job.timeout + std::chrono::seconds(5);
+    for (;;) {
+      try {
+        st.get(done_key, std::chrono::milliseconds(100));
+        break;
+      } catch (const DeadlineExceeded&) {
+      }
+      if (adopt_failure()) return;
+      if (std::chrono::steady_clock::now() >= until) {
+        out.ok = false;
+        out.failures.push_back(Diagnosis{"stall", {}, "rank " + std::to_string(job.launched->rank) +
+                                         " finished, but not every rank reached the end within " +
+                                         std::to_string(job.timeout.count()) + " ms", {}, {}});
+        return;
+      }
+    }
+    st.add(job.prefix + "/left", 1);  // the rank serving the store waits for every rank to leave
+  } catch (const Error& e) {
+    if (!adopt_failure()) {
+      out.ok = false;
+      out.failures.push_back(Diagnosis{"error", {job.launched->rank}, std::string("the store failed at the end: ") + e.what(), {}, {}});
+    }
+  }
+}
 
 Outcome run_threaded(const Job& job) {
   const std::vector<Planted>& faults = job.faults;
@@ -131,6 +193,13 @@ Outcome run_threaded(const Job& job) {
   SpmdOptions so;
   so.world_size = world;
   so.timeout = job.timeout;
+  so.backend = job.backend;
+  so.store_prefix = job.prefix;
+  if (job.launched) {
+    so.first_rank = job.launched->rank;
+    so.local_ranks = 1;
+    so.store = job.store;
+  }
   RunReport report = run_spmd(so, [&](RankContext& ctx) {
     const int64_t me = ctx.rank();
     if (planted(faults, Fault::kStall, me)) ctx.sleep_for(job.timeout + std::chrono::seconds(2));
@@ -151,6 +220,8 @@ Outcome run_threaded(const Job& job) {
                  std::to_string(v[1]) + ")");
       }
     }
+    // The planted exit: the rank dies while the others are in the next collective.
+    if (planted(faults, Fault::kExit, me)) ctx.exit_abruptly();
     for (std::size_t i = 0; i < mine.size(); ++i) ctx.check_mesh_agreement(mine[i], job.parts[i]);
     std::vector<std::vector<std::vector<int64_t>>> seen(mine.size());
     int64_t passed = 0;
@@ -207,6 +278,24 @@ Outcome run_threaded(const Job& job) {
   out.checks = checks_passed;
   out.collectives = report.collectives;
   out.seconds = report.seconds;
+  if (job.launched) {
+    // One rank of a launched job: its own groups only (the other processes report theirs).
+    const int64_t me = job.launched->rank;
+    finish_launched(job, out);
+    report.backend_keepalive.reset();  // every rank is past its collectives: close connections now
+    if (out.ok) {
+      const auto& mine = gathered[static_cast<std::size_t>(me)];
+      for (std::size_t i = 0; i < job.meshes.size(); ++i) {
+        std::vector<std::vector<std::vector<int64_t>>> dims;
+        for (int d = 0; d < job.meshes[i].ndim(); ++d) {
+          if (i < mine.size() && static_cast<std::size_t>(d) < mine[i].size()) dims.push_back({mine[i][static_cast<std::size_t>(d)]});
+          else dims.push_back({});
+        }
+        out.seen.push_back(std::move(dims));
+      }
+    }
+    return out;
+  }
   if (report.ok) {
     for (std::size_t i = 0; i < job.meshes.size(); ++i) {
       const DeviceMesh& m = job.meshes[i];
@@ -375,6 +464,7 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     j["ok"] = r.ok;
     j["backend"] = o.backend;
     j["world_size"] = world;
+    if (job.launched) j["rank"] = job.launched->rank;  // one rank's report: its own groups only
     Json ms = Json::array();
     for (std::size_t i = 0; i < meshes.size(); ++i) {
       const DeviceMesh& m = meshes[i];
@@ -405,8 +495,13 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     j["failures"] = fs;
     out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
   } else {
-    out << "meshsim run: " << world << " ranks over the " << o.backend << " backend";
-    if (o.backend == "threaded") out << ", timeout " << o.timeout_seconds << " s";
+    if (job.launched) {
+      out << "meshsim run: rank " << job.launched->rank << " of " << world << " over the " << o.backend
+          << " backend (launched by " << job.launched->launcher << ")";
+    } else {
+      out << "meshsim run: " << world << " ranks over the " << o.backend << " backend";
+    }
+    if (o.backend != "local") out << ", timeout " << o.timeout_seconds << " s";
     out << "\n";
     for (std::size_t i = 0; i < meshes.size(); ++i) {
       const DeviceMesh& m = meshes[i];
@@ -423,7 +518,12 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
         out << "\n";
       }
     }
-    out << "checks passed: " << r.checks << " of " << job.expected_checks << "; collectives: "
+    int64_t expected = job.expected_checks;
+    if (job.launched) {
+      expected = 0;  // this rank's own checks
+      for (const DeviceMesh& m : meshes) expected += m.contains(job.launched->rank) ? 3 * m.ndim() : 0;
+    }
+    out << "checks passed: " << r.checks << " of " << expected << "; collectives: "
         << r.collectives << "; wall time " << r.seconds << " s\n";
     if (r.ok) {
       out << "OK: every rank's groups match the mesh on every dim\n";
@@ -440,8 +540,8 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
 }  // namespace
 
 int run(const Options& o, std::ostream& out) {
-  if (o.backend != "threaded" && o.backend != "local") {
-    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: threaded, local)");
+  if (o.backend != "threaded" && o.backend != "local" && o.backend != "gloo") {
+    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: threaded, gloo, local)");
   }
   if (!(o.timeout_seconds > 0) || !std::isfinite(o.timeout_seconds) || o.timeout_seconds > 86400) {
     throw InvalidArgument("--timeout " + std::to_string(o.timeout_seconds) +
@@ -451,13 +551,32 @@ int run(const Options& o, std::ostream& out) {
     throw InvalidArgument("--format must be text or json, not " + o.format);
   }
   Job job;
+  job.backend = o.backend;
   job.recipe = recipe_from_flags(o.recipe);
   job.expected = meshsim::apply(job.recipe);  // bad recipes stop here (exit 2)
   job.world = job.recipe.world_size;
-  if (o.backend == "threaded" && job.world > 16384) {
+  if (o.backend == "gloo") job.launched = launch_env_from_environment();
+  if (job.launched) {
+    if (job.launched->world_size != job.world) {
+      throw InvalidArgument("meshsim run: the launcher's world size " + std::to_string(job.launched->world_size) +
+                            " (" + job.launched->launcher + ") differs from the mesh's " + std::to_string(job.world) +
+                            " ranks");
+    }
+    if (job.launched->store_host.empty()) {
+      throw InvalidArgument("meshsim run: launched by " + job.launched->launcher +
+                            " but no store is named (set MESHSIM_STORE=host:port, or MASTER_ADDR and MASTER_PORT)");
+    }
+  }
+  if ((o.backend == "threaded" || o.backend == "gloo") && !job.launched && job.world > 16384) {
     throw InvalidArgument("--world-size " + std::to_string(job.world) +
                           " is over the 16384 rank threads a threaded run supports (--backend "
                           "local runs up to 2^24 ranks in one thread)");
+  }
+  if (o.backend == "gloo" && !job.launched && job.world > GlooBackend::kMaxThreadRanks) {
+    throw InvalidArgument("--world-size " + std::to_string(job.world) + " is over the " +
+                          std::to_string(GlooBackend::kMaxThreadRanks) +
+                          " Gloo rank threads one process supports; run one rank per process with "
+                          "`meshsim launch -n N -- meshsim run --backend gloo ...`");
   }
   if (o.backend == "local" && job.world > kMaxLocalWorld) {
     throw InvalidArgument("--world-size " + std::to_string(job.world) + " is over the " +
@@ -471,6 +590,10 @@ int run(const Options& o, std::ostream& out) {
                               "--backend local: every rank runs in one thread, in lockstep, so "
                               "none can stall while the others wait");
       }
+      if (p.kind == Fault::kExit) {
+        throw InvalidArgument("--fault exit@" + std::to_string(p.rank) + " does not apply to "
+                              "--backend local: no rank has a thread or process of its own to end");
+      }
     }
   }
   job.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(o.timeout_seconds * 1000)));
@@ -480,7 +603,29 @@ int run(const Options& o, std::ostream& out) {
   // checks each rank runs: per mesh it belongs to, per dim, 3 checks.
   for (const DeviceMesh& m : job.meshes) job.expected_checks += int64_t{3} * m.ndim() * m.rank_map_size();
 
-  const Outcome r = o.backend == "local" ? run_local(job) : run_threaded(job);
+  std::unique_ptr<TcpStoreServer> hosted;
+  if (job.launched) {
+    const LaunchEnv& env = *job.launched;
+    // torchrun's and Open MPI's jobs have no store of their own: rank 0 serves it at
+    // MASTER_ADDR:MASTER_PORT, as PyTorch's TCPStore does (meshsim launch serves its own).
+    if (env.launcher != "meshsim" && env.rank == 0) {
+      hosted = std::make_unique<TcpStoreServer>(TcpStoreOptions{.host = env.store_host, .port = env.store_port});
+    }
+    const char* token = std::getenv("MESHSIM_STORE_TOKEN");
+    job.store = std::make_shared<TcpStoreClient>(TcpStoreOptions{
+        .host = env.store_host, .port = env.store_port, .token = token ? token : "", .connect_timeout = job.timeout});
+    if (const char* id = std::getenv("MESHSIM_RUN_ID"); id && *id) job.prefix += "/" + std::string(id);
+    // If this process dies, the store tells the others which rank it was.
+    job.store->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
+  }
+  Outcome r = o.backend == "local" ? run_local(job) : run_threaded(job);
+  if (hosted && r.ok) {
+    // Serve until every rank has seen the end (bounded: a rank that died meanwhile is not awaited).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < until && job.store->add(job.prefix + "/left", 0) < job.world) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   print(o, job, r, out);
   const int code = r.ok ? 0 : 1;
   if (!r.stuck.empty()) std::_Exit(code);  // detached rank threads must not outlive main's destructors

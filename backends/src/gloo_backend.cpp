@@ -541,6 +541,7 @@ class GlooCommunicator final : public Communicator {
     slot.wait = std::move(w);
     slot.wait_group = info_;
     slot.since = Clock::now();
+    entered_at_ = slot.since;
     info_->entered[static_cast<std::size_t>(rank_)] = seq_ + 1;
   }
   void leave() {
@@ -597,19 +598,46 @@ class GlooCommunicator final : public Communicator {
   // or for a timeout across processes the members that never arrived; else the raw error.
   [[noreturn]] void fail_and_throw(const CollectiveDesc& d, const std::string& what) {
     leave();
-    close_own();
     const bool timed_out = what.find("Timed out") != std::string::npos ||
                            what.find("timeout") != std::string::npos;
     const std::string where = d.to_string() + " #" + std::to_string(seq_) + " of group " + rank_list(info_->ranks);
     const auto settle = Clock::now() + std::min<milliseconds>(milliseconds(3000), timeout_);
-    std::string stall_key;
-    if (timed_out && !s_->all_local()) {
-      stall_key = s_->key("stall/" + prefix_ + "/" + std::to_string(seq_) + "/");
+    // Across processes, a rank that timed out tells the store it was waiting here and keeps its
+    // connections open while its peers time out too (closing them would make the peers fail
+    // for another reason and never say they were waiting); then the members that never said so
+    // are the ones that never arrived.
+    // (Every failure counts, not only timeouts: Gloo's deadlines are per wait, so a rank that
+    // made some progress may see a peer's connection close before its own deadline.)
+    const bool census = !s_->all_local();
+    const std::string stall_prefix = "stall/" + prefix_ + "/" + std::to_string(seq_) + "/";
+    if (census && !timed_out && Clock::now() - entered_at_ < timeout_ &&
+        [&] {
+          for (int64_t g : info_->ranks) {
+            if (g != global() && !s_->lookup(stall_prefix + std::to_string(g))) return false;
+          }
+          return true;
+        }()) {
+      // Every peer had already given up waiting here when this rank arrived: it is the one late.
+      Diagnosis dg{"stall", {global()},
+                   "stall: rank " + std::to_string(global()) + " arrived at " + where +
+                       " after every other member had waited " + std::to_string(timeout_.count()) + " ms for it",
+                   {}, {global()}};
+      owner_->abort(dg);
+      close_own();
+      throw Aborted(owner_->diagnosis()->message);
+    }
+    if (census) {
       try {
-        s_->opt.store->set(stall_key + std::to_string(global()), d.to_string());
+        s_->opt.store->set(s_->key(stall_prefix + std::to_string(global())), d.to_string());
       } catch (const std::exception&) {
       }
+    } else {
+      close_own();  // so the peers fail too
     }
+    struct CloseOnExit {
+      GlooCommunicator* c;
+      ~CloseOnExit() { c->close_own(); }
+    } closer{this};
     for (;;) {
       if (auto dg = owner_->diagnosis()) throw Aborted(dg->message);
       if (auto f = s_->lookup("failure")) {
@@ -618,6 +646,7 @@ class GlooCommunicator final : public Communicator {
           throw Aborted(dg->message);
         }
       }
+      std::size_t waiting = 1;
       for (int64_t g : info_->ranks) {
         if (g == global()) continue;
         if (auto e = s_->lookup("exit/" + std::to_string(g))) {
@@ -626,16 +655,31 @@ class GlooCommunicator final : public Communicator {
           owner_->abort(Diagnosis{"exit", {g}, msg, {}, {}});
           throw Aborted(owner_->diagnosis()->message);
         }
+        if (census && s_->lookup(stall_prefix + std::to_string(g))) ++waiting;
       }
+      if (census && waiting == info_->ranks.size()) break;  // every member waits: a deadlock
       if (timed_out && s_->all_local()) break;  // the watchdog, which sees every rank, decides
       if (Clock::now() >= settle) break;
       std::this_thread::sleep_for(milliseconds(20));
     }
-    if (!stall_key.empty()) {
-      // Across processes: the members that never wrote a stall key never arrived.
+    if (census) {
       std::vector<int64_t> missing;
       for (int64_t g : info_->ranks) {
-        if (g != global() && !s_->lookup("stall/" + prefix_ + "/" + std::to_string(seq_) + "/" + std::to_string(g))) missing.push_back(g);
+        if (g != global() && !s_->lookup(stall_prefix + std::to_string(g))) missing.push_back(g);
+      }
+      std::vector<int64_t> gone;
+      for (int64_t g : missing) {
+        if (s_->lookup("departed/" + std::to_string(g))) gone.push_back(g);
+      }
+      if (!gone.empty()) {
+        // A member whose program returned without entering this collective.
+        Diagnosis dg{"departed", gone,
+                     "rank" + std::string(gone.size() > 1 ? "s " + rank_list(gone) : " " + std::to_string(gone[0])) +
+                         " returned from its program without calling " + where + ", which rank " +
+                         std::to_string(global()) + " waited in for " + std::to_string(timeout_.count()) + " ms",
+                     {}, {}};
+        owner_->abort(dg);
+        throw Aborted(owner_->diagnosis()->message);
       }
       if (!missing.empty()) {
         Diagnosis dg{"stall", missing,
@@ -662,6 +706,7 @@ class GlooCommunicator final : public Communicator {
   std::string prefix_;
   milliseconds timeout_;
   uint64_t seq_ = 0;
+  Clock::time_point entered_at_;
   std::vector<uint64_t> sent_, received_;
 };
 
@@ -882,11 +927,13 @@ std::optional<Diagnosis> GlooBackend::diagnosis() const {
 void GlooBackend::depart(int64_t rank) {
   std::vector<std::shared_ptr<gloo::rendezvous::Context>> to_close;
   std::optional<Diagnosis> gone;
+  bool publish = false;
   {
     std::lock_guard lk(s_->mu);
     if (rank < s_->opt.first_rank || rank >= s_->opt.first_rank + s_->opt.local_ranks) return;
     auto& slot = s_->slot(rank);
     slot.departed = true;
+    publish = !s_->all_local();
     if (s_->diag) {
       to_close = s_->take_contexts_locked(slot);
     } else {
@@ -904,6 +951,13 @@ void GlooBackend::depart(int64_t rank) {
         }
         if (gone) break;
       }
+    }
+  }
+  if (publish) {
+    // Across processes the peers learn of a departure from the store (at their deadline).
+    try {
+      s_->opt.store->set(s_->key("departed/" + std::to_string(rank)), "1");
+    } catch (const std::exception&) {
     }
   }
   State::close_all(to_close);

@@ -408,6 +408,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   // The backend (its Gloo contexts) goes now, inside the timing, unless a stuck thread uses it.
   bool all_joined = true;
   for (const RankReport& r : report.ranks) all_joined = all_joined && r.status != "stuck";
+  if (!everyone_here) report.backend_keepalive = sh->backend;
   if (all_joined) sh->backend.reset();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;

@@ -6,8 +6,10 @@
 // Each process gets MESHSIM_RANK, MESHSIM_WORLD_SIZE, MESHSIM_LOCAL_RANK and MESHSIM_STORE
 // (host:port), and torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, in its
 // environment (MESHSIM_STORE_TOKEN too with --token-file). Its output lines are prefixed with
-// "[rank R] ". When one process fails (a non-zero exit or a signal), the others are stopped
-// (SIGTERM, then SIGKILL after a grace period) and the launcher exits non-zero naming the rank.
+// "[rank R] ". When one process fails (a non-zero exit or a signal), the others get
+// report_seconds to end by themselves (meshsim's ranks notice the failure and print a
+// diagnosis naming the rank), then are stopped (SIGTERM, then SIGKILL after a grace period);
+// the launcher exits non-zero naming the first rank that failed.
 // Without --store, the launcher serves the store itself on 127.0.0.1 for the job's lifetime.
 #pragma once
 
@@ -26,6 +28,7 @@ struct Options {
   int64_t rank_offset = 0;
   std::string token_file;
   double timeout_seconds = 0;        // 0: none
+  double report_seconds = 10;        // first failure to SIGTERM: the others report and end first
   double grace_seconds = 5;          // SIGTERM to SIGKILL
   std::vector<std::string> program;  // argv
 };

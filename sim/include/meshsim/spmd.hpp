@@ -121,6 +121,10 @@ struct RunReport {
   int64_t collectives = 0;
   double seconds = 0;
   double connect_seconds = 0;  // gloo: time spent connecting groups, summed over local ranks
+  // backend: kept alive for a run whose ranks are spread over processes, so this process keeps
+  // its connections open until its peers are done too (release it after a store barrier);
+  // null otherwise.
+  std::shared_ptr<SpmdBackend> backend_keepalive;
   // summary: "8 ranks ok" or one line per failure.
   std::string summary() const;
 };
