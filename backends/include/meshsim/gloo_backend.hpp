@@ -38,9 +38,9 @@
 // Process state: constructing a GlooBackend sets SIGPIPE to ignored when it has the default
 // action (a write to a peer that died would otherwise kill the process).
 //
-// Limits (measured on 2 cores, see README): connect time grows as n² binds; about 64 rank threads
-// per process and a few hundred ranks per host are practical (Options::max_world refuses more
-// than 256 rank threads in one process).
+// Limits (measured on 2 cores, see README): connect time grows as n² binds (0.8 s at 32 rank
+// threads, ~5 s at 64, ~30 s at 128); more than kMaxThreadRanks rank threads in one process are
+// refused.
 //
 // Thread safety: the backend is shared by the process's rank threads; a communicator belongs to
 // one rank.
@@ -61,7 +61,7 @@ namespace meshsim {
 class GlooBackend final : public SpmdBackend {
  public:
   // kMaxThreadRanks: rank threads in one process (each pair is a socket: n(n-1) descriptors).
-  static constexpr int64_t kMaxThreadRanks = 256;
+  static constexpr int64_t kMaxThreadRanks = 128;
 
   struct Options {
     int64_t world_size = 1;
