@@ -22,6 +22,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "meshsim/error.hpp"
+#include "rank_registry.hpp"
 #include "reduce.hpp"
 
 namespace meshsim {
@@ -31,12 +32,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-std::string rank_list(const std::vector<int64_t>& v, std::size_t limit = 16) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  if (v.size() > limit) s += ", ... (" + std::to_string(v.size()) + " ranks)";
-  return s + "]";
-}
+using detail::GroupInfo;
+using detail::rank_list;
 
 std::string hex(uint64_t v) {
   static const char* d = "0123456789abcdef";
@@ -70,14 +67,6 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   std::shared_ptr<meshsim::Store> base_;
   std::string prefix_;
   milliseconds timeout_;
-};
-
-// GroupInfo is what this process knows of one group: how far each member got (members of
-// other processes stay at 0 and are never reported missing).
-struct GroupInfo {
-  std::vector<int64_t> ranks;
-  std::vector<uint64_t> entered;  // collectives each member has entered (guarded by State::mu)
-  std::vector<bool> local;
 };
 
 template <class T>
@@ -170,39 +159,36 @@ constexpr uint64_t kP2PSlot = uint64_t{0x6d} << 56;  // meshsim's send/recv slot
 }  // namespace
 
 struct GlooBackend::State {
+  explicit State(const Options& o) : opt(o), reg(o.world_size, o.first_rank, o.local_ranks) {}
   Options opt;
   std::shared_ptr<gloo::transport::Device> device;
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Diagnosis> diag;
-  std::atomic<bool> is_aborted{false};
+  detail::RankRegistry reg;
   std::atomic<int64_t> collectives{0};
-  double connect_seconds = 0;  // guarded by mu
 
-  struct Slot {
-    std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts;
-    bool in_op = false;
-    bool departed = false;
+  // Each rank's Gloo contexts, kept until the backend goes (a rank that finished must not close
+  // sockets its peers may still read), closed once on failure.
+  struct Contexts {
+    std::vector<std::shared_ptr<gloo::rendezvous::Context>> list;
     bool closed = false;
-    std::optional<WaitInfo> wait;
-    std::shared_ptr<GroupInfo> wait_group;
-    Clock::time_point since;
-    std::map<uint64_t, int64_t> instances;
   };
-  std::vector<Slot> slots;  // one per rank of this process
-  std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<GroupInfo>> groups;
+  mutable std::mutex mu;
+  std::vector<Contexts> contexts;  // one per rank of this process
+  double connect_seconds = 0;
 
-  bool all_local() const { return opt.local_ranks == opt.world_size; }
-  Slot& slot(int64_t rank) { return slots[static_cast<std::size_t>(rank - opt.first_rank)]; }
+  bool all_local() const { return reg.all_local(); }
   std::string key(const std::string& k) const { return opt.prefix + "/" + k; }
+  Contexts& of(int64_t rank) { return contexts[static_cast<std::size_t>(rank - opt.first_rank)]; }
 
-  // take_contexts_locked marks rank's contexts closed and returns them, to close outside the lock.
-  std::vector<std::shared_ptr<gloo::rendezvous::Context>> take_contexts_locked(Slot& s) {
-    if (s.closed) return {};
-    s.closed = true;
-    return s.contexts;
-  }
-  static void close_all(const std::vector<std::shared_ptr<gloo::rendezvous::Context>>& cs) {
+  // close_rank closes rank's connections once (its peers' blocked calls then fail).
+  void close_rank(int64_t rank) {
+    std::vector<std::shared_ptr<gloo::rendezvous::Context>> cs;
+    {
+      std::lock_guard lk(mu);
+      Contexts& c = of(rank);
+      if (c.closed) return;
+      c.closed = true;
+      cs = c.list;
+    }
     for (const auto& c : cs) {
       try {
         c->closeConnections();
@@ -210,17 +196,6 @@ struct GlooBackend::State {
         // A context that failed to connect has nothing to close.
       }
     }
-  }
-
-  // departed_missing_locked: a member of `g` that departed before entering collective `seq`
-  // (a rank of this process that returned without calling it), or -1.
-  int64_t departed_missing_locked(const GroupInfo& g, uint64_t seq) const {
-    for (std::size_t i = 0; i < g.ranks.size(); ++i) {
-      if (!g.local[i] || g.entered[i] > seq) continue;
-      const Slot& s = slots[static_cast<std::size_t>(g.ranks[i] - opt.first_rank)];
-      if (s.departed) return g.ranks[i];
-    }
-    return -1;
   }
 
   // lookup reads a key without waiting (nullopt when absent or the store is unreachable).
@@ -517,40 +492,13 @@ class GlooCommunicator final : public Communicator {
   }
 
   void enter(const CollectiveDesc& d) {
-    int64_t gone = -1;
-    {
-      std::lock_guard lk(s_->mu);
-      if (s_->diag) throw Aborted(s_->diag->message);
-      gone = s_->departed_missing_locked(*info_, seq_);
+    if (auto gone = s_->reg.enter(global(), info_, static_cast<std::size_t>(rank_), seq_, d)) {
+      owner_->abort(*gone);
+      s_->reg.throw_aborted();
     }
-    if (gone >= 0) {
-      owner_->abort(Diagnosis{"departed", {gone}, "rank " + std::to_string(gone) + " returned from its program without calling " +
-                              d.to_string() + " #" + std::to_string(seq_) + " of group " + rank_list(info_->ranks) +
-                              ", which rank " + std::to_string(global()) + " called", {}, {}});
-      throw Aborted(owner_->diagnosis()->message);
-    }
-    std::lock_guard lk(s_->mu);
-    if (s_->diag) throw Aborted(s_->diag->message);
-    auto& slot = s_->slot(global());
-    slot.in_op = true;
-    WaitInfo w;
-    w.rank = global();
-    w.group = info_->ranks;
-    w.seq = seq_;
-    w.desc = d;
-    slot.wait = std::move(w);
-    slot.wait_group = info_;
-    slot.since = Clock::now();
-    entered_at_ = slot.since;
-    info_->entered[static_cast<std::size_t>(rank_)] = seq_ + 1;
+    entered_at_ = s_->reg.entered_at(global());
   }
-  void leave() {
-    std::lock_guard lk(s_->mu);
-    auto& slot = s_->slot(global());
-    slot.in_op = false;
-    slot.wait.reset();
-    slot.wait_group.reset();
-  }
+  void leave() { s_->reg.leave(global()); }
 
   template <class F>
   void run(const CollectiveDesc& d, F&& body) {
@@ -584,14 +532,7 @@ class GlooCommunicator final : public Communicator {
     s_->collectives.fetch_add(1, std::memory_order_relaxed);
   }
 
-  void close_own() {
-    std::vector<std::shared_ptr<gloo::rendezvous::Context>> cs;
-    {
-      std::lock_guard lk(s_->mu);
-      cs = s_->take_contexts_locked(s_->slot(global()));
-    }
-    GlooBackend::State::close_all(cs);
-  }
+  void close_own() { s_->close_rank(global()); }
 
   // fail_and_throw: the transport failed under this rank. Close its connections (so its peers
   // fail too), then say why: the run's diagnosis (here or in the store), a member that exited,
@@ -639,7 +580,7 @@ class GlooCommunicator final : public Communicator {
       ~CloseOnExit() { c->close_own(); }
     } closer{this};
     for (;;) {
-      if (auto dg = owner_->diagnosis()) throw Aborted(dg->message);
+      if (auto dg = s_->reg.diagnosis()) throw Aborted(dg->message);
       if (auto f = s_->lookup("failure")) {
         if (auto dg = decode_diagnosis(*f)) {
           owner_->abort(*dg);
@@ -712,7 +653,7 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
-GlooBackend::GlooBackend(Options options) : s_(std::make_shared<State>()) {
+GlooBackend::GlooBackend(Options options) {
   if (options.world_size < 1) {
     throw InvalidArgument("gloo backend: world size " + std::to_string(options.world_size) + " is not >= 1");
   }
@@ -748,15 +689,17 @@ GlooBackend::GlooBackend(Options options) : s_(std::make_shared<State>()) {
   gloo::transport::tcp::attr a;
   if (!options.hostname.empty()) a.hostname = options.hostname;
   else a.iface = options.iface;
+  std::shared_ptr<gloo::transport::Device> device;
   try {
-    s_->device = gloo::transport::tcp::CreateDevice(a);
+    device = gloo::transport::tcp::CreateDevice(a);
   } catch (const std::exception& e) {
     throw InvalidArgument("gloo backend: cannot open a TCP device on " +
                           (options.hostname.empty() ? "interface '" + options.iface + "'" : "'" + options.hostname + "'") +
                           ": " + e.what());
   }
-  s_->opt = std::move(options);
-  s_->slots.resize(static_cast<std::size_t>(s_->opt.local_ranks));
+  s_ = std::make_shared<State>(options);
+  s_->device = std::move(device);
+  s_->contexts.resize(static_cast<std::size_t>(options.local_ranks));
 }
 
 GlooBackend::~GlooBackend() {
@@ -765,7 +708,7 @@ GlooBackend::~GlooBackend() {
   std::vector<std::vector<std::shared_ptr<gloo::rendezvous::Context>>> per_rank;
   {
     std::lock_guard lk(s_->mu);
-    for (auto& slot : s_->slots) per_rank.push_back(std::move(slot.contexts));
+    for (auto& c : s_->contexts) per_rank.push_back(std::move(c.list));
   }
   const std::size_t workers = std::min<std::size_t>(per_rank.size(), 16);
   if (workers <= 1) return;
@@ -789,10 +732,7 @@ std::shared_ptr<Communicator> GlooBackend::world(int64_t rank) {
 std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
                                                      const BackendConfig& config) {
   const Options& o = s_->opt;
-  if (rank < o.first_rank || rank >= o.first_rank + o.local_ranks) {
-    throw OutOfRange("gloo backend: rank " + std::to_string(rank) + " does not run in this process (ranks [" +
-                     std::to_string(o.first_rank) + ", " + std::to_string(o.first_rank + o.local_ranks) + "))");
-  }
+  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, "gloo");
   if (!config.backend.empty() && config.backend != "gloo") {
     throw InvalidArgument("backend '" + config.backend + "' is not available in a gloo run "
                           "(its groups use the gloo backend; give \"gloo\" or no backend)");
@@ -801,50 +741,12 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
     throw InvalidArgument("gloo backend: per-group devices are not supported; every group uses the "
                           "backend's device (Options::hostname / iface)");
   }
-  if (ranks.empty()) throw InvalidArgument("new_group: a group needs at least one rank");
-  auto pos = std::find(ranks.begin(), ranks.end(), rank);
-  if (pos == ranks.end()) {
-    throw InvalidArgument("new_group: rank " + std::to_string(rank) + " is not a member of " +
-                          rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())));
-  }
-  {
-    std::vector<int64_t> sorted(ranks.begin(), ranks.end());
-    std::sort(sorted.begin(), sorted.end());
-    for (std::size_t i = 0; i < sorted.size(); ++i) {
-      if (sorted[i] < 0 || sorted[i] >= o.world_size) {
-        throw OutOfRange("new_group: rank " + std::to_string(sorted[i]) + " is out of range [0, " +
-                         std::to_string(o.world_size) + ")");
-      }
-      if (i && sorted[i] == sorted[i - 1]) {
-        throw InvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " appears twice");
-      }
-    }
-  }
-  uint64_t digest = 1469598103934665603ull ^ config.fingerprint();
-  for (int64_t r : ranks) digest = (digest ^ static_cast<uint64_t>(r)) * 1099511628211ull;
-  digest = (digest ^ ranks.size()) * 1099511628211ull;
+  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
   const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
-  const int sub = static_cast<int>(pos - ranks.begin());
+  const int sub = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
   const int n = static_cast<int>(ranks.size());
-
-  std::shared_ptr<GroupInfo> info;
   int64_t instance = 0;
-  {
-    std::lock_guard lk(s_->mu);
-    if (s_->diag) throw Aborted(s_->diag->message);
-    instance = s_->slot(rank).instances[digest]++;
-    auto& ref = s_->groups[{digest, instance}];
-    if (!ref) {
-      ref = std::make_shared<GroupInfo>();
-      ref->ranks.assign(ranks.begin(), ranks.end());
-      ref->entered.assign(ranks.size(), 0);
-      ref->local.resize(ranks.size());
-      for (std::size_t i = 0; i < ranks.size(); ++i) {
-        ref->local[i] = ranks[i] >= o.first_rank && ranks[i] < o.first_rank + o.local_ranks;
-      }
-    }
-    info = ref;
-  }
+  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);
   const std::string prefix = "g" + hex(digest) + "." + std::to_string(instance);
   if (n == 1) return std::make_shared<GlooCommunicator>(s_, this, nullptr, info, 0, prefix, timeout);
 
@@ -852,16 +754,9 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
   ctx->setTimeout(timeout);
   {
     std::lock_guard lk(s_->mu);
-    auto& slot = s_->slot(rank);
-    slot.contexts.push_back(ctx);
-    slot.in_op = true;
-    WaitInfo w;
-    w.rank = rank;
-    w.group = info->ranks;
-    w.desc = CollectiveDesc{CollectiveOp::kBarrier, DType::kInt64, 0, -1, ReduceOp::kSum};
-    slot.wait = std::move(w);
-    slot.since = Clock::now();
+    s_->of(rank).list.push_back(ctx);
   }
+  s_->reg.enter_connect(rank, info);
   const auto start = Clock::now();
   std::string failure;
   try {
@@ -870,21 +765,16 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  std::vector<std::shared_ptr<gloo::rendezvous::Context>> to_close;
+  s_->reg.leave(rank);
   {
     std::lock_guard lk(s_->mu);
-    auto& slot = s_->slot(rank);
-    slot.in_op = false;
-    slot.wait.reset();
     s_->connect_seconds += std::chrono::duration<double>(Clock::now() - start).count();
-    if (s_->diag) {
-      to_close = s_->take_contexts_locked(slot);
-      failure = failure.empty() ? "aborted" : failure;
-    }
   }
-  State::close_all(to_close);
+  if (s_->reg.aborted()) {
+    s_->close_rank(rank);
+    s_->reg.throw_aborted();
+  }
   if (!failure.empty()) {
-    if (auto d = diagnosis()) throw Aborted(d->message);
     throw DeadlineExceeded("gloo backend: rank " + std::to_string(rank) + " could not connect group " +
                            rank_list(info->ranks) + " within " + std::to_string(timeout.count()) + " ms: " + failure);
   }
@@ -892,120 +782,53 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
 }
 
 bool GlooBackend::abort(Diagnosis d) {
-  std::vector<std::shared_ptr<gloo::rendezvous::Context>> to_close;
-  {
-    std::lock_guard lk(s_->mu);
-    if (s_->diag) return false;
-    s_->diag = d;
-    s_->is_aborted = true;
-    // Ranks outside any collective will not call again: close theirs now, so their peers fail
-    // fast. Ranks inside one close their own as they unwind.
-    for (auto& slot : s_->slots) {
-      if (!slot.in_op) {
-        auto cs = s_->take_contexts_locked(slot);
-        to_close.insert(to_close.end(), cs.begin(), cs.end());
-      }
-    }
-  }
-  s_->cv.notify_all();
+  if (!s_->reg.record(d)) return false;
   try {
     s_->opt.store->compare_set(s_->key("failure"), "", encode_diagnosis(d));
   } catch (const std::exception&) {
     // The store is gone: the peers fall back to their own diagnosis.
   }
-  State::close_all(to_close);
+  // Ranks outside any collective will not call again (entering one now throws Aborted): close
+  // theirs, so their peers fail fast. Ranks inside one close their own as they unwind.
+  for (int64_t r = s_->opt.first_rank; r < s_->opt.first_rank + s_->opt.local_ranks; ++r) {
+    if (!s_->reg.in_op(r)) s_->close_rank(r);
+  }
   return true;
 }
 
-bool GlooBackend::aborted() const { return s_->is_aborted.load(); }
+bool GlooBackend::aborted() const { return s_->reg.aborted(); }
 
-std::optional<Diagnosis> GlooBackend::diagnosis() const {
-  std::lock_guard lk(s_->mu);
-  return s_->diag;
-}
+std::optional<Diagnosis> GlooBackend::diagnosis() const { return s_->reg.diagnosis(); }
 
 void GlooBackend::depart(int64_t rank) {
-  std::vector<std::shared_ptr<gloo::rendezvous::Context>> to_close;
-  std::optional<Diagnosis> gone;
-  bool publish = false;
-  {
-    std::lock_guard lk(s_->mu);
-    if (rank < s_->opt.first_rank || rank >= s_->opt.first_rank + s_->opt.local_ranks) return;
-    auto& slot = s_->slot(rank);
-    slot.departed = true;
-    publish = !s_->all_local();
-    if (s_->diag) {
-      to_close = s_->take_contexts_locked(slot);
-    } else {
-      // A rank blocked in a collective that this rank never entered waits for it in vain.
-      for (const auto& other : s_->slots) {
-        if (!other.wait || !other.wait_group) continue;
-        const GroupInfo& g = *other.wait_group;
-        for (std::size_t i = 0; i < g.ranks.size(); ++i) {
-          if (g.ranks[i] == rank && g.entered[i] <= other.wait->seq) {
-            gone = Diagnosis{"departed", {rank}, "rank " + std::to_string(rank) + " returned from its program without calling " +
-                             other.wait->desc.to_string() + " #" + std::to_string(other.wait->seq) + " of group " +
-                             rank_list(g.ranks) + ", which rank " + std::to_string(other.wait->rank) + " waits in", {}, {}};
-            break;
-          }
-        }
-        if (gone) break;
-      }
-    }
-  }
-  if (publish) {
+  if (!s_->reg.runs_here(rank)) return;
+  std::optional<Diagnosis> gone = s_->reg.depart(rank);
+  if (!s_->all_local()) {
     // Across processes the peers learn of a departure from the store (at their deadline).
     try {
       s_->opt.store->set(s_->key("departed/" + std::to_string(rank)), "1");
     } catch (const std::exception&) {
     }
   }
-  State::close_all(to_close);
+  if (s_->reg.aborted()) s_->close_rank(rank);
   if (gone) abort(*gone);
 }
 
 void GlooBackend::exit_abruptly(int64_t rank) {
-  std::vector<std::shared_ptr<gloo::rendezvous::Context>> to_close;
-  {
-    std::lock_guard lk(s_->mu);
-    if (rank < s_->opt.first_rank || rank >= s_->opt.first_rank + s_->opt.local_ranks) {
-      throw OutOfRange("gloo backend: rank " + std::to_string(rank) + " does not run in this process");
-    }
-    auto& slot = s_->slot(rank);
-    slot.in_op = false;
-    slot.wait.reset();
-    to_close = s_->take_contexts_locked(slot);
+  if (!s_->reg.runs_here(rank)) {
+    throw OutOfRange("gloo backend: rank " + std::to_string(rank) + " does not run in this process");
   }
+  s_->reg.leave(rank);
   try {
     s_->opt.store->set(s_->key("exit/" + std::to_string(rank)), "its thread ended");
   } catch (const std::exception&) {
   }
-  State::close_all(to_close);
+  s_->close_rank(rank);
 }
 
-std::vector<WaitInfo> GlooBackend::waits() const {
-  std::lock_guard lk(s_->mu);
-  std::vector<WaitInfo> out;
-  const auto now = Clock::now();
-  for (const auto& slot : s_->slots) {
-    if (!slot.wait) continue;
-    WaitInfo w = *slot.wait;
-    w.seconds = std::chrono::duration<double>(now - slot.since).count();
-    if (slot.wait_group) {
-      const GroupInfo& g = *slot.wait_group;
-      for (std::size_t i = 0; i < g.ranks.size(); ++i) {
-        if (g.local[i] && g.entered[i] <= w.seq) w.missing.push_back(g.ranks[i]);
-      }
-    }
-    out.push_back(std::move(w));
-  }
-  return out;
-}
+std::vector<WaitInfo> GlooBackend::waits() const { return s_->reg.waits(); }
 
-bool GlooBackend::sleep_for(std::chrono::milliseconds d) {
-  std::unique_lock lk(s_->mu);
-  return !s_->cv.wait_for(lk, d, [&] { return s_->diag.has_value(); });
-}
+bool GlooBackend::sleep_for(std::chrono::milliseconds d) { return s_->reg.sleep_for(d); }
 
 int64_t GlooBackend::collectives() const { return s_->collectives.load(); }
 

@@ -1,0 +1,198 @@
+#include "rank_registry.hpp"
+
+#include <algorithm>
+
+#include "meshsim/error.hpp"
+
+namespace meshsim::detail {
+
+std::string rank_list(const std::vector<int64_t>& v, std::size_t limit) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > limit) s += ", ... (" + std::to_string(v.size()) + " ranks)";
+  return s + "]";
+}
+
+uint64_t group_digest(std::span<const int64_t> ranks, uint64_t config_fingerprint) {
+  uint64_t digest = 1469598103934665603ull ^ config_fingerprint;
+  for (int64_t r : ranks) digest = (digest ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  return (digest ^ ranks.size()) * 1099511628211ull;
+}
+
+void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, int64_t first, int64_t count,
+                 const char* backend) {
+  if (rank < first || rank >= first + count) {
+    throw OutOfRange(std::string(backend) + " backend: rank " + std::to_string(rank) +
+                     " does not run in this process (ranks [" + std::to_string(first) + ", " +
+                     std::to_string(first + count) + "))");
+  }
+  if (ranks.empty()) throw InvalidArgument("new_group: a group needs at least one rank");
+  if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) {
+    throw InvalidArgument("new_group: rank " + std::to_string(rank) + " is not a member of " +
+                          rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())));
+  }
+  std::vector<int64_t> sorted(ranks.begin(), ranks.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= world) {
+      throw OutOfRange("new_group: rank " + std::to_string(sorted[i]) + " is out of range [0, " +
+                       std::to_string(world) + ")");
+    }
+    if (i && sorted[i] == sorted[i - 1]) {
+      throw InvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " appears twice");
+    }
+  }
+}
+
+RankRegistry::RankRegistry(int64_t world, int64_t first, int64_t count)
+    : world_(world), first_(first), count_(count), slots_(static_cast<std::size_t>(count)) {}
+
+std::shared_ptr<GroupInfo> RankRegistry::group(int64_t rank, uint64_t digest, std::span<const int64_t> ranks,
+                                               int64_t* instance) {
+  std::lock_guard lk(mu_);
+  if (diag_) throw_aborted();
+  *instance = slot(rank).instances[digest]++;
+  auto& ref = groups_[{digest, *instance}];
+  if (!ref) {
+    ref = std::make_shared<GroupInfo>();
+    ref->ranks.assign(ranks.begin(), ranks.end());
+    ref->entered.assign(ranks.size(), 0);
+    ref->local.resize(ranks.size());
+    for (std::size_t i = 0; i < ranks.size(); ++i) ref->local[i] = runs_here(ranks[i]);
+  }
+  return ref;
+}
+
+std::optional<Diagnosis> RankRegistry::enter(int64_t rank, const std::shared_ptr<GroupInfo>& g,
+                                             std::size_t member, uint64_t seq, const CollectiveDesc& d) {
+  std::lock_guard lk(mu_);
+  if (diag_) throw_aborted();
+  for (std::size_t i = 0; i < g->ranks.size(); ++i) {
+    if (g->local[i] && g->entered[i] <= seq && slot(g->ranks[i]).departed) {
+      return Diagnosis{"departed", {g->ranks[i]},
+                       "rank " + std::to_string(g->ranks[i]) + " returned from its program without calling " +
+                           d.to_string() + " #" + std::to_string(seq) + " of group " + rank_list(g->ranks) +
+                           ", which rank " + std::to_string(rank) + " called",
+                       {}, {}};
+    }
+  }
+  Slot& s = slot(rank);
+  s.in_op = true;
+  WaitInfo w;
+  w.rank = rank;
+  w.group = g->ranks;
+  w.seq = seq;
+  w.desc = d;
+  s.wait = std::move(w);
+  s.wait_group = g;
+  s.since = Clock::now();
+  g->entered[member] = seq + 1;
+  return std::nullopt;
+}
+
+void RankRegistry::enter_connect(int64_t rank, const std::shared_ptr<GroupInfo>& g) {
+  std::lock_guard lk(mu_);
+  Slot& s = slot(rank);
+  s.in_op = true;
+  WaitInfo w;
+  w.rank = rank;
+  w.group = g->ranks;
+  s.wait = std::move(w);
+  s.since = Clock::now();
+}
+
+void RankRegistry::leave(int64_t rank) {
+  std::lock_guard lk(mu_);
+  Slot& s = slot(rank);
+  s.in_op = false;
+  s.wait.reset();
+  s.wait_group.reset();
+}
+
+bool RankRegistry::in_op(int64_t rank) const {
+  std::lock_guard lk(mu_);
+  return slot(rank).in_op;
+}
+
+RankRegistry::Clock::time_point RankRegistry::entered_at(int64_t rank) const {
+  std::lock_guard lk(mu_);
+  return slot(rank).since;
+}
+
+bool RankRegistry::record(Diagnosis d) {
+  {
+    std::lock_guard lk(mu_);
+    if (diag_) return false;
+    diag_ = std::move(d);
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool RankRegistry::aborted() const {
+  std::lock_guard lk(mu_);
+  return diag_.has_value();
+}
+
+std::optional<Diagnosis> RankRegistry::diagnosis() const {
+  std::lock_guard lk(mu_);
+  return diag_;
+}
+
+void RankRegistry::throw_aborted() const {
+  // Called with or without the lock held: reads diag_ only after it was set (never reset).
+  throw Aborted(diag_->message);
+}
+
+std::optional<Diagnosis> RankRegistry::depart(int64_t rank) {
+  std::lock_guard lk(mu_);
+  if (!runs_here(rank)) return std::nullopt;
+  slot(rank).departed = true;
+  if (diag_) return std::nullopt;
+  // A rank blocked in a collective that this rank never entered waits for it in vain.
+  for (const Slot& other : slots_) {
+    if (!other.wait || !other.wait_group) continue;
+    const GroupInfo& g = *other.wait_group;
+    for (std::size_t i = 0; i < g.ranks.size(); ++i) {
+      if (g.ranks[i] == rank && g.entered[i] <= other.wait->seq) {
+        return Diagnosis{"departed", {rank},
+                         "rank " + std::to_string(rank) + " returned from its program without calling " +
+                             other.wait->desc.to_string() + " #" + std::to_string(other.wait->seq) + " of group " +
+                             rank_list(g.ranks) + ", which rank " + std::to_string(other.wait->rank) + " waits in",
+                         {}, {}};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+bool RankRegistry::departed(int64_t rank) const {
+  std::lock_guard lk(mu_);
+  return runs_here(rank) && slot(rank).departed;
+}
+
+std::vector<WaitInfo> RankRegistry::waits() const {
+  std::lock_guard lk(mu_);
+  std::vector<WaitInfo> out;
+  const auto now = Clock::now();
+  for (const Slot& s : slots_) {
+    if (!s.wait) continue;
+    WaitInfo w = *s.wait;
+    w.seconds = std::chrono::duration<double>(now - s.since).count();
+    if (s.wait_group) {
+      const GroupInfo& g = *s.wait_group;
+      for (std::size_t i = 0; i < g.ranks.size(); ++i) {
+        if (g.local[i] && g.entered[i] <= w.seq) w.missing.push_back(g.ranks[i]);
+      }
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+bool RankRegistry::sleep_for(std::chrono::milliseconds d) {
+  std::unique_lock lk(mu_);
+  return !cv_.wait_for(lk, d, [&] { return diag_.has_value(); });
+}
+
+}  // namespace meshsim::detail

@@ -1,0 +1,103 @@
+// rank_registry.hpp (backends-private) — the bookkeeping the transport backends (Gloo, NCCL)
+// share for the SPMD runner: the run's one diagnosis, which rank of this process is inside
+// which collective, departures, and what a blocked rank waits for.
+//
+// Thread safety: every member locks the registry's mutex; safe from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "meshsim/spmd_backend.hpp"
+
+namespace meshsim::detail {
+
+// GroupInfo is what this process knows of one group: how far each member got (members of other
+// processes stay at 0 and are never reported missing).
+struct GroupInfo {
+  std::vector<int64_t> ranks;
+  std::vector<uint64_t> entered;  // collectives each member has entered (guarded by the registry)
+  std::vector<bool> local;
+};
+
+std::string rank_list(const std::vector<int64_t>& v, std::size_t limit = 16);
+
+// group_digest keys a group by its ranks (in order) and config, the same in every process.
+uint64_t group_digest(std::span<const int64_t> ranks, uint64_t config_fingerprint);
+
+// check_group validates new_group's arguments: rank runs here, is a member, the members are
+// distinct and in [0, world).
+void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, int64_t first, int64_t count,
+                 const char* backend);
+
+class RankRegistry {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  RankRegistry(int64_t world, int64_t first, int64_t count);
+
+  int64_t world() const { return world_; }
+  int64_t first() const { return first_; }
+  int64_t count() const { return count_; }
+  bool all_local() const { return count_ == world_; }
+  bool runs_here(int64_t rank) const { return rank >= first_ && rank < first_ + count_; }
+
+  // group returns the shared record of the n-th group with this digest that `rank` creates
+  // (the n-th creation by each member meets the n-th by every other) and its instance number.
+  std::shared_ptr<GroupInfo> group(int64_t rank, uint64_t digest, std::span<const int64_t> ranks,
+                                   int64_t* instance);
+
+  // enter marks `rank` (member `member` of `g`) inside collective `seq`; throws Aborted when the
+  // run is diagnosed. Returns the diagnosis to record when a member of this process departed
+  // without entering this collective (the caller aborts with it), else nullopt.
+  std::optional<Diagnosis> enter(int64_t rank, const std::shared_ptr<GroupInfo>& g, std::size_t member,
+                                 uint64_t seq, const CollectiveDesc& d);
+  // enter_connect marks `rank` as connecting group `g` (a wait without a collective).
+  void enter_connect(int64_t rank, const std::shared_ptr<GroupInfo>& g);
+  void leave(int64_t rank);
+  bool in_op(int64_t rank) const;
+  Clock::time_point entered_at(int64_t rank) const;
+
+  // record keeps `d` if it is the first diagnosis (returns whether it was) and wakes sleepers.
+  bool record(Diagnosis d);
+  bool aborted() const;
+  std::optional<Diagnosis> diagnosis() const;
+  [[noreturn]] void throw_aborted() const;
+
+  // depart marks rank's program as ended; returns the diagnosis of a rank of this process
+  // blocked in a collective that `rank` never entered (nullopt when none, or when diagnosed).
+  std::optional<Diagnosis> depart(int64_t rank);
+  bool departed(int64_t rank) const;
+
+  std::vector<WaitInfo> waits() const;
+  bool sleep_for(std::chrono::milliseconds d);
+
+ private:
+  struct Slot {
+    bool in_op = false;
+    bool departed = false;
+    std::optional<WaitInfo> wait;
+    std::shared_ptr<GroupInfo> wait_group;
+    Clock::time_point since;
+    std::map<uint64_t, int64_t> instances;
+  };
+  Slot& slot(int64_t rank) { return slots_[static_cast<std::size_t>(rank - first_)]; }
+  const Slot& slot(int64_t rank) const { return slots_[static_cast<std::size_t>(rank - first_)]; }
+
+  const int64_t world_, first_, count_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Diagnosis> diag_;
+  std::vector<Slot> slots_;
+  std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<GroupInfo>> groups_;
+};
+
+}  // namespace meshsim::detail
