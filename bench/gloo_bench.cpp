@@ -29,7 +29,7 @@ SpmdOptions options(int64_t ranks, int backend) {
   o.world_size = ranks;
   o.timeout = std::chrono::seconds(120);
   o.backend = backend == 0 ? "threaded" : "gloo";
-  o.gloo_verify = backend == 2;
+  o.verify_collectives = backend == 2;
   return o;
 }
 

@@ -8,6 +8,9 @@ include_guard(GLOBAL)
 include(GoogleTest)
 
 set(MESHSIM_SPMD_BACKENDS threaded gloo)
+if(MESHSIM_WITH_NCCL OR meshsim_WITH_NCCL)
+  list(APPEND MESHSIM_SPMD_BACKENDS nccl)
+endif()
 
 function(meshsim_discover_spmd_tests target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "DISCOVERY_TIMEOUT" "LABELS")

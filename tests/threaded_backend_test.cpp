@@ -11,9 +11,13 @@
 #include "meshsim/mesh_communicators.hpp"
 #include "meshsim/spmd.hpp"
 
-// The same file builds the gloo suite (meshsim_gloo_tests) with MESHSIM_TEST_BACKEND="gloo".
+// The same file builds the gloo suite (meshsim_gloo_tests) with MESHSIM_TEST_BACKEND="gloo",
+// and the NCCL backend's suite over a fake NCCL (meshsim_nccl_tests) with "nccl".
 #ifndef MESHSIM_TEST_BACKEND
 #define MESHSIM_TEST_BACKEND "threaded"
+#endif
+#ifdef MESHSIM_TEST_FAKE_NCCL
+#include "fake_nccl.hpp"
 #endif
 
 namespace meshsim {
@@ -28,6 +32,9 @@ SpmdOptions opts(int64_t world, std::chrono::milliseconds timeout = 5000ms) {
   o.world_size = world;
   o.timeout = timeout;
   o.backend = kBackend;
+#ifdef MESHSIM_TEST_FAKE_NCCL
+  o.nccl_api = std::make_shared<testing::FakeNccl>(64);
+#endif
   return o;
 }
 
@@ -310,7 +317,7 @@ TEST(SpmdFaults, StuckUserCodeIsReportedNotAwaited) {
 }
 
 TEST(ThreadedBackend, RejectsBadGroupsAndArguments) {
-  if (kBackend != "threaded") GTEST_SKIP() << "threaded-backend argument checks (gloo's are in gloo_backend_test.cpp)";
+  if (kBackend != "threaded") GTEST_SKIP() << "threaded-backend argument checks (gloo's and nccl's have their own files)";
   ThreadedBackend b({.world_size = 4});
   EXPECT_THROW(b.new_group(0, std::vector<int64_t>{1, 2}, {}), InvalidArgument);
   EXPECT_THROW(b.new_group(1, std::vector<int64_t>{1, 1}, {}), InvalidArgument);

@@ -83,8 +83,8 @@ int main(int argc, char** argv) {
   run_recipe.add(run, ro.recipe);
   run->add_option("--backend", ro.backend,
                   "threaded (default: one thread per rank), gloo (Gloo over loopback TCP: rank "
-                  "threads, or one rank per process under a launcher), or local (every rank at once "
-                  "in one thread, up to 2^24 ranks)");
+                  "threads, or one rank per process under a launcher), nccl (one GPU per rank; builds "
+                  "with NCCL), or local (every rank at once in one thread, up to 2^24 ranks)");
   run->add_option("--timeout", ro.timeout_seconds, "seconds every wait may take (default 30)");
   run->add_option("--format", ro.format, "text or json");
   run->add_option("--fault", ro.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit");

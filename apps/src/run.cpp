@@ -199,6 +199,7 @@ Outcome run_threaded(const Job& job) {
     so.first_rank = job.launched->rank;
     so.local_ranks = 1;
     so.store = job.store;
+    so.nccl_first_device = static_cast<int>(job.launched->local_rank);
   }
   RunReport report = run_spmd(so, [&](RankContext& ctx) {
     const int64_t me = ctx.rank();
@@ -540,8 +541,8 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
 }  // namespace
 
 int run(const Options& o, std::ostream& out) {
-  if (o.backend != "threaded" && o.backend != "local" && o.backend != "gloo") {
-    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: threaded, gloo, local)");
+  if (o.backend != "threaded" && o.backend != "local" && o.backend != "gloo" && o.backend != "nccl") {
+    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: threaded, gloo, nccl, local)");
   }
   if (!(o.timeout_seconds > 0) || !std::isfinite(o.timeout_seconds) || o.timeout_seconds > 86400) {
     throw InvalidArgument("--timeout " + std::to_string(o.timeout_seconds) +
@@ -555,7 +556,23 @@ int run(const Options& o, std::ostream& out) {
   job.recipe = recipe_from_flags(o.recipe);
   job.expected = meshsim::apply(job.recipe);  // bad recipes stop here (exit 2)
   job.world = job.recipe.world_size;
-  if (o.backend == "gloo") job.launched = launch_env_from_environment();
+  if (o.backend == "gloo" || o.backend == "nccl") job.launched = launch_env_from_environment();
+  if (o.backend == "nccl") {
+    // One GPU per rank: every rank here needs its own.
+    auto api = make_cuda_nccl_api();
+    if (!api) {
+      throw FailedPrecondition("--backend nccl: this build has no NCCL (configure with -DMESHSIM_WITH_NCCL=ON, "
+                               "e.g. cmake --preset nccl)");
+    }
+    const int64_t here = job.launched ? 1 : job.world;
+    const int64_t device = job.launched ? job.launched->local_rank : 0;
+    const int gpus = api->device_count();
+    if (device + here > gpus) {
+      throw FailedPrecondition("--backend nccl: " + std::to_string(here) + " rank" + (here == 1 ? "" : "s") +
+                               " from GPU " + std::to_string(device) + " need one GPU each; " + api->name() +
+                               " sees " + std::to_string(gpus));
+    }
+  }
   if (job.launched) {
     if (job.launched->world_size != job.world) {
       throw InvalidArgument("meshsim run: the launcher's world size " + std::to_string(job.launched->world_size) +
@@ -609,7 +626,10 @@ int run(const Options& o, std::ostream& out) {
     // torchrun's and Open MPI's jobs have no store of their own: rank 0 serves it at
     // MASTER_ADDR:MASTER_PORT, as PyTorch's TCPStore does (meshsim launch serves its own).
     if (env.launcher != "meshsim" && env.rank == 0) {
-      hosted = std::make_unique<TcpStoreServer>(TcpStoreOptions{.host = env.store_host, .port = env.store_port});
+      TcpStoreOptions serve;
+      serve.host = env.store_host;
+      serve.port = env.store_port;
+      hosted = std::make_unique<TcpStoreServer>(serve);
     }
     const char* token = std::getenv("MESHSIM_STORE_TOKEN");
     job.store = std::make_shared<TcpStoreClient>(TcpStoreOptions{

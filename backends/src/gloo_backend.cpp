@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include <net/if.h>
 #include <signal.h>
 
 #include <gloo/allgather.h>
@@ -198,44 +199,8 @@ struct GlooBackend::State {
     }
   }
 
-  // lookup reads a key without waiting (nullopt when absent or the store is unreachable).
-  std::optional<std::string> lookup(const std::string& k) const {
-    try {
-      return opt.store->get(key(k), milliseconds(0));
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-  }
+  std::optional<std::string> lookup(const std::string& k) const { return detail::lookup_key(*opt.store, key(k)); }
 };
-
-std::string encode_diagnosis(const Diagnosis& d) {
-  std::string ranks;
-  for (int64_t r : d.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  return d.kind + "\n" + ranks + "\n" + d.message;
-}
-
-std::optional<Diagnosis> decode_diagnosis(const std::string& text) {
-  const auto a = text.find('\n');
-  if (a == std::string::npos) return std::nullopt;
-  const auto b = text.find('\n', a + 1);
-  if (b == std::string::npos) return std::nullopt;
-  Diagnosis d;
-  d.kind = text.substr(0, a);
-  const std::string ranks = text.substr(a + 1, b - a - 1);
-  std::size_t i = 0;
-  while (i < ranks.size()) {
-    std::size_t j = ranks.find(',', i);
-    if (j == std::string::npos) j = ranks.size();
-    try {
-      d.ranks.push_back(std::stoll(ranks.substr(i, j - i)));
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-    i = j + 1;
-  }
-  d.message = text.substr(b + 1);
-  return d;
-}
 
 namespace {
 
@@ -581,21 +546,13 @@ class GlooCommunicator final : public Communicator {
     } closer{this};
     for (;;) {
       if (auto dg = s_->reg.diagnosis()) throw Aborted(dg->message);
-      if (auto f = s_->lookup("failure")) {
-        if (auto dg = decode_diagnosis(*f)) {
-          owner_->abort(*dg);
-          throw Aborted(dg->message);
-        }
+      if (auto dg = detail::store_diagnosis(*s_->opt.store, s_->opt.prefix, info_->ranks, global(), where)) {
+        owner_->abort(*dg);
+        s_->reg.throw_aborted();
       }
       std::size_t waiting = 1;
       for (int64_t g : info_->ranks) {
         if (g == global()) continue;
-        if (auto e = s_->lookup("exit/" + std::to_string(g))) {
-          const std::string msg = "rank " + std::to_string(g) + " exited abruptly (" + *e + ") while rank " +
-                                  std::to_string(global()) + " was in " + where;
-          owner_->abort(Diagnosis{"exit", {g}, msg, {}, {}});
-          throw Aborted(owner_->diagnosis()->message);
-        }
         if (census && s_->lookup(stall_prefix + std::to_string(g))) ++waiting;
       }
       if (census && waiting == info_->ranks.size()) break;  // every member waits: a deadlock
@@ -687,8 +644,16 @@ GlooBackend::GlooBackend(Options options) {
     if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   }
   gloo::transport::tcp::attr a;
-  if (!options.hostname.empty()) a.hostname = options.hostname;
-  else a.iface = options.iface;
+  if (!options.hostname.empty()) {
+    a.hostname = options.hostname;
+  } else {
+    // Checked here: Gloo's own lookup of a missing interface throws and leaks its list.
+    if (options.iface.empty() || ::if_nametoindex(options.iface.c_str()) == 0) {
+      throw InvalidArgument("gloo backend: no network interface named '" + options.iface +
+                            "' (give Options::hostname or an existing interface)");
+    }
+    a.iface = options.iface;
+  }
   std::shared_ptr<gloo::transport::Device> device;
   try {
     device = gloo::transport::tcp::CreateDevice(a);

@@ -26,7 +26,11 @@ Communicator& MeshCommunicators::get(const DeviceMesh& mesh, int dim) {
   std::shared_ptr<const GroupRecord> rec = mesh.group_record(dim);
   auto it = by_record_.find(rec.get());
   if (it != by_record_.end()) return *it->second;
-  std::shared_ptr<Communicator> comm = backend_.new_group(rank_, *group, rec->config);
+  // A dim over the whole world is one split of the world communicator where the backend
+  // prefers that (every world rank asks for its group here at once: SPMD).
+  const bool split = backend_.splits_world() && mesh.rank_map_size() == backend_.world_size();
+  std::shared_ptr<Communicator> comm = split ? backend_.split_group(rank_, *group, rec->config)
+                                             : backend_.new_group(rank_, *group, rec->config);
   ++created_;
   records_.push_back(rec);
   return *by_record_.emplace(rec.get(), std::move(comm)).first->second;

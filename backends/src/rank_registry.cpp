@@ -4,7 +4,38 @@
 
 #include "meshsim/error.hpp"
 
-namespace meshsim::detail {
+namespace meshsim {
+
+std::string encode_diagnosis(const Diagnosis& d) {
+  std::string ranks;
+  for (int64_t r : d.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  return d.kind + "\n" + ranks + "\n" + d.message;
+}
+
+std::optional<Diagnosis> decode_diagnosis(const std::string& text) {
+  const auto a = text.find('\n');
+  if (a == std::string::npos) return std::nullopt;
+  const auto b = text.find('\n', a + 1);
+  if (b == std::string::npos) return std::nullopt;
+  Diagnosis d;
+  d.kind = text.substr(0, a);
+  const std::string ranks = text.substr(a + 1, b - a - 1);
+  std::size_t i = 0;
+  while (i < ranks.size()) {
+    std::size_t j = ranks.find(',', i);
+    if (j == std::string::npos) j = ranks.size();
+    try {
+      d.ranks.push_back(std::stoll(ranks.substr(i, j - i)));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    i = j + 1;
+  }
+  d.message = text.substr(b + 1);
+  return d;
+}
+
+namespace detail {
 
 std::string rank_list(const std::vector<int64_t>& v, std::size_t limit) {
   std::string s = "[";
@@ -42,6 +73,31 @@ void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, in
       throw InvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " appears twice");
     }
   }
+}
+
+std::optional<std::string> lookup_key(Store& store, const std::string& key) {
+  try {
+    return store.get(key, std::chrono::milliseconds(0));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
+                                         int64_t me, const std::string& where) {
+  if (auto f = lookup_key(store, prefix + "/failure")) {
+    if (auto d = decode_diagnosis(*f)) return d;
+  }
+  for (int64_t g : group) {
+    if (g == me) continue;
+    if (auto e = lookup_key(store, prefix + "/exit/" + std::to_string(g))) {
+      return Diagnosis{"exit", {g},
+                       "rank " + std::to_string(g) + " exited abruptly (" + *e + ") while rank " + std::to_string(me) +
+                           " was in " + where,
+                       {}, {}};
+    }
+  }
+  return std::nullopt;
 }
 
 RankRegistry::RankRegistry(int64_t world, int64_t first, int64_t count)
@@ -195,4 +251,5 @@ bool RankRegistry::sleep_for(std::chrono::milliseconds d) {
   return !cv_.wait_for(lk, d, [&] { return diag_.has_value(); });
 }
 
-}  // namespace meshsim::detail
+}  // namespace detail
+}  // namespace meshsim

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "meshsim/spmd_backend.hpp"
+#include "meshsim/store.hpp"
 
 namespace meshsim::detail {
 
@@ -37,6 +38,16 @@ uint64_t group_digest(std::span<const int64_t> ranks, uint64_t config_fingerprin
 // distinct and in [0, world).
 void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, int64_t first, int64_t count,
                  const char* backend);
+
+// store_diagnosis reads why a collective of `group` failed under rank `me` from the store: the
+// run's published diagnosis ("<prefix>/failure"), or a member whose process ended abruptly (its
+// will, "<prefix>/exit/<rank>"); nullopt when the store holds neither (or is unreachable).
+// `where` describes the collective for the message.
+std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
+                                         int64_t me, const std::string& where);
+
+// lookup_key reads `key` without waiting; nullopt when absent or the store is unreachable.
+std::optional<std::string> lookup_key(Store& store, const std::string& key);
 
 class RankRegistry {
  public:

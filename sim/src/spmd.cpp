@@ -264,8 +264,8 @@ std::string RunReport::summary() const {
 }
 
 RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn) {
-  if (options.backend != "threaded" && options.backend != "gloo") {
-    throw InvalidArgument("run_spmd: backend '" + options.backend + "' is not available (known: threaded, gloo)");
+  if (options.backend != "threaded" && options.backend != "gloo" && options.backend != "nccl") {
+    throw InvalidArgument("run_spmd: backend '" + options.backend + "' is not available (known: threaded, gloo, nccl)");
   }
   if (options.world_size < 1 || options.world_size > 16384) {
     throw InvalidArgument("run_spmd: world size " + std::to_string(options.world_size) +
@@ -282,9 +282,9 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
                      std::to_string(count) + ") are not within the world of " + std::to_string(options.world_size));
   }
   const bool everyone_here = count == options.world_size;
-  if (!everyone_here && options.backend != "gloo") {
-    throw InvalidArgument("run_spmd: ranks spread over processes need --backend gloo (the " +
-                          options.backend + " backend runs every rank in one process)");
+  if (!everyone_here && options.backend == "threaded") {
+    throw InvalidArgument("run_spmd: ranks spread over processes need --backend gloo or nccl (the "
+                          "threaded backend runs every rank in one process)");
   }
   const auto start = Clock::now();
   const auto period = std::clamp(options.timeout / 8, std::chrono::milliseconds(5),
@@ -301,6 +301,18 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
     bo.world_size = options.world_size;
     bo.timeout = op_timeout;
     sh->backend = std::make_shared<ThreadedBackend>(bo);
+  } else if (options.backend == "nccl") {
+    NcclBackend::Options no;
+    no.world_size = options.world_size;
+    no.first_rank = first;
+    no.local_ranks = count;
+    no.store = options.store;
+    no.prefix = options.store_prefix;
+    no.timeout = op_timeout;
+    no.verify = options.verify_collectives;
+    no.api = options.nccl_api ? options.nccl_api : make_cuda_nccl_api();
+    no.first_device = options.nccl_first_device;
+    sh->backend = std::make_shared<NcclBackend>(no);
   } else {
     GlooBackend::Options go;
     go.world_size = options.world_size;
@@ -311,7 +323,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
     go.hostname = options.gloo_hostname;
     go.iface = options.gloo_iface;
     go.timeout = op_timeout;
-    go.verify = options.gloo_verify;
+    go.verify = options.verify_collectives;
     sh->backend = std::make_shared<GlooBackend>(go);
   }
   sh->fn = std::move(fn);

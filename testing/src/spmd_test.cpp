@@ -56,7 +56,13 @@ void skip(const std::string& why) { GTEST_SKIP() << why; }
 
 }  // namespace
 
-std::vector<std::string> spmd_backends() { return {"threaded", "gloo"}; }
+std::vector<std::string> spmd_backends() {
+#ifdef MESHSIM_WITH_NCCL
+  return {"threaded", "gloo", "nccl"};
+#else
+  return {"threaded", "gloo"};
+#endif
+}
 
 std::chrono::milliseconds default_timeout() {
   const char* env = std::getenv("MESHSIM_TEST_TIMEOUT");
@@ -74,6 +80,18 @@ std::chrono::milliseconds default_timeout() {
 RunReport run_on_every_rank(int64_t world_size, std::string_view backend,
                             const std::function<void(RankContext&)>& fn,
                             std::chrono::milliseconds timeout) {
+  if (backend == "nccl") {
+    // One GPU per rank: a world larger than the GPUs present is skipped, saying so.
+    auto api = make_cuda_nccl_api();
+    const int gpus = api ? api->device_count() : 0;
+    if (!api || gpus < world_size) {
+      RunReport skipped_report;
+      skipped_report.backend = "nccl";
+      skip("needs " + std::to_string(world_size) + " GPU" + (world_size == 1 ? "" : "s") + " (one per rank); " +
+           (api ? api->name() + " sees " + std::to_string(gpus) : std::string("this build has no NCCL")));
+      return skipped_report;
+    }
+  }
   auto capture = std::make_shared<Capture>();
   SpmdOptions options;
   options.world_size = world_size;

@@ -152,6 +152,15 @@ class Backend {
   virtual std::shared_ptr<Communicator> world(int64_t rank) = 0;
   virtual std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,
                                                   const BackendConfig& config) = 0;
+  // splits_world: the groups of a mesh dim that covers the whole world are better made by
+  // split_group (NCCL's ncclCommSplit of the world communicator) than one by one.
+  virtual bool splits_world() const { return false; }
+  // split_group: every rank of the world calls it at once, each with its own group (the groups
+  // partition the world, e.g. one dim of a mesh over every rank); the default is new_group.
+  virtual std::shared_ptr<Communicator> split_group(int64_t rank, std::span<const int64_t> ranks,
+                                                    const BackendConfig& config) {
+    return new_group(rank, ranks, config);
+  }
 };
 
 }  // namespace meshsim

@@ -113,8 +113,5 @@ class GlooBackend final : public SpmdBackend {
   std::shared_ptr<State> s_;
 };
 
-// encode_diagnosis / decode_diagnosis: the store form of a Diagnosis (kind, ranks, message).
-std::string encode_diagnosis(const Diagnosis& d);
-std::optional<Diagnosis> decode_diagnosis(const std::string& text);
 
 }  // namespace meshsim

@@ -7,7 +7,9 @@
 // The universe's group cache decides when a group is new: a dim's communicator is keyed by its
 // cached GroupRecord (canonical dim layout + BackendConfig), so slicing reuses, flatten creates or
 // reuses, and unflatten reuses every key realised before (see DeviceMesh::cache_stats). Every
-// rank must ask for its groups in the same order (SPMD).
+// rank must ask for its groups in the same order (SPMD). When the backend splits (NCCL) and the
+// mesh's rank map covers the world, a new dim's groups come from one split_group call per rank,
+// in which every world rank takes part.
 //
 // The torchcomms path: mesh_from_communicators builds a rank's mesh from one communicator per
 // dim, and adopt() registers a given communicator for a dim (flatten with a communicator); both

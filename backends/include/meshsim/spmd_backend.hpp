@@ -50,6 +50,11 @@ struct WaitInfo {
   std::string to_string() const;
 };
 
+// encode_diagnosis / decode_diagnosis: the store form of a Diagnosis (kind, ranks, message), how
+// processes of one run tell each other why it stopped; decode is nullopt on malformed text.
+std::string encode_diagnosis(const Diagnosis& d);
+std::optional<Diagnosis> decode_diagnosis(const std::string& text);
+
 class SpmdBackend : public Backend {
  public:
   // abort records `d` if no diagnosis was recorded before (returns whether it was) and wakes

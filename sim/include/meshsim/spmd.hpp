@@ -33,6 +33,7 @@
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/mesh_communicators.hpp"
 #include "meshsim/gloo_backend.hpp"
+#include "meshsim/nccl_backend.hpp"
 #include "meshsim/store.hpp"
 #include "meshsim/threaded_backend.hpp"
 
@@ -40,17 +41,22 @@ namespace meshsim {
 
 struct SpmdOptions {
   int64_t world_size = 1;
-  // backend: "threaded" (shared memory) or "gloo" (Gloo over TCP).
+  // backend: "threaded" (shared memory), "gloo" (Gloo over TCP) or "nccl" (one GPU per rank).
   std::string backend = "threaded";
   // Ranks run here: [first_rank, first_rank + local_ranks); local_ranks 0 means every rank (rank
   // threads). One rank of several processes (gloo only) needs `store`, shared by the processes.
   int64_t first_rank = 0;
   int64_t local_ranks = 0;
   std::shared_ptr<Store> store;
-  // gloo: the TCP device's address (or interface), and the per-collective agreement check.
+  // gloo: the TCP device's address (or interface). verify_collectives (gloo, nccl): ranks
+  // all-gather what they are about to call first, so a mismatch is named, not a hang.
   std::string gloo_hostname = "127.0.0.1";
   std::string gloo_iface;
-  bool gloo_verify = true;
+  bool verify_collectives = true;
+  // nccl: the NCCL and CUDA calls (null: the real ones, in builds with NCCL) and the GPU of
+  // the first rank run here.
+  std::shared_ptr<NcclApi> nccl_api;
+  int nccl_first_device = 0;
   // The key prefix of this run in the store (processes of one run must agree on it).
   std::string store_prefix = "meshsim";
   // timeout bounds every wait; the watchdog diagnoses a wait older than this.

@@ -1,0 +1,577 @@
+#include "meshsim/nccl_backend.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "meshsim/error.hpp"
+#include "rank_registry.hpp"
+
+namespace meshsim {
+
+std::string NcclId::to_hex() const {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  s.reserve(256);
+  for (uint8_t b : bytes) {
+    s += d[b >> 4];
+    s += d[b & 15];
+  }
+  return s;
+}
+
+NcclId NcclId::from_hex(const std::string& hex) {
+  if (hex.size() != 256) {
+    throw InvalidArgument("nccl unique id: " + std::to_string(hex.size()) + " characters, not 256 hex digits");
+  }
+  auto digit = [&](char c) -> uint8_t {
+    if (c >= '0' && c <= '9') return static_cast<uint8_t>(c - '0');
+    if (c >= 'a' && c <= 'f') return static_cast<uint8_t>(c - 'a' + 10);
+    throw InvalidArgument("nccl unique id: '" + std::string(1, c) + "' is not a lowercase hex digit");
+  };
+  NcclId id;
+  for (std::size_t i = 0; i < 128; ++i) {
+    id.bytes[i] = static_cast<uint8_t>(digit(hex[2 * i]) << 4 | digit(hex[2 * i + 1]));
+  }
+  return id;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using detail::GroupInfo;
+using detail::rank_list;
+
+// DeviceBuffer is scratch device memory that grows as needed.
+struct DeviceBuffer {
+  std::shared_ptr<NcclApi> api;
+  void* p = nullptr;
+  std::size_t cap = 0;
+  void* get(std::size_t bytes) {
+    if (bytes > cap) {
+      if (p) api->device_free(p);
+      p = nullptr;
+      cap = 0;
+      p = api->device_alloc(std::max<std::size_t>(bytes, 256));
+      cap = std::max<std::size_t>(bytes, 256);
+    }
+    return p;
+  }
+  ~DeviceBuffer() {
+    if (p) {
+      try {
+        api->device_free(p);
+      } catch (...) {
+      }
+    }
+  }
+};
+
+// Handle owns one NCCL communicator, the stream its rank drives it on, and every buffer work on
+// that stream touches: device scratch and host staging. A collective that failed may still have
+// copies queued on the stream; they land in these buffers, never in the caller's, and the
+// buffers go only after the stream does.
+struct Handle {
+  std::shared_ptr<NcclApi> api;
+  NcclApi::Comm comm = nullptr;
+  NcclApi::Stream stream = nullptr;
+  int device = 0;
+  bool aborted = false;
+  DeviceBuffer dev_in{api}, dev_out{api};
+  std::vector<std::byte> host_in, host_out;
+  Handle(std::shared_ptr<NcclApi> a, NcclApi::Comm c, int dev) : api(std::move(a)), comm(c), device(dev) {
+    dev_in.api = api;
+    dev_out.api = api;
+    api->set_device(device);
+    stream = api->stream_create();
+  }
+  // stage_in copies the caller's bytes into host staging (the stream reads them later).
+  const void* stage_in(const void* p, std::size_t bytes) {
+    if (host_in.size() < bytes) host_in.resize(bytes);
+    if (bytes) std::memcpy(host_in.data(), p, bytes);
+    return host_in.data();
+  }
+  void* stage_out(std::size_t bytes) {
+    if (host_out.size() < bytes) host_out.resize(bytes);
+    return host_out.data();
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() {
+    try {
+      api->set_device(device);
+      if (comm && !aborted) {
+        if (api->stream_status(stream) == NcclStatus::kInProgress) api->abort(comm);  // never block here
+        else api->destroy(comm);
+      }
+      api->stream_destroy(stream);
+    } catch (...) {
+      // Teardown of a failed device: nothing left to release.
+    }
+  }
+  void abort() {
+    if (comm && !aborted) {
+      aborted = true;
+      try {
+        api->abort(comm);
+      } catch (...) {
+      }
+    }
+  }
+};
+
+std::string hex64(uint64_t v) {
+  static const char* d = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = d[v & 15];
+  return s;
+}
+
+}  // namespace
+
+struct NcclBackend::State {
+  explicit State(const Options& o) : opt(o), reg(o.world_size, o.first_rank, o.local_ranks) {}
+  Options opt;
+  detail::RankRegistry reg;
+  std::atomic<int64_t> collectives{0}, splits{0}, inits{0};
+  std::mutex mu;
+  std::vector<std::shared_ptr<Handle>> world;  // each rank's first world communicator (split parent)
+
+  std::string key(const std::string& k) const { return opt.prefix + "/" + k; }
+  int device_of(int64_t rank) const { return opt.first_device + static_cast<int>(rank - opt.first_rank); }
+};
+
+namespace {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::shared_ptr<NcclBackend::State> s, NcclBackend* owner, std::shared_ptr<Handle> h,
+                   std::shared_ptr<GroupInfo> info, int rank, milliseconds timeout)
+      : s_(std::move(s)), owner_(owner), h_(std::move(h)), info_(std::move(info)), rank_(rank), timeout_(timeout) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(info_->ranks.size()); }
+  const std::vector<int64_t>& global_ranks() const override { return info_->ranks; }
+  std::string backend() const override { return "nccl"; }
+
+  void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
+    check_count(count);
+    const std::size_t bytes = nbytes(count, t);
+    run({CollectiveOp::kAllReduce, t, count, -1, op}, [&](NcclApi& api) {
+      void* d = h_->dev_in.get(bytes);
+      api.copy_to_device(d, h_->stage_in(buf, bytes), bytes, h_->stream);
+      api.all_reduce(d, d, static_cast<std::size_t>(count), t, op, h_->comm, h_->stream);
+      api.copy_to_host(h_->stage_out(bytes), d, bytes, h_->stream);
+    }, count == 0);
+    if (bytes) std::memcpy(buf, h_->host_out.data(), bytes);
+  }
+
+  void broadcast(void* buf, int64_t count, DType t, int root) override {
+    check_count(count);
+    if (root < 0 || root >= size()) {
+      throw OutOfRange("broadcast: root " + std::to_string(root) + " is out of range [0, " +
+                       std::to_string(size()) + ") of group " + rank_list(info_->ranks));
+    }
+    const std::size_t bytes = nbytes(count, t);
+    run({CollectiveOp::kBroadcast, t, count, root, ReduceOp::kSum}, [&](NcclApi& api) {
+      void* d = h_->dev_in.get(bytes);
+      if (rank_ == root) api.copy_to_device(d, h_->stage_in(buf, bytes), bytes, h_->stream);
+      api.broadcast(d, d, static_cast<std::size_t>(count), t, root, h_->comm, h_->stream);
+      api.copy_to_host(h_->stage_out(bytes), d, bytes, h_->stream);
+    }, count == 0);
+    if (bytes) std::memcpy(buf, h_->host_out.data(), bytes);
+  }
+
+  void all_gather(const void* in, void* out, int64_t count, DType t) override {
+    check_count(count);
+    const std::size_t bytes = nbytes(count, t), all = bytes * static_cast<std::size_t>(size());
+    run({CollectiveOp::kAllGather, t, count, -1, ReduceOp::kSum}, [&](NcclApi& api) {
+      void* di = h_->dev_in.get(bytes);
+      void* dout = h_->dev_out.get(all);
+      api.copy_to_device(di, h_->stage_in(in, bytes), bytes, h_->stream);
+      api.all_gather(di, dout, static_cast<std::size_t>(count), t, h_->comm, h_->stream);
+      api.copy_to_host(h_->stage_out(all), dout, all, h_->stream);
+    }, count == 0);
+    if (all) std::memcpy(out, h_->host_out.data(), all);
+  }
+
+  void reduce_scatter(const void* in, void* out, int64_t count, DType t, ReduceOp op) override {
+    check_count(count);
+    const std::size_t bytes = nbytes(count, t), all = bytes * static_cast<std::size_t>(size());
+    run({CollectiveOp::kReduceScatter, t, count, -1, op}, [&](NcclApi& api) {
+      void* di = h_->dev_in.get(all);
+      void* dout = h_->dev_out.get(bytes);
+      api.copy_to_device(di, h_->stage_in(in, all), all, h_->stream);
+      api.reduce_scatter(di, dout, static_cast<std::size_t>(count), t, op, h_->comm, h_->stream);
+      api.copy_to_host(h_->stage_out(bytes), dout, bytes, h_->stream);
+    }, count == 0);
+    if (bytes) std::memcpy(out, h_->host_out.data(), bytes);
+  }
+
+  void all_to_all(const void* in, void* out, int64_t count, DType t) override {
+    check_count(count);
+    const std::size_t all = nbytes(count, t) * static_cast<std::size_t>(size());
+    run({CollectiveOp::kAllToAll, t, count, -1, ReduceOp::kSum}, [&](NcclApi& api) {
+      void* di = h_->dev_in.get(all);
+      void* dout = h_->dev_out.get(all);
+      api.copy_to_device(di, h_->stage_in(in, all), all, h_->stream);
+      api.all_to_all(di, dout, static_cast<std::size_t>(count), t, h_->comm, h_->stream);
+      api.copy_to_host(h_->stage_out(all), dout, all, h_->stream);
+    }, count == 0);
+    if (all) std::memcpy(out, h_->host_out.data(), all);
+  }
+
+  void barrier() override {
+    run({CollectiveOp::kBarrier, DType::kInt64, 0, -1, ReduceOp::kSum}, [&](NcclApi& api) {
+      void* d = h_->dev_in.get(sizeof(int32_t));
+      const int32_t one = 1;
+      api.copy_to_device(d, h_->stage_in(&one, sizeof one), sizeof one, h_->stream);
+      api.all_reduce(d, d, 1, DType::kInt32, ReduceOp::kSum, h_->comm, h_->stream);
+    }, false);
+  }
+
+  void send(const void* buf, int64_t count, DType t, int peer) override {
+    check_peer(peer);
+    check_count(count);
+    const std::size_t bytes = nbytes(count, t);
+    run({CollectiveOp::kSend, t, count, peer, ReduceOp::kSum}, [&](NcclApi& api) {
+      void* d = h_->dev_in.get(bytes);
+      api.copy_to_device(d, h_->stage_in(buf, bytes), bytes, h_->stream);
+      api.send(d, static_cast<std::size_t>(count), t, peer, h_->comm, h_->stream);
+    }, count == 0, /*verify_first=*/false);
+  }
+
+  void recv(void* buf, int64_t count, DType t, int peer) override {
+    check_peer(peer);
+    check_count(count);
+    const std::size_t bytes = nbytes(count, t);
+    run({CollectiveOp::kRecv, t, count, peer, ReduceOp::kSum}, [&](NcclApi& api) {
+      void* d = h_->dev_in.get(bytes);
+      api.recv(d, static_cast<std::size_t>(count), t, peer, h_->comm, h_->stream);
+      api.copy_to_host(h_->stage_out(bytes), d, bytes, h_->stream);
+    }, count == 0, /*verify_first=*/false);
+    if (bytes) std::memcpy(buf, h_->host_out.data(), bytes);
+  }
+
+ private:
+  int64_t global() const { return info_->ranks[static_cast<std::size_t>(rank_)]; }
+
+  static std::size_t nbytes(int64_t count, DType t) { return static_cast<std::size_t>(count) * dtype_size(t); }
+
+  void check_count(int64_t count) const {
+    if (count < 0) throw InvalidArgument("nccl collective: count " + std::to_string(count) + " is negative");
+    const int64_t limit = (int64_t{1} << 40) / std::max(1, size());
+    if (count > limit) {
+      throw OutOfRange("nccl collective: count " + std::to_string(count) + " exceeds " + std::to_string(limit) +
+                       " elements per rank");
+    }
+  }
+  void check_peer(int peer) const {
+    if (peer < 0 || peer >= size() || peer == rank_) {
+      throw OutOfRange("send/recv: peer " + std::to_string(peer) + " is not another rank of group " +
+                       rank_list(info_->ranks) + " (size " + std::to_string(size()) + ")");
+    }
+  }
+
+  std::string where(const CollectiveDesc& d) const {
+    return d.to_string() + " #" + std::to_string(seq_) + " of group " + rank_list(info_->ranks);
+  }
+
+  // run: bookkeeping, the agreement check, the enqueued work, then a wait with a deadline.
+  template <class F>
+  void run(const CollectiveDesc& d, F&& body, bool empty, bool verify_first = true) {
+    if (h_->aborted) {
+      throw Unavailable("rank " + std::to_string(global()) + ": the communicator of group " + rank_list(info_->ranks) +
+                        " was aborted by an earlier failure");
+    }
+    if (auto gone = s_->reg.enter(global(), info_, static_cast<std::size_t>(rank_), seq_, d)) {
+      owner_->abort(*gone);
+      s_->reg.throw_aborted();
+    }
+    const auto deadline = Clock::now() + timeout_;
+    try {
+      NcclApi& api = *h_->api;
+      api.set_device(h_->device);
+      if (verify_first && s_->opt.verify && size() > 1) verify(d, deadline);
+      if (!empty) {
+        body(api);
+        wait(d, deadline);
+      }
+    } catch (...) {
+      s_->reg.leave(global());
+      throw;
+    }
+    s_->reg.leave(global());
+    ++seq_;
+    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // wait polls the stream until the enqueued work is done, failing on an async error, on the
+  // run's diagnosis or at the deadline (each aborts the communicator).
+  void wait(const CollectiveDesc& d, Clock::time_point deadline) {
+    NcclApi& api = *h_->api;
+    for (int spin = 0;; ++spin) {
+      const NcclStatus st = api.stream_status(h_->stream);
+      if (st == NcclStatus::kDone) return;
+      std::string message;
+      if (st == NcclStatus::kError || api.comm_status(h_->comm, &message) == NcclStatus::kError) {
+        fail(d, message.empty() ? "the stream failed" : message);
+      }
+      if (s_->reg.aborted()) {
+        h_->abort();
+        s_->reg.throw_aborted();
+      }
+      if (Clock::now() >= deadline) {
+        // Where every rank runs here the watchdog diagnoses first; across processes this is it.
+        h_->abort();
+        throw DeadlineExceeded("rank " + std::to_string(global()) + " waited past " + std::to_string(timeout_.count()) +
+                               " ms in " + where(d) + " (the communicator was aborted)");
+      }
+      if (spin < 64) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  // fail: NCCL reported an error under this rank. The run's diagnosis (here or in the store)
+  // explains it when there is one; else this rank is the first to see the failure and records
+  // it, naming itself, before it aborts the communicator (which fails its peers, who then find
+  // the diagnosis instead of blaming each other).
+  [[noreturn]] void fail(const CollectiveDesc& d, const std::string& what) {
+    // Across processes a peer's diagnosis (or a dead process's will) may reach the store a moment
+    // after its failure reached this rank: give it that moment.
+    const auto settle = Clock::now() + (s_->reg.all_local() ? milliseconds(0) : std::min<milliseconds>(milliseconds(2000), timeout_));
+    std::optional<Diagnosis> found;
+    while (!s_->reg.aborted()) {
+      found = detail::store_diagnosis(*s_->opt.store, s_->opt.prefix, info_->ranks, global(), where(d));
+      if (found || Clock::now() >= settle) break;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    if (!s_->reg.aborted()) {
+      if (found) {
+        owner_->abort(*found);
+      } else {
+        owner_->abort(Diagnosis{"error", {global()}, "rank " + std::to_string(global()) + ": NCCL failed in " +
+                                where(d) + ": " + what, {}, {}});
+      }
+    }
+    h_->abort();
+    s_->reg.throw_aborted();
+  }
+
+  // verify all-gathers every member's description of this collective; a mismatch names the
+  // ranks that differ from the majority.
+  void verify(const CollectiveDesc& d, Clock::time_point deadline) {
+    NcclApi& api = *h_->api;
+    const int64_t mine[5] = {static_cast<int64_t>(d.op), static_cast<int64_t>(d.dtype), d.count, d.root,
+                             static_cast<int64_t>(d.reduce)};
+    const auto n = static_cast<std::size_t>(size());
+    void* di = h_->dev_in.get(sizeof mine);
+    void* dout = h_->dev_out.get(sizeof mine * n);
+    api.copy_to_device(di, h_->stage_in(mine, sizeof mine), sizeof mine, h_->stream);
+    api.all_gather(di, dout, 5, DType::kInt64, h_->comm, h_->stream);
+    api.copy_to_host(h_->stage_out(sizeof mine * n), dout, sizeof mine * n, h_->stream);
+    wait(d, deadline);
+    std::vector<int64_t> all(5 * n);
+    std::memcpy(all.data(), h_->host_out.data(), sizeof mine * n);
+    auto desc_of = [&](std::size_t r) {
+      const int64_t* p = all.data() + 5 * r;
+      CollectiveDesc x;
+      x.op = static_cast<CollectiveOp>(p[0]);
+      x.dtype = static_cast<DType>(p[1]);
+      x.count = p[2];
+      x.root = static_cast<int>(p[3]);
+      x.reduce = static_cast<ReduceOp>(p[4]);
+      return x;
+    };
+    std::vector<std::pair<CollectiveDesc, std::size_t>> counts;
+    for (std::size_t r = 0; r < n; ++r) {
+      const CollectiveDesc x = desc_of(r);
+      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == x; });
+      if (it == counts.end()) counts.push_back({x, 1});
+      else ++it->second;
+    }
+    if (counts.size() == 1) return;
+    const CollectiveDesc ref =
+        std::max_element(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second < b.second; })
+            ->first;
+    std::vector<int64_t> odd;
+    std::string theirs;
+    for (std::size_t r = 0; r < n; ++r) {
+      const CollectiveDesc x = desc_of(r);
+      if (x == ref) continue;
+      odd.push_back(info_->ranks[r]);
+      if (theirs.empty()) theirs = x.to_string();
+    }
+    const std::string msg = "collective mismatch at #" + std::to_string(seq_) + " of group " + rank_list(info_->ranks) +
+                            ": rank" + (odd.size() > 1 ? "s " + rank_list(odd) : " " + std::to_string(odd[0])) +
+                            " called " + theirs + ", the others called " + ref.to_string();
+    owner_->abort(Diagnosis{"mismatch", odd, msg, {}, {}});
+    throw MismatchError(msg);
+  }
+
+  std::shared_ptr<NcclBackend::State> s_;
+  NcclBackend* owner_;
+  std::shared_ptr<Handle> h_;
+  std::shared_ptr<GroupInfo> info_;
+  int rank_;
+  milliseconds timeout_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace
+
+NcclBackend::NcclBackend(Options options) {
+  if (!options.api) {
+    throw FailedPrecondition("nccl backend: no NCCL in this build (configure with -DMESHSIM_WITH_NCCL=ON), "
+                             "and no NcclApi was given");
+  }
+  if (options.world_size < 1) {
+    throw InvalidArgument("nccl backend: world size " + std::to_string(options.world_size) + " is not >= 1");
+  }
+  if (options.local_ranks == 0 && options.first_rank == 0) options.local_ranks = options.world_size;
+  if (options.first_rank < 0 || options.local_ranks < 1 || options.first_rank > options.world_size ||
+      options.local_ranks > options.world_size - options.first_rank) {
+    throw OutOfRange("nccl backend: ranks [" + std::to_string(options.first_rank) + ", " +
+                     std::to_string(options.first_rank) + " + " + std::to_string(options.local_ranks) +
+                     ") are not within the world of " + std::to_string(options.world_size));
+  }
+  if (options.timeout.count() <= 0) {
+    throw InvalidArgument("nccl backend: timeout " + std::to_string(options.timeout.count()) + " ms is not > 0");
+  }
+  const int devices = options.api->device_count();
+  if (options.first_device < 0 || options.local_ranks > devices - options.first_device) {
+    throw FailedPrecondition("nccl backend: " + std::to_string(options.local_ranks) + " rank" +
+                             (options.local_ranks == 1 ? "" : "s") + " from GPU " + std::to_string(options.first_device) +
+                             " need one GPU each; " + options.api->name() + " sees " + std::to_string(devices));
+  }
+  if (!options.store) {
+    if (options.local_ranks != options.world_size) {
+      throw InvalidArgument("nccl backend: ranks of several processes need a shared store (Options::store)");
+    }
+    options.store = std::make_shared<InProcessStore>();
+  }
+  s_ = std::make_shared<State>(options);
+  s_->world.resize(static_cast<std::size_t>(options.local_ranks));
+}
+
+NcclBackend::~NcclBackend() = default;
+
+int64_t NcclBackend::world_size() const { return s_->opt.world_size; }
+
+std::shared_ptr<Communicator> NcclBackend::world(int64_t rank) {
+  std::vector<int64_t> all(static_cast<std::size_t>(s_->opt.world_size));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  auto comm = new_group(rank, all, BackendConfig{});
+  return comm;
+}
+
+std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
+                                                     const BackendConfig& config) {
+  const Options& o = s_->opt;
+  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, "nccl");
+  if (!config.backend.empty() && config.backend != "nccl") {
+    throw InvalidArgument("backend '" + config.backend + "' is not available in an nccl run "
+                          "(its groups use the nccl backend; give \"nccl\" or no backend)");
+  }
+  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
+  const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
+  const int sub = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  int64_t instance = 0;
+  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);
+  // The group's first member makes the unique id; the others read it from the store.
+  const std::string key = s_->key("nccl/" + hex64(digest) + "." + std::to_string(instance));
+  const int device = s_->device_of(rank);
+  std::shared_ptr<NcclApi> api = o.api;
+  s_->reg.enter_connect(rank, info);
+  std::shared_ptr<Handle> h;
+  try {
+    api->set_device(device);
+    NcclId id;
+    if (sub == 0) {
+      id = api->unique_id();
+      o.store->set(key, id.to_hex());
+    } else {
+      id = NcclId::from_hex(o.store->get(key, timeout));
+    }
+    h = std::make_shared<Handle>(api, api->init_rank(static_cast<int>(ranks.size()), id, sub, timeout), device);
+  } catch (...) {
+    s_->reg.leave(rank);
+    if (s_->reg.aborted()) s_->reg.throw_aborted();
+    throw;
+  }
+  s_->reg.leave(rank);
+  s_->inits.fetch_add(1);
+  if (ranks.size() == static_cast<std::size_t>(o.world_size)) {
+    std::lock_guard lk(s_->mu);
+    auto& w = s_->world[static_cast<std::size_t>(rank - o.first_rank)];
+    if (!w) w = h;
+  }
+  return std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout);
+}
+
+std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<const int64_t> ranks,
+                                                       const BackendConfig& config) {
+  const Options& o = s_->opt;
+  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, "nccl");
+  if (!config.backend.empty() && config.backend != "nccl") {
+    throw InvalidArgument("backend '" + config.backend + "' is not available in an nccl run");
+  }
+  std::shared_ptr<Handle> parent;
+  {
+    std::lock_guard lk(s_->mu);
+    parent = s_->world[static_cast<std::size_t>(rank - o.first_rank)];
+  }
+  if (!parent) return new_group(rank, ranks, config);  // no world communicator to split yet
+  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
+  const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
+  const int sub = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  int64_t instance = 0;
+  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);
+  // color: the group's smallest rank (groups partition the world, so it names one group).
+  const int color = static_cast<int>(*std::min_element(ranks.begin(), ranks.end()));
+  std::shared_ptr<NcclApi> api = o.api;
+  s_->reg.enter_connect(rank, info);
+  std::shared_ptr<Handle> h;
+  try {
+    api->set_device(parent->device);
+    h = std::make_shared<Handle>(api, api->split(parent->comm, color, sub, timeout), parent->device);
+  } catch (...) {
+    s_->reg.leave(rank);
+    if (s_->reg.aborted()) s_->reg.throw_aborted();
+    throw;
+  }
+  s_->reg.leave(rank);
+  s_->splits.fetch_add(1);
+  return std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout);
+}
+
+bool NcclBackend::abort(Diagnosis d) {
+  if (!s_->reg.record(d)) return false;
+  try {
+    s_->opt.store->compare_set(s_->key("failure"), "", encode_diagnosis(d));
+  } catch (const std::exception&) {
+  }
+  return true;
+}
+
+bool NcclBackend::aborted() const { return s_->reg.aborted(); }
+std::optional<Diagnosis> NcclBackend::diagnosis() const { return s_->reg.diagnosis(); }
+
+void NcclBackend::depart(int64_t rank) {
+  if (!s_->reg.runs_here(rank)) return;
+  if (auto gone = s_->reg.depart(rank)) abort(*gone);
+}
+
+std::vector<WaitInfo> NcclBackend::waits() const { return s_->reg.waits(); }
+bool NcclBackend::sleep_for(std::chrono::milliseconds d) { return s_->reg.sleep_for(d); }
+int64_t NcclBackend::collectives() const { return s_->collectives.load(); }
+int64_t NcclBackend::splits() const { return s_->splits.load(); }
+int64_t NcclBackend::inits() const { return s_->inits.load(); }
+
+#ifndef MESHSIM_WITH_NCCL
+std::shared_ptr<NcclApi> make_cuda_nccl_api() { return nullptr; }
+#endif
+
+}  // namespace meshsim
