@@ -138,7 +138,7 @@ TEST(GlooBackend, RejectsBadGroupsAndArguments) {
   EXPECT_THROW(b.new_group(0, std::vector<int64_t>{0}, BackendConfig{.options = GlooOptions{.devices = {"eth0"}}}),
                InvalidArgument);
   EXPECT_THROW(GlooBackend({.world_size = 0}), InvalidArgument);
-  EXPECT_THROW(GlooBackend({.world_size = 129}), InvalidArgument);  // over kMaxThreadRanks threads
+  EXPECT_THROW(GlooBackend({.world_size = 65}), InvalidArgument);  // over kMaxThreadRanks threads
   EXPECT_THROW(GlooBackend({.world_size = 4, .first_rank = 3, .local_ranks = 2}), OutOfRange);
   EXPECT_THROW(GlooBackend({.world_size = 4, .first_rank = 1, .local_ranks = 1}), InvalidArgument);  // no store
   EXPECT_THROW(GlooBackend({.world_size = 2, .hostname = "", .iface = "no-such-interface0"}), InvalidArgument);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <net/if.h>
+#include <sys/resource.h>
 #include <signal.h>
 
 #include <gloo/allgather.h>
@@ -175,6 +176,10 @@ struct GlooBackend::State {
   mutable std::mutex mu;
   std::vector<Contexts> contexts;  // one per rank of this process
   double connect_seconds = 0;
+  // Sockets: every context holds one per peer, and up to two while it connects; the process's
+  // descriptor limit bounds how many pairs its rank threads can hold.
+  int64_t pair_sides = 0;
+  int64_t fd_limit = 0;
 
   bool all_local() const { return reg.all_local(); }
   std::string key(const std::string& k) const { return opt.prefix + "/" + k; }
@@ -664,6 +669,18 @@ GlooBackend::GlooBackend(Options options) {
   }
   s_ = std::make_shared<State>(options);
   s_->device = std::move(device);
+  {
+    // Raise the soft descriptor limit to the hard one: rank threads hold a socket per pair.
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      if (lim.rlim_cur < lim.rlim_max) {
+        rlimit up = lim;
+        up.rlim_cur = lim.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &up) == 0) lim = up;
+      }
+      if (lim.rlim_cur != RLIM_INFINITY) s_->fd_limit = static_cast<int64_t>(lim.rlim_cur);
+    }
+  }
   s_->contexts.resize(static_cast<std::size_t>(options.local_ranks));
 }
 
@@ -719,6 +736,15 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
   ctx->setTimeout(timeout);
   {
     std::lock_guard lk(s_->mu);
+    const int64_t need = 2 * static_cast<int64_t>(n - 1);
+    if (s_->fd_limit > 0 && s_->pair_sides + need > s_->fd_limit - 256) {
+      throw ResourceExhausted("gloo backend: rank " + std::to_string(rank) + " cannot connect a group of " +
+                              std::to_string(n) + " ranks: its " + std::to_string(n - 1) +
+                              " sockets would take this process past its limit of " + std::to_string(s_->fd_limit) +
+                              " file descriptors (" + std::to_string(s_->pair_sides) +
+                              " pair sockets are open); run fewer rank threads per process (meshsim launch)");
+    }
+    s_->pair_sides += n - 1;
     s_->of(rank).list.push_back(ctx);
   }
   s_->reg.enter_connect(rank, info);
