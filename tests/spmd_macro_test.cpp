@@ -82,11 +82,12 @@ struct Intercepted {
 };
 
 std::unique_ptr<Intercepted> intercept(int64_t world, const std::function<void(RankContext&)>& fn,
-                                       std::chrono::milliseconds timeout = 5000ms) {
+                                       std::chrono::milliseconds timeout = 5000ms,
+                                       const std::string& backend = "threaded") {
   auto out = std::make_unique<Intercepted>();
   ::testing::ScopedFakeTestPartResultReporter r(
       ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &out->results);
-  out->report = testing::run_on_every_rank(world, "threaded", fn, timeout);
+  out->report = testing::run_on_every_rank(world, backend, fn, timeout);
   return out;
 }
 
@@ -100,13 +101,19 @@ TEST(SpmdMacroReports, RegistersOneInstancePerBackend) {
     if (std::string(s.name()) != "SpmdMacro") continue;
     for (int j = 0; j < s.total_test_count(); ++j) names.push_back(s.GetTestInfo(j)->name());
   }
-  EXPECT_EQ(testing::spmd_backends(), (std::vector<std::string>{"threaded", "gloo"}));
+  std::vector<std::string> backends{"threaded", "gloo", "local"};
+#ifdef MESHSIM_WITH_NCCL
+  backends.push_back("nccl");
+#endif
+  EXPECT_EQ(testing::spmd_backends(), backends);
+  std::vector<std::string> want;
+  for (const char* t : {"GroupsOfA3dMeshMatchAllGather", "OneRank", "PermutedRankMapSlicedAndFlattened",
+                        "UnflattenedWorldOfFive"}) {
+    for (const std::string& b : backends) want.push_back(std::string(t) + "/" + b);
+  }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "GroupsOfA3dMeshMatchAllGather/gloo", "GroupsOfA3dMeshMatchAllGather/threaded",
-                       "OneRank/gloo", "OneRank/threaded", "PermutedRankMapSlicedAndFlattened/gloo",
-                       "PermutedRankMapSlicedAndFlattened/threaded", "UnflattenedWorldOfFive/gloo",
-                       "UnflattenedWorldOfFive/threaded"}));
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(names, want);
 }
 
 TEST(SpmdMacroReports, NonFatalFailureNamesEachFailingRank) {
@@ -177,6 +184,89 @@ TEST(SpmdMacroReports, SkipOnEveryRankSkipsTheTest) {
   const auto skipped = got->messages(::testing::TestPartResult::kSkip);
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_TRUE(contains(skipped[0], "[rank 0] no accelerator")) << skipped[0];
+}
+
+// Local mode: every rank a fiber of one thread, so results are attributed at each switch.
+TEST(SpmdMacroReportsLocal, EachRanksFailuresCarryItsRankAndAFatalOneStopsTheRun) {
+  auto got = intercept(6, [](RankContext& ctx) {
+    int64_t v = ctx.rank();
+    EXPECT_NE(ctx.rank(), 2) << "planted before";
+    ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
+    EXPECT_EQ(v, 15);
+    EXPECT_NE(ctx.rank() % 3, 1) << "planted after";
+  }, 5000ms, "local");
+  EXPECT_TRUE(got->report.ok) << got->report.summary();
+  auto failed = got->messages(::testing::TestPartResult::kNonFatalFailure);
+  std::sort(failed.begin(), failed.end());
+  ASSERT_EQ(failed.size(), 3u);
+  EXPECT_TRUE(contains(failed[0], "[rank 1] ") && contains(failed[0], "planted after")) << failed[0];
+  EXPECT_TRUE(contains(failed[1], "[rank 2] ") && contains(failed[1], "planted before")) << failed[1];
+  EXPECT_TRUE(contains(failed[2], "[rank 4] ") && contains(failed[2], "planted after")) << failed[2];
+
+  got = intercept(8, [](RankContext& ctx) {
+    ASSERT_NE(ctx.rank(), 5) << "planted fatal";
+    ctx.world().barrier();
+  }, 5000ms, "local");
+  ASSERT_EQ(got->report.failures.size(), 1u) << got->report.summary();
+  EXPECT_EQ(got->report.failures[0].ranks, std::vector<int64_t>{5});
+  EXPECT_EQ(got->report.failures[0].kind, "assertion");
+}
+
+TEST(SpmdMacroReportsLocal, WhatOneThreadCannotExpressIsRefusedAndADeadlockIsNamedAtOnce) {
+  auto slept = intercept(3, [](RankContext& ctx) {
+    if (ctx.rank() == 1) ctx.sleep_for(10ms);
+    ctx.world().barrier();
+  }, 5000ms, "local");
+  auto failed = slept->messages(::testing::TestPartResult::kNonFatalFailure);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_TRUE(contains(failed[0], "rank 1") && contains(failed[0], "cannot express")) << failed[0];
+
+  // Ranks 0 and 1 enter their groups in opposite orders: nothing can complete, and in one
+  // thread that is known at once (no timeout to wait for).
+  const auto start = std::chrono::steady_clock::now();
+  auto crossed = intercept(2, [](RankContext& ctx) {
+    DeviceMesh m = DeviceMesh::init(std::vector<int64_t>{2}, std::vector<std::string>{"x"});
+    Communicator& w = ctx.world();
+    Communicator& x = ctx.comm(m, 0);
+    if (ctx.rank() == 0) {
+      w.barrier();
+      x.barrier();
+    } else {
+      x.barrier();
+      w.barrier();
+    }
+  }, 60000ms, "local");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  ASSERT_FALSE(crossed->report.ok);
+  ASSERT_FALSE(crossed->report.failures.empty());
+  EXPECT_EQ(crossed->report.failures[0].kind, "stall") << crossed->report.summary();
+  EXPECT_EQ(crossed->report.failures[0].waiting, (std::vector<int64_t>{0, 1}));
+}
+
+TEST(SpmdMacroReportsLocal, ExceptionsMismatchesAndDeparturesNameTheRank) {
+  auto thrown = intercept(4, [](RankContext& ctx) {
+    if (ctx.rank() == 3) throw InvalidArgument("planted exception");
+    ctx.world().barrier();
+  }, 5000ms, "local");
+  ASSERT_EQ(thrown->report.failures.size(), 1u);
+  EXPECT_EQ(thrown->report.failures[0].ranks, std::vector<int64_t>{3});
+  auto odd = intercept(5, [](RankContext& ctx) {
+    std::vector<float> v(ctx.rank() == 2 ? 3 : 2, 1.0f);
+    ctx.world().all_reduce(std::span<float>(v), ReduceOp::kSum);
+  }, 5000ms, "local");
+  ASSERT_EQ(odd->report.failures.size(), 1u);
+  EXPECT_EQ(odd->report.failures[0].kind, "mismatch");
+  EXPECT_EQ(odd->report.failures[0].ranks, std::vector<int64_t>{2});
+  auto gone = intercept(4, [](RankContext& ctx) {
+    if (ctx.rank() == 1) return;
+    ctx.world().barrier();
+  }, 5000ms, "local");
+  ASSERT_EQ(gone->report.failures.size(), 1u);
+  EXPECT_EQ(gone->report.failures[0].kind, "departed");
+  EXPECT_EQ(gone->report.failures[0].ranks, std::vector<int64_t>{1});
+  auto skipped = intercept(3, [](RankContext&) { GTEST_SKIP() << "no accelerator"; }, 5000ms, "local");
+  EXPECT_TRUE(skipped->report.ok);
+  ASSERT_EQ(skipped->messages(::testing::TestPartResult::kSkip).size(), 1u);
 }
 
 TEST(SpmdMacroReports, TimeoutFromTheEnvironmentIsChecked) {

@@ -264,8 +264,10 @@ std::string RunReport::summary() const {
 }
 
 RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn) {
-  if (options.backend != "threaded" && options.backend != "gloo" && options.backend != "nccl") {
-    throw InvalidArgument("run_spmd: backend '" + options.backend + "' is not available (known: threaded, gloo, nccl)");
+  if (options.backend != "threaded" && options.backend != "gloo" && options.backend != "nccl" &&
+      options.backend != "local") {
+    throw InvalidArgument("run_spmd: backend '" + options.backend +
+                          "' is not available (known: threaded, gloo, nccl, local)");
   }
   if (options.world_size < 1 || options.world_size > 16384) {
     throw InvalidArgument("run_spmd: world size " + std::to_string(options.world_size) +
@@ -282,10 +284,11 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
                      std::to_string(count) + ") are not within the world of " + std::to_string(options.world_size));
   }
   const bool everyone_here = count == options.world_size;
-  if (!everyone_here && options.backend == "threaded") {
-    throw InvalidArgument("run_spmd: ranks spread over processes need --backend gloo or nccl (the "
-                          "threaded backend runs every rank in one process)");
+  if (!everyone_here && (options.backend == "threaded" || options.backend == "local")) {
+    throw InvalidArgument("run_spmd: ranks spread over processes need --backend gloo or nccl (the " +
+                          options.backend + " backend runs every rank in one process)");
   }
+  const bool fibers = options.backend == "local";
   const auto start = Clock::now();
   const auto period = std::clamp(options.timeout / 8, std::chrono::milliseconds(5),
                                  std::chrono::milliseconds(250));
@@ -296,7 +299,12 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   auto sh = std::make_shared<Shared>();
   sh->first = first;
   sh->process_rank = !everyone_here && count == 1;
-  if (options.backend == "threaded") {
+  if (fibers) {
+    FiberBackend::Options fo;
+    fo.world_size = options.world_size;
+    fo.on_switch = options.on_rank_switch;
+    sh->backend = std::make_shared<FiberBackend>(fo);
+  } else if (options.backend == "threaded") {
     ThreadedBackend::Options bo;
     bo.world_size = options.world_size;
     bo.timeout = op_timeout;
@@ -335,7 +343,12 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
 
   std::vector<std::thread> threads;
   threads.reserve(n);
-  for (int64_t r = first; r < first + count; ++r) {
+  if (fibers) {
+    // Every rank a fiber of one thread; the watchdog below works as for rank threads.
+    auto fb = std::static_pointer_cast<FiberBackend>(sh->backend);
+    threads.emplace_back([sh, fb] { fb->run([&sh](int64_t r) { run_rank(sh, r); }); });
+  }
+  for (int64_t r = first; r < first + count && !fibers; ++r) {
     try {
       threads.emplace_back([sh, r] { run_rank(sh, r); });
     } catch (const std::system_error& e) {
@@ -380,8 +393,14 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   std::vector<int64_t> exited;
   {
     std::lock_guard lk(sh->mu);
+    bool all_finished = true;
+    for (std::size_t i = 0; i < n; ++i) all_finished = all_finished && sh->finished[i];
+    if (fibers && !threads.empty()) {
+      if (all_finished) threads[0].join();
+      else threads[0].detach();
+    }
     for (std::size_t i = 0; i < n; ++i) {
-      if (i < threads.size()) {
+      if (!fibers && i < threads.size()) {
         if (sh->finished[i]) threads[i].join();
         else threads[i].detach();
       }

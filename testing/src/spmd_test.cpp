@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "meshsim/error.hpp"
@@ -54,13 +55,53 @@ class SpmdTest : public ::testing::Test {
 // skip marks the current test skipped (GTEST_SKIP returns from a void function only).
 void skip(const std::string& why) { GTEST_SKIP() << why; }
 
+// report_results turns what the ranks reported into this test's results: each rank's
+// failures with its rank, the runner's diagnosis, or a skip when every rank skipped.
+RunReport report_results(int64_t world_size, std::string_view backend, RunReport report, Capture& capture) {
+  std::vector<Captured> results;
+  {
+    std::lock_guard lk(capture.mu);
+    results = capture.results;
+  }
+  std::vector<std::string> skipped;
+  bool failed = false;
+  for (const Captured& c : results) {
+    const std::string prefix = "[rank " + std::to_string(c.rank) + "] ";
+    if (c.type == ::testing::TestPartResult::kSkip) {
+      skipped.push_back(prefix + c.message);
+      continue;
+    }
+    failed = true;
+    ADD_FAILURE_AT(c.file.c_str(), c.line) << prefix << c.message;
+  }
+  if (!report.ok) {
+    // An assertion that stopped the run is already reported above with its rank.
+    bool only_assertions = true;
+    for (const Diagnosis& d : report.failures) only_assertions = only_assertions && d.kind == "assertion";
+    if (!only_assertions || !failed) {
+      std::string stuck;
+      for (const RankReport& r : report.ranks) {
+        if (r.status == "stuck") stuck += " " + std::to_string(r.rank);
+      }
+      ADD_FAILURE() << "SPMD run over " << world_size << " " << backend << " ranks failed:\n"
+                    << report.summary()
+                    << (stuck.empty() ? "" : "ranks still running (left detached):" + stuck);
+    }
+  } else if (!failed && !skipped.empty()) {
+    std::string why;
+    for (const std::string& s : skipped) why += (why.empty() ? "" : "; ") + s;
+    skip(why);
+  }
+  return report;
+}
+
 }  // namespace
 
 std::vector<std::string> spmd_backends() {
 #ifdef MESHSIM_WITH_NCCL
-  return {"threaded", "gloo", "nccl"};
+  return {"threaded", "gloo", "local", "nccl"};
 #else
-  return {"threaded", "gloo"};
+  return {"threaded", "gloo", "local"};
 #endif
 }
 
@@ -97,6 +138,45 @@ RunReport run_on_every_rank(int64_t world_size, std::string_view backend,
   options.world_size = world_size;
   options.backend = std::string(backend);
   options.timeout = timeout;
+  // Local mode runs every rank on one thread, in turn: one reporter catches every result, and
+  // the results reported while a rank ran are that rank's (attributed at each switch).
+  const bool fibers = backend == "local";
+  auto all = std::make_shared<::testing::TestPartResultArray>();
+  auto attributed = std::make_shared<int>(0);
+  std::optional<::testing::ScopedFakeTestPartResultReporter> intercept_all;
+  if (fibers) {
+    intercept_all.emplace(::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, all.get());
+    options.on_rank_switch = [capture, all, attributed](int64_t rank) {
+      ::testing::TestPartResultArray mine;
+      for (int i = *attributed; i < all->size(); ++i) mine.Append(all->GetTestPartResult(i));
+      *attributed = all->size();
+      capture->take(rank, mine);
+    };
+  }
+  if (fibers) {
+    RunReport report = run_spmd(options, [capture, fn, all, attributed](RankContext& ctx) {
+      fn(ctx);
+      // Attribute what this rank reported since it last started running, then look for a fatal
+      // failure among its results of this run.
+      ::testing::TestPartResultArray mine;
+      for (int i = *attributed; i < all->size(); ++i) mine.Append(all->GetTestPartResult(i));
+      *attributed = all->size();
+      capture->take(ctx.rank(), mine);
+      std::string first;
+      {
+        std::lock_guard lk(capture->mu);
+        for (std::size_t i = 0; i < capture->results.size(); ++i) {
+          const Captured& c = capture->results[i];
+          if (c.rank == ctx.rank() && c.type == ::testing::TestPartResult::kFatalFailure && first.empty()) {
+            first = c.file + ":" + std::to_string(c.line) + ": " + c.message;
+          }
+        }
+      }
+      if (!first.empty()) ctx.fail("assertion failed at " + first, "assertion");
+    });
+    intercept_all.reset();
+    return report_results(world_size, backend, report, *capture);
+  }
   // The runner keeps its own copy of the function; `fn` itself may go away with the test.
   RunReport report = run_spmd(options, [capture, fn](RankContext& ctx) {
     ::testing::TestPartResultArray results;
@@ -124,41 +204,7 @@ RunReport run_on_every_rank(int64_t world_size, std::string_view backend,
     if (fatal) ctx.fail("assertion failed at " + first, "assertion");
   });
 
-  std::vector<Captured> results;
-  {
-    std::lock_guard lk(capture->mu);
-    results = capture->results;
-  }
-  std::vector<std::string> skipped;
-  bool failed = false;
-  for (const Captured& c : results) {
-    const std::string prefix = "[rank " + std::to_string(c.rank) + "] ";
-    if (c.type == ::testing::TestPartResult::kSkip) {
-      skipped.push_back(prefix + c.message);
-      continue;
-    }
-    failed = true;
-    ADD_FAILURE_AT(c.file.c_str(), c.line) << prefix << c.message;
-  }
-  if (!report.ok) {
-    // An assertion that stopped the run is already reported above with its rank.
-    bool only_assertions = true;
-    for (const Diagnosis& d : report.failures) only_assertions = only_assertions && d.kind == "assertion";
-    if (!only_assertions || !failed) {
-      std::string stuck;
-      for (const RankReport& r : report.ranks) {
-        if (r.status == "stuck") stuck += " " + std::to_string(r.rank);
-      }
-      ADD_FAILURE() << "SPMD run over " << world_size << " " << backend << " ranks failed:\n"
-                    << report.summary()
-                    << (stuck.empty() ? "" : "ranks still running (left detached):" + stuck);
-    }
-  } else if (!failed && !skipped.empty()) {
-    std::string why;
-    for (const std::string& s : skipped) why += (why.empty() ? "" : "; ") + s;
-    skip(why);
-  }
-  return report;
+  return report_results(world_size, backend, report, *capture);
 }
 
 namespace detail {

@@ -32,6 +32,7 @@
 #include "meshsim/communicator.hpp"
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/mesh_communicators.hpp"
+#include "meshsim/fiber_backend.hpp"
 #include "meshsim/gloo_backend.hpp"
 #include "meshsim/nccl_backend.hpp"
 #include "meshsim/store.hpp"
@@ -41,8 +42,11 @@ namespace meshsim {
 
 struct SpmdOptions {
   int64_t world_size = 1;
-  // backend: "threaded" (shared memory), "gloo" (Gloo over TCP) or "nccl" (one GPU per rank).
+  // backend: "threaded" (shared memory), "gloo" (Gloo over TCP), "nccl" (one GPU per rank) or
+  // "local" (every rank a fiber of one thread: see fiber_backend.hpp).
   std::string backend = "threaded";
+  // local: called on the running thread whenever a rank stops running (see FiberBackend).
+  std::function<void(int64_t)> on_rank_switch;
   // Ranks run here: [first_rank, first_rank + local_ranks); local_ranks 0 means every rank (rank
   // threads). One rank of several processes (gloo only) needs `store`, shared by the processes.
   int64_t first_rank = 0;

@@ -1,0 +1,533 @@
+#include "meshsim/fiber_backend.hpp"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "meshsim/error.hpp"
+#include "rank_registry.hpp"
+#include "reduce.hpp"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define MESHSIM_ASAN_FIBERS 1
+#endif
+
+namespace meshsim {
+
+namespace {
+
+using detail::GroupInfo;
+using detail::rank_list;
+
+struct Arrival {
+  bool arrived = false;
+  CollectiveDesc desc;
+  const void* in = nullptr;
+  void* out = nullptr;
+};
+
+struct Slot {
+  int arrived = 0, left = 0;
+  bool done = false;
+  std::vector<Arrival> at;
+  std::vector<int64_t> waiting;  // ranks suspended here
+};
+
+// P2P is one message: the send and the receive meet here.
+struct P2P {
+  Arrival send, recv;
+  bool done = false;
+  int64_t waiting = -1;
+};
+
+struct Group {
+  std::shared_ptr<GroupInfo> info;
+  std::map<uint64_t, Slot> slots;
+  std::map<std::tuple<int, int, uint64_t>, P2P> p2p;  // (src, dst, n-th message)
+};
+
+struct Fiber {
+  ucontext_t ctx{};
+  void* stack = nullptr;
+  std::size_t stack_size = 0;
+  bool blocked = false, done = false;
+  void* fake_stack = nullptr;  // AddressSanitizer's per-fiber bookkeeping
+};
+
+}  // namespace
+
+struct FiberBackend::State {
+  explicit State(const Options& o) : opt(o), reg(o.world_size, 0, o.world_size) {}
+  Options opt;
+  detail::RankRegistry reg;
+  std::atomic<int64_t> collectives{0};
+  std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<Group>> groups;
+
+  // The scheduler (the run() thread only).
+  std::vector<Fiber> fibers;
+  std::deque<int64_t> runnable;
+  int64_t current = -1;
+  ucontext_t main_ctx{};
+  const void* main_bottom = nullptr;
+  std::size_t main_size = 0;
+  void* main_fake = nullptr;
+  const std::function<void(int64_t)>* rank_main = nullptr;
+  bool ran = false;
+  std::thread::id runner;
+
+  void wake(int64_t r) {
+    Fiber& f = fibers[static_cast<std::size_t>(r)];
+    if (f.blocked) {
+      f.blocked = false;
+      runnable.push_back(r);
+    }
+  }
+  void wake_all() {
+    for (std::size_t r = 0; r < fibers.size(); ++r) wake(static_cast<int64_t>(r));
+  }
+
+  // suspend: the running rank waits; the scheduler runs others until it is woken.
+  void suspend() {
+    const int64_t r = current;
+    Fiber& f = fibers[static_cast<std::size_t>(r)];
+    f.blocked = true;
+    if (opt.on_switch) opt.on_switch(r);
+#ifdef MESHSIM_ASAN_FIBERS
+    __sanitizer_start_switch_fiber(&f.fake_stack, main_bottom, main_size);
+#endif
+    swapcontext(&f.ctx, &main_ctx);
+#ifdef MESHSIM_ASAN_FIBERS
+    __sanitizer_finish_switch_fiber(f.fake_stack, &main_bottom, &main_size);
+#endif
+  }
+
+  void resume(int64_t r) {
+    Fiber& f = fibers[static_cast<std::size_t>(r)];
+    current = r;
+#ifdef MESHSIM_ASAN_FIBERS
+    __sanitizer_start_switch_fiber(&main_fake, f.stack, f.stack_size);
+#endif
+    swapcontext(&main_ctx, &f.ctx);
+#ifdef MESHSIM_ASAN_FIBERS
+    __sanitizer_finish_switch_fiber(main_fake, nullptr, nullptr);
+#endif
+    current = -1;
+  }
+
+  static void trampoline(unsigned lo, unsigned hi) {
+    auto* s = reinterpret_cast<State*>(static_cast<uintptr_t>(lo) | (static_cast<uintptr_t>(hi) << 32));
+    const int64_t r = s->current;
+#ifdef MESHSIM_ASAN_FIBERS
+    __sanitizer_finish_switch_fiber(nullptr, &s->main_bottom, &s->main_size);
+#endif
+    try {
+      (*s->rank_main)(r);
+    } catch (...) {
+      // rank_main catches its own; nothing may unwind past a fiber's first frame.
+    }
+    Fiber& f = s->fibers[static_cast<std::size_t>(r)];
+    f.done = true;
+    if (s->opt.on_switch) s->opt.on_switch(r);
+#ifdef MESHSIM_ASAN_FIBERS
+    __sanitizer_start_switch_fiber(nullptr, s->main_bottom, s->main_size);  // this fiber ends
+#endif
+    setcontext(&s->main_ctx);
+  }
+
+  // stall: every unfinished rank waits in a collective that nothing can complete any more.
+  Diagnosis stall() const {
+    std::vector<WaitInfo> ws = reg.waits();
+    std::set<int64_t> waiting, missing;
+    for (const WaitInfo& w : ws) {
+      waiting.insert(w.rank);
+      missing.insert(w.missing.begin(), w.missing.end());
+    }
+    std::vector<int64_t> culprits;
+    for (int64_t m : missing) {
+      if (!waiting.count(m)) culprits.push_back(m);
+    }
+    if (culprits.empty()) culprits.assign(missing.begin(), missing.end());
+    if (culprits.empty()) culprits.assign(waiting.begin(), waiting.end());
+    Diagnosis d;
+    d.kind = "stall";
+    d.ranks = culprits;
+    d.waiting.assign(waiting.begin(), waiting.end());
+    d.missing.assign(missing.begin(), missing.end());
+    d.message = "stall: every unfinished rank waits in a collective that cannot complete (local mode: "
+                "nothing else can happen); ranks " + rank_list(d.missing) + " never arrived";
+    std::size_t shown = 0;
+    for (const WaitInfo& w : ws) {
+      if (shown++ == 16) {
+        d.message += "; ... " + std::to_string(ws.size() - 16) + " more waiting ranks";
+        break;
+      }
+      d.message += "; " + w.to_string();
+    }
+    return d;
+  }
+};
+
+namespace {
+
+class FiberCommunicator final : public Communicator {
+ public:
+  FiberCommunicator(std::shared_ptr<FiberBackend::State> s, FiberBackend* owner, std::shared_ptr<Group> g, int me)
+      : s_(std::move(s)), owner_(owner), g_(std::move(g)), me_(me),
+        sent_(g_->info->ranks.size(), 0), received_(g_->info->ranks.size(), 0) {}
+
+  int rank() const override { return me_; }
+  int size() const override { return static_cast<int>(g_->info->ranks.size()); }
+  const std::vector<int64_t>& global_ranks() const override { return g_->info->ranks; }
+  std::string backend() const override { return "local"; }
+
+  void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
+    check_count(count);
+    const std::size_t es = dtype_size(t);
+    collective({CollectiveOp::kAllReduce, t, count, -1, op}, buf, buf, [&](Slot& slot, int n) {
+      std::vector<const std::byte*> ins;
+      for (int r = 0; r < n; ++r) ins.push_back(static_cast<const std::byte*>(slot.at[static_cast<std::size_t>(r)].in));
+      std::vector<std::byte> acc(static_cast<std::size_t>(count) * es);
+      detail::reduce_into(acc.data(), ins, count, t, op);
+      for (int r = 0; r < n; ++r) {
+        if (!acc.empty()) std::memcpy(slot.at[static_cast<std::size_t>(r)].out, acc.data(), acc.size());
+      }
+    });
+  }
+
+  void broadcast(void* buf, int64_t count, DType t, int root) override {
+    check_count(count);
+    check_peer(root, "broadcast root");
+    const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(t);
+    collective({CollectiveOp::kBroadcast, t, count, root, ReduceOp::kSum}, buf, buf, [&](Slot& slot, int n) {
+      for (int r = 0; r < n; ++r) {
+        if (r != root && bytes) {
+          std::memcpy(slot.at[static_cast<std::size_t>(r)].out, slot.at[static_cast<std::size_t>(root)].in, bytes);
+        }
+      }
+    });
+  }
+
+  void all_gather(const void* in, void* out, int64_t count, DType t) override {
+    check_count(count);
+    const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(t);
+    collective({CollectiveOp::kAllGather, t, count, -1, ReduceOp::kSum}, in, out, [&](Slot& slot, int n) {
+      if (!bytes) return;
+      // Gather into a copy first: a rank's input may alias another's output.
+      std::vector<std::byte> all(bytes * static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) std::memcpy(all.data() + bytes * static_cast<std::size_t>(r), slot.at[static_cast<std::size_t>(r)].in, bytes);
+      for (int r = 0; r < n; ++r) std::memcpy(slot.at[static_cast<std::size_t>(r)].out, all.data(), all.size());
+    });
+  }
+
+  void reduce_scatter(const void* in, void* out, int64_t count, DType t, ReduceOp op) override {
+    check_count(count);
+    const std::size_t block = static_cast<std::size_t>(count) * dtype_size(t);
+    collective({CollectiveOp::kReduceScatter, t, count, -1, op}, in, out, [&](Slot& slot, int n) {
+      std::vector<std::vector<std::byte>> results(static_cast<std::size_t>(n), std::vector<std::byte>(block));
+      for (int k = 0; k < n; ++k) {
+        std::vector<const std::byte*> ins;
+        for (int r = 0; r < n; ++r) {
+          ins.push_back(static_cast<const std::byte*>(slot.at[static_cast<std::size_t>(r)].in) + block * static_cast<std::size_t>(k));
+        }
+        detail::reduce_into(results[static_cast<std::size_t>(k)].data(), ins, count, t, op);
+      }
+      for (int k = 0; k < n; ++k) {
+        if (block) std::memcpy(slot.at[static_cast<std::size_t>(k)].out, results[static_cast<std::size_t>(k)].data(), block);
+      }
+    });
+  }
+
+  void all_to_all(const void* in, void* out, int64_t count, DType t) override {
+    check_count(count);
+    const std::size_t block = static_cast<std::size_t>(count) * dtype_size(t);
+    collective({CollectiveOp::kAllToAll, t, count, -1, ReduceOp::kSum}, in, out, [&](Slot& slot, int n) {
+      if (!block) return;
+      const std::size_t whole = block * static_cast<std::size_t>(n);
+      std::vector<std::byte> all(whole * static_cast<std::size_t>(n));  // every input, copied first
+      for (int r = 0; r < n; ++r) std::memcpy(all.data() + whole * static_cast<std::size_t>(r), slot.at[static_cast<std::size_t>(r)].in, whole);
+      for (int dst = 0; dst < n; ++dst) {
+        for (int src = 0; src < n; ++src) {
+          std::memcpy(static_cast<std::byte*>(slot.at[static_cast<std::size_t>(dst)].out) + block * static_cast<std::size_t>(src),
+                      all.data() + whole * static_cast<std::size_t>(src) + block * static_cast<std::size_t>(dst), block);
+        }
+      }
+    });
+  }
+
+  void barrier() override {
+    collective({CollectiveOp::kBarrier, DType::kInt64, 0, -1, ReduceOp::kSum}, nullptr, nullptr, [](Slot&, int) {});
+  }
+
+  void send(const void* buf, int64_t count, DType t, int peer) override {
+    check_count(count);
+    check_peer(peer, "send peer");
+    p2p({CollectiveOp::kSend, t, count, peer, ReduceOp::kSum}, buf, nullptr, me_, peer,
+        sent_[static_cast<std::size_t>(peer)]++);
+  }
+
+  void recv(void* buf, int64_t count, DType t, int peer) override {
+    check_count(count);
+    check_peer(peer, "recv peer");
+    p2p({CollectiveOp::kRecv, t, count, peer, ReduceOp::kSum}, nullptr, buf, peer, me_,
+        received_[static_cast<std::size_t>(peer)]++);
+  }
+
+ private:
+  int64_t global(int r) const { return g_->info->ranks[static_cast<std::size_t>(r)]; }
+
+  void check_count(int64_t count) const {
+    if (count < 0) throw InvalidArgument("collective count " + std::to_string(count) + " is negative");
+    if (count > (int64_t{1} << 40)) throw OutOfRange("collective count " + std::to_string(count) + " exceeds 2^40 elements");
+  }
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size()) {
+      throw OutOfRange(std::string(what) + " " + std::to_string(peer) + " is out of range [0, " + std::to_string(size()) + ")");
+    }
+  }
+
+  void enter(const CollectiveDesc& d) {
+    if (auto gone = s_->reg.enter(global(me_), g_->info, static_cast<std::size_t>(me_), seq_, d)) {
+      owner_->abort(*gone);
+      s_->reg.throw_aborted();
+    }
+  }
+  void finish() {
+    s_->reg.leave(global(me_));
+    ++seq_;
+    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  template <class Compute>
+  void collective(const CollectiveDesc& d, const void* in, void* out, Compute compute) {
+    enter(d);
+    const int n = size();
+    const uint64_t seq = seq_;
+    Slot& slot = g_->slots[seq];  // std::map nodes stay put while other slots come and go
+    if (slot.at.empty()) slot.at.resize(static_cast<std::size_t>(n));
+    slot.at[static_cast<std::size_t>(me_)] = {true, d, in, out};
+    ++slot.arrived;
+    auto leave_slot = [&] {
+      if (++slot.left == n) g_->slots.erase(seq);
+    };
+    if (slot.arrived < n) {
+      slot.waiting.push_back(global(me_));
+      while (!slot.done && !s_->reg.aborted()) s_->suspend();
+      if (!slot.done) {
+        s_->reg.leave(global(me_));
+        leave_slot();
+        s_->reg.throw_aborted();
+      }
+    } else {
+      std::vector<int64_t> culprits;
+      if (std::string msg = mismatch(slot, seq, culprits); !msg.empty()) {
+        owner_->abort(Diagnosis{"mismatch", culprits, msg, {}, {}});
+        s_->reg.leave(global(me_));
+        leave_slot();
+        s_->reg.throw_aborted();
+      }
+      compute(slot, n);
+      slot.done = true;
+      for (int64_t r : slot.waiting) s_->wake(r);
+    }
+    leave_slot();
+    finish();
+  }
+
+  // mismatch names the ranks whose description is held by fewer ranks than the most common one
+  // (on a tie, every rank involved); empty when every member called the same.
+  std::string mismatch(const Slot& slot, uint64_t seq, std::vector<int64_t>& culprits) const {
+    std::vector<std::pair<CollectiveDesc, std::vector<int64_t>>> kinds;
+    for (std::size_t r = 0; r < slot.at.size(); ++r) {
+      auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == slot.at[r].desc; });
+      if (it == kinds.end()) {
+        kinds.push_back({slot.at[r].desc, {}});
+        it = kinds.end() - 1;
+      }
+      it->second.push_back(global(static_cast<int>(r)));
+    }
+    if (kinds.size() == 1) return "";
+    std::size_t most = 0;
+    for (const auto& k : kinds) most = std::max(most, k.second.size());
+    std::size_t holders = 0;
+    for (const auto& k : kinds) holders += k.second.size() == most;
+    std::string msg = "collective mismatch at #" + std::to_string(seq) + " of group " + rank_list(g_->info->ranks) + ":";
+    for (const auto& [d, ranks] : kinds) {
+      msg += " rank" + std::string(ranks.size() > 1 ? "s " : " ") +
+             (ranks.size() > 1 ? rank_list(ranks) : std::to_string(ranks[0])) + " called " + d.to_string() + ";";
+      if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
+    }
+    std::sort(culprits.begin(), culprits.end());
+    msg.pop_back();
+    return msg;
+  }
+
+  void p2p(const CollectiveDesc& d, const void* in, void* out, int src, int dst, uint64_t nth) {
+    enter(d);
+    const auto key = std::make_tuple(src, dst, nth);
+    P2P& m = g_->p2p[key];
+    const bool sending = d.op == CollectiveOp::kSend;
+    (sending ? m.send : m.recv) = Arrival{true, d, in, out};
+    if (!(m.send.arrived && m.recv.arrived)) {
+      m.waiting = global(me_);
+      while (!m.done && !s_->reg.aborted()) s_->suspend();
+      if (!m.done) {
+        s_->reg.leave(global(me_));
+        s_->reg.throw_aborted();
+      }
+      g_->p2p.erase(key);
+    } else {
+      if (m.send.desc.dtype != m.recv.desc.dtype || m.send.desc.count != m.recv.desc.count) {
+        const std::string msg = "send/recv mismatch in group " + rank_list(g_->info->ranks) + ": rank " +
+                                std::to_string(global(src)) + " called " + m.send.desc.to_string() + ", rank " +
+                                std::to_string(global(dst)) + " called " + m.recv.desc.to_string();
+        owner_->abort(Diagnosis{"mismatch", {global(src), global(dst)}, msg, {}, {}});
+        s_->reg.leave(global(me_));
+        s_->reg.throw_aborted();
+      }
+      const std::size_t bytes = static_cast<std::size_t>(d.count) * dtype_size(d.dtype);
+      if (bytes) std::memcpy(m.recv.out, m.send.in, bytes);
+      m.done = true;
+      if (m.waiting >= 0) s_->wake(m.waiting);
+    }
+    finish();
+  }
+
+  std::shared_ptr<FiberBackend::State> s_;
+  FiberBackend* owner_;
+  std::shared_ptr<Group> g_;
+  int me_;
+  uint64_t seq_ = 0;
+  std::vector<uint64_t> sent_, received_;
+};
+
+}  // namespace
+
+FiberBackend::FiberBackend(Options options) {
+  if (options.world_size < 1 || options.world_size > kMaxRanks) {
+    throw InvalidArgument("local backend: world size " + std::to_string(options.world_size) +
+                          " is out of range [1, " + std::to_string(kMaxRanks) + "] for rank fibers");
+  }
+  if (options.stack_bytes < 64 * 1024) {
+    throw InvalidArgument("local backend: a stack of " + std::to_string(options.stack_bytes) +
+                          " bytes is under the 64 KiB minimum");
+  }
+#ifdef MESHSIM_ASAN_FIBERS
+  options.stack_bytes *= 4;  // instrumented frames are larger
+#endif
+  s_ = std::make_shared<State>(options);
+}
+
+FiberBackend::~FiberBackend() {
+  for (Fiber& f : s_->fibers) {
+    if (f.stack) munmap(f.stack, f.stack_size);
+  }
+}
+
+void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
+  State& s = *s_;
+  if (s.ran) throw FailedPrecondition("local backend: run() was called before; a backend runs once");
+  s.ran = true;
+  s.runner = std::this_thread::get_id();
+  s.rank_main = &rank_main;
+  const auto n = static_cast<std::size_t>(s.opt.world_size);
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t size = (s.opt.stack_bytes + page - 1) / page * page + page;  // + a guard page
+  s.fibers.resize(n);
+  const auto self = reinterpret_cast<uintptr_t>(&s);
+  for (std::size_t r = 0; r < n; ++r) {
+    Fiber& f = s.fibers[r];
+    void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (mem == MAP_FAILED) {
+      throw ResourceExhausted("local backend: cannot map a " + std::to_string(size) + "-byte stack for rank " +
+                              std::to_string(r));
+    }
+    mprotect(mem, page, PROT_NONE);  // an overflow faults instead of corrupting a neighbour
+    f.stack = mem;
+    f.stack_size = size;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = mem;
+    f.ctx.uc_stack.ss_size = size;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, reinterpret_cast<void (*)()>(&State::trampoline), 2,
+                static_cast<unsigned>(self & 0xFFFFFFFFu), static_cast<unsigned>(self >> 32));
+    f.blocked = true;
+    s.wake(static_cast<int64_t>(r));
+  }
+  std::size_t done = 0;
+  while (done < n) {
+    while (!s.runnable.empty()) {
+      const int64_t r = s.runnable.front();
+      s.runnable.pop_front();
+      s.resume(r);
+    }
+    done = 0;
+    for (const Fiber& f : s.fibers) done += f.done ? 1 : 0;
+    if (done == n) break;
+    // Every unfinished rank is suspended and none can run: diagnose (unless already diagnosed),
+    // then wake them all so their collectives end with Aborted.
+    if (!s.reg.aborted()) abort(s.stall());
+    s.wake_all();
+  }
+}
+
+int64_t FiberBackend::world_size() const { return s_->opt.world_size; }
+
+std::shared_ptr<Communicator> FiberBackend::world(int64_t rank) {
+  std::vector<int64_t> all(static_cast<std::size_t>(s_->opt.world_size));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  return new_group(rank, all, BackendConfig{});
+}
+
+std::shared_ptr<Communicator> FiberBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
+                                                      const BackendConfig& config) {
+  detail::check_group(rank, ranks, s_->opt.world_size, 0, s_->opt.world_size, "local");
+  if (!config.backend.empty() && config.backend != "local") {
+    throw InvalidArgument("backend '" + config.backend + "' is not available in a local run "
+                          "(its groups use the local backend; give \"local\" or no backend)");
+  }
+  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
+  int64_t instance = 0;
+  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);
+  auto& g = s_->groups[{digest, instance}];
+  if (!g) {
+    g = std::make_shared<Group>();
+    g->info = info;
+  }
+  const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  return std::make_shared<FiberCommunicator>(s_, this, g, me);
+}
+
+bool FiberBackend::abort(Diagnosis d) {
+  if (!s_->reg.record(std::move(d))) return false;
+  // Suspended ranks resume and their collectives throw Aborted. From another thread (a
+  // watchdog) the scheduler does this itself once no rank can run.
+  if (std::this_thread::get_id() == s_->runner) s_->wake_all();
+  return true;
+}
+
+bool FiberBackend::aborted() const { return s_->reg.aborted(); }
+std::optional<Diagnosis> FiberBackend::diagnosis() const { return s_->reg.diagnosis(); }
+
+void FiberBackend::depart(int64_t rank) {
+  if (auto gone = s_->reg.depart(rank)) abort(*gone);
+}
+
+std::vector<WaitInfo> FiberBackend::waits() const { return s_->reg.waits(); }
+
+bool FiberBackend::sleep_for(std::chrono::milliseconds d) {
+  throw InvalidArgument("local mode cannot express a rank that waits " + std::to_string(d.count()) +
+                        " ms while the others wait for it (every rank runs in one thread, in turn); run "
+                        "this program over the threaded backend");
+}
+
+int64_t FiberBackend::collectives() const { return s_->collectives.load(); }
+
+}  // namespace meshsim
