@@ -4,7 +4,12 @@
 //   AllReduceBandwidth/<ranks>    64 MiB float32 sum all_reduce over the world
 //   Memcpy/<bytes>                one thread copying the same bytes (the baseline)
 //   MeshsimRun/<ranks>            `meshsim run` over dp x cp x tp meshes of 64, 256, 1024 ranks
-//   LocalRun/<log2 world>         `meshsim run --backend local` at 2^10 .. 2^24 ranks
+//   LocalRun/<log2 world>         `meshsim run --backend local` at 2^6 .. 2^24 ranks
+//   ThreadedRun/<log2 world>      the same job over rank threads at 2^6 .. 2^12 (where threads reach)
+//
+// LocalRun and ThreadedRun run each job once in a forked child and report its peak resident
+// memory (peak_MB, the child's ru_maxrss: the benchmark process's own few MB included) and
+// ns_per_rank; rows of one run compare the two modes at equal worlds.
 //
 // Each bandwidth row also measures memcpy itself in the same process, right before, and reports
 //   memcpy_GBps  min(ranks, cores) threads each copying 64 MiB at once (aggregate bytes/s);
@@ -22,6 +27,10 @@
 #include <sstream>
 #include <thread>
 #include <vector>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "meshsim/run.hpp"
 #include "meshsim/spmd.hpp"
@@ -147,33 +156,77 @@ void MeshsimRun(benchmark::State& state) {
   state.counters["ranks"] = static_cast<double>(ranks);
 }
 
-// LocalRun: `meshsim run --backend local` over (dp, cp=16, tp) meshes of 2^10 .. 2^24 ranks; the
-// cost per rank must stay flat as the world grows (compare ns_per_rank across rows of one run).
-void LocalRun(benchmark::State& state) {
+// job_of: the (dp, cp=16, tp) mesh of 2^log2 ranks both modes run.
+run::Options job_of(int log2, const std::string& backend) {
+  const int64_t world = int64_t{1} << log2;
+  const int64_t tp = std::min<int64_t>(1024, std::max<int64_t>(1, world / 16));
+  run::Options o;
+  o.recipe.mesh = "dp=" + std::to_string(std::max<int64_t>(1, world / 16 / tp)) + ",cp=" +
+                  std::to_string(std::min<int64_t>(16, world)) + ",tp=" + std::to_string(tp);
+  o.backend = backend;
+  return o;
+}
+
+// in_child runs the job once in a forked child; returns {seconds, peak resident MB}, or
+// {-1, -1} when the job failed.
+std::pair<double, double> in_child(const run::Options& o) {
+  int fd[2];
+  if (pipe(fd) != 0) return {-1, -1};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fd[0]);
+    std::ostringstream out;
+    const auto t0 = Clock::now();
+    const int code = run::run(o, out);
+    double r[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), -1};
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    r[1] = code == 0 ? static_cast<double>(ru.ru_maxrss) / 1024.0 : -1;
+    if (code != 0) r[0] = -1;
+    (void)!write(fd[1], r, sizeof r);
+    _exit(0);
+  }
+  close(fd[1]);
+  double r[2] = {-1, -1};
+  if (read(fd[0], r, sizeof r) != static_cast<ssize_t>(sizeof r)) r[0] = r[1] = -1;
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {r[0], r[1]};
+}
+
+void run_job(benchmark::State& state, const std::string& backend) {
   const int log2 = static_cast<int>(state.range(0));
   const int64_t world = int64_t{1} << log2;
-  const int64_t tp = std::min<int64_t>(1024, world / 16);
-  run::Options o;
-  o.recipe.mesh = "dp=" + std::to_string(world / 16 / tp) + ",cp=16,tp=" + std::to_string(tp);
-  o.backend = "local";
+  const run::Options o = job_of(log2, backend);
+  double peak = 0, seconds = 0;
   for (auto _ : state) {
-    std::ostringstream out;
-    if (run::run(o, out) != 0) {
-      state.SkipWithError("meshsim run --backend local failed");
+    auto [s, mb] = in_child(o);
+    if (s < 0) {
+      state.SkipWithError(("meshsim run --backend " + backend + " failed").c_str());
       break;
     }
+    state.SetIterationTime(s);
+    seconds += s;
+    peak = std::max(peak, mb);
   }
   state.counters["ranks"] = static_cast<double>(world);
-  state.counters["ns_per_rank"] = benchmark::Counter(
-      static_cast<double>(world) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["peak_MB"] = peak;
+  state.counters["ns_per_rank"] = seconds / static_cast<double>(std::max<int64_t>(1, state.iterations())) /
+                                  static_cast<double>(world) * 1e9;
 }
+
+// LocalRun: `meshsim run --backend local`; the cost per rank must stay flat as the world grows.
+void LocalRun(benchmark::State& state) { run_job(state, "local"); }
+// ThreadedRun: the same job over rank threads, at the worlds threads reach on this machine.
+void ThreadedRun(benchmark::State& state) { run_job(state, "threaded"); }
 
 BENCHMARK(Memcpy)->Arg(8)->Arg(kBig)->Unit(benchmark::kMicrosecond);
 BENCHMARK(AllReduceLatency)->Arg(2)->Arg(4)->Arg(8)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(3);
 BENCHMARK(AllReduceBandwidth)->Arg(2)->Arg(4)->Arg(8)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(MeshsimRun)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->Iterations(3);
-BENCHMARK(LocalRun)->DenseRange(10, 20, 2)->Arg(24)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(LocalRun)->DenseRange(6, 20, 2)->Arg(22)->Arg(24)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(ThreadedRun)->DenseRange(6, 12, 2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 

@@ -35,6 +35,22 @@ TEST(LocalGroups, AreTheMeshGroupsWithTheirInverse) {
   }
 }
 
+TEST(LocalWorld, CoordinatesAndLocalRanksOfEveryRankMatchTheMesh) {
+  const DeviceMesh m = DeviceMesh::from_ranks(V{2, 3, 2}, V{10, 4, 7, 0, 2, 9, 1, 3, 5, 6, 8, 11}, Names{"dp", "cp", "tp"},
+                                              {.world_size = 14});
+  LocalWorld w(14);
+  const auto coords = w.coordinates(m);
+  ASSERT_EQ(coords.size(), 3u);
+  for (int64_t r = 0; r < 14; ++r) {
+    const auto c = m.coordinate(r);
+    for (int d = 0; d < 3; ++d) {
+      EXPECT_EQ(coords[static_cast<std::size_t>(d)].at(r), c ? (*c)[static_cast<std::size_t>(d)] : -1) << r << " dim " << d;
+      if (c) EXPECT_EQ(coords[static_cast<std::size_t>(d)].at(r), *m.local_rank(r, d)) << r;
+    }
+  }
+  EXPECT_THROW(LocalWorld(4).local_ranks(LocalGroups(m, 0)), OutOfRange);
+}
+
 TEST(LocalWorld, AllReduceIsStoredOncePerGroupAndMatchesByHand) {
   const DeviceMesh m = DeviceMesh::init({4, 8}, Names{"dp", "tp"});
   LocalWorld w(32);

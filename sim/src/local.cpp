@@ -39,6 +39,27 @@ std::optional<std::pair<int64_t, int64_t>> LocalGroups::of(int64_t rank) const {
   return std::pair<int64_t, int64_t>{s / size_, s % size_};
 }
 
+LocalValue<int64_t> LocalWorld::local_ranks(const LocalGroups& groups) const {
+  std::vector<int64_t> v(static_cast<std::size_t>(world_), -1);
+  for (int64_t g = 0; g < groups.count(); ++g) {
+    std::span<const int64_t> members = groups.group(g);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (members[i] < 0 || members[i] >= world_) {
+        throw OutOfRange("local_ranks: rank " + std::to_string(members[i]) + " of dim " + groups.name() +
+                         " is outside the local world of " + std::to_string(world_));
+      }
+      v[static_cast<std::size_t>(members[i])] = static_cast<int64_t>(i);
+    }
+  }
+  return LocalValue<int64_t>::dense(std::move(v));
+}
+
+std::vector<LocalValue<int64_t>> LocalWorld::coordinates(const DeviceMesh& mesh) const {
+  std::vector<LocalValue<int64_t>> out;
+  for (int d = 0; d < mesh.ndim(); ++d) out.push_back(local_ranks(LocalGroups(mesh, d)));
+  return out;
+}
+
 LocalWorld::LocalWorld(int64_t world) : world_(world) {
   if (world < 1) throw InvalidArgument("local world size " + std::to_string(world) + " is not >= 1");
   if (world > kMaxLocalWorld) {

@@ -173,6 +173,11 @@ class LocalWorld {
   template <typename T>
   LocalBuffers<T> all_to_all(const LocalGroups& groups, const LocalBuffers<T>& in,
                              const LocalCall& call = {});
+  // local_ranks: every rank's index in its group of `groups` (its local rank along that dim,
+  // which is also its coordinate there); -1 for ranks outside the mesh. O(world).
+  LocalValue<int64_t> local_ranks(const LocalGroups& groups) const;
+  // coordinates: every rank's coordinate in `mesh`, one LocalValue per dim (-1 outside).
+  std::vector<LocalValue<int64_t>> coordinates(const DeviceMesh& mesh) const;
   // world_groups is the one group of every rank, in rank order.
   std::shared_ptr<const LocalGroups> world_groups() const { return world_groups_; }
 
