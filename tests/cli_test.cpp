@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "meshsim/store.hpp"
@@ -270,6 +271,42 @@ TEST(CliLaunch, AProcessThatDiesMidRunIsNamedByTheOthersNotAHang) {
     EXPECT_NE(out.find(other + " FAILED rank " + rank + " [" + kind + "]"), std::string::npos) << out;
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15)) << out;
   }
+}
+
+TEST(CliLaunch, AProcessKilledWithSigkillMidCollectiveIsNamedByItsPeers) {
+  // Rank 1 stalls (the others wait for it inside a collective); the test then kills it with
+  // SIGKILL, as an OOM killer or a lost node would. Its store connection drops, the server
+  // publishes its will, and the waiting ranks name it long before their 60 s deadline.
+  char dir_template[] = "/tmp/meshsim-kill-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string cmd = std::string(MESHSIM_EXE) + " launch -n 3 -- sh -c 'echo $$ > " + dir +
+                          "/pid.$MESHSIM_RANK; exec " + std::string(MESHSIM_EXE) +
+                          " run --backend gloo --mesh dp=3 --timeout 60 --fault stall@1' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  pid_t victim = 0;
+  for (int i = 0; i < 200 && victim == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(dir + "/pid.1");
+    in >> victim;
+  }
+  ASSERT_GT(victim, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the others are in the collective
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  pclose(p);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << out;
+  EXPECT_NE(out.find("[rank 0] FAILED rank 1 [exit]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 2] FAILED rank 1 [exit]"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 was killed by signal 9"), std::string::npos) << out;
+  std::remove((dir + "/pid.0").c_str());
+  std::remove((dir + "/pid.1").c_str());
+  std::remove((dir + "/pid.2").c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST(CliLaunch, TorchrunStyleVariablesSetByHandWork) {
