@@ -144,33 +144,9 @@ struct FiberBackend::State {
 
   // stall: every unfinished rank waits in a collective that nothing can complete any more.
   Diagnosis stall() const {
-    std::vector<WaitInfo> ws = reg.waits();
-    std::set<int64_t> waiting, missing;
-    for (const WaitInfo& w : ws) {
-      waiting.insert(w.rank);
-      missing.insert(w.missing.begin(), w.missing.end());
-    }
-    std::vector<int64_t> culprits;
-    for (int64_t m : missing) {
-      if (!waiting.count(m)) culprits.push_back(m);
-    }
-    if (culprits.empty()) culprits.assign(missing.begin(), missing.end());
-    if (culprits.empty()) culprits.assign(waiting.begin(), waiting.end());
-    Diagnosis d;
-    d.kind = "stall";
-    d.ranks = culprits;
-    d.waiting.assign(waiting.begin(), waiting.end());
-    d.missing.assign(missing.begin(), missing.end());
-    d.message = "stall: every unfinished rank waits in a collective that cannot complete (local mode: "
-                "nothing else can happen); ranks " + rank_list(d.missing) + " never arrived";
-    std::size_t shown = 0;
-    for (const WaitInfo& w : ws) {
-      if (shown++ == 16) {
-        d.message += "; ... " + std::to_string(ws.size() - 16) + " more waiting ranks";
-        break;
-      }
-      d.message += "; " + w.to_string();
-    }
+    Diagnosis d = stall_diagnosis(reg.waits(), "every unfinished rank waits in a collective that cannot complete "
+                                               "(local mode: nothing else can happen)");
+    if (d.ranks.empty()) d.ranks = d.waiting;
     return d;
   }
 };
@@ -326,9 +302,10 @@ class FiberCommunicator final : public Communicator {
         s_->reg.throw_aborted();
       }
     } else {
-      std::vector<int64_t> culprits;
-      if (std::string msg = mismatch(slot, seq, culprits); !msg.empty()) {
-        owner_->abort(Diagnosis{"mismatch", culprits, msg, {}, {}});
+      std::vector<CollectiveDesc> descs;
+      for (const Arrival& a : slot.at) descs.push_back(a.desc);
+      if (auto dg = detail::mismatch_diagnosis(descs, g_->info->ranks, seq)) {
+        owner_->abort(*dg);
         s_->reg.leave(global(me_));
         leave_slot();
         s_->reg.throw_aborted();
@@ -339,34 +316,6 @@ class FiberCommunicator final : public Communicator {
     }
     leave_slot();
     finish();
-  }
-
-  // mismatch names the ranks whose description is held by fewer ranks than the most common one
-  // (on a tie, every rank involved); empty when every member called the same.
-  std::string mismatch(const Slot& slot, uint64_t seq, std::vector<int64_t>& culprits) const {
-    std::vector<std::pair<CollectiveDesc, std::vector<int64_t>>> kinds;
-    for (std::size_t r = 0; r < slot.at.size(); ++r) {
-      auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == slot.at[r].desc; });
-      if (it == kinds.end()) {
-        kinds.push_back({slot.at[r].desc, {}});
-        it = kinds.end() - 1;
-      }
-      it->second.push_back(global(static_cast<int>(r)));
-    }
-    if (kinds.size() == 1) return "";
-    std::size_t most = 0;
-    for (const auto& k : kinds) most = std::max(most, k.second.size());
-    std::size_t holders = 0;
-    for (const auto& k : kinds) holders += k.second.size() == most;
-    std::string msg = "collective mismatch at #" + std::to_string(seq) + " of group " + rank_list(g_->info->ranks) + ":";
-    for (const auto& [d, ranks] : kinds) {
-      msg += " rank" + std::string(ranks.size() > 1 ? "s " : " ") +
-             (ranks.size() > 1 ? rank_list(ranks) : std::to_string(ranks[0])) + " called " + d.to_string() + ";";
-      if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
-    }
-    std::sort(culprits.begin(), culprits.end());
-    msg.pop_back();
-    return msg;
   }
 
   void p2p(const CollectiveDesc& d, const void* in, void* out, int src, int dst, uint64_t nth) {

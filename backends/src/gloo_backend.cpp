@@ -418,47 +418,17 @@ class GlooCommunicator final : public Communicator {
   // verify all-gathers every member's description of this collective and fails on a mismatch
   // naming the ranks that differ from the majority.
   void verify(const CollectiveDesc& d) {
-    const int64_t mine[5] = {static_cast<int64_t>(d.op), static_cast<int64_t>(d.dtype), d.count, d.root,
-                             static_cast<int64_t>(d.reduce)};
+    int64_t mine[detail::kDescWords];
+    detail::encode_desc(d, mine);
     const auto n = static_cast<std::size_t>(size());
-    std::vector<int64_t> all(5 * n);
+    std::vector<int64_t> all(detail::kDescWords * n);
     gather_bytes(mine, all.data(), sizeof mine);
-    auto desc_of = [&](std::size_t r) {
-      const int64_t* p = all.data() + 5 * r;
-      CollectiveDesc x;
-      x.op = static_cast<CollectiveOp>(p[0]);
-      x.dtype = static_cast<DType>(p[1]);
-      x.count = p[2];
-      x.root = static_cast<int>(p[3]);
-      x.reduce = static_cast<ReduceOp>(p[4]);
-      return x;
-    };
-    bool same = true;
-    for (std::size_t r = 1; r < n && same; ++r) same = std::equal(all.begin(), all.begin() + 5, all.begin() + 5 * static_cast<std::ptrdiff_t>(r));
-    if (same) return;
-    std::vector<std::pair<CollectiveDesc, std::size_t>> counts;
-    for (std::size_t r = 0; r < n; ++r) {
-      const CollectiveDesc x = desc_of(r);
-      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == x; });
-      if (it == counts.end()) counts.push_back({x, 1});
-      else ++it->second;
+    std::vector<CollectiveDesc> descs;
+    for (std::size_t r = 0; r < n; ++r) descs.push_back(detail::decode_desc(all.data() + detail::kDescWords * r));
+    if (auto dg = detail::mismatch_diagnosis(descs, info_->ranks, seq_)) {
+      owner_->abort(*dg);
+      throw MismatchError(dg->message);
     }
-    const CollectiveDesc ref = std::max_element(counts.begin(), counts.end(), [](const auto& a, const auto& b) {
-                                 return a.second < b.second;
-                               })->first;
-    std::vector<int64_t> odd;
-    std::string theirs;
-    for (std::size_t r = 0; r < n; ++r) {
-      const CollectiveDesc x = desc_of(r);
-      if (x == ref) continue;
-      odd.push_back(info_->ranks[r]);
-      if (theirs.empty()) theirs = x.to_string();
-    }
-    const std::string msg = "collective mismatch at #" + std::to_string(seq_) + " of group " +
-                            rank_list(info_->ranks) + ": rank" + (odd.size() > 1 ? "s " + rank_list(odd) : " " + std::to_string(odd[0])) +
-                            " called " + theirs + ", the others called " + ref.to_string();
-    owner_->abort(Diagnosis{"mismatch", odd, msg, {}, {}});
-    throw MismatchError(msg);
   }
 
   void enter(const CollectiveDesc& d) {

@@ -364,51 +364,25 @@ class NcclCommunicator final : public Communicator {
   // ranks that differ from the majority.
   void verify(const CollectiveDesc& d, Clock::time_point deadline) {
     NcclApi& api = *h_->api;
-    const int64_t mine[5] = {static_cast<int64_t>(d.op), static_cast<int64_t>(d.dtype), d.count, d.root,
-                             static_cast<int64_t>(d.reduce)};
+    int64_t mine[detail::kDescWords];
+    detail::encode_desc(d, mine);
     const auto n = static_cast<std::size_t>(size());
     void* di = h_->dev_in.get(sizeof mine);
     void* dout = h_->dev_out.get(sizeof mine * n);
     api.copy_to_device(di, h_->stage_in(mine, sizeof mine), sizeof mine, h_->stream);
-    api.all_gather(di, dout, 5, DType::kInt64, h_->comm, h_->stream);
+    api.all_gather(di, dout, detail::kDescWords, DType::kInt64, h_->comm, h_->stream);
     api.copy_to_host(h_->stage_out(sizeof mine * n), dout, sizeof mine * n, h_->stream);
     wait(d, deadline);
-    std::vector<int64_t> all(5 * n);
-    std::memcpy(all.data(), h_->host_out.data(), sizeof mine * n);
-    auto desc_of = [&](std::size_t r) {
-      const int64_t* p = all.data() + 5 * r;
-      CollectiveDesc x;
-      x.op = static_cast<CollectiveOp>(p[0]);
-      x.dtype = static_cast<DType>(p[1]);
-      x.count = p[2];
-      x.root = static_cast<int>(p[3]);
-      x.reduce = static_cast<ReduceOp>(p[4]);
-      return x;
-    };
-    std::vector<std::pair<CollectiveDesc, std::size_t>> counts;
+    std::vector<CollectiveDesc> descs;
     for (std::size_t r = 0; r < n; ++r) {
-      const CollectiveDesc x = desc_of(r);
-      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == x; });
-      if (it == counts.end()) counts.push_back({x, 1});
-      else ++it->second;
+      int64_t words[detail::kDescWords];
+      std::memcpy(words, h_->host_out.data() + sizeof mine * r, sizeof mine);
+      descs.push_back(detail::decode_desc(words));
     }
-    if (counts.size() == 1) return;
-    const CollectiveDesc ref =
-        std::max_element(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second < b.second; })
-            ->first;
-    std::vector<int64_t> odd;
-    std::string theirs;
-    for (std::size_t r = 0; r < n; ++r) {
-      const CollectiveDesc x = desc_of(r);
-      if (x == ref) continue;
-      odd.push_back(info_->ranks[r]);
-      if (theirs.empty()) theirs = x.to_string();
+    if (auto dg = detail::mismatch_diagnosis(descs, info_->ranks, seq_)) {
+      owner_->abort(*dg);
+      throw MismatchError(dg->message);
     }
-    const std::string msg = "collective mismatch at #" + std::to_string(seq_) + " of group " + rank_list(info_->ranks) +
-                            ": rank" + (odd.size() > 1 ? "s " + rank_list(odd) : " " + std::to_string(odd[0])) +
-                            " called " + theirs + ", the others called " + ref.to_string();
-    owner_->abort(Diagnosis{"mismatch", odd, msg, {}, {}});
-    throw MismatchError(msg);
   }
 
   std::shared_ptr<NcclBackend::State> s_;

@@ -1,6 +1,7 @@
 #include "rank_registry.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "meshsim/error.hpp"
 
@@ -32,6 +33,39 @@ std::optional<Diagnosis> decode_diagnosis(const std::string& text) {
     i = j + 1;
   }
   d.message = text.substr(b + 1);
+  return d;
+}
+
+Diagnosis stall_diagnosis(const std::vector<WaitInfo>& waits, const std::string& why, const std::string& extra) {
+  std::set<int64_t> waiting, missing;
+  for (const WaitInfo& w : waits) {
+    waiting.insert(w.rank);
+    missing.insert(w.missing.begin(), w.missing.end());
+  }
+  std::vector<int64_t> culprits;
+  for (int64_t r : missing) {
+    if (!waiting.count(r)) culprits.push_back(r);
+  }
+  if (culprits.empty()) culprits.assign(missing.begin(), missing.end());
+  Diagnosis d;
+  d.kind = "stall";
+  d.ranks = culprits;
+  d.waiting.assign(waiting.begin(), waiting.end());
+  d.missing.assign(missing.begin(), missing.end());
+  d.message = "stall: " + why + "; ranks " + detail::rank_list(d.missing, 32) + " never arrived";
+  if (!culprits.empty() && culprits.size() < missing.size()) {
+    d.message += " (rank" + std::string(culprits.size() > 1 ? "s " : " ") + detail::rank_list(culprits, 32) +
+                 " waits in no collective)";
+  }
+  std::size_t shown = 0;
+  for (const WaitInfo& w : waits) {
+    if (shown++ == 16) {
+      d.message += "; ... " + std::to_string(waits.size() - 16) + " more waiting ranks";
+      break;
+    }
+    d.message += "; " + w.to_string();
+  }
+  if (!extra.empty()) d.message += "; " + extra;
   return d;
 }
 
@@ -98,6 +132,52 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
     }
   }
   return std::nullopt;
+}
+
+void encode_desc(const CollectiveDesc& d, int64_t* out) {
+  out[0] = static_cast<int64_t>(d.op);
+  out[1] = static_cast<int64_t>(d.dtype);
+  out[2] = d.count;
+  out[3] = d.root;
+  out[4] = static_cast<int64_t>(d.reduce);
+}
+
+CollectiveDesc decode_desc(const int64_t* in) {
+  CollectiveDesc d;
+  d.op = static_cast<CollectiveOp>(in[0]);
+  d.dtype = static_cast<DType>(in[1]);
+  d.count = in[2];
+  d.root = static_cast<int>(in[3]);
+  d.reduce = static_cast<ReduceOp>(in[4]);
+  return d;
+}
+
+std::optional<Diagnosis> mismatch_diagnosis(const std::vector<CollectiveDesc>& descs,
+                                            const std::vector<int64_t>& group, uint64_t seq) {
+  std::vector<std::pair<CollectiveDesc, std::vector<int64_t>>> kinds;
+  for (std::size_t r = 0; r < descs.size(); ++r) {
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == descs[r]; });
+    if (it == kinds.end()) {
+      kinds.push_back({descs[r], {}});
+      it = kinds.end() - 1;
+    }
+    it->second.push_back(group[r]);
+  }
+  if (kinds.size() <= 1) return std::nullopt;
+  std::size_t most = 0;
+  for (const auto& k : kinds) most = std::max(most, k.second.size());
+  std::size_t holders = 0;
+  for (const auto& k : kinds) holders += k.second.size() == most;
+  std::vector<int64_t> culprits;
+  std::string msg = "collective mismatch at #" + std::to_string(seq) + " of group " + rank_list(group) + ":";
+  for (const auto& [d, ranks] : kinds) {
+    msg += " rank" + std::string(ranks.size() > 1 ? "s " : " ") +
+           (ranks.size() > 1 ? rank_list(ranks) : std::to_string(ranks[0])) + " called " + d.to_string() + ";";
+    if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
+  }
+  std::sort(culprits.begin(), culprits.end());
+  msg.pop_back();
+  return Diagnosis{"mismatch", culprits, msg, {}, {}};
 }
 
 RankRegistry::RankRegistry(int64_t world, int64_t first, int64_t count)

@@ -49,6 +49,18 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
 // lookup_key reads `key` without waiting; nullopt when absent or the store is unreachable.
 std::optional<std::string> lookup_key(Store& store, const std::string& key);
 
+// The wire form of a CollectiveDesc for the agreement check (op, dtype, count, root, reduce).
+inline constexpr std::size_t kDescWords = 5;
+void encode_desc(const CollectiveDesc& d, int64_t* out);
+CollectiveDesc decode_desc(const int64_t* in);
+
+// mismatch_diagnosis: when the members of `group` (global ranks, in group order) did not all
+// call the same collective #seq (`descs`, one per member), the "mismatch" diagnosis naming the
+// ranks whose description is held by fewer ranks than the most common one (on a tie, every
+// rank involved) and every description; nullopt when they agree.
+std::optional<Diagnosis> mismatch_diagnosis(const std::vector<CollectiveDesc>& descs,
+                                            const std::vector<int64_t>& group, uint64_t seq);
+
 class RankRegistry {
  public:
   using Clock = std::chrono::steady_clock;

@@ -39,40 +39,10 @@ struct Fnv {
   }
 };
 
-// stall_diagnosis explains what every blocked rank waits for; the ranks at fault are those
-// missing from some collective while waiting in none (on a cycle, every missing rank).
 Diagnosis stall_diagnosis(const SpmdBackend& backend, std::chrono::milliseconds timeout,
                           const std::string& extra) {
-  std::vector<WaitInfo> waits = backend.waits();
-  std::set<int64_t> waiting, missing;
-  for (const WaitInfo& w : waits) {
-    waiting.insert(w.rank);
-    missing.insert(w.missing.begin(), w.missing.end());
-  }
-  std::vector<int64_t> culprits;
-  for (int64_t r : missing) {
-    if (!waiting.count(r)) culprits.push_back(r);
-  }
-  if (culprits.empty()) culprits.assign(missing.begin(), missing.end());
-  Diagnosis d;
-  d.kind = "stall";
-  d.ranks = culprits;
-  d.waiting.assign(waiting.begin(), waiting.end());
-  d.missing.assign(missing.begin(), missing.end());
-  d.message = "stall: no progress for " + std::to_string(timeout.count()) + " ms; ranks " +
-              list(d.missing) + " never arrived";
-  if (!culprits.empty() && culprits.size() < missing.size()) d.message += " (rank" +
-      std::string(culprits.size() > 1 ? "s " : " ") + list(culprits) + " waits in no collective)";
-  std::size_t shown = 0;
-  for (const WaitInfo& w : waits) {
-    if (shown++ == 16) {
-      d.message += "; ... " + std::to_string(waits.size() - 16) + " more waiting ranks";
-      break;
-    }
-    d.message += "; " + w.to_string();
-  }
-  if (!extra.empty()) d.message += "; " + extra;
-  return d;
+  return meshsim::stall_diagnosis(backend.waits(), "no progress for " + std::to_string(timeout.count()) + " ms",
+                                  extra);
 }
 
 // RankExited unwinds a rank thread that exit_abruptly ended (not an std::exception, so user code

@@ -55,6 +55,12 @@ struct WaitInfo {
 std::string encode_diagnosis(const Diagnosis& d);
 std::optional<Diagnosis> decode_diagnosis(const std::string& text);
 
+// stall_diagnosis explains what every blocked rank waits for ("stall: <why>; ranks [..] never
+// arrived; <each wait>; <extra>"); the ranks at fault are those missing from some collective
+// while waiting in none (on a cycle, every missing rank; with no missing rank known, the waiting
+// ones).
+Diagnosis stall_diagnosis(const std::vector<WaitInfo>& waits, const std::string& why, const std::string& extra = "");
+
 class SpmdBackend : public Backend {
  public:
   // abort records `d` if no diagnosis was recorded before (returns whether it was) and wakes
