@@ -586,30 +586,13 @@ class GlooCommunicator final : public Communicator {
 }  // namespace
 
 GlooBackend::GlooBackend(Options options) {
-  if (options.world_size < 1) {
-    throw InvalidArgument("gloo backend: world size " + std::to_string(options.world_size) + " is not >= 1");
-  }
-  if (options.local_ranks == 0 && options.first_rank == 0) options.local_ranks = options.world_size;
-  if (options.first_rank < 0 || options.local_ranks < 1 || options.first_rank > options.world_size ||
-      options.local_ranks > options.world_size - options.first_rank) {
-    throw OutOfRange("gloo backend: ranks [" + std::to_string(options.first_rank) + ", " +
-                     std::to_string(options.first_rank) + " + " + std::to_string(options.local_ranks) +
-                     ") are not within the world of " + std::to_string(options.world_size));
-  }
+  detail::check_placement("gloo", options.world_size, options.first_rank, &options.local_ranks, options.timeout,
+                          &options.store);
   if (options.local_ranks > kMaxThreadRanks) {
     throw InvalidArgument("gloo backend: " + std::to_string(options.local_ranks) +
                           " rank threads in one process is over the " + std::to_string(kMaxThreadRanks) +
                           " supported (each pair of ranks holds two sockets, and connecting grows as n^2 "
                           "binds); run several processes with `meshsim launch`");
-  }
-  if (options.timeout.count() <= 0) {
-    throw InvalidArgument("gloo backend: timeout " + std::to_string(options.timeout.count()) + " ms is not > 0");
-  }
-  if (!options.store) {
-    if (options.local_ranks != options.world_size) {
-      throw InvalidArgument("gloo backend: ranks of several processes need a shared store (Options::store)");
-    }
-    options.store = std::make_shared<InProcessStore>();
   }
   // A peer that closed its end makes Gloo's writes raise SIGPIPE, whose default action kills
   // the process: ignore it (the write then fails with EPIPE, which Gloo reports as an error),

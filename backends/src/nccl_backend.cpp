@@ -401,30 +401,13 @@ NcclBackend::NcclBackend(Options options) {
     throw FailedPrecondition("nccl backend: no NCCL in this build (configure with -DMESHSIM_WITH_NCCL=ON), "
                              "and no NcclApi was given");
   }
-  if (options.world_size < 1) {
-    throw InvalidArgument("nccl backend: world size " + std::to_string(options.world_size) + " is not >= 1");
-  }
-  if (options.local_ranks == 0 && options.first_rank == 0) options.local_ranks = options.world_size;
-  if (options.first_rank < 0 || options.local_ranks < 1 || options.first_rank > options.world_size ||
-      options.local_ranks > options.world_size - options.first_rank) {
-    throw OutOfRange("nccl backend: ranks [" + std::to_string(options.first_rank) + ", " +
-                     std::to_string(options.first_rank) + " + " + std::to_string(options.local_ranks) +
-                     ") are not within the world of " + std::to_string(options.world_size));
-  }
-  if (options.timeout.count() <= 0) {
-    throw InvalidArgument("nccl backend: timeout " + std::to_string(options.timeout.count()) + " ms is not > 0");
-  }
+  detail::check_placement("nccl", options.world_size, options.first_rank, &options.local_ranks, options.timeout,
+                          &options.store);
   const int devices = options.api->device_count();
   if (options.first_device < 0 || options.local_ranks > devices - options.first_device) {
     throw FailedPrecondition("nccl backend: " + std::to_string(options.local_ranks) + " rank" +
                              (options.local_ranks == 1 ? "" : "s") + " from GPU " + std::to_string(options.first_device) +
                              " need one GPU each; " + options.api->name() + " sees " + std::to_string(devices));
-  }
-  if (!options.store) {
-    if (options.local_ranks != options.world_size) {
-      throw InvalidArgument("nccl backend: ranks of several processes need a shared store (Options::store)");
-    }
-    options.store = std::make_shared<InProcessStore>();
   }
   s_ = std::make_shared<State>(options);
   s_->world.resize(static_cast<std::size_t>(options.local_ranks));

@@ -134,6 +134,22 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
   return std::nullopt;
 }
 
+void check_placement(const char* backend, int64_t world, int64_t first, int64_t* local,
+                     std::chrono::milliseconds timeout, std::shared_ptr<Store>* store) {
+  const std::string who = std::string(backend) + " backend: ";
+  if (world < 1) throw InvalidArgument(who + "world size " + std::to_string(world) + " is not >= 1");
+  if (*local == 0 && first == 0) *local = world;
+  if (first < 0 || *local < 1 || first > world || *local > world - first) {
+    throw OutOfRange(who + "ranks [" + std::to_string(first) + ", " + std::to_string(first) + " + " +
+                     std::to_string(*local) + ") are not within the world of " + std::to_string(world));
+  }
+  if (timeout.count() <= 0) throw InvalidArgument(who + "timeout " + std::to_string(timeout.count()) + " ms is not > 0");
+  if (!*store) {
+    if (*local != world) throw InvalidArgument(who + "ranks of several processes need a shared store (Options::store)");
+    *store = std::make_shared<InProcessStore>();
+  }
+}
+
 void encode_desc(const CollectiveDesc& d, int64_t* out) {
   out[0] = static_cast<int64_t>(d.op);
   out[1] = static_cast<int64_t>(d.dtype);

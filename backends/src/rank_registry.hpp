@@ -49,6 +49,13 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
 // lookup_key reads `key` without waiting; nullopt when absent or the store is unreachable.
 std::optional<std::string> lookup_key(Store& store, const std::string& key);
 
+// check_placement validates a transport backend's options: world >= 1, the ranks run here
+// [first, first + *local) within it (*local 0 with first 0 becomes the whole world), a positive
+// timeout, and a store shared by the processes when not every rank runs here (*store null
+// becomes an InProcessStore for rank threads).
+void check_placement(const char* backend, int64_t world, int64_t first, int64_t* local,
+                     std::chrono::milliseconds timeout, std::shared_ptr<Store>* store);
+
 // The wire form of a CollectiveDesc for the agreement check (op, dtype, count, root, reduce).
 inline constexpr std::size_t kDescWords = 5;
 void encode_desc(const CollectiveDesc& d, int64_t* out);
