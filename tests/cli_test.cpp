@@ -250,12 +250,31 @@ TEST(CliLaunch, GlooRanksAsProcessesPassAndEachReportsItsGroups) {
   auto [status, out] = launch_output("-n 4 -- " + std::string(MESHSIM_EXE) +
                                      " run --backend gloo --mesh dp=2,tp=2 --timeout 20");
   ASSERT_EQ(status, 0) << out;
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 1; r < 4; ++r) {
     EXPECT_NE(out.find("[rank " + std::to_string(r) + "] meshsim run: rank " + std::to_string(r) + " of 4"),
               std::string::npos) << out;
   }
+  EXPECT_NE(out.find("[rank 0] meshsim run: 4 ranks over the gloo backend, one per process"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 0]     tp: 2 groups of 2 [0 1] [2 3]"), std::string::npos) << out;
   EXPECT_NE(out.find("[rank 3]     tp: 2 groups of 2 [2 3]"), std::string::npos) << out;
   EXPECT_NE(out.find("[rank 1]     dp: 2 groups of 2 [1 3]"), std::string::npos) << out;
+  // Rank 0 gathers every rank's view through the store: its JSON report is the threaded run's
+  // (but for the backend and the time).
+  for (const std::string args : {"--mesh dp=2,tp=2", "--mesh dp=2,cp=2,tp=2 --slice dp,tp --flatten"}) {
+    int st = -1;
+    Json t = run_json(args, &st);
+    ASSERT_EQ(st, 0) << t;
+    auto [code, lines] = launch_output("-n " + std::to_string(t["world_size"].get<int>()) + " -- " +
+                                       std::string(MESHSIM_EXE) + " run --backend gloo --format json " + args);
+    ASSERT_EQ(code, 0) << lines;
+    const auto at = lines.find("[rank 0] {");
+    ASSERT_NE(at, std::string::npos) << lines;
+    const Json g = Json::parse(lines.substr(at + 9, lines.find('\n', at) - at - 9));
+    EXPECT_FALSE(g.contains("rank"));
+    for (const char* k : {"ok", "world_size", "meshes", "checks", "collectives", "failures"}) {
+      EXPECT_EQ(t[k], g[k]) << args << ": " << k;
+    }
+  }
 }
 
 TEST(CliLaunch, AProcessThatDiesMidRunIsNamedByTheOthersNotAHang) {
@@ -324,7 +343,9 @@ TEST(CliLaunch, TorchrunStyleVariablesSetByHandWork) {
   for (const std::string& l : r.lines) {
     Json j = Json::parse(l);
     EXPECT_TRUE(j["ok"].get<bool>()) << l;
-    ranks.insert(j["rank"].get<int64_t>());
+    // Ranks 1..3 report their own groups; rank 0 reports the whole job.
+    ranks.insert(j.contains("rank") ? j["rank"].get<int64_t>() : 0);
+    if (!j.contains("rank")) EXPECT_EQ(j["checks"], 24) << l;
   }
   EXPECT_EQ(ranks, (std::set<int64_t>{0, 1, 2, 3}));
 }

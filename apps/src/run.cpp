@@ -108,6 +108,8 @@ struct Outcome {
   double seconds = 0;
   // seen[mesh][dim]: the groups as gathered over the backend, in m.groups(d) order (when ok).
   std::vector<std::vector<std::vector<std::vector<int64_t>>>> seen;
+  // own: a launched rank's report of its own groups only (rank 0 reports the whole job).
+  bool own = false;
 };
 
 // Job is what both backends run: the recipe, the meshes it makes, the planted faults.
@@ -280,11 +282,41 @@ Outcome run_threaded(const Job& job) {
   out.collectives = report.collectives;
   out.seconds = report.seconds;
   if (job.launched) {
-    // One rank of a launched job: its own groups only (the other processes report theirs).
+    // One rank of a launched job. Each rank publishes what it saw; after the final barrier rank 0
+    // reads every rank's and reports the whole job as a threaded run would; the others report
+    // their own groups.
     const int64_t me = job.launched->rank;
+    const std::string result_key = job.prefix + "/result/";
+    if (out.ok) {
+      try {
+        const Json mine{{"checks", checks_passed}, {"collectives", report.collectives},
+                        {"seen", gathered[static_cast<std::size_t>(me)]}};
+        job.store->set(result_key + std::to_string(me), mine.dump());
+      } catch (const Error& e) {
+        out.ok = false;
+        out.failures.push_back(Diagnosis{"error", {me}, std::string("rank ") + std::to_string(me) +
+                                         " could not publish its result: " + e.what(), {}, {}});
+      }
+    }
     finish_launched(job, out);
     report.backend_keepalive.reset();  // every rank is past its collectives: close connections now
-    if (out.ok) {
+    if (out.ok && me == 0) {
+      try {
+        out.checks = 0;
+        out.collectives = 0;
+        for (int64_t r = 0; r < world; ++r) {
+          const Json j = Json::parse(job.store->get(result_key + std::to_string(r), job.timeout));
+          out.checks += j.at("checks").get<int64_t>();
+          out.collectives += j.at("collectives").get<int64_t>();
+          gathered[static_cast<std::size_t>(r)] = j.at("seen").get<std::vector<std::vector<std::vector<int64_t>>>>();
+        }
+      } catch (const std::exception& e) {
+        out.ok = false;
+        out.failures.push_back(Diagnosis{"error", {me}, std::string("rank 0 could not read every rank's result: ") +
+                                         e.what(), {}, {}});
+      }
+    } else if (out.ok) {
+      out.own = true;
       const auto& mine = gathered[static_cast<std::size_t>(me)];
       for (std::size_t i = 0; i < job.meshes.size(); ++i) {
         std::vector<std::vector<std::vector<int64_t>>> dims;
@@ -294,8 +326,10 @@ Outcome run_threaded(const Job& job) {
         }
         out.seen.push_back(std::move(dims));
       }
+      return out;
     }
-    return out;
+    if (!out.ok) return out;
+    // Rank 0 of a launched run that passed: every rank's view is gathered, as in a threaded run.
   }
   if (report.ok) {
     for (std::size_t i = 0; i < job.meshes.size(); ++i) {
@@ -465,7 +499,7 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     j["ok"] = r.ok;
     j["backend"] = o.backend;
     j["world_size"] = world;
-    if (job.launched) j["rank"] = job.launched->rank;  // one rank's report: its own groups only
+    if (r.own) j["rank"] = job.launched->rank;  // one launched rank's report: its own groups only
     Json ms = Json::array();
     for (std::size_t i = 0; i < meshes.size(); ++i) {
       const DeviceMesh& m = meshes[i];
@@ -496,9 +530,12 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     j["failures"] = fs;
     out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
   } else {
-    if (job.launched) {
+    if (r.own) {
       out << "meshsim run: rank " << job.launched->rank << " of " << world << " over the " << o.backend
-          << " backend (launched by " << job.launched->launcher << ")";
+          << " backend (launched by " << job.launched->launcher << "; its own groups)";
+    } else if (job.launched) {
+      out << "meshsim run: " << world << " ranks over the " << o.backend << " backend, one per process (launched by "
+          << job.launched->launcher << "; rank " << job.launched->rank << " reports)";
     } else {
       out << "meshsim run: " << world << " ranks over the " << o.backend << " backend";
     }
@@ -520,7 +557,7 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
       }
     }
     int64_t expected = job.expected_checks;
-    if (job.launched) {
+    if (r.own || (job.launched && !r.ok)) {
       expected = 0;  // this rank's own checks
       for (const DeviceMesh& m : meshes) expected += m.contains(job.launched->rank) ? 3 * m.ndim() : 0;
     }
