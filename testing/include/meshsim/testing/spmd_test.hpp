@@ -10,8 +10,10 @@
 //     ASSERT_EQ(tp.global_ranks(), *mesh.group_of(ctx.rank(), 1));  // fatal: stops all
 //   }
 //
-// registers `TpGroups.MatchTheMesh/threaded` and `TpGroups.MatchTheMesh/gloo` (Gloo over loopback
-// TCP, rank threads sharing one device), one instance per backend this build has. In CMake, `meshsim_discover_spmd_tests(target)` (from
+// registers `TpGroups.MatchTheMesh/threaded`, `/gloo` (Gloo over loopback TCP, rank threads
+// sharing one device), `/local` (every rank a fiber of one thread) and, in builds with NCCL,
+// `/nccl` (one GPU per rank; skipped, saying why, when there are fewer GPUs than ranks): one
+// instance per backend this build has. In CMake, `meshsim_discover_spmd_tests(target)` (from
 // find_package(meshsim COMPONENTS testing)) gives each backend's instances the ctest label of
 // the backend, so `ctest -L threaded` runs them.
 //
