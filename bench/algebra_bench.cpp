@@ -5,7 +5,9 @@
 
 #include "alloc_counter.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <new>
 #include <sstream>
@@ -83,6 +85,90 @@ void BM_QueryThroughput(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * 4);
 }
+
+// Table/<op>: issue 15's table, on the Python reference's own inputs (CUTLASS pycute, CuTe's
+// convention). Each row records the reference's figures measured on this machine next to ours:
+//   python_ns / cute_ns  the Python reference and CuTe with run-time integers (recorded);
+//   vs_python            python_ns / our time (the target is >= 100);
+//   vs_cute              our time / cute_ns (CuTe checks nothing: a floor, not a target).
+const Layout kT_Coalesce = parse_layout("(2,4,8):(32,8,1)");
+const Layout kT_Complement = parse_layout("(2,):(4,)");
+const Layout kT_ComposeA = parse_layout("(4,2):(2,1)");
+const Layout kT_ComposeB = parse_layout("2:1");
+const Layout kT_Compose8 = parse_layout("8:1");
+const Layout kT_Compose222 = parse_layout("(2,2,2):(4,2,1)");
+const Layout kT_DivideA = parse_layout("(4,8):(8,1)");
+const Layout kT_DivideB = parse_layout("2:1");
+const IntTuple kT_Coord = IntTuple(37);
+
+template <typename F>
+void table_row(benchmark::State& state, double python_ns, double cute_ns, F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  run(state, std::forward<F>(f));
+  const double ours = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+                      static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  state.counters["ns"] = ours;
+  state.counters["python_ns"] = python_ns;
+  state.counters["cute_ns"] = cute_ns;
+  state.counters["vs_python"] = python_ns / ours;
+  state.counters["vs_cute"] = ours / cute_ns;
+}
+constexpr Convention kCute = Convention::kCute;
+void Table_Coalesce(benchmark::State& s) { table_row(s, 1700, 1.35, [] { return coalesce(kT_Coalesce, kCute); }); }
+void Table_Complement(benchmark::State& s) {
+  table_row(s, 2100, 2.05, [] { return complement(kT_Complement, 8, kCute); });
+}
+void Table_Composition(benchmark::State& s) {
+  table_row(s, 2000, 6.1, [] { return composition(kT_ComposeA, kT_ComposeB, kCute); });
+}
+void Table_CompositionByTuple(benchmark::State& s) {
+  table_row(s, 3600, 1.5, [] { return composition(kT_Compose8, kT_Compose222, kCute); });
+}
+void Table_Crd2Idx(benchmark::State& s) { table_row(s, 800, 4.4, [] { return crd2idx(kT_Coord, kT_Coalesce, kCute); }); }
+void Table_LogicalDivide(benchmark::State& s) {
+  table_row(s, 6100, 20, [] { return logical_divide(kT_DivideA, kT_DivideB, kCute); });
+}
+// QueryPipe: `meshsim query` as a user runs it, 100K mixed requests written into its stdin
+// through a pipe, answers to /dev/null; requests/s of the whole process (start-up included).
+void QueryPipe(benchmark::State& state) {
+  const char* lines[] = {
+      R"J({"id":1,"op":"composition","a":{"shape":[2,4,8],"stride":[32,8,1]},"b":{"shape":[2,4],"stride":[8,1]}})J",
+      R"J({"id":2,"op":"complement_bound","layout":"(2,4):(8,1)","bound":64})J",
+      R"J({"id":3,"op":"mesh_unflatten","layout":"64:1","dim":0,"sizes":[2,4,8]})J",
+      R"J({"id":4,"op":"coalesce","convention":"cute","layout":"((2,2),4,8):((1,2),4,16)"})J",
+      R"J({"id":5,"op":"crd2idx","coords":[37],"layout":"(2,4,8):(32,8,1)"})J",
+      R"J({"id":6,"op":"logical_divide","a":"(4,8):(8,1)","b":"2:1","convention":"cute"})J"};
+  std::string input;
+  constexpr int kRequests = 100000;
+  for (int i = 0; i < kRequests; ++i) {
+    input += lines[i % 6];
+    input += '\n';
+  }
+  const std::string cmd = std::string(MESHSIM_EXE) + " query > /dev/null";
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    FILE* p = popen(cmd.c_str(), "w");
+    if (!p) {
+      state.SkipWithError("cannot start meshsim query");
+      break;
+    }
+    fwrite(input.data(), 1, input.size(), p);
+    if (pclose(p) != 0) {
+      state.SkipWithError("meshsim query failed");
+      break;
+    }
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  state.SetItemsProcessed(state.iterations() * kRequests);
+}
+BENCHMARK(QueryPipe)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
+
+BENCHMARK(Table_Coalesce);
+BENCHMARK(Table_Complement);
+BENCHMARK(Table_Composition);
+BENCHMARK(Table_CompositionByTuple);
+BENCHMARK(Table_Crd2Idx);
+BENCHMARK(Table_LogicalDivide);
 
 BENCHMARK(BM_CopyLayout);
 BENCHMARK(BM_Size);
