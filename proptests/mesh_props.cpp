@@ -68,6 +68,14 @@ void check_same(const Run& run, const Handle& h) {
     }
     RC_ASSERT(std::find(seen.begin(), seen.end(), false) == seen.end());
     RC_ASSERT(m.groups(d) == want);
+    // The one-buffer listing holds the same rows.
+    const GroupTable table = m.group_table(d);
+    RC_ASSERT(table.count == static_cast<int64_t>(want.size()));
+    RC_ASSERT(table.size == m.size(d));
+    for (std::size_t g = 0; g < want.size(); ++g) {
+      const auto row = table.row(static_cast<int64_t>(g));
+      RC_ASSERT(std::vector<int64_t>(row.begin(), row.end()) == want[g]);
+    }
     rows_by_dim.push_back(std::move(rows));
   }
   // Rank-scoped answers on a sample of ranks.

@@ -22,6 +22,21 @@ TEST(MeshLayout, GlobalRanksOnePerComplementOffset) {
             (std::vector<Ranks>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
 }
 
+TEST(MeshLayout, GroupTableIsGlobalRanksInOneBuffer) {
+  for (const char* text : {"(2,4):(4,1)", "4:2", "2:4", "(2,2):(1,4)", "((2,2),3):((1,12),4)"}) {
+    const Layout l = L(text);
+    const auto rows = mesh_global_ranks(l, 24);
+    const GroupTable t = mesh_group_table(l, 24);
+    ASSERT_EQ(t.count, static_cast<int64_t>(rows.size())) << text;
+    ASSERT_EQ(t.ranks.size(), rows.size() * rows[0].size()) << text;
+    for (std::size_t g = 0; g < rows.size(); ++g) {
+      const auto row = t.row(static_cast<int64_t>(g));
+      EXPECT_EQ(Ranks(row.begin(), row.end()), rows[g]) << text << " row " << g;
+    }
+  }
+  EXPECT_THROW(mesh_group_table(L("(2,2):(1,1)"), 8), InvalidArgument);
+}
+
 TEST(MeshLayout, CheckNonOverlap) {
   EXPECT_TRUE(mesh_check_non_overlap(L("(2,3):(3,2)")));  // injective, not chained
   EXPECT_TRUE(mesh_check_non_overlap(L("(2,4):(4,1)")));

@@ -200,6 +200,10 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
         c.running = false;
         c.status = st;
         const bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        if (failed && code != 0) {
+          // Every later failure is said too (which rank ended first within one poll is not known).
+          err << "meshsim launch: rank " << c.rank << " " << describe(st) << "\n";
+        }
         if (failed && code == 0) {
           code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
           why = "rank " + std::to_string(c.rank) + " " + describe(st);

@@ -172,10 +172,12 @@ struct GlooBackend::State {
   struct Contexts {
     std::vector<std::shared_ptr<gloo::rendezvous::Context>> list;
     bool closed = false;
+    bool close_pending = false;
   };
   mutable std::mutex mu;
   std::vector<Contexts> contexts;  // one per rank of this process
   double connect_seconds = 0;
+  int connecting = 0;  // ranks of this process inside connectFullMesh
   // Sockets: every context holds one per peer, and up to two while it connects; the process's
   // descriptor limit bounds how many pairs its rank threads can hold.
   int64_t pair_sides = 0;
@@ -185,16 +187,26 @@ struct GlooBackend::State {
   std::string key(const std::string& k) const { return opt.prefix + "/" + k; }
   Contexts& of(int64_t rank) { return contexts[static_cast<std::size_t>(rank - opt.first_rank)]; }
 
-  // close_rank closes rank's connections once (its peers' blocked calls then fail).
+  // close_rank closes rank's connections once (its peers' blocked calls then fail). While any
+  // rank of this process is connecting a context, closes wait: closing a pair whose peer (on
+  // the same device) is still in Gloo's connect handshake leaves that peer waiting in connect
+  // forever (measured: ranks stuck > 60 s). The last connect to finish runs the waiting closes.
   void close_rank(int64_t rank) {
     std::vector<std::shared_ptr<gloo::rendezvous::Context>> cs;
     {
       std::lock_guard lk(mu);
       Contexts& c = of(rank);
       if (c.closed) return;
+      if (connecting > 0) {
+        c.close_pending = true;
+        return;
+      }
       c.closed = true;
       cs = c.list;
     }
+    close_all(cs);
+  }
+  static void close_all(const std::vector<std::shared_ptr<gloo::rendezvous::Context>>& cs) {
     for (const auto& c : cs) {
       try {
         c->closeConnections();
@@ -202,6 +214,21 @@ struct GlooBackend::State {
         // A context that failed to connect has nothing to close.
       }
     }
+  }
+  void end_connect() {
+    std::vector<std::shared_ptr<gloo::rendezvous::Context>> cs;
+    {
+      std::lock_guard lk(mu);
+      if (--connecting > 0) return;
+      for (Contexts& c : contexts) {
+        if (c.close_pending && !c.closed) {
+          c.closed = true;
+          cs.insert(cs.end(), c.list.begin(), c.list.end());
+        }
+        c.close_pending = false;
+      }
+    }
+    close_all(cs);
   }
 
   std::optional<std::string> lookup(const std::string& k) const { return detail::lookup_key(*opt.store, key(k)); }
@@ -699,6 +726,7 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
     }
     s_->pair_sides += n - 1;
     s_->of(rank).list.push_back(ctx);
+    ++s_->connecting;  // with the push: no close may slip in between (see close_rank)
   }
   s_->reg.enter_connect(rank, info);
   const auto start = Clock::now();
@@ -709,6 +737,7 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
   } catch (const std::exception& e) {
     failure = e.what();
   }
+  s_->end_connect();
   s_->reg.leave(rank);
   {
     std::lock_guard lk(s_->mu);

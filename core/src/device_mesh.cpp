@@ -434,6 +434,13 @@ std::vector<std::vector<int64_t>> DeviceMesh::groups(int dim) const {
   return rows_of(*u_, layout_[dim]);
 }
 
+GroupTable DeviceMesh::group_table(int dim) const {
+  dim_name(dim);
+  GroupTable t = mesh_group_table(layout_[dim], u_->rank_map.size());
+  for (int64_t& v : t.ranks) v = u_->rank_map.at(v);
+  return t;
+}
+
 const BackendConfig& DeviceMesh::backend_config(int dim) const {
   dim_name(dim);
   return configs_.empty() ? default_config() : configs_[static_cast<std::size_t>(dim)];

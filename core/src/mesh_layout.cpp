@@ -179,6 +179,21 @@ std::vector<std::vector<int64_t>> mesh_global_ranks(const Layout& l, int64_t wor
   return out;
 }
 
+GroupTable mesh_group_table(const Layout& l, int64_t world_size) {
+  Layout comp = complement(l, world_size, Convention::kTorch);
+  const int64_t total = checked_mul(size(comp), size(l), "mesh_group_table");
+  check_enumeration(total, "mesh_group_table", l);
+  std::vector<int64_t> from_zero = mesh_all_ranks_from_zero(l);
+  GroupTable t;
+  t.count = size(comp);
+  t.size = static_cast<int64_t>(from_zero.size());
+  t.ranks.reserve(static_cast<std::size_t>(total));
+  for_each_rank(comp, [&](int64_t o) {
+    for (int64_t r : from_zero) t.ranks.push_back(o + r);
+  });
+  return t;
+}
+
 RemappedTensor mesh_remap_to_tensor(const Layout& l, std::span<const int64_t> rank_map) {
   const auto n = static_cast<int64_t>(rank_map.size());
   if (n < cosize(l)) {

@@ -18,16 +18,13 @@ std::string rank_list(std::span<const int64_t> v, std::size_t limit = 16) {
 
 LocalGroups::LocalGroups(const DeviceMesh& mesh, int dim) {
   name_ = mesh.to_string() + " dim " + mesh.dim_name(dim);
-  // The groups of the dim from its layout and complement, in complement order.
-  const std::vector<std::vector<int64_t>> rows = mesh.groups(dim);
-  count_ = static_cast<int64_t>(rows.size());
-  size_ = mesh.size(dim);
-  ranks_.reserve(static_cast<std::size_t>(count_ * size_));
+  // The groups of the dim from its layout and complement, in complement order, in one buffer.
+  GroupTable table = mesh.group_table(dim);
+  count_ = table.count;
+  size_ = table.size;
+  ranks_ = std::move(table.ranks);
   int64_t hi = -1;
-  for (const auto& row : rows) {
-    ranks_.insert(ranks_.end(), row.begin(), row.end());
-    for (int64_t r : row) hi = std::max(hi, r);
-  }
+  for (int64_t r : ranks_) hi = std::max(hi, r);
   slot_of_.assign(static_cast<std::size_t>(hi + 1), -1);
   for (std::size_t s = 0; s < ranks_.size(); ++s) slot_of_[static_cast<std::size_t>(ranks_[s])] = static_cast<int64_t>(s);
 }

@@ -183,6 +183,9 @@ class DeviceMesh {
   std::optional<std::vector<int64_t>> group_of(int64_t rank, int dim) const;
   // groups are every group of dim in complement order (PyTorch's creation order).
   std::vector<std::vector<int64_t>> groups(int dim) const;
+  // group_table is groups(dim) in one buffer (one allocation however many groups: prefer it
+  // for large worlds).
+  GroupTable group_table(int dim) const;
   // backend_config is dim's configured backend (default when none was set).
   const BackendConfig& backend_config(int dim) const;
   // group_record is the universe's cached record for dim under `config` (dim's own config when

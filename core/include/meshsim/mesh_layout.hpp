@@ -50,6 +50,20 @@ Layout mesh_unflatten(const Layout& l, int64_t dim, std::span<const int64_t> siz
 // complement order, each group in L's row-major order.
 std::vector<std::vector<int64_t>> mesh_global_ranks(const Layout& l, int64_t world_size);
 
+// GroupTable is every group of a dim in one buffer: `count` rows of `size` ranks, row g at
+// ranks[g * size, (g + 1) * size).
+struct GroupTable {
+  int64_t count = 0;
+  int64_t size = 0;
+  std::vector<int64_t> ranks;
+  std::span<const int64_t> row(int64_t g) const {
+    return {ranks.data() + g * size, static_cast<std::size_t>(size)};
+  }
+  friend bool operator==(const GroupTable&, const GroupTable&) = default;
+};
+// mesh_group_table is mesh_global_ranks in one allocation, whatever the number of groups.
+GroupTable mesh_group_table(const Layout& l, int64_t world_size);
+
 // RemappedTensor is a row-major N-d array: `shape` and the `values` in row-major order.
 struct RemappedTensor {
   std::vector<int64_t> shape;
