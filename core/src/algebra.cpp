@@ -20,33 +20,32 @@ namespace {
 
 using Mode = detail::Leaf;
 using Flat = detail::Leaves;
+using detail::LayoutBuilder;
+using detail::LayoutView;
 
-// flat_inner_first lists L's leaves fastest first.
-Flat flat_inner_first(const Layout& l, Convention c) {
-  Flat out = detail::leaves(l);
+// flat_inner_first lists L's leaves fastest first (into `out`, or as the result).
+void flat_inner_first(LayoutView l, Convention c, Flat& out) {
+  out.clear();
+  l.for_each_leaf([&out](Mode m) { detail::add(out, m.s, m.d); });
   if (c == Convention::kTorch) std::reverse(out.begin(), out.end());
+}
+Flat flat_inner_first(LayoutView l, Convention c) {
+  Flat out;
+  flat_inner_first(l, c, out);
   return out;
 }
 
-// build turns inner-first modes into a depth <= 1 layout: a scalar when one mode is left.
+// emit writes inner-first modes as a depth <= 1 layout: a scalar when one mode is left.
+void emit(LayoutBuilder& b, const Flat& modes, Convention c) {
+  b.flat(modes.data(), modes.size(), c == Convention::kTorch);
+}
+
+// build is emit into a new layout.
 Layout build(const Flat& modes, Convention c) {
-  if (modes.size() == 1) return Layout::unchecked(modes[0].s, modes[0].d);
-  IntTupleBuilder s;
-  IntTupleBuilder d;
-  s.open();
-  d.open();
-  auto emit = [&](const Mode& m) {
-    s.leaf(m.s);
-    d.leaf(m.d);
-  };
-  if (c == Convention::kTorch) {
-    std::for_each(modes.rbegin(), modes.rend(), emit);
-  } else {
-    std::for_each(modes.begin(), modes.end(), emit);
-  }
-  s.close();
-  d.close();
-  return Layout::unchecked(s.take(), d.take());
+  Layout r;
+  LayoutBuilder b(r);
+  emit(b, modes, c);
+  return r;
 }
 
 bool product_equals(int64_t a, int64_t b, int64_t target) {
@@ -56,8 +55,9 @@ bool product_equals(int64_t a, int64_t b, int64_t target) {
 
 // coalesce_flat merges inner-first modes: drop size 1, merge when the outer stride equals the
 // inner extent. Empty input gives {1:0}.
-Flat coalesce_flat(const Flat& in) {
-  Flat out{Mode{1, 0}};
+void coalesce_flat(const Flat& in, Flat& out) {
+  out.clear();
+  detail::add(out, 1, 0);
   for (const Mode& m : in) {
     Mode& back = out.back();
     if (m.s == 1) continue;
@@ -66,39 +66,103 @@ Flat coalesce_flat(const Flat& in) {
     } else if (product_equals(back.s, back.d, m.d)) {
       back.s = checked_mul(back.s, m.s, "coalesce");
     } else {
-      out.push_back(m);
+      detail::add(out, m.s, m.d);
     }
   }
+}
+Flat coalesce_flat(const Flat& in) {
+  Flat out;
+  coalesce_flat(in, out);
   return out;
 }
 
-std::string str(const Layout& l) { return to_string(l); }
+std::string str(LayoutView l) { return to_string(l.copy()); }
 
 }  // namespace
 
 // ---- crd2idx, idx2crd --------------------------------------------------
 
+namespace {
+
+void check_shape(const IntTuple& shape, const char* op) {
+  for (int i = 0; i < shape.node_count(); ++i) {
+    const Node& n = shape.nodes()[i];
+    if (n.arity == IntTuple::kLeaf && n.value < 1) {
+      throw InvalidArgument(std::string(op) + ": size " + std::to_string(n.value) + " in shape " +
+                            to_string(shape) + " is not >= 1");
+    }
+  }
+}
+
+}  // namespace
+
 
 namespace {
 
+// subtree_size is the product of the sizes under n (valid: n's sizes are >= 1 and the whole
+// shape's size was checked, or the caller checks the product).
+int64_t subtree_size(const Node* n) {
+  if (n->arity == IntTuple::kLeaf) return n->value;
+  int64_t p = 1;
+  for (int i = 0; i < n->span; ++i) {
+    if (n[i].arity == IntTuple::kLeaf) p = checked_mul(p, n[i].value, "crd2idx: size");
+  }
+  return p;
+}
+
+// divmod is v / m and v % m for v >= 0, m >= 1, cheap for the common cases (a power of two,
+// 32-bit operands) before the general 64-bit division.
+inline void divmod(int64_t v, int64_t m, int64_t& q, int64_t& r) {
+  if ((m & (m - 1)) == 0) {
+    q = v >> __builtin_ctzll(static_cast<uint64_t>(m));
+    r = v & (m - 1);
+  } else if ((static_cast<uint64_t>(v) | static_cast<uint64_t>(m)) <= UINT32_MAX) {
+    const auto a = static_cast<uint32_t>(v);
+    const auto b = static_cast<uint32_t>(m);
+    q = a / b;
+    r = a % b;
+  } else {
+    q = v / m;
+    r = v % m;
+  }
+}
+
+// crd_int splits the int coordinate v over the tree at (s, d) in the convention's order, the
+// outermost mode taking the overflow.
 int64_t crd_int(int64_t v, const Node* s, const Node* d, Convention c) {
   if (s->arity == IntTuple::kLeaf) return checked_mul(v, d->value, "crd2idx");
+  if (s->arity == 0) return 0;  // the empty tuple
+  if (s->span == s->arity + 1) {  // a flat tuple: its children are s[1..arity]
+    const int n = s->arity;
+    const bool torch = c == Convention::kTorch;
+    int64_t result = 0;
+    for (int k = 0; k + 1 < n; ++k) {
+      const int i = 1 + (torch ? n - 1 - k : k);
+      int64_t q = 0;
+      int64_t r = 0;
+      divmod(v, s[i].value, q, r);
+      result = checked_add(result, checked_mul(r, d[i].value, "crd2idx"), "crd2idx");
+      v = q;
+    }
+    const int last = 1 + (torch ? 0 : n - 1);  // the outermost mode takes the overflow
+    return checked_add(result, checked_mul(v, d[last].value, "crd2idx"), "crd2idx");
+  }
   boost::container::small_vector<std::pair<const Node*, const Node*>, 8> kids;
   const Node* cs = s + 1;
   const Node* cd = d + 1;
   for (int k = 0; k < s->arity; ++k, cs += cs->span, cd += cd->span) kids.emplace_back(cs, cd);
   if (c == Convention::kTorch) std::reverse(kids.begin(), kids.end());
   int64_t result = 0;
-  for (std::size_t k = 0; k < kids.size(); ++k) {
-    if (k + 1 == kids.size()) {  // the outermost mode takes the overflow
-      result = checked_add(result, crd_int(v, kids[k].first, kids[k].second, c), "crd2idx");
-      break;
-    }
-    int64_t sz = size(IntTuple::from_nodes(kids[k].first));
-    result = checked_add(result, crd_int(v % sz, kids[k].first, kids[k].second, c), "crd2idx");
-    v /= sz;
+  const std::size_t last = kids.size() - 1;
+  for (std::size_t k = 0; k < last; ++k) {
+    int64_t q = 0;
+    int64_t r = 0;
+    divmod(v, subtree_size(kids[k].first), q, r);
+    result = checked_add(result, crd_int(r, kids[k].first, kids[k].second, c), "crd2idx");
+    v = q;
   }
-  return result;
+  // The outermost mode takes the overflow.
+  return checked_add(result, crd_int(v, kids[last].first, kids[last].second, c), "crd2idx");
 }
 
 int64_t crd(const Node* x, const Node* s, const Node* d, Convention c) {
@@ -130,6 +194,7 @@ int64_t crd(const Node* x, const Node* s, const Node* d, Convention c) {
 }  // namespace
 
 int64_t crd2idx(const IntTuple& coord, const IntTuple& shape, const IntTuple& stride, Convention c) {
+  check_shape(shape, "crd2idx");
   if (!congruent(shape, stride)) {
     throw InvalidArgument("crd2idx: shape " + to_string(shape) + " and stride " +
                           to_string(stride) + " are not congruent");
@@ -182,16 +247,6 @@ void crd_of(const Node* x, const Node* s, const Node* d, IntTupleBuilder& b) {
   b.close();
 }
 
-void check_shape(const IntTuple& shape, const char* op) {
-  for (int i = 0; i < shape.node_count(); ++i) {
-    const Node& n = shape.nodes()[i];
-    if (n.arity == IntTuple::kLeaf && n.value < 1) {
-      throw InvalidArgument(std::string(op) + ": size " + std::to_string(n.value) + " in shape " +
-                            to_string(shape) + " is not >= 1");
-    }
-  }
-}
-
 }  // namespace
 
 IntTuple idx2crd(const IntTuple& idx, const IntTuple& shape, Convention c) {
@@ -224,43 +279,64 @@ Layout coalesce(const Layout& l, Convention c) {
 
 namespace {
 
+Layout filter_view(LayoutView l, Convention c) {
+  Flat kept;
+  l.for_each_leaf([&kept](Mode m) {
+    if (m.s != 1 && m.d != 0) detail::add(kept, m.s, m.d);
+  });
+  if (c == Convention::kTorch) std::reverse(kept.begin(), kept.end());
+  return build(coalesce_flat(kept), c);
+}
+
+// by_profile applies op to the sub-layouts the profile names, copying the other modes; the
+// result is written once. Coalesce and filter keep (or shrink) size and cosize, so the result
+// is valid by construction.
+template <typename Op>
+void by_profile(LayoutView l, const Node* profile, Convention c, const char* name, const Op& op,
+                LayoutBuilder& out) {
+  if (profile->arity == IntTuple::kLeaf) {
+    out.append(op(l));
+    return;
+  }
+  if (profile->arity > l.rank()) {
+    throw InvalidArgument(std::string(name) + ": profile " +
+                          to_string(IntTuple::from_nodes(profile)) + " has " +
+                          std::to_string(profile->arity) + " modes but layout " + str(l) +
+                          " has only " + std::to_string(l.rank()));
+  }
+  out.open();
+  const Node* p = profile + 1;
+  for (int i = 0; i < l.rank(); ++i) {
+    if (i < profile->arity) {
+      by_profile(l.mode(i), p, c, name, op, out);
+      p += p->span;
+    } else {
+      out.append(l.mode(i));
+    }
+  }
+  out.close();
+}
+
 template <typename Op>
 Layout by_profile(const Layout& l, const IntTuple& profile, Convention c, const char* name,
                   const Op& op) {
-  if (profile.is_int()) return op(l);
-  if (profile.rank() > l.rank()) {
-    throw InvalidArgument(std::string(name) + ": profile " + to_string(profile) + " has " +
-                          std::to_string(profile.rank()) + " modes but layout " + str(l) +
-                          " has only " + std::to_string(l.rank()));
-  }
-  boost::container::small_vector<Layout, 8> modes;
-  for (int i = 0; i < l.rank(); ++i) {
-    if (i < profile.rank()) {
-      modes.push_back(by_profile(l[i], profile[i], c, name, op));
-    } else {
-      modes.push_back(l[i]);
-    }
-  }
-  return make_layout(std::span<const Layout>(modes.data(), modes.size()));
+  Layout r;
+  LayoutBuilder b(r);
+  by_profile(LayoutView(l), profile.nodes(), c, name, op, b);
+  return r;
 }
 
 }  // namespace
 
 Layout coalesce(const Layout& l, const IntTuple& profile, Convention c) {
   return by_profile(l, profile, c, "coalesce",
-                    [c](const Layout& x) { return coalesce(x, c); });
+                    [c](LayoutView x) { return build(coalesce_flat(flat_inner_first(x, c)), c); });
 }
 
-Layout filter(const Layout& l, Convention c) {
-  Flat kept;
-  for (const Mode& m : flat_inner_first(l, c)) {
-    if (m.s != 1 && m.d != 0) kept.push_back(m);
-  }
-  return build(coalesce_flat(kept), c);
-}
+Layout filter(const Layout& l, Convention c) { return filter_view(l, c); }
 
 Layout filter(const Layout& l, const IntTuple& profile, Convention c) {
-  return by_profile(l, profile, c, "filter", [c](const Layout& x) { return filter(x, c); });
+  return by_profile(l, profile, c, "filter", [c](LayoutView x) { return filter_view(x, c); });
 }
 
 // ---- complement ------------------------------------------------------------------------
@@ -271,11 +347,11 @@ namespace {
 // a size-0 mode where a stride starts inside the covered extent, which logical_divide and
 // logical_product need: there the size-0 mode empties the composed domain, so the reference's
 // result is vacuously correct and must be reproduced, not rejected.
-Layout complement_impl(const Layout& l, int64_t bound, Convention c, bool allow_empty_modes) {
+Layout complement_impl(LayoutView l, int64_t bound, Convention c, bool allow_empty_modes) {
   if (bound < 1) {
     throw InvalidArgument("complement: bound " + std::to_string(bound) + " is not >= 1");
   }
-  Flat modes = flat_inner_first(l, Convention::kCute);
+  Flat modes = detail::leaves(l);
   std::sort(modes.begin(), modes.end(),
             [](const Mode& a, const Mode& b) { return std::tie(a.d, a.s) < std::tie(b.d, b.s); });
   Flat out;
@@ -289,15 +365,15 @@ Layout complement_impl(const Layout& l, int64_t bound, Convention c, bool allow_
                             " starts inside the extent " + std::to_string(cur) +
                             " already covered by smaller strides");
     }
-    out.push_back(Mode{m.d / cur, cur});
+    detail::add(out, m.d / cur, cur);
     cur = extent;
   }
-  out.push_back(Mode{ceil_div(bound, cur), cur});
+  detail::add(out, ceil_div(bound, cur), cur);
   Layout r = build(coalesce_flat(out), c);
   if (!allow_empty_modes) {
     // A stride that is not a multiple of the running extent is floored; the result can then
     // fall short of the bound (e.g. (4,2):(2,12) with bound 21). That breaks the postcondition.
-    const int64_t covered = checked_add(cosize(l), cosize(r) - 1, "complement");
+    const int64_t covered = checked_add(detail::cosize(l), cosize(r) - 1, "complement");
     if (covered < bound) {
       throw InvalidArgument("complement: layout " + str(l) + " with complement " + str(r) +
                             " covers only [0, " + std::to_string(covered) + "), not the bound " +
@@ -321,27 +397,45 @@ namespace {
 __extension__ using Int128 = __int128;
 Int128 outer_extent(const Mode& m) { return static_cast<Int128>(m.s) * m.d; }
 
-// Operands of one composition: A flattened, A coalesced, size(A), and whether the strict
-// postcondition checks apply (they do unless B's domain is empty, where any result is correct).
-// `load[k]` sums, over B's leaves, the largest digit each contributes to A's coalesced mode k
-// (fastest first): B's modes compose independently only if these never carry.
+// Operands of one composition: A flattened, A coalesced, B as its top-level parts (one part
+// for a plain B; B's modes when B is a join built on the fly, as logical_divide's), and whether
+// the strict postcondition checks apply (they do unless B's domain is empty, where any result is
+// correct). `load[k]` sums, over B's leaves, the largest digit each contributes to A's coalesced
+// mode k (fastest first): B's modes compose independently only if these never carry.
 struct ComposeCtx {
-  const Layout& a;
+  ComposeCtx(LayoutView a_, std::span<const LayoutView> b_, bool joined, bool strict_, Convention c_)
+      : a(a_), b(b_), b_joined(joined), strict(strict_), c(c_) {
+    flat_inner_first(a, c, flat_a);
+    coalesce_flat(flat_a, co_a);
+    load.assign(co_a.size(), 0);
+  }
+  LayoutView a;
+  std::span<const LayoutView> b;
+  bool b_joined;
   Flat flat_a;
   Flat co_a;
   bool strict;
-  bool beyond;  // B reaches past size(A), onto A's natural extension
+  bool beyond = false;  // B reaches past size(A), onto A's natural extension
   Convention c;
-  boost::container::small_vector<int64_t, 16> load;
+  detail::InlineVector<int64_t, 16> load;
+
+  std::string str_a() const { return str(a); }
+  std::string str_b() const {
+    return b_joined ? to_string(detail::join_unchecked(b)) : str(b[0]);
+  }
 };
 
-Layout compose_leaf(ComposeCtx& x, int64_t s, int64_t d) {
-  const Layout& a = x.a;
+std::string str_leaf(int64_t s, int64_t d) { return std::to_string(s) + ":" + std::to_string(d); }
+
+void compose_leaf(ComposeCtx& x, int64_t s, int64_t d, LayoutBuilder& b) {
   const Flat& co_a = x.co_a;
-  if (d == 0) return Layout::unchecked(s, 0);
+  if (d == 0) {
+    b.leaf(s, 0);
+    return;
+  }
   // B reaches beyond A's domain: coalesce(A) must extend A the same way.
   if (x.strict && x.beyond && outer_extent(x.flat_a.back()) != outer_extent(co_a.back())) {
-    throw InvalidArgument("composition: B reaches beyond the domain of A = " + str(a) +
+    throw InvalidArgument("composition: B reaches beyond the domain of A = " + x.str_a() +
                           ", whose natural extension coalesce(A) does not preserve");
   }
   Flat out;
@@ -350,67 +444,78 @@ Layout compose_leaf(ComposeCtx& x, int64_t s, int64_t d) {
   for (std::size_t k = 0; k + 1 < co_a.size(); ++k) {
     const int64_t S = co_a[k].s;
     if (S == 0) {
-      throw InvalidArgument("composition: A = " + str(a) + " has a size-0 mode (division by zero)");
+      throw InvalidArgument("composition: A = " + x.str_a() +
+                            " has a size-0 mode (division by zero)");
     }
     if (S % r != 0 && r % S != 0) {
       throw InvalidArgument("composition: stride divisibility condition violated: stride " +
                             std::to_string(r) + " and mode size " + std::to_string(S) +
-                            " of A = " + str(a) + " do not divide one another (B = " +
-                            std::to_string(s) + ":" + std::to_string(d) + ")");
+                            " of A = " + x.str_a() + " do not divide one another (B = " +
+                            str_leaf(s, d) + ")");
     }
     int64_t ns = std::min(std::max<int64_t>(1, S / r), rest);
     if (ns != 1) {
-      out.push_back(Mode{ns, checked_mul(r, co_a[k].d, "composition")});
+      detail::add(out, ns, checked_mul(r, co_a[k].d, "composition"));
       if (x.strict) x.load[k] = checked_add(x.load[k], (ns - 1) * r, "composition");
     }
     if (ns == 0) {
-      throw InvalidArgument("composition: B = " + std::to_string(s) + ":" + std::to_string(d) +
-                            " has size 0 against the multi-mode A = " + str(a) +
+      throw InvalidArgument("composition: B = " + str_leaf(s, d) +
+                            " has size 0 against the multi-mode A = " + x.str_a() +
                             " (division by zero)");
     }
     if (x.strict && rest % ns != 0) {
       throw InvalidArgument("composition: shape divisibility condition violated: size " +
-                            std::to_string(rest) + " of B = " + std::to_string(s) + ":" +
-                            std::to_string(d) + " is not a multiple of " + std::to_string(ns) +
-                            " taken from mode " + std::to_string(S) + " of A = " + str(a));
+                            std::to_string(rest) + " of B = " + str_leaf(s, d) +
+                            " is not a multiple of " + std::to_string(ns) + " taken from mode " +
+                            std::to_string(S) + " of A = " + x.str_a());
     }
     rest /= ns;
     r = ceil_div(r, S);
   }
   if (rest != 1 || out.empty()) {
-    out.push_back(Mode{rest, checked_mul(r, co_a.back().d, "composition")});
+    detail::add(out, rest, checked_mul(r, co_a.back().d, "composition"));
   }
-  return build(out, x.c);
+  emit(b, out, x.c);
 }
 
-// join makes layouts the top-level modes of one layout without re-validating them.
-Layout join(std::span<const Layout> modes) { return detail::join_unchecked(modes); }
-
-Layout compose_rec(ComposeCtx& x, const Node* bs, const Node* bd) {
-  if (bs->arity == IntTuple::kLeaf) return compose_leaf(x, bs->value, bd->value);
-  boost::container::small_vector<Layout, 8> modes;
+// compose_rec writes A o B for the subtree (bs, bd) of B: B's tree, each leaf replaced by its
+// composition with A.
+void compose_rec(ComposeCtx& x, const Node* bs, const Node* bd, LayoutBuilder& b) {
+  if (bs->arity == IntTuple::kLeaf) {
+    compose_leaf(x, bs->value, bd->value, b);
+    return;
+  }
+  b.open();
   const Node* cs = bs + 1;
   const Node* cd = bd + 1;
-  for (int k = 0; k < bs->arity; ++k, cs += cs->span, cd += cd->span) {
-    modes.push_back(compose_rec(x, cs, cd));
-  }
-  return join({modes.data(), modes.size()});
+  for (int k = 0; k < bs->arity; ++k, cs += cs->span, cd += cd->span) compose_rec(x, cs, cd, b);
+  b.close();
 }
 
-Layout composition_impl(const Layout& a, const Layout& b, Convention c) {
-  const int64_t size_a = size(a);
-  const int64_t size_b = size(b);
-  ComposeCtx x{a, flat_inner_first(a, c), {}, size_b > 0, false, c, {}};
-  x.co_a = coalesce_flat(x.flat_a);
-  x.load.assign(x.co_a.size(), 0);
-  if (x.strict && size_a > 0) x.beyond = cosize(b) > size_a;
-  Layout r = compose_rec(x, b.shape().nodes(), b.stride().nodes());
+// composition_impl is A o B, with B given as one layout (b_joined false, b.size() == 1) or as
+// the top-level modes of a B never materialised (b_joined true).
+Layout composition_impl(LayoutView a, std::span<const LayoutView> b, bool b_joined,
+                        Convention c) {
+  const int64_t size_a = detail::size(a);
+  int64_t size_b = 1;
+  for (const LayoutView& m : b) size_b = checked_mul(size_b, detail::size(m), "size");
+  ComposeCtx x(a, b, b_joined, size_b > 0, c);
+  if (x.strict && size_a > 0) {
+    int64_t cosize_b = 1;
+    for (const LayoutView& m : b) cosize_b = checked_add(cosize_b, detail::cosize(m) - 1, "cosize");
+    x.beyond = cosize_b > size_a;
+  }
+  Layout r;
+  LayoutBuilder out(r);
+  if (b_joined) out.open();
+  for (const LayoutView& m : b) compose_rec(x, m.s, m.d, out);
+  if (b_joined) out.close();
   if (x.strict) {
     for (std::size_t k = 0; k + 1 < x.co_a.size(); ++k) {
       if (x.load[k] >= x.co_a[k].s) {
-        throw InvalidArgument("composition: the modes of B = " + str(b) +
+        throw InvalidArgument("composition: the modes of B = " + x.str_b() +
                               " overlap inside mode " + std::to_string(x.co_a[k].s) + ":" +
-                              std::to_string(x.co_a[k].d) + " of A = " + str(a) +
+                              std::to_string(x.co_a[k].d) + " of A = " + x.str_a() +
                               " (their sum carries), so A o B is not a layout");
       }
     }
@@ -418,60 +523,80 @@ Layout composition_impl(const Layout& a, const Layout& b, Convention c) {
   return r;
 }
 
+Layout compose_one(LayoutView a, LayoutView b, Convention c) {
+  return composition_impl(a, std::span<const LayoutView>(&b, 1), false, c);
+}
+
 }  // namespace
 
-Layout composition(const Layout& a, const Layout& b, Convention c) {
-  return composition_impl(a, b, c);
-}
+Layout composition(const Layout& a, const Layout& b, Convention c) { return compose_one(a, b, c); }
 
 namespace {
 
+// by_tiler applies op to A's modes that the tiler names and copies the others, writing the
+// result once.
 template <typename Op>
 Layout by_tiler(const Layout& a, const Tiler& tiler, const char* name, const Op& op) {
   if (static_cast<int>(tiler.size()) > a.rank()) {
     throw InvalidArgument(std::string(name) + ": tiler has " + std::to_string(tiler.size()) +
-                          " modes but A = " + str(a) + " has only " + std::to_string(a.rank()));
+                          " modes but A = " + to_string(a) + " has only " +
+                          std::to_string(a.rank()));
   }
-  boost::container::small_vector<Layout, 8> modes;
+  Layout r;
+  LayoutBuilder out(r);
+  out.open();
+  const LayoutView av(a);
   for (int i = 0; i < a.rank(); ++i) {
     if (i < static_cast<int>(tiler.size()) && tiler[i]) {
-      modes.push_back(op(a[i], *tiler[i]));
+      out.append(op(av.mode(i), *tiler[i]));
     } else {
-      modes.push_back(a[i]);
+      out.append(av.mode(i));
     }
   }
-  return join({modes.data(), modes.size()});
+  out.close();
+  return r;
+}
+
+Layout divide_view(LayoutView a, LayoutView b, Convention c) {
+  const Layout rest = complement_impl(b, detail::size(a), c, /*allow_empty_modes=*/true);
+  const LayoutView parts[] = {b, rest};
+  return composition_impl(a, parts, /*b_joined=*/true, c);
+}
+
+Layout product_view(LayoutView a, LayoutView b, Convention c) {
+  const int64_t bound =
+      checked_mul(detail::size(a), detail::cosize(b), "logical_product: size(A) * cosize(B)");
+  const Layout rest =
+      compose_one(complement_impl(a, bound, c, /*allow_empty_modes=*/true), b, c);
+  const LayoutView parts[] = {a, rest};
+  return detail::join_unchecked(parts);
 }
 
 }  // namespace
 
 Layout composition(const Layout& a, const Tiler& tiler, Convention c) {
   return by_tiler(a, tiler, "composition",
-                  [c](const Layout& x, const Layout& y) { return composition(x, y, c); });
+                  [c](LayoutView x, const Layout& y) { return compose_one(x, y, c); });
 }
 
 // ---- divide, product -------------------------------------------------------------------
 
 Layout logical_divide(const Layout& a, const Layout& b, Convention c) {
-  const Layout parts[] = {b, complement_impl(b, size(a), c, /*allow_empty_modes=*/true)};
-  return composition_impl(a, join(parts), c);
+  return divide_view(a, b, c);
 }
 
 Layout logical_divide(const Layout& a, const Tiler& tiler, Convention c) {
   return by_tiler(a, tiler, "logical_divide",
-                  [c](const Layout& x, const Layout& y) { return logical_divide(x, y, c); });
+                  [c](LayoutView x, const Layout& y) { return divide_view(x, y, c); });
 }
 
 Layout logical_product(const Layout& a, const Layout& b, Convention c) {
-  int64_t bound = checked_mul(size(a), cosize(b), "logical_product: size(A) * cosize(B)");
-  const Layout parts[] = {
-      a, composition_impl(complement_impl(a, bound, c, /*allow_empty_modes=*/true), b, c)};
-  return join(parts);
+  return product_view(a, b, c);
 }
 
 Layout logical_product(const Layout& a, const Tiler& tiler, Convention c) {
   return by_tiler(a, tiler, "logical_product",
-                  [c](const Layout& x, const Layout& y) { return logical_product(x, y, c); });
+                  [c](LayoutView x, const Layout& y) { return product_view(x, y, c); });
 }
 
 // ---- inverses --------------------------------------------------------------------------
@@ -480,7 +605,7 @@ namespace {
 
 // right_inverse_impl also reports whether every non-unit mode joined the chain from stride 1,
 // i.e. whether L is a bijection onto [0, size) (what left_inverse needs).
-Layout right_inverse_impl(const Layout& l, Convention c, bool* complete) {
+Layout right_inverse_impl(LayoutView l, Convention c, bool* complete) {
   struct Leaf {
     int64_t d, s, rs;
   };
@@ -502,7 +627,7 @@ Layout right_inverse_impl(const Layout& l, Convention c, bool* complete) {
       *complete = false;
       break;
     }
-    out.push_back(Mode{x.s, x.rs});
+    detail::add(out, x.s, x.rs);
     cur = checked_mul(x.s, x.d, "right_inverse");
   }
   return build(coalesce_flat(out), c);

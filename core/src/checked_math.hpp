@@ -11,10 +11,24 @@
 
 namespace meshsim {
 
+namespace detail {
+// throw_overflow throws OverflowError "<what>: <a> <op> <b> overflows 64-bit signed integers".
+[[noreturn]] void throw_overflow(std::string_view what, int64_t a, char op, int64_t b);
+}  // namespace detail
+
 // checked_mul returns a * b, or throws OverflowError naming `what` when it does not fit.
-int64_t checked_mul(int64_t a, int64_t b, std::string_view what);
+// Inline: the check is one flag test on the hot path; the message is built out of line.
+inline int64_t checked_mul(int64_t a, int64_t b, std::string_view what) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) [[unlikely]] detail::throw_overflow(what, a, '*', b);
+  return r;
+}
 // checked_add returns a + b, or throws OverflowError naming `what` when it does not fit.
-int64_t checked_add(int64_t a, int64_t b, std::string_view what);
+inline int64_t checked_add(int64_t a, int64_t b, std::string_view what) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) [[unlikely]] detail::throw_overflow(what, a, '+', b);
+  return r;
+}
 // try_mul / try_add return the result, or nullopt when it does not fit in int64.
 inline std::optional<int64_t> try_mul(int64_t a, int64_t b) {
   int64_t r = 0;

@@ -27,7 +27,7 @@ void IntTupleBuilder::leaf(int64_t v) {
 
 void IntTupleBuilder::append(const Node* root) {
   count_child();
-  nodes_.insert(nodes_.end(), root, root + root->span);
+  nodes_.append(root, root + root->span);
 }
 
 void IntTupleBuilder::open() {
@@ -68,9 +68,9 @@ IntTuple IntTuple::tuple(std::span<const IntTuple> elements) {
 }
 
 IntTuple IntTuple::from_nodes(const Node* root) {
-  IntTupleBuilder b;
-  b.append(root);
-  return b.take();
+  IntTuple t{IntTuple::Empty{}};
+  t.nodes_.assign(root, root + root->span);
+  return t;
 }
 
 int64_t IntTuple::value() const {

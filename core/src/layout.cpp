@@ -65,8 +65,7 @@ Layout Layout::operator[](int i) const {
     throw OutOfRange("mode " + std::to_string(i) + " is out of range [0, " +
                      std::to_string(rank()) + ") for layout " + to_string(*this));
   }
-  if (shape_.is_int()) return *this;
-  return unchecked(shape_[i], stride_[i]);
+  return detail::LayoutView(*this).mode(i).copy();
 }
 
 std::size_t Layout::hash() const {
@@ -75,43 +74,43 @@ std::size_t Layout::hash() const {
 
 int64_t size(const Layout& l) { return size(l.shape()); }
 
-int64_t cosize(const Layout& l) {
-  const Node* s = l.shape().nodes();
-  const Node* d = l.stride().nodes();
+int64_t cosize(const Layout& l) { return detail::cosize(l); }
+
+namespace detail {
+
+int64_t cosize(LayoutView v) {
   int64_t hi = 0;
-  for (int i = 0; i < l.shape().node_count(); ++i) {
-    if (s[i].arity == IntTuple::kLeaf) {
-      hi = checked_add(hi, checked_mul(s[i].value - 1, d[i].value, "cosize"), "cosize");
+  for (int i = 0; i < v.s->span; ++i) {
+    if (v.s[i].arity == IntTuple::kLeaf) {
+      hi = checked_add(hi, checked_mul(v.s[i].value - 1, v.d[i].value, "cosize"), "cosize");
     }
   }
   return checked_add(hi, 1, "cosize");
 }
 
-namespace detail {
-
-Leaves leaves(const Layout& l) {
-  Leaves out;
-  const Node* s = l.shape().nodes();
-  const Node* d = l.stride().nodes();
-  for (int i = 0; i < l.shape().node_count(); ++i) {
-    if (s[i].arity == IntTuple::kLeaf) out.push_back(Leaf{s[i].value, d[i].value});
-  }
+Layout LayoutView::copy() const {
+  Layout out;
+  auto& sn = NodeAccess::nodes(NodeAccess::shape(out));
+  auto& dn = NodeAccess::nodes(NodeAccess::stride(out));
+  sn.assign(s, s + s->span);
+  dn.assign(d, d + d->span);
   return out;
 }
 
-Layout join_unchecked(std::span<const Layout> modes) {
-  IntTupleBuilder s;
-  IntTupleBuilder d;
-  s.open();
-  d.open();
-  for (const Layout& m : modes) {
-    s.append(m.shape());
-    d.append(m.stride());
-  }
-  s.close();
-  d.close();
-  return Layout::unchecked(s.take(), d.take());
+namespace {
+template <typename Modes>
+Layout join_modes(const Modes& modes) {
+  Layout out;
+  LayoutBuilder b(out);
+  b.open();
+  for (const auto& m : modes) b.append(LayoutView(m));
+  b.close();
+  return out;
 }
+}  // namespace
+
+Layout join_unchecked(std::span<const Layout> modes) { return join_modes(modes); }
+Layout join_unchecked(std::span<const LayoutView> modes) { return join_modes(modes); }
 
 }  // namespace detail
 

@@ -20,7 +20,13 @@
 #include <string>
 #include <string_view>
 
+#include "meshsim/inline_vector.hpp"
+
 namespace meshsim {
+
+namespace detail {
+struct NodeAccess;
+}
 
 // kMaxDepth bounds the nesting accepted from text and JSON (deeper input is rejected with
 // InvalidArgument instead of exhausting the stack).
@@ -41,10 +47,17 @@ class IntTuple {
     int32_t span;
   };
   static constexpr int32_t kLeaf = -1;
-  using Storage = boost::container::small_vector<Node, 16>;
+  using Storage = detail::InlineVector<Node, 16>;
 
   // IntTuple(v) is the integer v.
-  IntTuple(int64_t v = 0) : nodes_{Node{v, kLeaf, 1}} {}  // NOLINT: implicit by design
+  IntTuple(int64_t v = 0) {  // NOLINT: implicit by design
+    // Field by field: a whole-Node temporary read back as one 16-byte load stalls on store
+    // forwarding, which dominated the cost of building small tuples.
+    Node* n = nodes_.grow_by(1);
+    n->value = v;
+    n->arity = kLeaf;
+    n->span = 1;
+  }
   IntTuple(int v) : IntTuple(static_cast<int64_t>(v)) {}    // NOLINT
 
   // tuple builds the tuple of the given elements (an empty list gives the empty tuple).
@@ -76,6 +89,7 @@ class IntTuple {
 
  private:
   friend class IntTupleBuilder;
+  friend struct detail::NodeAccess;
   struct Empty {};
   explicit IntTuple(Empty) {}
   Storage nodes_;
@@ -101,7 +115,7 @@ class IntTupleBuilder {
  private:
   void count_child();
   IntTuple::Storage nodes_;
-  boost::container::small_vector<int32_t, 8> open_;
+  detail::InlineVector<int32_t, 8> open_;
 };
 
 template <typename F>

@@ -46,6 +46,7 @@ class Layout {
   std::size_t hash() const;
 
  private:
+  friend struct detail::NodeAccess;
   IntTuple shape_;
   IntTuple stride_;
 };
