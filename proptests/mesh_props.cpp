@@ -10,6 +10,7 @@
 
 #include "meshsim/testing/mesh_generators.hpp"
 #include "mesh_reference.hpp"
+#include "meshsim/algebra.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/mesh_json.hpp"
 
@@ -332,6 +333,15 @@ RC_GTEST_PROP(DeviceMeshProps, RandomProgramsAgreeWithTheBruteForceReference, ()
 RC_GTEST_PROP(DeviceMeshProps, EqualityIsUniverseCanonicalLayoutAndNames, ()) {
   const auto spec = *gen::mesh_root();
   Run run = random_run(spec, 1, 8);
+  // Slice and flatten derive the canonical layout from their parts' instead of recomputing it:
+  // it must still be each dim's coalesced layout.
+  for (const Handle& a : run.handles) {
+    const Layout& l = a.mesh.layout();
+    const Layout& c = a.mesh.canonical_layout();
+    RC_ASSERT(c.shape().is_tuple());
+    RC_ASSERT(c.rank() == l.rank());
+    for (int d = 0; d < l.rank(); ++d) RC_ASSERT(c[d] == coalesce(l[d]));
+  }
   for (const Handle& a : run.handles) {
     for (const Handle& b : run.handles) {
       bool same = a.ref.names == b.ref.names && a.ref.shape.size() == b.ref.shape.size();

@@ -42,10 +42,26 @@ void emit(LayoutBuilder& b, const Flat& modes, Convention c) {
 
 // build is emit into a new layout.
 Layout build(const Flat& modes, Convention c) {
-  Layout r;
+  Layout r = detail::NodeAccess::blank();
   LayoutBuilder b(r);
   emit(b, modes, c);
   return r;
+}
+
+// sort_by_stride orders modes by (stride, size): insertion sort for the few modes of a mesh
+// layout, std::sort beyond.
+void sort_by_stride(Flat& m) {
+  if (m.size() > 16) {
+    std::sort(m.begin(), m.end(),
+              [](const Mode& a, const Mode& b) { return std::tie(a.d, a.s) < std::tie(b.d, b.s); });
+    return;
+  }
+  for (std::size_t i = 1; i < m.size(); ++i) {
+    const Mode x = m[i];
+    std::size_t j = i;
+    for (; j > 0 && std::tie(x.d, x.s) < std::tie(m[j - 1].d, m[j - 1].s); --j) m[j] = m[j - 1];
+    m[j] = x;
+  }
 }
 
 bool product_equals(int64_t a, int64_t b, int64_t target) {
@@ -74,6 +90,32 @@ Flat coalesce_flat(const Flat& in) {
   Flat out;
   coalesce_flat(in, out);
   return out;
+}
+
+// coalesce_view is coalesce_flat(flat_inner_first(l, c)) in one pass over the nodes, writing
+// `out`; `outermost`, when given, receives the last leaf inner-first (1:0 for no leaves).
+void coalesce_view(LayoutView l, Convention c, Flat& out, Mode* outermost) {
+  const Node* s = l.s;
+  const Node* d = l.d;
+  const int n = s->span;
+  out.clear();
+  detail::add(out, 1, 0);
+  Mode last{1, 0};
+  for (int k = 0; k < n; ++k) {
+    const int i = c == Convention::kTorch ? n - 1 - k : k;
+    if (s[i].arity != IntTuple::kLeaf) continue;
+    last = Mode{s[i].value, d[i].value};
+    if (s[i].value == 1) continue;
+    Mode& back = out.back();
+    if (back.s == 1) {
+      back = last;
+    } else if (product_equals(back.s, back.d, d[i].value)) {
+      back.s = checked_mul(back.s, s[i].value, "coalesce");
+    } else {
+      detail::add(out, s[i].value, d[i].value);
+    }
+  }
+  if (outermost) *outermost = last;
 }
 
 std::string str(LayoutView l) { return to_string(l.copy()); }
@@ -274,7 +316,9 @@ IntTuple idx2crd(const IntTuple& idx, const IntTuple& shape, const IntTuple& str
 // ---- coalesce, filter ------------------------------------------------------------------
 
 Layout coalesce(const Layout& l, Convention c) {
-  return build(coalesce_flat(flat_inner_first(l, c)), c);
+  Flat out;
+  coalesce_view(l, c, out, nullptr);
+  return build(out, c);
 }
 
 namespace {
@@ -320,7 +364,7 @@ void by_profile(LayoutView l, const Node* profile, Convention c, const char* nam
 template <typename Op>
 Layout by_profile(const Layout& l, const IntTuple& profile, Convention c, const char* name,
                   const Op& op) {
-  Layout r;
+  Layout r = detail::NodeAccess::blank();
   LayoutBuilder b(r);
   by_profile(LayoutView(l), profile.nodes(), c, name, op, b);
   return r;
@@ -352,8 +396,7 @@ Layout complement_impl(LayoutView l, int64_t bound, Convention c, bool allow_emp
     throw InvalidArgument("complement: bound " + std::to_string(bound) + " is not >= 1");
   }
   Flat modes = detail::leaves(l);
-  std::sort(modes.begin(), modes.end(),
-            [](const Mode& a, const Mode& b) { return std::tie(a.d, a.s) < std::tie(b.d, b.s); });
+  sort_by_stride(modes);
   Flat out;
   int64_t cur = 1;
   for (const Mode& m : modes) {
@@ -405,14 +448,13 @@ Int128 outer_extent(const Mode& m) { return static_cast<Int128>(m.s) * m.d; }
 struct ComposeCtx {
   ComposeCtx(LayoutView a_, std::span<const LayoutView> b_, bool joined, bool strict_, Convention c_)
       : a(a_), b(b_), b_joined(joined), strict(strict_), c(c_) {
-    flat_inner_first(a, c, flat_a);
-    coalesce_flat(flat_a, co_a);
+    coalesce_view(a, c, co_a, &outermost);
     load.assign(co_a.size(), 0);
   }
   LayoutView a;
   std::span<const LayoutView> b;
   bool b_joined;
-  Flat flat_a;
+  Mode outermost;  // A's outermost leaf (its last inner-first)
   Flat co_a;
   bool strict;
   bool beyond = false;  // B reaches past size(A), onto A's natural extension
@@ -434,9 +476,13 @@ void compose_leaf(ComposeCtx& x, int64_t s, int64_t d, LayoutBuilder& b) {
     return;
   }
   // B reaches beyond A's domain: coalesce(A) must extend A the same way.
-  if (x.strict && x.beyond && outer_extent(x.flat_a.back()) != outer_extent(co_a.back())) {
+  if (x.strict && x.beyond && outer_extent(x.outermost) != outer_extent(co_a.back())) {
     throw InvalidArgument("composition: B reaches beyond the domain of A = " + x.str_a() +
                           ", whose natural extension coalesce(A) does not preserve");
+  }
+  if (co_a.size() == 1) {  // A is one mode s':d' after coalescing: s:d -> s:(d * d')
+    b.leaf(s, checked_mul(d, co_a[0].d, "composition"));
+    return;
   }
   Flat out;
   int64_t rest = s;
@@ -505,7 +551,7 @@ Layout composition_impl(LayoutView a, std::span<const LayoutView> b, bool b_join
     for (const LayoutView& m : b) cosize_b = checked_add(cosize_b, detail::cosize(m) - 1, "cosize");
     x.beyond = cosize_b > size_a;
   }
-  Layout r;
+  Layout r = detail::NodeAccess::blank();
   LayoutBuilder out(r);
   if (b_joined) out.open();
   for (const LayoutView& m : b) compose_rec(x, m.s, m.d, out);
@@ -531,6 +577,11 @@ Layout compose_one(LayoutView a, LayoutView b, Convention c) {
 
 Layout composition(const Layout& a, const Layout& b, Convention c) { return compose_one(a, b, c); }
 
+namespace detail {
+Layout compose(LayoutView a, LayoutView b, Convention c) { return compose_one(a, b, c); }
+void coalesce_into(LayoutView l, Convention c, Leaves& out) { coalesce_view(l, c, out, nullptr); }
+}  // namespace detail
+
 namespace {
 
 // by_tiler applies op to A's modes that the tiler names and copies the others, writing the
@@ -542,7 +593,7 @@ Layout by_tiler(const Layout& a, const Tiler& tiler, const char* name, const Op&
                           " modes but A = " + to_string(a) + " has only " +
                           std::to_string(a.rank()));
   }
-  Layout r;
+  Layout r = detail::NodeAccess::blank();
   LayoutBuilder out(r);
   out.open();
   const LayoutView av(a);

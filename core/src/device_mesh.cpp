@@ -81,23 +81,34 @@ struct MeshLeaf {
   int dim;
   int64_t weight;
 };
-using Leaves = boost::container::small_vector<MeshLeaf, 16>;
+using Leaves = detail::InlineVector<MeshLeaf, 16>;
 
-// leaves_by_stride lists the leaves of size > 1, ordered by stride.
+// leaves_by_stride lists the leaves of size > 1, ordered by stride (ties keep mode order).
 Leaves leaves_by_stride(const Layout& l) {
   Leaves out;
+  const detail::LayoutView v(l);
   for (int dim = 0; dim < l.rank(); ++dim) {
-    const std::size_t first = out.size();
-    for (const detail::Leaf& x : detail::leaves(l[dim])) out.push_back(MeshLeaf{x.s, x.d, dim, 1});
+    const detail::LayoutView m = v.mode(dim);
     int64_t w = 1;  // row-major inside the mode: the last leaf is fastest
-    for (std::size_t k = out.size(); k-- > first;) {
-      out[k].weight = w;
-      w *= out[k].s;  // bounded by size(l), checked at construction
+    for (int i = m.span(); i-- > 0;) {
+      if (m.s[i].arity != IntTuple::kLeaf) continue;
+      const int64_t s = m.s[i].value;
+      if (s != 1) out.push_back(MeshLeaf{s, m.d[i].value, dim, w});
+      w *= s;  // bounded by size(l), checked at construction
     }
   }
-  out.erase(std::remove_if(out.begin(), out.end(), [](const MeshLeaf& x) { return x.s == 1; }),
-            out.end());
-  std::sort(out.begin(), out.end(), [](const MeshLeaf& a, const MeshLeaf& b) { return a.d < b.d; });
+  // Insertion sort (stable, no buffer) for a mesh's few leaves; std::stable_sort beyond.
+  if (out.size() > 16) {
+    std::stable_sort(out.begin(), out.end(),
+                     [](const MeshLeaf& a, const MeshLeaf& b) { return a.d < b.d; });
+    return out;
+  }
+  for (std::size_t i = 1; i < out.size(); ++i) {
+    const MeshLeaf x = out[i];
+    std::size_t j = i;
+    for (; j > 0 && x.d < out[j - 1].d; --j) out[j] = out[j - 1];
+    out[j] = x;
+  }
   return out;
 }
 
@@ -118,10 +129,20 @@ bool tiles_rank_map(const Layout& l, int64_t n) {
 
 // Layout::rank() == 1 with a scalar shape still counts as one mode; canonical gives every mode
 // its coalesced form so identity never depends on int-vs-tuple spelling.
+// Written in one pass from views; coalescing keeps each mode's size and cosize, so the result
+// is valid by construction.
 Layout canonical_of(const Layout& l) {
-  boost::container::small_vector<Layout, 8> modes;
-  for (int i = 0; i < l.rank(); ++i) modes.push_back(coalesce(l[i], Convention::kTorch));
-  return make_layout(std::span<const Layout>(modes.data(), modes.size()));
+  const detail::LayoutView v(l);
+  Layout out = detail::NodeAccess::blank();
+  detail::LayoutBuilder b(out);
+  detail::Leaves m;
+  b.open();
+  for (int i = 0; i < l.rank(); ++i) {
+    detail::coalesce_into(v.mode(i), Convention::kTorch, m);
+    detail::emit_flat(b, m, Convention::kTorch);
+  }
+  b.close();
+  return out;
 }
 
 }  // namespace
@@ -187,9 +208,14 @@ struct DeviceMesh::Digits {
 
 DeviceMesh::DeviceMesh(std::shared_ptr<const Universe> u, Layout layout, MeshNames names,
                        bool is_root, std::vector<BackendConfig> configs)
+    : DeviceMesh(std::move(u), layout, canonical_of(layout), std::move(names), is_root,
+                 std::move(configs)) {}
+
+DeviceMesh::DeviceMesh(std::shared_ptr<const Universe> u, Layout layout, Layout canonical,
+                       MeshNames names, bool is_root, std::vector<BackendConfig> configs)
     : u_(std::move(u)),
       layout_(std::move(layout)),
-      canonical_(canonical_of(layout_)),
+      canonical_(std::move(canonical)),
       names_(std::move(names)),
       configs_(std::move(configs)),
       is_root_(is_root) {
@@ -532,20 +558,32 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
   if (want.empty()) throw InvalidArgument("slice: no mesh_dim_names requested");
   check_dims(want.size(), "slice");
   if (want == *names_) return *this;
-  std::vector<Layout> modes;
+  // Each selected dim as views of its layout and canonical form (own dims: this mesh's modes;
+  // flattened names: the registration's), joined once below.
+  struct Part {
+    detail::LayoutView layout;
+    detail::LayoutView canonical;
+  };
+  boost::container::small_vector<Part, 8> parts;
+  std::vector<Universe::Flattened> flats;  // keeps the registrations the views point into
   std::vector<BackendConfig> configs;
+  const detail::LayoutView own_layout(layout_);
+  const detail::LayoutView own_canonical(canonical_);
   for (const std::string& n : want) {
     auto own = std::find(names_->begin(), names_->end(), n);
     if (own != names_->end()) {
       const int i = static_cast<int>(own - names_->begin());
-      modes.push_back(layout_[i]);
+      parts.push_back(Part{own_layout.mode(i), own_canonical.mode(i)});
       configs.push_back(backend_config(i));
       continue;
     }
     if (is_root_) {
       if (std::optional<Universe::Flattened> flat = u_->find_flattened(n)) {
-        modes.push_back(flat->layout);
-        configs.push_back(flat->config);
+        if (flats.empty()) flats.reserve(want.size());  // no reallocation: views stay valid
+        flats.push_back(std::move(*flat));
+        parts.push_back(Part{detail::LayoutView(flats.back().layout),
+                             detail::LayoutView(flats.back().canonical).mode(0)});
+        configs.push_back(flats.back().config);
         continue;
       }
     }
@@ -557,13 +595,14 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
                    " specified. Valid mesh_dim_names are " + py_list(valid) + ".");
   }
   int64_t prev = -1;
-  for (std::size_t k = modes.size(); k-- > 0;) {
-    if (modes[k].stride().is_tuple()) {
+  for (std::size_t k = parts.size(); k-- > 0;) {
+    const detail::LayoutView m = parts[k].layout;
+    if (!m.is_leaf()) {
       throw InvalidArgument(
           "Currently, this only allows slicing out a contiguous flattened dim. ('" + want[k] +
-          "' has the non-contiguous layout " + meshsim::to_string(modes[k]) + ")");
+          "' has the non-contiguous layout " + meshsim::to_string(m.copy()) + ")");
     }
-    const int64_t stride = modes[k].stride().value();
+    const int64_t stride = m.d->value;
     if (stride < prev) {
       throw InvalidArgument("Invalid mesh_dim_names " + py_tuple(want) +
                             " specified. Mesh dim indices should be in ascending order (stride " +
@@ -572,13 +611,28 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
     }
     prev = stride;
   }
-  Layout joined = make_layout(std::span<const Layout>(modes.data(), modes.size()));
+  Layout joined = detail::NodeAccess::blank();
+  Layout canonical = detail::NodeAccess::blank();
+  {
+    detail::LayoutBuilder j(joined);
+    detail::LayoutBuilder c(canonical);
+    j.open();
+    c.open();
+    for (const Part& p : parts) {
+      j.append(p.layout);
+      c.append(p.canonical);
+    }
+    j.close();
+    c.close();
+  }
+  detail::check_layout(joined);
   if (!mesh_check_non_overlap(joined)) {
     throw InvalidArgument("Slicing overlapping dim_names " + py_tuple(want) +
                           " is not allowed (their layouts overlap in " +
                           meshsim::to_string(joined) + ").");
   }
-  return DeviceMesh(u_, std::move(joined), std::move(want), false, std::move(configs));
+  return DeviceMesh(u_, std::move(joined), std::move(canonical), std::move(want), false,
+                    std::move(configs));
 }
 
 DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
@@ -602,9 +656,9 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
   // The registry keeps the first layout written under a name; the same canonical layout
   // returns it, another one throws AlreadyExists.
   Universe::Flattened reg = u_->register_flatten(flat_name, flat, canonical_of(flat), config);
-  Layout registered = std::move(reg.layout);
   BackendConfig cfg = std::move(reg.config);
-  return DeviceMesh(u_, std::move(registered), std::vector<std::string>{flat_name}, false, {cfg});
+  return DeviceMesh(u_, std::move(reg.layout), std::move(reg.canonical),
+                    std::vector<std::string>{flat_name}, false, {cfg});
 }
 
 DeviceMesh DeviceMesh::unflatten(std::string_view dim, std::span<const int64_t> sizes,

@@ -33,6 +33,9 @@ struct NodeAccess {
   static IntTuple::Storage& nodes(IntTuple& t) { return t.nodes_; }
   static IntTuple& shape(Layout& l) { return l.shape_; }
   static IntTuple& stride(Layout& l) { return l.stride_; }
+  // blank is a Layout with empty trees, to be written by a LayoutBuilder (not a valid value
+  // until then).
+  static Layout blank() { return Layout(IntTuple(IntTuple::Empty{}), IntTuple(IntTuple::Empty{}), Layout::Adopt{}); }
 };
 
 // LayoutView is a (sub-)layout by reference: valid while its owner lives and is not modified.
@@ -109,7 +112,7 @@ class LayoutBuilder {
     s_.clear();
     d_.clear();
   }
-  void leaf(int64_t s, int64_t d) {
+  [[gnu::always_inline]] void leaf(int64_t s, int64_t d) {
     count_child();
     put(s_, s, IntTuple::kLeaf);
     put(d_, d, IntTuple::kLeaf);
@@ -140,13 +143,13 @@ class LayoutBuilder {
     s_.append(v.s, v.s + v.s->span);
     d_.append(v.d, v.d + v.d->span);
   }
-  void open() {
+  [[gnu::always_inline]] void open() {
     count_child();
     open_.push_back(static_cast<int32_t>(s_.size()));
     put(s_, 0, 0);
     put(d_, 0, 0);
   }
-  void close() {
+  [[gnu::always_inline]] void close() {
     if (open_.empty()) throw Internal("LayoutBuilder: close() without open()");
     const int32_t at = open_.back();
     open_.pop_back();
@@ -162,13 +165,13 @@ class LayoutBuilder {
  private:
   // put appends a node field by field (a whole-Node temporary read back as one 16-byte load
   // stalls on store forwarding, which dominated small results).
-  static void put(IntTuple::Storage& v, int64_t value, int32_t arity) {
+  [[gnu::always_inline]] static void put(IntTuple::Storage& v, int64_t value, int32_t arity) {
     Node* n = v.grow_by(1);
     n->value = value;
     n->arity = arity;
     n->span = 1;
   }
-  void count_child() {
+  [[gnu::always_inline]] void count_child() {
     if (!open_.empty()) {
       ++s_[static_cast<std::size_t>(open_.back())].arity;
       ++d_[static_cast<std::size_t>(open_.back())].arity;
@@ -178,6 +181,19 @@ class LayoutBuilder {
   IntTuple::Storage& d_;
   InlineVector<int32_t, 8> open_;
 };
+
+// check_layout runs the checks of Layout's constructor on l (InvalidArgument, OverflowError):
+// for layouts assembled by a LayoutBuilder from parts that are not valid by construction.
+void check_layout(const Layout& l);
+
+// coalesce_into writes coalesce(l, c)'s modes inner-first (fastest first) into `out`.
+void coalesce_into(LayoutView l, Convention c, Leaves& out);
+// emit_flat writes inner-first modes as coalesce does: a depth <= 1 layout, a scalar for one.
+inline void emit_flat(LayoutBuilder& b, const Leaves& modes, Convention c) {
+  b.flat(modes.data(), modes.size(), c == Convention::kTorch);
+}
+// compose is composition(a, b, c) on views.
+Layout compose(LayoutView a, LayoutView b, Convention c);
 
 // join_unchecked makes `modes` the top-level modes of one layout without validating it (for
 // callers whose modes are valid by construction; make_layout validates).

@@ -15,6 +15,14 @@ using Node = IntTuple::Node;
 
 
 Layout::Layout(IntTuple shape, IntTuple stride) : shape_(std::move(shape)), stride_(std::move(stride)) {
+  detail::check_layout(*this);
+}
+
+namespace detail {
+
+void check_layout(const Layout& l) {
+  const IntTuple& shape_ = l.shape();
+  const IntTuple& stride_ = l.stride();
   if (!congruent(shape_, stride_)) {
     throw InvalidArgument("layout " + to_string(shape_) + ":" + to_string(stride_) +
                           ": shape and stride are not congruent (same tree structure required)");
@@ -48,6 +56,9 @@ Layout::Layout(IntTuple shape, IntTuple stride) : shape_(std::move(shape)), stri
     hi = *next_hi;
   }
 }
+
+
+}  // namespace detail
 
 Layout Layout::unchecked(IntTuple shape, IntTuple stride) {
   Layout l;
@@ -100,7 +111,7 @@ Layout LayoutView::copy() const {
 namespace {
 template <typename Modes>
 Layout join_modes(const Modes& modes) {
-  Layout out;
+  Layout out = NodeAccess::blank();
   LayoutBuilder b(out);
   b.open();
   for (const auto& m : modes) b.append(LayoutView(m));
@@ -116,7 +127,8 @@ Layout join_unchecked(std::span<const LayoutView> modes) { return join_modes(mod
 
 Layout make_layout(std::span<const Layout> modes) {
   Layout joined = detail::join_unchecked(modes);
-  return Layout(joined.shape(), joined.stride());
+  detail::check_layout(joined);
+  return joined;
 }
 
 Layout make_layout(std::initializer_list<Layout> modes) {

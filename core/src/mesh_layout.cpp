@@ -99,19 +99,46 @@ std::vector<int64_t> mesh_top_level_sizes(const Layout& l) {
 }
 
 Layout mesh_nest(const Layout& l) {
-  return Layout::unchecked(IntTuple::tuple({l.shape()}), IntTuple::tuple({l.stride()}));
+  Layout out = detail::NodeAccess::blank();
+  detail::LayoutBuilder b(out);
+  b.open();
+  b.append(l);
+  b.close();
+  return out;
 }
 
+namespace {
+// coalesced_modes is the torch coalesce of l (inner-first), every stride 0 replaced by 1 as
+// PyTorch's _MeshLayout.coalesce does (a size-1 mode keeps its cosize; a broadcast mode grows
+// it, so the result is checked).
+detail::Leaves coalesced_modes(const Layout& l) {
+  detail::Leaves m;
+  detail::coalesce_into(l, Convention::kTorch, m);
+  for (Leaf& x : m) {
+    if (x.d == 0) x.d = 1;
+  }
+  return m;
+}
+}  // namespace
+
 Layout mesh_coalesce(const Layout& l) {
-  Layout c = coalesce(l, Convention::kTorch);
-  // Stride-0 modes (size 1 after coalescing) get stride 1, as PyTorch's _MeshLayout.coalesce.
-  IntTuple stride = transform_leaves(c.stride(), [](int, int64_t v) { return v == 0 ? 1 : v; });
-  return Layout(c.shape(), stride);
+  const detail::Leaves m = coalesced_modes(l);
+  Layout out = detail::NodeAccess::blank();
+  detail::LayoutBuilder b(out);
+  detail::emit_flat(b, m, Convention::kTorch);
+  detail::check_layout(out);
+  return out;
 }
 
 Layout mesh_flatten(const Layout& l) {
-  Layout c = mesh_coalesce(l);
-  return c.rank() > 1 ? mesh_nest(c) : c;
+  const detail::Leaves m = coalesced_modes(l);
+  Layout out = detail::NodeAccess::blank();
+  detail::LayoutBuilder b(out);
+  if (m.size() > 1) b.open();
+  detail::emit_flat(b, m, Convention::kTorch);
+  if (m.size() > 1) b.close();
+  detail::check_layout(out);
+  return out;
 }
 
 Layout mesh_getitem(const Layout& l, int64_t index) {
@@ -139,11 +166,17 @@ Layout mesh_splice(const Layout& l, int64_t start, int64_t end, const Layout& in
   const int64_t n = l.rank();
   const int64_t lo = python_index(start, n);
   const int64_t hi = std::max(lo, python_index(end, n));
-  boost::container::small_vector<Layout, 8> modes;
-  for (int64_t i = 0; i < lo; ++i) modes.push_back(l[static_cast<int>(i)]);
-  for (int i = 0; i < insert.rank(); ++i) modes.push_back(insert[i]);
-  for (int64_t i = hi; i < n; ++i) modes.push_back(l[static_cast<int>(i)]);
-  return make_layout(std::span<const Layout>(modes.data(), modes.size()));
+  const detail::LayoutView lv(l);
+  const detail::LayoutView iv(insert);
+  Layout out = detail::NodeAccess::blank();
+  detail::LayoutBuilder b(out);
+  b.open();
+  for (int64_t i = 0; i < lo; ++i) b.append(lv.mode(static_cast<int>(i)));
+  for (int i = 0; i < insert.rank(); ++i) b.append(iv.mode(i));
+  for (int64_t i = hi; i < n; ++i) b.append(lv.mode(static_cast<int>(i)));
+  b.close();
+  detail::check_layout(out);
+  return out;
 }
 
 Layout mesh_unflatten(const Layout& l, int64_t dim, std::span<const int64_t> sizes) {
@@ -152,16 +185,28 @@ Layout mesh_unflatten(const Layout& l, int64_t dim, std::span<const int64_t> siz
                      std::to_string(l.rank()) + ") for layout " + to_string(l));
   }
   if (sizes.empty()) throw InvalidArgument("mesh_unflatten: sizes must not be empty");
-  boost::container::small_vector<IntTuple, 8> elems(sizes.begin(), sizes.end());
-  Layout inner =
-      Layout::compact(IntTuple::tuple({elems.data(), elems.size()}), Convention::kTorch);
-  Layout mode = l[static_cast<int>(dim)];
-  if (size(inner) != size(mode)) {
+  // inner = (sizes):(suffix products), row-major; checked as any layout built from input.
+  Layout inner = detail::NodeAccess::blank();
+  {
+    detail::Leaves m;
+    int64_t stride = 1;
+    for (std::size_t k = sizes.size(); k-- > 0;) {  // inner-first: the last size is fastest
+      detail::add(m, sizes[k], stride);
+      if (k > 0) stride = checked_mul(stride, sizes[k], "mesh_unflatten: stride");
+    }
+    detail::LayoutBuilder b(inner);
+    b.open();
+    for (std::size_t k = m.size(); k-- > 0;) b.leaf(m[k].s, m[k].d);
+    b.close();
+    detail::check_layout(inner);
+  }
+  const detail::LayoutView mode = detail::LayoutView(l).mode(static_cast<int>(dim));
+  if (size(inner) != detail::size(mode)) {
     throw InvalidArgument("mesh_unflatten: sizes " + to_string(inner.shape()) + " multiply to " +
                           std::to_string(size(inner)) + " but dim " + std::to_string(dim) +
-                          " of " + to_string(l) + " has size " + std::to_string(size(mode)));
+                          " of " + to_string(l) + " has size " + std::to_string(detail::size(mode)));
   }
-  return mesh_splice(l, dim, dim + 1, composition(mode, inner, Convention::kTorch));
+  return mesh_splice(l, dim, dim + 1, detail::compose(mode, inner, Convention::kTorch));
 }
 
 std::vector<std::vector<int64_t>> mesh_global_ranks(const Layout& l, int64_t world_size) {

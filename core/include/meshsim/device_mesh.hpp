@@ -226,6 +226,9 @@ class DeviceMesh {
  private:
   DeviceMesh(std::shared_ptr<const Universe> u, Layout layout, MeshNames names, bool is_root,
              std::vector<BackendConfig> configs);
+  // With the canonical layout already known (slice and flatten derive it from their parts').
+  DeviceMesh(std::shared_ptr<const Universe> u, Layout layout, Layout canonical, MeshNames names,
+             bool is_root, std::vector<BackendConfig> configs);
   static DeviceMesh make_root(const char* what, std::span<const int64_t> shape,
                               const std::span<const int64_t>* ranks, MeshNames names,
                               RootOptions options);

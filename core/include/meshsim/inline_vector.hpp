@@ -73,7 +73,7 @@ class InlineVector {
   // push_back takes the value by copy: it may alias an element that a growth would free.
   void push_back(T v) { *grow_by(1) = v; }
   // grow_by appends n uninitialised elements and returns the first.
-  T* grow_by(std::size_t n) {
+  [[gnu::always_inline]] T* grow_by(std::size_t n) {
     if (cap_ - size_ < n) reserve_more(n);
     T* p = data() + size_;
     size_ += n;

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "meshsim/int_tuple.hpp"
 
@@ -47,6 +48,9 @@ class Layout {
 
  private:
   friend struct detail::NodeAccess;
+  // Layout(shape, stride, {}) adopts both trees unchecked (for detail::NodeAccess).
+  struct Adopt {};
+  Layout(IntTuple shape, IntTuple stride, Adopt) : shape_(std::move(shape)), stride_(std::move(stride)) {}
   IntTuple shape_;
   IntTuple stride_;
 };
