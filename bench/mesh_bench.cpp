@@ -82,6 +82,18 @@ void BM_Hash(benchmark::State& s) {
   run(s, [&] { return a == b && a.hash() == b.hash(); });
 }
 
+// Every group of the tp dim (world / 4 groups of 4): one buffer (group_table) against one vector
+// per group (groups, PyTorch's shape), allocations per listing side by side.
+void BM_GroupTable(benchmark::State& s) {
+  DeviceMesh mesh = make_root(static_cast<int>(s.range(0)));
+  run(s, [&] { return mesh.group_table(2); });
+}
+
+void BM_GroupsNested(benchmark::State& s) {
+  DeviceMesh mesh = make_root(static_cast<int>(s.range(0)));
+  run(s, [&] { return mesh.groups(2); });
+}
+
 #define MESHSIM_WORLDS ->Arg(6)->Arg(12)->Arg(20)->Arg(24)
 BENCHMARK(BM_Build) MESHSIM_WORLDS;
 BENCHMARK(BM_Slice) MESHSIM_WORLDS;
@@ -90,6 +102,8 @@ BENCHMARK(BM_Unflatten) MESHSIM_WORLDS;
 BENCHMARK(BM_Coordinate) MESHSIM_WORLDS;
 BENCHMARK(BM_OwnGroup) MESHSIM_WORLDS;
 BENCHMARK(BM_Hash) MESHSIM_WORLDS;
+BENCHMARK(BM_GroupTable)->Arg(6)->Arg(12)->Arg(20);
+BENCHMARK(BM_GroupsNested)->Arg(6)->Arg(12)->Arg(20);
 
 }  // namespace
 

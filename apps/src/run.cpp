@@ -337,9 +337,10 @@ Outcome run_threaded(const Job& job) {
       std::vector<std::vector<std::vector<int64_t>>> dims;
       for (int d = 0; d < m.ndim(); ++d) {
         std::vector<std::vector<int64_t>> rows;
-        for (const auto& row : m.groups(d)) {
+        const GroupTable t = m.group_table(d);
+        for (int64_t g = 0; g < t.count; ++g) {
           // The group as its first member saw it over the backend.
-          const auto& s = gathered[static_cast<std::size_t>(row[0])];
+          const auto& s = gathered[static_cast<std::size_t>(t.row(g)[0])];
           rows.push_back(s[i][static_cast<std::size_t>(d)]);
         }
         dims.push_back(std::move(rows));

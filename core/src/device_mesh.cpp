@@ -436,35 +436,43 @@ std::optional<std::vector<int64_t>> DeviceMesh::group_of(int64_t rank, int dim) 
 }
 
 namespace {
-// rows_of lists every group of a dim layout over the rank map's positions, as global ranks.
-std::vector<std::vector<int64_t>> rows_of(const Universe& u, const Layout& dim_layout) {
-  auto rows = mesh_global_ranks(dim_layout, u.rank_map.size());
-  for (auto& row : rows) {
-    for (int64_t& v : row) v = u.rank_map.at(v);
-  }
+// table_of lists every group of a dim layout over the rank map's positions, as global ranks, in
+// one buffer.
+GroupTable table_of(const Universe& u, const Layout& dim_layout) {
+  GroupTable t = mesh_group_table(dim_layout, u.rank_map.size());
+  for (int64_t& v : t.ranks) v = u.rank_map.at(v);
+  return t;
+}
+
+std::vector<std::vector<int64_t>> rows_of(const GroupTable& t) {
+  std::vector<std::vector<int64_t>> rows;
+  rows.reserve(static_cast<std::size_t>(t.count));
+  for (int64_t g = 0; g < t.count; ++g) rows.emplace_back(t.row(g).begin(), t.row(g).end());
   return rows;
 }
 }  // namespace
 
 GroupRecord::GroupRecord(std::string n, Layout l, BackendConfig c,
-                         std::function<std::vector<std::vector<int64_t>>()> list_rows)
+                         std::function<GroupTable()> list_rows)
     : name(std::move(n)), layout(std::move(l)), config(std::move(c)), list_rows_(std::move(list_rows)) {}
 
+const GroupTable& GroupRecord::table() const {
+  std::call_once(table_once_, [&] { table_ = list_rows_(); });
+  return table_;
+}
+
 const std::vector<std::vector<int64_t>>& GroupRecord::rows() const {
-  std::call_once(once_, [&] { rows_ = list_rows_(); });
+  std::call_once(rows_once_, [&] { rows_ = rows_of(table()); });
   return rows_;
 }
 
 std::vector<std::vector<int64_t>> DeviceMesh::groups(int dim) const {
-  dim_name(dim);
-  return rows_of(*u_, layout_[dim]);
+  return rows_of(group_table(dim));
 }
 
 GroupTable DeviceMesh::group_table(int dim) const {
   dim_name(dim);
-  GroupTable t = mesh_group_table(layout_[dim], u_->rank_map.size());
-  for (int64_t& v : t.ranks) v = u_->rank_map.at(v);
-  return t;
+  return table_of(*u_, layout_[dim]);
 }
 
 const BackendConfig& DeviceMesh::backend_config(int dim) const {
@@ -490,7 +498,7 @@ std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim,
           if (!u) {
             throw FailedPrecondition("GroupRecord::rows: every mesh of this record's root is gone");
           }
-          return rows_of(*u, dim_layout);
+          return table_of(*u, dim_layout);
         });
   });
 }

@@ -209,25 +209,27 @@ Layout mesh_unflatten(const Layout& l, int64_t dim, std::span<const int64_t> siz
   return mesh_splice(l, dim, dim + 1, detail::compose(mode, inner, Convention::kTorch));
 }
 
+namespace {
+GroupTable group_table(const Layout& l, int64_t world_size, const char* what);
+}  // namespace
+
 std::vector<std::vector<int64_t>> mesh_global_ranks(const Layout& l, int64_t world_size) {
-  Layout comp = complement(l, world_size, Convention::kTorch);
-  check_enumeration(checked_mul(size(comp), size(l), "mesh_global_ranks"), "mesh_global_ranks",
-                    l);
-  std::vector<int64_t> ranks = mesh_all_ranks_from_zero(l);
+  const GroupTable t = group_table(l, world_size, "mesh_global_ranks");
   std::vector<std::vector<int64_t>> out;
-  for_each_rank(comp, [&](int64_t o) {
-    std::vector<int64_t> g;
-    g.reserve(ranks.size());
-    for (int64_t r : ranks) g.push_back(o + r);
-    out.push_back(std::move(g));
-  });
+  out.reserve(static_cast<std::size_t>(t.count));
+  for (int64_t g = 0; g < t.count; ++g) out.emplace_back(t.row(g).begin(), t.row(g).end());
   return out;
 }
 
 GroupTable mesh_group_table(const Layout& l, int64_t world_size) {
+  return group_table(l, world_size, "mesh_group_table");
+}
+
+namespace {
+GroupTable group_table(const Layout& l, int64_t world_size, const char* what) {
   Layout comp = complement(l, world_size, Convention::kTorch);
-  const int64_t total = checked_mul(size(comp), size(l), "mesh_group_table");
-  check_enumeration(total, "mesh_group_table", l);
+  const int64_t total = checked_mul(size(comp), size(l), what);
+  check_enumeration(total, what, l);
   std::vector<int64_t> from_zero = mesh_all_ranks_from_zero(l);
   GroupTable t;
   t.count = size(comp);
@@ -238,6 +240,7 @@ GroupTable mesh_group_table(const Layout& l, int64_t world_size) {
   });
   return t;
 }
+}  // namespace
 
 RemappedTensor mesh_remap_to_tensor(const Layout& l, std::span<const int64_t> rank_map) {
   const auto n = static_cast<int64_t>(rank_map.size());

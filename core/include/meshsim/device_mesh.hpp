@@ -67,16 +67,20 @@ using MeshNames = std::optional<std::vector<std::string>>;
 // communicator never pays for them.
 struct GroupRecord {
   GroupRecord(std::string name, Layout layout, BackendConfig config,
-              std::function<std::vector<std::vector<int64_t>>()> list_rows);
+              std::function<GroupTable()> list_rows);
   std::string name;       // stable across runs and processes for the same (layout, config)
   Layout layout;          // the canonical dim layout over rank-map positions
   BackendConfig config;   // the backend the group is created with
-  // rows is every group of the dim, global ranks (computed once, thread-safe).
+  // table is every group of the dim, global ranks, in one buffer (computed once, thread-safe).
+  const GroupTable& table() const;
+  // rows is table() as one vector per group (built from it on first use, thread-safe).
   const std::vector<std::vector<int64_t>>& rows() const;
 
  private:
-  std::function<std::vector<std::vector<int64_t>>()> list_rows_;
-  mutable std::once_flag once_;
+  std::function<GroupTable()> list_rows_;
+  mutable std::once_flag table_once_;
+  mutable GroupTable table_;
+  mutable std::once_flag rows_once_;
   mutable std::vector<std::vector<int64_t>> rows_;
 };
 
