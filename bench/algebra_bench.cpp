@@ -11,10 +11,17 @@
 #include <cstdlib>
 #include <new>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "meshsim/algebra.hpp"
 #include "meshsim/mesh_layout.hpp"
 #include "meshsim/query.hpp"
+
+#include <nlohmann/json.hpp>
+#ifdef MESHSIM_BENCH_RAPIDJSON
+#include <rapidjson/document.h>
+#endif
 
 using meshsim::bench::g_allocs;
 using meshsim::bench::g_bytes;
@@ -162,6 +169,56 @@ void QueryPipe(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kRequests);
 }
 BENCHMARK(QueryPipe)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
+
+// Where a request's time goes, per request over QueryPipe's six lines: the whole answer
+// (QueryAnswer), nlohmann's parse alone (QueryParseNlohmann), RapidJSON's DOM parse of the same
+// text (QueryParseRapidJson, when found at build time: the faster reader measured against it),
+// and printing the six results (QueryPrint).
+const std::vector<std::string>& query_lines() {
+  static const std::vector<std::string> lines = {
+      R"J({"id":1,"op":"composition","a":{"shape":[2,4,8],"stride":[32,8,1]},"b":{"shape":[2,4],"stride":[8,1]}})J",
+      R"J({"id":2,"op":"complement_bound","layout":"(2,4):(8,1)","bound":64})J",
+      R"J({"id":3,"op":"mesh_unflatten","layout":"64:1","dim":0,"sizes":[2,4,8]})J",
+      R"J({"id":4,"op":"coalesce","convention":"cute","layout":"((2,2),4,8):((1,2),4,16)"})J",
+      R"J({"id":5,"op":"crd2idx","coords":[37],"layout":"(2,4,8):(32,8,1)"})J",
+      R"J({"id":6,"op":"logical_divide","a":"(4,8):(8,1)","b":"2:1","convention":"cute"})J"};
+  return lines;
+}
+template <typename F>
+void per_request(benchmark::State& state, F&& f) {
+  const auto& lines = query_lines();
+  for (auto _ : state) {
+    for (const std::string& l : lines) benchmark::DoNotOptimize(f(l));
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(lines.size()));
+}
+void QueryAnswer(benchmark::State& s) {
+  per_request(s, [](const std::string& l) { return meshsim::query::answer_line(l); });
+}
+void QueryParseNlohmann(benchmark::State& s) {
+  per_request(s, [](const std::string& l) { return nlohmann::json::parse(l).size(); });
+}
+#ifdef MESHSIM_BENCH_RAPIDJSON
+void QueryParseRapidJson(benchmark::State& s) {
+  per_request(s, [](const std::string& l) {
+    rapidjson::Document d;
+    d.Parse(l.data(), l.size());
+    return d.MemberCount();
+  });
+}
+BENCHMARK(QueryParseRapidJson);
+#endif
+void QueryPrint(benchmark::State& s) {
+  std::vector<nlohmann::json> results;
+  for (const std::string& l : query_lines()) {
+    results.push_back(nlohmann::json::parse(meshsim::query::answer_line(l))["result"]);
+  }
+  std::size_t i = 0;
+  per_request(s, [&](const std::string&) { return results[i++ % results.size()].dump(); });
+}
+BENCHMARK(QueryAnswer);
+BENCHMARK(QueryParseNlohmann);
+BENCHMARK(QueryPrint);
 
 BENCHMARK(Table_Coalesce);
 BENCHMARK(Table_Complement);

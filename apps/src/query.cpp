@@ -349,8 +349,15 @@ std::string answer_line(std::string_view line) {
     if (op.rfind("mesh_", 0) == 0 && conv != Convention::kTorch) {
       throw InvalidArgument("op '" + op + "' exists only in the torch convention");
     }
-    Json result = h->second(Args{req, conv});
-    return finish(Json{{"id", id}, {"ok", true}, {"result", std::move(result)}}, raw);
+    const Json result = h->second(Args{req, conv});
+    // Written directly (the answer object's keys in the order nlohmann's sorted map prints
+    // them): building a 3-key object only to print it cost a tenth of a request.
+    std::string out = "{\"id\":";
+    out += raw ? *raw : dump(id);
+    out += ",\"ok\":true,\"result\":";
+    out += dump(result);
+    out += '}';
+    return out;
   } catch (const Error& e) {
     return finish(error_answer(id, e.type_name(), e.what()), raw);
   } catch (const Json::exception& e) {
