@@ -2,7 +2,7 @@
 # Installs meshsim's build dependencies from Debian's packages (idempotent, non-interactive).
 set -euo pipefail
 pkgs=(g++ cmake ninja-build libgtest-dev librapidcheck-dev libgloo-dev libboost-dev libbenchmark-dev
-      libcli11-dev nlohmann-json3-dev)
+      libcli11-dev nlohmann-json3-dev rapidjson-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
