@@ -100,22 +100,30 @@ void coalesce_view(LayoutView l, Convention c, Flat& out, Mode* outermost) {
   const int n = s->span;
   out.clear();
   detail::add(out, 1, 0);
-  Mode last{1, 0};
+  // Scalars, assigned field by field: a Mode temporary reloaded as one 16-byte value stalls on
+  // store forwarding (it was a sixth of this loop).
+  int64_t last_s = 1;
+  int64_t last_d = 0;
   for (int k = 0; k < n; ++k) {
     const int i = c == Convention::kTorch ? n - 1 - k : k;
     if (s[i].arity != IntTuple::kLeaf) continue;
-    last = Mode{s[i].value, d[i].value};
-    if (s[i].value == 1) continue;
+    last_s = s[i].value;
+    last_d = d[i].value;
+    if (last_s == 1) continue;
     Mode& back = out.back();
     if (back.s == 1) {
-      back = last;
+      back.s = last_s;
+      back.d = last_d;
     } else if (product_equals(back.s, back.d, d[i].value)) {
       back.s = checked_mul(back.s, s[i].value, "coalesce");
     } else {
       detail::add(out, s[i].value, d[i].value);
     }
   }
-  if (outermost) *outermost = last;
+  if (outermost) {
+    outermost->s = last_s;
+    outermost->d = last_d;
+  }
 }
 
 std::string str(LayoutView l) { return to_string(l.copy()); }
@@ -167,6 +175,20 @@ inline void divmod(int64_t v, int64_t m, int64_t& q, int64_t& r) {
     q = v / m;
     r = v % m;
   }
+}
+
+// fast_div / fast_mod are a / b and a % b for a >= 0, b >= 1 (see divmod).
+inline int64_t fast_div(int64_t a, int64_t b) {
+  int64_t q = 0;
+  int64_t r = 0;
+  divmod(a, b, q, r);
+  return q;
+}
+inline int64_t fast_mod(int64_t a, int64_t b) {
+  int64_t q = 0;
+  int64_t r = 0;
+  divmod(a, b, q, r);
+  return r;
 }
 
 // crd_int splits the int coordinate v over the tree at (s, d) in the convention's order, the
@@ -493,13 +515,13 @@ void compose_leaf(ComposeCtx& x, int64_t s, int64_t d, LayoutBuilder& b) {
       throw InvalidArgument("composition: A = " + x.str_a() +
                             " has a size-0 mode (division by zero)");
     }
-    if (S % r != 0 && r % S != 0) {
+    if (fast_mod(S, r) != 0 && fast_mod(r, S) != 0) {
       throw InvalidArgument("composition: stride divisibility condition violated: stride " +
                             std::to_string(r) + " and mode size " + std::to_string(S) +
                             " of A = " + x.str_a() + " do not divide one another (B = " +
                             str_leaf(s, d) + ")");
     }
-    int64_t ns = std::min(std::max<int64_t>(1, S / r), rest);
+    int64_t ns = std::min(std::max<int64_t>(1, fast_div(S, r)), rest);
     if (ns != 1) {
       detail::add(out, ns, checked_mul(r, co_a[k].d, "composition"));
       if (x.strict) x.load[k] = checked_add(x.load[k], (ns - 1) * r, "composition");
@@ -509,14 +531,14 @@ void compose_leaf(ComposeCtx& x, int64_t s, int64_t d, LayoutBuilder& b) {
                             " has size 0 against the multi-mode A = " + x.str_a() +
                             " (division by zero)");
     }
-    if (x.strict && rest % ns != 0) {
+    if (x.strict && fast_mod(rest, ns) != 0) {
       throw InvalidArgument("composition: shape divisibility condition violated: size " +
                             std::to_string(rest) + " of B = " + str_leaf(s, d) +
                             " is not a multiple of " + std::to_string(ns) + " taken from mode " +
                             std::to_string(S) + " of A = " + x.str_a());
     }
-    rest /= ns;
-    r = ceil_div(r, S);
+    rest = fast_div(rest, ns);
+    r = r == 0 ? 0 : fast_div(r - 1, S) + 1;  // ceil(r / S)
   }
   if (rest != 1 || out.empty()) {
     detail::add(out, rest, checked_mul(r, co_a.back().d, "composition"));
