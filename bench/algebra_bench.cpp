@@ -135,20 +135,25 @@ void Table_Crd2Idx(benchmark::State& s) { table_row(s, 800, 4.4, [] { return crd
 void Table_LogicalDivide(benchmark::State& s) {
   table_row(s, 6100, 20, [] { return logical_divide(kT_DivideA, kT_DivideB, kCute); });
 }
-// QueryPipe: `meshsim query` as a user runs it, 100K mixed requests written into its stdin
-// through a pipe, answers to /dev/null; requests/s of the whole process (start-up included).
-void QueryPipe(benchmark::State& state) {
-  const char* lines[] = {
+// query_lines is the six-op request mix of QueryPipe and the per-request benchmarks.
+const std::vector<std::string>& query_lines() {
+  static const std::vector<std::string> lines = {
       R"J({"id":1,"op":"composition","a":{"shape":[2,4,8],"stride":[32,8,1]},"b":{"shape":[2,4],"stride":[8,1]}})J",
       R"J({"id":2,"op":"complement_bound","layout":"(2,4):(8,1)","bound":64})J",
       R"J({"id":3,"op":"mesh_unflatten","layout":"64:1","dim":0,"sizes":[2,4,8]})J",
       R"J({"id":4,"op":"coalesce","convention":"cute","layout":"((2,2),4,8):((1,2),4,16)"})J",
       R"J({"id":5,"op":"crd2idx","coords":[37],"layout":"(2,4,8):(32,8,1)"})J",
       R"J({"id":6,"op":"logical_divide","a":"(4,8):(8,1)","b":"2:1","convention":"cute"})J"};
+  return lines;
+}
+
+// QueryPipe: `meshsim query` as a user runs it, 100K mixed requests written into its stdin
+// through a pipe, answers to /dev/null; requests/s of the whole process (start-up included).
+void QueryPipe(benchmark::State& state) {
   std::string input;
   constexpr int kRequests = 100000;
   for (int i = 0; i < kRequests; ++i) {
-    input += lines[i % 6];
+    input += query_lines()[static_cast<std::size_t>(i) % query_lines().size()];
     input += '\n';
   }
   const std::string cmd = std::string(MESHSIM_EXE) + " query > /dev/null";
@@ -170,20 +175,10 @@ void QueryPipe(benchmark::State& state) {
 }
 BENCHMARK(QueryPipe)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
 
-// Where a request's time goes, per request over QueryPipe's six lines: the whole answer
+// Where a request's time goes, per request over query_lines(): the whole answer
 // (QueryAnswer), nlohmann's parse alone (QueryParseNlohmann), RapidJSON's DOM parse of the same
 // text (QueryParseRapidJson, when found at build time: the faster reader measured against it),
 // and printing the six results (QueryPrint).
-const std::vector<std::string>& query_lines() {
-  static const std::vector<std::string> lines = {
-      R"J({"id":1,"op":"composition","a":{"shape":[2,4,8],"stride":[32,8,1]},"b":{"shape":[2,4],"stride":[8,1]}})J",
-      R"J({"id":2,"op":"complement_bound","layout":"(2,4):(8,1)","bound":64})J",
-      R"J({"id":3,"op":"mesh_unflatten","layout":"64:1","dim":0,"sizes":[2,4,8]})J",
-      R"J({"id":4,"op":"coalesce","convention":"cute","layout":"((2,2),4,8):((1,2),4,16)"})J",
-      R"J({"id":5,"op":"crd2idx","coords":[37],"layout":"(2,4,8):(32,8,1)"})J",
-      R"J({"id":6,"op":"logical_divide","a":"(4,8):(8,1)","b":"2:1","convention":"cute"})J"};
-  return lines;
-}
 template <typename F>
 void per_request(benchmark::State& state, F&& f) {
   const auto& lines = query_lines();
