@@ -23,15 +23,11 @@ using Flat = detail::Leaves;
 using detail::LayoutBuilder;
 using detail::LayoutView;
 
-// flat_inner_first lists L's leaves fastest first (into `out`, or as the result).
-void flat_inner_first(LayoutView l, Convention c, Flat& out) {
-  out.clear();
-  l.for_each_leaf([&out](Mode m) { detail::add(out, m.s, m.d); });
-  if (c == Convention::kTorch) std::reverse(out.begin(), out.end());
-}
+// flat_inner_first lists L's leaves fastest first.
 Flat flat_inner_first(LayoutView l, Convention c) {
   Flat out;
-  flat_inner_first(l, c, out);
+  l.for_each_leaf([&out](Mode m) { detail::add(out, m.s, m.d); });
+  if (c == Convention::kTorch) std::reverse(out.begin(), out.end());
   return out;
 }
 
@@ -396,7 +392,11 @@ Layout by_profile(const Layout& l, const IntTuple& profile, Convention c, const 
 
 Layout coalesce(const Layout& l, const IntTuple& profile, Convention c) {
   return by_profile(l, profile, c, "coalesce",
-                    [c](LayoutView x) { return build(coalesce_flat(flat_inner_first(x, c)), c); });
+                    [c](LayoutView x) {
+                      Flat m;
+                      coalesce_view(x, c, m, nullptr);
+                      return build(m, c);
+                    });
 }
 
 Layout filter(const Layout& l, Convention c) { return filter_view(l, c); }
