@@ -16,6 +16,7 @@
 
 #include "meshsim/algebra.hpp"
 #include "meshsim/mesh_layout.hpp"
+#include "meshsim/json_tape.hpp"
 #include "meshsim/query.hpp"
 
 #include <nlohmann/json.hpp>
@@ -176,7 +177,8 @@ void QueryPipe(benchmark::State& state) {
 BENCHMARK(QueryPipe)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
 
 // Where a request's time goes, per request over query_lines(): the whole answer
-// (QueryAnswer), nlohmann's parse alone (QueryParseNlohmann), RapidJSON's DOM parse of the same
+// (QueryAnswer; QueryAnswerNlohmann without the fast reader), the fast reader's tape alone
+// (QueryTapeRead), nlohmann's parse alone (QueryParseNlohmann), RapidJSON's DOM parse of the same
 // text (QueryParseRapidJson, when found at build time: the faster reader measured against it),
 // and printing the six results (QueryPrint).
 template <typename F>
@@ -189,6 +191,15 @@ void per_request(benchmark::State& state, F&& f) {
 }
 void QueryAnswer(benchmark::State& s) {
   per_request(s, [](const std::string& l) { return meshsim::query::answer_line(l); });
+}
+void QueryAnswerNlohmann(benchmark::State& s) {
+  per_request(s, [](const std::string& l) { return meshsim::query::answer_line_nlohmann(l); });
+}
+void QueryTapeRead(benchmark::State& s) {
+  per_request(s, [](const std::string& l) {
+    meshsim::json::JsonTape tape;
+    return tape.read(l);
+  });
 }
 void QueryParseNlohmann(benchmark::State& s) {
   per_request(s, [](const std::string& l) { return nlohmann::json::parse(l).size(); });
@@ -212,6 +223,8 @@ void QueryPrint(benchmark::State& s) {
   per_request(s, [&](const std::string&) { return results[i++ % results.size()].dump(); });
 }
 BENCHMARK(QueryAnswer);
+BENCHMARK(QueryAnswerNlohmann);
+BENCHMARK(QueryTapeRead);
 BENCHMARK(QueryParseNlohmann);
 BENCHMARK(QueryPrint);
 

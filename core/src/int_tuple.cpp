@@ -297,7 +297,9 @@ class TextParser {
   }
 
   void skip_space() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    // isspace's set in the C locale, without a library call per character.
+    auto space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+    while (pos_ < s_.size() && space(s_[pos_])) ++pos_;
   }
   bool at(char c) {
     skip_space();

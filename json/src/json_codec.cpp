@@ -11,7 +11,38 @@ namespace meshsim::json {
 namespace {
 std::string name(std::string_view field) { return "'" + std::string(field) + "'"; }
 
-void build(const Json& j, std::string_view field, NullAs nulls, IntTupleBuilder& b, int depth,
+// The readers below are written once for both value types, nlohmann's Json and the fast reader's
+// TapeValue (json_tape.hpp), through these accessors.
+const Json* member_of(const Json& j, std::string_view key) { return find(j, key); }
+std::optional<TapeValue> member_of(const TapeValue& j, std::string_view key) {
+  return j.member(key);
+}
+std::string_view text_of(const Json& j) { return j.get_ref<const std::string&>(); }
+std::string_view text_of(const TapeValue& j) { return j.string_value(); }
+
+template <typename V>
+int64_t int_of(const V& j, std::string_view field) {
+  if (j.is_number_unsigned()) {
+    auto v = j.template get<uint64_t>();
+    if (v > static_cast<uint64_t>(INT64_MAX)) {
+      throw OverflowError(name(field) + ": " + std::to_string(v) +
+                          " does not fit in a 64-bit signed integer");
+    }
+    return static_cast<int64_t>(v);
+  }
+  if (j.is_number_integer()) return j.template get<int64_t>();
+  if (j.is_number_float()) {
+    // Integers beyond uint64 reach us as doubles: an overflow, not a type error.
+    const double d = j.template get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) >= 9.2233720368547758e18) {
+      throw OverflowError(name(field) + ": " + j.dump() + " does not fit in a 64-bit signed integer");
+    }
+  }
+  throw InvalidArgument(name(field) + ": expected an integer, got " + j.dump());
+}
+
+template <typename V>
+void build(const V& j, std::string_view field, NullAs nulls, IntTupleBuilder& b, int depth,
            int& nodes) {
   if (++nodes > kMaxNodes) {
     throw InvalidArgument(name(field) + " has more than " + std::to_string(kMaxNodes) + " nodes");
@@ -22,7 +53,7 @@ void build(const Json& j, std::string_view field, NullAs nulls, IntTupleBuilder&
     }
     if (j.empty()) throw InvalidArgument(name(field) + ": the empty tuple [] is not an IntTuple");
     b.open();
-    for (const Json& e : j) build(e, field, nulls, b, depth + 1, nodes);
+    for (const auto& e : j) build(e, field, nulls, b, depth + 1, nodes);
     b.close();
     return;
   }
@@ -30,28 +61,81 @@ void build(const Json& j, std::string_view field, NullAs nulls, IntTupleBuilder&
     b.leaf(0);
     return;
   }
-  b.leaf(to_int(j, field));
+  b.leaf(int_of(j, field));
+}
+
+template <typename V>
+IntTuple int_tuple_of(const V& j, std::string_view field, NullAs nulls) {
+  IntTupleBuilder b;
+  int nodes = 0;
+  build(j, field, nulls, b, 0, nodes);
+  return b.take();
+}
+
+template <typename V>
+Layout layout_of(const V& j, std::string_view field) {
+  if (j.is_string()) return parse_layout(text_of(j));
+  if (!j.is_object()) {
+    throw InvalidArgument(name(field) +
+                          ": a layout is {\"shape\": S, \"stride\": D} or \"S:D\", got " +
+                          j.dump());
+  }
+  auto shape = member_of(j, "shape");
+  if (!shape) shape = member_of(j, "sizes");
+  auto stride = member_of(j, "stride");
+  if (!stride) stride = member_of(j, "strides");
+  if (!shape || !stride) {
+    throw InvalidArgument(name(field) + ": a layout needs both \"shape\" and \"stride\"");
+  }
+  return Layout(int_tuple_of(*shape, std::string(field) + ".shape", NullAs::kError),
+                int_tuple_of(*stride, std::string(field) + ".stride", NullAs::kError));
+}
+
+template <typename V>
+Tiler tiler_of(const V& j, std::string_view field) {
+  if (!j.is_array() || j.empty()) {
+    throw InvalidArgument(name(field) + ": a tiler is a non-empty array of null, int or layout");
+  }
+  Tiler t;
+  for (const auto& e : j) {
+    if (e.is_null()) {
+      t.emplace_back(std::nullopt);
+    } else if (e.is_number()) {
+      t.emplace_back(Layout(int_of(e, field), 1));
+    } else {
+      t.emplace_back(layout_of(e, field));
+    }
+  }
+  return t;
+}
+
+template <typename V>
+std::vector<int64_t> int_list_of(const V& j, std::string_view field) {
+  if (!j.is_array()) throw InvalidArgument(name(field) + ": expected an array of integers");
+  std::vector<int64_t> out;
+  out.reserve(j.size());
+  for (const auto& e : j) out.push_back(int_of(e, field));
+  return out;
 }
 }  // namespace
 
-int64_t to_int(const Json& j, std::string_view field) {
-  if (j.is_number_unsigned()) {
-    auto v = j.get<uint64_t>();
-    if (v > static_cast<uint64_t>(INT64_MAX)) {
-      throw OverflowError(name(field) + ": " + std::to_string(v) +
-                          " does not fit in a 64-bit signed integer");
-    }
-    return static_cast<int64_t>(v);
-  }
-  if (j.is_number_integer()) return j.get<int64_t>();
-  if (j.is_number_float()) {
-    // Integers beyond uint64 reach us as doubles: an overflow, not a type error.
-    const double d = j.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) >= 9.2233720368547758e18) {
-      throw OverflowError(name(field) + ": " + j.dump() + " does not fit in a 64-bit signed integer");
-    }
-  }
-  throw InvalidArgument(name(field) + ": expected an integer, got " + j.dump());
+int64_t to_int(const Json& j, std::string_view field) { return int_of(j, field); }
+int64_t to_int(const TapeValue& j, std::string_view field) { return int_of(j, field); }
+IntTuple to_int_tuple(const Json& j, std::string_view field, NullAs nulls) {
+  return int_tuple_of(j, field, nulls);
+}
+IntTuple to_int_tuple(const TapeValue& j, std::string_view field, NullAs nulls) {
+  return int_tuple_of(j, field, nulls);
+}
+Layout to_layout(const Json& j, std::string_view field) { return layout_of(j, field); }
+Layout to_layout(const TapeValue& j, std::string_view field) { return layout_of(j, field); }
+Tiler to_tiler(const Json& j, std::string_view field) { return tiler_of(j, field); }
+Tiler to_tiler(const TapeValue& j, std::string_view field) { return tiler_of(j, field); }
+std::vector<int64_t> to_int_list(const Json& j, std::string_view field) {
+  return int_list_of(j, field);
+}
+std::vector<int64_t> to_int_list(const TapeValue& j, std::string_view field) {
+  return int_list_of(j, field);
 }
 
 const Json* find(const Json& obj, std::string_view key) {
@@ -103,53 +187,9 @@ std::string short_dump(const Json& j, std::size_t limit) {
   return s;
 }
 
-IntTuple to_int_tuple(const Json& j, std::string_view field, NullAs nulls) {
-  IntTupleBuilder b;
-  int nodes = 0;
-  build(j, field, nulls, b, 0, nodes);
-  return b.take();
-}
 
-Layout to_layout(const Json& j, std::string_view field) {
-  if (j.is_string()) return parse_layout(j.get<std::string>());
-  if (!j.is_object()) {
-    throw InvalidArgument(name(field) +
-                          ": a layout is {\"shape\": S, \"stride\": D} or \"S:D\", got " +
-                          j.dump());
-  }
-  const char* sk = j.contains("shape") ? "shape" : "sizes";
-  const char* dk = j.contains("stride") ? "stride" : "strides";
-  if (!j.contains(sk) || !j.contains(dk)) {
-    throw InvalidArgument(name(field) + ": a layout needs both \"shape\" and \"stride\"");
-  }
-  return Layout(to_int_tuple(j[sk], std::string(field) + ".shape"),
-                to_int_tuple(j[dk], std::string(field) + ".stride"));
-}
 
-Tiler to_tiler(const Json& j, std::string_view field) {
-  if (!j.is_array() || j.empty()) {
-    throw InvalidArgument(name(field) + ": a tiler is a non-empty array of null, int or layout");
-  }
-  Tiler t;
-  for (const Json& e : j) {
-    if (e.is_null()) {
-      t.emplace_back(std::nullopt);
-    } else if (e.is_number()) {
-      t.emplace_back(Layout(to_int(e, field), 1));
-    } else {
-      t.emplace_back(to_layout(e, field));
-    }
-  }
-  return t;
-}
 
-std::vector<int64_t> to_int_list(const Json& j, std::string_view field) {
-  if (!j.is_array()) throw InvalidArgument(name(field) + ": expected an array of integers");
-  std::vector<int64_t> out;
-  out.reserve(j.size());
-  for (const Json& e : j) out.push_back(to_int(e, field));
-  return out;
-}
 
 namespace {
 // from_nodes walks the preorder nodes once (indexing children one by one is quadratic).

@@ -11,14 +11,20 @@
 
 #include <cstddef>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace meshsim::query {
 
-// answer_line answers one request line (without the trailing newline).
+// answer_line answers one request line (without the trailing newline). A plain request (ASCII
+// without escapes, integer numbers, an integer or plain string id) is read by a fast reader
+// (json_tape.hpp, RapidJSON underneath); any other line, and any request that fails, is read
+// again by nlohmann::json, which words every error. Both run the same handlers, so the answer is
+// the same either way: answer_line_nlohmann is that second reader alone, for tests and benchmarks.
 std::string answer_line(std::string_view line);
+std::string answer_line_nlohmann(std::string_view line);
 // ops lists the supported op names, sorted.
 std::vector<std::string> ops();
 // run answers every line of `in` on `out`, one line each, flushing per answer when `flush`;
@@ -36,5 +42,11 @@ struct RunResult {
   bool input_ok = true;
 };
 RunResult run_lines(std::istream& in, std::ostream& out, bool flush = false);
+
+namespace detail {
+// fast_answer is answer_line's fast reader alone: the answer, or nullopt when the line is left to
+// nlohmann (outside the fast reader's subset, or a request that fails).
+std::optional<std::string> fast_answer(std::string_view line);
+}  // namespace detail
 
 }  // namespace meshsim::query
