@@ -66,6 +66,15 @@ TEST(JsonTape, ReadsUpToItsDepthAndMemberLimits) {
   for (int i = 0; i < 32; ++i) members += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
   EXPECT_TRUE(tape.read(members + "}"));
   EXPECT_FALSE(tape.read(members + ",\"k32\":1}"));
+  // The array itself is a node: n - 1 elements fit, n do not.
+  const std::size_t n = meshsim::json::kMaxTapeNodes;
+  auto zeros = [](std::size_t k) {
+    std::string s = "[0";
+    for (std::size_t i = 1; i < k; ++i) s += ",0";
+    return s + "]";
+  };
+  EXPECT_TRUE(tape.read(zeros(n - 1)));
+  EXPECT_FALSE(tape.read(zeros(n)));
 }
 
 // Each text is either not JSON or JSON outside the subset: read() must refuse it.
@@ -135,7 +144,7 @@ TEST(QueryFastPath, AnswersPlainRequestsAsNlohmannWould) {
     EXPECT_EQ(*fast, meshsim::query::answer_line_nlohmann(line)) << line;
     EXPECT_EQ(nlohmann::json::parse(*fast)["ok"], true) << *fast;
   }
-  const std::vector<std::string> left = {
+  std::vector<std::string> left = {
       R"J({"id":1.5,"op":"size","layout":"4:1"})J",               // a float id is echoed as sent
       R"J({"id":[1],"op":"size","layout":"4:1"})J",
       R"J({"id":"\u00e9","op":"size","layout":"4:1"})J",
@@ -143,10 +152,14 @@ TEST(QueryFastPath, AnswersPlainRequestsAsNlohmannWould) {
       R"J({"op":"size","layout":"4:3:1"})J",                      // an error
       R"J({"op":"mesh_flatten","convention":"cute","layout":"4:1"})J",
       R"J({"op":"mesh.program","world_size":8,"build":{"init_device_mesh":{"mesh_shape":[8]}}})J"};
+  std::string big = R"J({"id":11,"op":"size","layout":"4:1","rank_map":[0)J";
+  for (std::size_t i = 0; i < meshsim::json::kMaxTapeNodes; ++i) big += ",0";
+  left.push_back(big + "]}");  // past the tape's node cap: answered from nlohmann's tree
   for (const std::string& line : left) {
-    EXPECT_FALSE(meshsim::query::detail::fast_answer(line).has_value()) << line;
+    EXPECT_FALSE(meshsim::query::detail::fast_answer(line).has_value()) << line.substr(0, 80);
     EXPECT_EQ(meshsim::query::answer_line(line), meshsim::query::answer_line_nlohmann(line));
   }
+  EXPECT_EQ(meshsim::query::answer_line(left.back()), R"J({"id":11,"ok":true,"result":4})J");
 }
 
 }  // namespace

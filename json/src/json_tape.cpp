@@ -36,6 +36,7 @@ struct TapeBuilder {
   // scalar adds a scalar, or a string or key read in place (`str`, `len` bytes).
   bool scalar(Kind kind, int64_t value, const char* str = nullptr, uint32_t len = 0) {
     const auto at = static_cast<uint32_t>(tape.nodes_.size());
+    if (at >= kMaxTapeNodes) return false;
     tape.nodes_.push_back(Node{kind, at + 1, len, value, str});
     return true;
   }
@@ -58,6 +59,7 @@ struct TapeBuilder {
   }
   bool start(Kind kind) {
     if (open.size() >= static_cast<std::size_t>(kMaxTapeDepth)) return false;
+    if (tape.nodes_.size() >= kMaxTapeNodes) return false;
     open.push_back(static_cast<uint32_t>(tape.nodes_.size()));
     tape.nodes_.push_back(Node{kind, 0, 0, 0, nullptr});
     return true;

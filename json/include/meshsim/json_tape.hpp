@@ -18,7 +18,7 @@
 // questions); numbers are integers that fit int64 (nlohmann keeps larger ones as uint64 or double);
 // no object repeats a key (nlohmann keeps the last, RapidJSON both) or has more than 32 members
 // (the check is pairwise); nesting is at most kMaxTapeDepth (deeper text is refused before
-// RapidJSON recurses further).
+// RapidJSON recurses further); at most kMaxTapeNodes values and keys.
 //
 // Thread-safety: a JsonTape is a plain value; one per thread.
 #pragma once
@@ -36,6 +36,9 @@ class JsonTape;
 
 // kMaxTapeDepth bounds bracket nesting on the tape (the query engine refuses deeper requests).
 inline constexpr int kMaxTapeDepth = 64;
+// kMaxTapeNodes bounds the values and keys on one tape (32 bytes each): a larger text is left to
+// nlohmann, whose tree is smaller per value, so a 64 MiB line cannot cost a gigabyte of tape.
+inline constexpr std::size_t kMaxTapeNodes = std::size_t{1} << 16;
 
 // TapeValue is one value of a JsonTape: a view, valid while the tape and its text live.
 class TapeValue {
