@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <sstream>
 
 #include "meshsim/query.hpp"
@@ -116,6 +117,65 @@ TEST(Query, RunAnswersEveryLineInOrderAndSkipsBlankLines) {
   EXPECT_FALSE(Json::parse(l2)["ok"].get<bool>());
   EXPECT_EQ(Json::parse(l3)["id"], 3);
   EXPECT_EQ(Json::parse(l3)["result"], 2);
+}
+
+// run_lines reads in 64 KiB chunks: lines longer than a chunk, a last line without '\n', NUL
+// bytes and blank lines must all come out as with a byte-at-a-time reader.
+TEST(Query, RunReadsLinesLongerThanItsChunks) {
+  const std::string pad(150000, ' ');
+  const std::string big = "{\"id\":1,\"op\":\"size\"," + pad + "\"layout\":\"(2,3):(3,1)\"}";
+  std::string nul = "{\"id\":2,\"op\":\"size\"}";
+  nul.insert(5, 1, '\0');
+  std::istringstream in(big + "\n" + pad + "\n" + nul + "\n" + big + "\n" +
+                        "{\"id\":3,\"op\":\"rank\",\"layout\":\"(2,3):(3,1)\"}");
+  std::ostringstream out;
+  const auto r = meshsim::query::run_lines(in, out);
+  EXPECT_TRUE(r.input_ok);
+  ASSERT_EQ(r.answers, 4u);
+  std::istringstream lines(out.str());
+  std::vector<Json> a;
+  for (std::string l; std::getline(lines, l);) a.push_back(Json::parse(l));
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a[0]["result"], 6);
+  EXPECT_EQ(a[1]["error"]["type"], "ParseError");
+  EXPECT_NE(a[1]["error"]["message"].get<std::string>().find("NUL byte at offset 5"), std::string::npos);
+  EXPECT_EQ(a[2]["result"], 6);
+  EXPECT_EQ(a[3]["id"], 3);
+  EXPECT_EQ(a[3]["result"], 2);
+}
+
+TEST(Query, RunTakesALineOfTheMaximumLengthAndRefusesALongerOne) {
+  using meshsim::query::kMaxLineBytes;
+  {  // exactly the limit (blank, so skipped), then a request
+    std::istringstream in(std::string(kMaxLineBytes, ' ') + "\n{\"op\":\"rank\",\"layout\":\"4:1\"}\n");
+    std::ostringstream out;
+    const auto r = meshsim::query::run_lines(in, out);
+    EXPECT_TRUE(r.input_ok);
+    EXPECT_EQ(r.answers, 1u);
+    EXPECT_EQ(Json::parse(out.str())["result"], 1);
+  }
+  {  // one byte over: refused, and the rest is not read
+    std::istringstream in(std::string(kMaxLineBytes + 1, ' ') + "\n{\"op\":\"rank\",\"layout\":\"4:1\"}\n");
+    std::ostringstream out;
+    const auto r = meshsim::query::run_lines(in, out);
+    EXPECT_FALSE(r.input_ok);
+    EXPECT_EQ(r.answers, 1u);
+    const Json a = Json::parse(out.str());
+    EXPECT_EQ(a["error"]["type"], "ResourceExhausted");
+    EXPECT_NE(a["error"]["message"].get<std::string>().find("longer than"), std::string::npos);
+  }
+}
+
+TEST(Query, RunAnswersAReadErrorAndStops) {
+  std::ifstream in(MESHSIM_TEST_DATA);  // a directory: it opens, and every read fails
+  ASSERT_TRUE(in.is_open());
+  std::ostringstream out;
+  const auto r = meshsim::query::run_lines(in, out);
+  EXPECT_FALSE(r.input_ok);
+  EXPECT_EQ(r.answers, 1u);
+  const Json a = Json::parse(out.str());
+  EXPECT_EQ(a["error"]["type"], "Unavailable");
+  EXPECT_NE(a["error"]["message"].get<std::string>().find("reading the input failed"), std::string::npos);
 }
 
 TEST(Query, TilerArgument) {
