@@ -471,7 +471,10 @@ struct ComposeCtx {
   ComposeCtx(LayoutView a_, std::span<const LayoutView> b_, bool joined, bool strict_, Convention c_)
       : a(a_), b(b_), b_joined(joined), strict(strict_), c(c_) {
     coalesce_view(a, c, co_a, &outermost);
-    load.assign(co_a.size(), 0);
+    // One leaf cannot carry: it takes ns <= S / r from a mode of size S at stride r, so its
+    // digit (ns - 1) * r stays below S. Only several leaves need the loads.
+    track_load = strict && (b_joined || !b[0].is_leaf());
+    if (track_load) load.assign(co_a.size(), 0);
   }
   LayoutView a;
   std::span<const LayoutView> b;
@@ -481,6 +484,7 @@ struct ComposeCtx {
   bool strict;
   bool beyond = false;  // B reaches past size(A), onto A's natural extension
   Convention c;
+  bool track_load;
   detail::InlineVector<int64_t, 16> load;
 
   std::string str_a() const { return str(a); }
@@ -515,29 +519,36 @@ void compose_leaf(ComposeCtx& x, int64_t s, int64_t d, LayoutBuilder& b) {
       throw InvalidArgument("composition: A = " + x.str_a() +
                             " has a size-0 mode (division by zero)");
     }
-    if (fast_mod(S, r) != 0 && fast_mod(r, S) != 0) {
+    int64_t s_by_r = 0;
+    int64_t s_mod_r = 0;
+    divmod(S, r, s_by_r, s_mod_r);  // one division for both
+    if (s_mod_r != 0 && fast_mod(r, S) != 0) {
       throw InvalidArgument("composition: stride divisibility condition violated: stride " +
                             std::to_string(r) + " and mode size " + std::to_string(S) +
                             " of A = " + x.str_a() + " do not divide one another (B = " +
                             str_leaf(s, d) + ")");
     }
-    int64_t ns = std::min(std::max<int64_t>(1, fast_div(S, r)), rest);
+    int64_t ns = std::min(std::max<int64_t>(1, s_by_r), rest);
     if (ns != 1) {
       detail::add(out, ns, checked_mul(r, co_a[k].d, "composition"));
-      if (x.strict) x.load[k] = checked_add(x.load[k], (ns - 1) * r, "composition");
+      if (x.track_load) x.load[k] = checked_add(x.load[k], (ns - 1) * r, "composition");
     }
     if (ns == 0) {
       throw InvalidArgument("composition: B = " + str_leaf(s, d) +
                             " has size 0 against the multi-mode A = " + x.str_a() +
                             " (division by zero)");
     }
-    if (x.strict && fast_mod(rest, ns) != 0) {
-      throw InvalidArgument("composition: shape divisibility condition violated: size " +
-                            std::to_string(rest) + " of B = " + str_leaf(s, d) +
-                            " is not a multiple of " + std::to_string(ns) + " taken from mode " +
-                            std::to_string(S) + " of A = " + x.str_a());
+    if (ns != 1) {  // (ns == 1 leaves rest as it is)
+      const int64_t before = rest;
+      int64_t rest_mod_ns = 0;
+      divmod(before, ns, rest, rest_mod_ns);
+      if (x.strict && rest_mod_ns != 0) {
+        throw InvalidArgument("composition: shape divisibility condition violated: size " +
+                              std::to_string(before) + " of B = " +
+                              str_leaf(s, d) + " is not a multiple of " + std::to_string(ns) +
+                              " taken from mode " + std::to_string(S) + " of A = " + x.str_a());
+      }
     }
-    rest = fast_div(rest, ns);
     r = r == 0 ? 0 : fast_div(r - 1, S) + 1;  // ceil(r / S)
   }
   if (rest != 1 || out.empty()) {
@@ -560,25 +571,53 @@ void compose_rec(ComposeCtx& x, const Node* bs, const Node* bd, LayoutBuilder& b
   b.close();
 }
 
-// composition_impl is A o B, with B given as one layout (b_joined false, b.size() == 1) or as
-// the top-level modes of a B never materialised (b_joined true).
-Layout composition_impl(LayoutView a, std::span<const LayoutView> b, bool b_joined,
-                        Convention c) {
-  const int64_t size_a = detail::size(a);
-  int64_t size_b = 1;
-  for (const LayoutView& m : b) size_b = checked_mul(size_b, detail::size(m), "size");
-  ComposeCtx x(a, b, b_joined, size_b > 0, c);
-  if (x.strict && size_a > 0) {
-    int64_t cosize_b = 1;
-    for (const LayoutView& m : b) cosize_b = checked_add(cosize_b, detail::cosize(m) - 1, "cosize");
-    x.beyond = cosize_b > size_a;
+// size_of_coalesced is size(A) from coalesce(A)'s modes (coalescing keeps the size), or
+// size(a) itself when the product overflows (which throws as size does).
+int64_t size_of_coalesced(const Flat& co_a, LayoutView a) {
+  int64_t p = 1;
+  for (const Mode& m : co_a) {
+    if (__builtin_mul_overflow(p, m.s, &p)) return detail::size(a);
   }
+  return p;
+}
+
+// compose_scaled is A o B for an A that coalesces to one mode s':d': B with every stride d
+// scaled to d * d', written straight from B's nodes (the builder is for trees that change).
+Layout compose_scaled(ComposeCtx& x, LayoutView b) {
+  Layout r = detail::NodeAccess::blank();
+  auto& rs = detail::NodeAccess::nodes(detail::NodeAccess::shape(r));
+  auto& rd = detail::NodeAccess::nodes(detail::NodeAccess::stride(r));
+  const int n = b.s->span;
+  rs.append(b.s, b.s + n);
+  rd.append(b.d, b.d + n);
+  const int64_t scale = x.co_a[0].d;
+  for (int i = 0; i < n; ++i) {
+    Node& leaf = rd[static_cast<std::size_t>(i)];
+    if (leaf.arity != IntTuple::kLeaf || leaf.value == 0) continue;
+    if (x.strict && x.beyond && outer_extent(x.outermost) != outer_extent(x.co_a.back())) {
+      throw InvalidArgument("composition: B reaches beyond the domain of A = " + x.str_a() +
+                            ", whose natural extension coalesce(A) does not preserve");
+    }
+    leaf.value = checked_mul(leaf.value, scale, "composition");
+  }
+  return r;
+}
+
+// compose_tree writes B's tree with each leaf composed with A, and checks that B's modes do not
+// carry into one another inside A's modes.
+Layout compose_tree(ComposeCtx& x) {
   Layout r = detail::NodeAccess::blank();
   LayoutBuilder out(r);
-  if (b_joined) out.open();
-  for (const LayoutView& m : b) compose_rec(x, m.s, m.d, out);
-  if (b_joined) out.close();
-  if (x.strict) {
+  if (x.b_joined) out.open();
+  for (const LayoutView& m : x.b) {
+    if (m.is_leaf()) {
+      compose_leaf(x, m.s->value, m.d->value, out);
+    } else {
+      compose_rec(x, m.s, m.d, out);
+    }
+  }
+  if (x.b_joined) out.close();
+  if (x.track_load) {
     for (std::size_t k = 0; k + 1 < x.co_a.size(); ++k) {
       if (x.load[k] >= x.co_a[k].s) {
         throw InvalidArgument("composition: the modes of B = " + x.str_b() +
@@ -589,6 +628,31 @@ Layout composition_impl(LayoutView a, std::span<const LayoutView> b, bool b_join
     }
   }
   return r;
+}
+
+// composition_impl is A o B, with B given as one layout (b_joined false, b.size() == 1) or as
+// the top-level modes of a B never materialised (b_joined true).
+Layout composition_impl(LayoutView a, std::span<const LayoutView> b, bool b_joined,
+                        Convention c) {
+  int64_t size_b = 1;
+  for (const LayoutView& m : b) size_b = checked_mul(size_b, detail::size(m), "size");
+  ComposeCtx x(a, b, b_joined, size_b > 0, c);
+  const int64_t size_a = size_of_coalesced(x.co_a, a);
+  if (x.strict && size_a > 0) {
+    int64_t cosize_b = 1;
+    for (const LayoutView& m : b) {
+      // A leaf's cosize inline, with cosize's checks (B is most often one mode).
+      const int64_t cm = m.is_leaf() ? checked_add(checked_mul(m.s->value - 1, m.d->value, "cosize"),
+                                                   1, "cosize")
+                                     : detail::cosize(m);
+      cosize_b = checked_add(cosize_b, cm - 1, "cosize");
+    }
+    x.beyond = cosize_b > size_a;
+  }
+  // Each path returns a prvalue, so each result is written in place (a named result returned
+  // on one path only would be moved, two inline node arrays, on the other).
+  if (x.co_a.size() == 1 && !b_joined) return compose_scaled(x, b[0]);
+  return compose_tree(x);
 }
 
 Layout compose_one(LayoutView a, LayoutView b, Convention c) {
