@@ -342,7 +342,7 @@ class TextParser {
       return;
     }
     if (s_[pos_] == '-') fail("negative values are not allowed");
-    if (!std::isdigit(static_cast<unsigned char>(s_[pos_]))) fail("expected an integer or '('");
+    if (s_[pos_] < '0' || s_[pos_] > '9') fail("expected an integer or '('");
     int64_t v = 0;
     auto [end, ec] = std::from_chars(s_.data() + pos_, s_.data() + s_.size(), v);
     if (ec == std::errc::result_out_of_range) fail("integer does not fit in 64-bit signed");
