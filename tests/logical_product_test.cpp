@@ -34,5 +34,16 @@ TEST(LogicalProduct, TruncationIsAnError) {
   EXPECT_THROW(logical_product(L("(2,2):(1,4)"), L("3:1"), kCute), InvalidArgument);
 }
 
+TEST(LogicalProduct, AStrideZeroBOverAComplementWithEmptyModesIsRefused) {
+  // complement(A, size(A) * cosize(B)) has a size-0 mode here; nothing composes into it, so the
+  // product is refused even though B is one leaf of stride 0.
+  try {
+    logical_product(L("(3,((4))):(1,((2)))"), L("3:0"), kTorch);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap inside mode 0:"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace meshsim

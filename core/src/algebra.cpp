@@ -472,7 +472,8 @@ struct ComposeCtx {
       : a(a_), b(b_), b_joined(joined), strict(strict_), c(c_) {
     coalesce_view(a, c, co_a, &outermost);
     // One leaf cannot carry: it takes ns <= S / r from a mode of size S at stride r, so its
-    // digit (ns - 1) * r stays below S. Only several leaves need the loads.
+    // digit (ns - 1) * r stays below S. Only several leaves need the loads (the check below
+    // still runs, with loads of 0, for modes of size 0).
     track_load = strict && (b_joined || !b[0].is_leaf());
     if (track_load) load.assign(co_a.size(), 0);
   }
@@ -617,9 +618,11 @@ Layout compose_tree(ComposeCtx& x) {
     }
   }
   if (x.b_joined) out.close();
-  if (x.track_load) {
+  if (x.strict) {
     for (std::size_t k = 0; k + 1 < x.co_a.size(); ++k) {
-      if (x.load[k] >= x.co_a[k].s) {
+      // Untracked loads are 0; a mode of size 0 still refuses (nothing fits in it).
+      const int64_t load = x.track_load ? x.load[k] : 0;
+      if (load >= x.co_a[k].s) {
         throw InvalidArgument("composition: the modes of B = " + x.str_b() +
                               " overlap inside mode " + std::to_string(x.co_a[k].s) + ":" +
                               std::to_string(x.co_a[k].d) + " of A = " + x.str_a() +
