@@ -146,24 +146,21 @@ TEST(Query, RunReadsLinesLongerThanItsChunks) {
 
 TEST(Query, RunTakesALineOfTheMaximumLengthAndRefusesALongerOne) {
   using meshsim::query::kMaxLineBytes;
-  {  // exactly the limit (blank, so skipped), then a request
-    std::istringstream in(std::string(kMaxLineBytes, ' ') + "\n{\"op\":\"rank\",\"layout\":\"4:1\"}\n");
+  // A blank line of n bytes, then a request; returns what run_lines did and its one answer.
+  auto run = [](std::size_t n) {
+    std::istringstream in(std::string(n, ' ') + "\n{\"op\":\"rank\",\"layout\":\"4:1\"}\n");
     std::ostringstream out;
     const auto r = meshsim::query::run_lines(in, out);
-    EXPECT_TRUE(r.input_ok);
     EXPECT_EQ(r.answers, 1u);
-    EXPECT_EQ(Json::parse(out.str())["result"], 1);
-  }
-  {  // one byte over: refused, and the rest is not read
-    std::istringstream in(std::string(kMaxLineBytes + 1, ' ') + "\n{\"op\":\"rank\",\"layout\":\"4:1\"}\n");
-    std::ostringstream out;
-    const auto r = meshsim::query::run_lines(in, out);
-    EXPECT_FALSE(r.input_ok);
-    EXPECT_EQ(r.answers, 1u);
-    const Json a = Json::parse(out.str());
-    EXPECT_EQ(a["error"]["type"], "ResourceExhausted");
-    EXPECT_NE(a["error"]["message"].get<std::string>().find("longer than"), std::string::npos);
-  }
+    return std::make_pair(r, Json::parse(out.str()));
+  };
+  const auto [at_limit, answer] = run(kMaxLineBytes);  // skipped as blank; the request answered
+  EXPECT_TRUE(at_limit.input_ok);
+  EXPECT_EQ(answer["result"], 1);
+  const auto [over, refusal] = run(kMaxLineBytes + 1);  // refused; the rest is not read
+  EXPECT_FALSE(over.input_ok);
+  EXPECT_EQ(refusal["error"]["type"], "ResourceExhausted");
+  EXPECT_NE(refusal["error"]["message"].get<std::string>().find("longer than"), std::string::npos);
 }
 
 TEST(Query, RunAnswersAReadErrorAndStops) {

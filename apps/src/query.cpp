@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <charconv>
-#include <span>
-#include <type_traits>
 #include <istream>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <span>
+#include <type_traits>
 #include <unordered_map>
 
 #include "meshsim/json_codec.hpp"

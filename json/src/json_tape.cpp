@@ -105,7 +105,7 @@ bool JsonTape::read(std::string_view text) {
   // again and the reader needs no stack of its own for them (no allocation below 256 bytes).
   text_.resize_uninit(text.size() + 1);
   std::memcpy(text_.data(), text.data(), text.size());
-  text_[text.size()] = '\0';  // the end for RapidJSON (NUL bytes are refused before the tape)
+  text_[text.size()] = '\0';  // the end for RapidJSON (in_subset refused any NUL in the text)
   rapidjson::InsituStringStream in(text_.data());
   TapeBuilder b{*this, {}};
   rapidjson::Reader reader(nullptr, 0);
