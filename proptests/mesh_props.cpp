@@ -333,8 +333,9 @@ RC_GTEST_PROP(DeviceMeshProps, RandomProgramsAgreeWithTheBruteForceReference, ()
 RC_GTEST_PROP(DeviceMeshProps, EqualityIsUniverseCanonicalLayoutAndNames, ()) {
   const auto spec = *gen::mesh_root();
   Run run = random_run(spec, 1, 8);
-  // Slice and flatten derive the canonical layout from their parts' instead of recomputing it:
-  // it must still be each dim's coalesced layout.
+  // Roots, slices, flattens and unflattens derive the canonical layout from their parts' (or
+  // copy a flat layout) instead of coalescing every dim again: it must still be each dim's
+  // coalesced layout.
   for (const Handle& a : run.handles) {
     const Layout& l = a.mesh.layout();
     const Layout& c = a.mesh.canonical_layout();

@@ -262,6 +262,20 @@ TEST(DeviceMeshUnflatten, EightRankWorld) {
   expect_throws_with<NotFound>([&] { w.slice("dp"); }, "Invalid mesh_dim_names");
 }
 
+TEST(DeviceMeshUnflatten, CanonicalLayoutZeroesSizeOneStridesAndKeepsOtherDims) {
+  // A root's canonical form is its row-major layout with size-1 strides zeroed (1:x coalesces to
+  // 1:0); unflatten recomputes only the new dims' forms and keeps the others'.
+  DeviceMesh root = DeviceMesh::init({8, 1, 2}, Names{"a", "b", "c"});
+  EXPECT_EQ(root.layout(), L("(8,1,2):(2,2,1)"));
+  EXPECT_EQ(root.canonical_layout(), L("(8,1,2):(2,0,1)"));
+  DeviceMesh m = root.unflatten(0, V{2, 1, 4}, Names{"x", "y", "z"});
+  EXPECT_EQ(m.canonical_layout(), L("(2,1,4,1,2):(8,0,2,0,1)"));
+  // Equal to the same dims reached another way: a root of that shape over the same ranks is
+  // another universe, so compare with a slice of an unflatten of the flattened root.
+  DeviceMesh again = root.flatten("abc").unflatten(0, V{2, 1, 4, 1, 2}, Names{"x", "y", "z", "b2", "c2"});
+  EXPECT_EQ(again.canonical_layout(), m.canonical_layout());
+}
+
 TEST(DeviceMeshUnflatten, NonContiguousFlattenedDimRecoversTheDims) {
   DeviceMesh m = mesh_3d();
   DeviceMesh back = m.slice({"dp", "tp"}).flatten().unflatten(0, V{2, 2}, Names{"a", "b"});

@@ -53,13 +53,24 @@ void check_dims(std::size_t ndim, std::string_view what) {
 
 void check_unique_names(const std::vector<std::string>& names, std::string_view where) {
   check_dims(names.size(), "mesh_dim_names");
+  const auto twice = [&](std::string_view dup) {
+    throw InvalidArgument("Each mesh_dim_name must be unique. '" + std::string(dup) +
+                          "' appears twice in " + py_list(names) + std::string(where));
+  };
+  // A mesh's few names: every pair (string == tests the lengths first, so most pairs cost one
+  // comparison); a sort beyond, where the pairs would be many.
+  if (names.size() <= 16) {
+    for (std::size_t i = 1; i < names.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (names[i] == names[j]) twice(names[i]);
+      }
+    }
+    return;
+  }
   boost::container::small_vector<std::string_view, 16> sorted(names.begin(), names.end());
   std::sort(sorted.begin(), sorted.end());
   auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-  if (dup != sorted.end()) {
-    throw InvalidArgument("Each mesh_dim_name must be unique. '" + std::string(*dup) +
-                          "' appears twice in " + py_list(names) + std::string(where));
-  }
+  if (dup != sorted.end()) twice(*dup);
 }
 
 void check_device_type(const std::string& device_type) {
@@ -133,6 +144,16 @@ bool tiles_rank_map(const Layout& l, int64_t n) {
 // is valid by construction.
 Layout canonical_of(const Layout& l) {
   const detail::LayoutView v(l);
+  if (!v.is_leaf() && v.span() == v.rank() + 1) {
+    // Every mode a leaf (a root's row-major layout, most slices): a leaf coalesces to itself,
+    // or to 1:0 when its size is 1, so the canonical form is a copy with those strides zeroed.
+    Layout out = l;
+    auto& d = detail::NodeAccess::nodes(detail::NodeAccess::stride(out));
+    for (int i = 1; i < v.span(); ++i) {
+      if (v.s[i].value == 1) d[static_cast<std::size_t>(i)].value = 0;
+    }
+    return out;
+  }
   Layout out = detail::NodeAccess::blank();
   detail::LayoutBuilder b(out);
   detail::Leaves m;
@@ -140,6 +161,32 @@ Layout canonical_of(const Layout& l) {
   for (int i = 0; i < l.rank(); ++i) {
     detail::coalesce_into(v.mode(i), Convention::kTorch, m);
     detail::emit_flat(b, m, Convention::kTorch);
+  }
+  b.close();
+  return out;
+}
+
+// canonical_after_unflatten is canonical_of(layout) for a layout whose modes [dim, dim + count)
+// replaced mode dim of a mesh whose canonical layout is `canonical`: the untouched modes keep
+// their canonical form, only the new ones are coalesced.
+Layout canonical_after_unflatten(const Layout& canonical, const Layout& layout, int dim, int count) {
+  Layout out = detail::NodeAccess::blank();
+  detail::LayoutBuilder b(out);
+  detail::Leaves m;
+  b.open();
+  detail::LayoutView cm = detail::LayoutView(canonical).mode(0);
+  detail::LayoutView lm = detail::LayoutView(layout).mode(0);
+  const auto next = [](detail::LayoutView v) { return detail::LayoutView(v.s + v.span(), v.d + v.span()); };
+  for (int i = 0; i < canonical.rank(); ++i, cm = next(cm)) {
+    if (i != dim) {
+      b.append(cm);
+      if (i < dim) lm = next(lm);
+      continue;
+    }
+    for (int k = 0; k < count; ++k, lm = next(lm)) {
+      detail::coalesce_into(lm, Convention::kTorch, m);
+      detail::emit_flat(b, m, Convention::kTorch);
+    }
   }
   b.close();
   return out;
@@ -166,17 +213,26 @@ std::vector<BackendConfig> checked_configs(std::vector<BackendConfig> configs, i
 Layout row_major(std::span<const int64_t> shape, const char* what) {
   if (shape.empty()) throw InvalidArgument(std::string(what) + ": the mesh shape must not be empty");
   check_dims(shape.size(), what);
-  boost::container::small_vector<IntTuple, 8> elems;
-  int64_t n = 1;
   for (int64_t s : shape) {
     if (s < 1) {
       throw InvalidArgument(std::string(what) + ": mesh size " + std::to_string(s) + " in " +
                             int_list(shape) + " is not >= 1");
     }
-    n = checked_mul(n, s, "mesh size");
-    elems.push_back(s);
   }
-  return Layout::compact(IntTuple::tuple({elems.data(), elems.size()}), Convention::kTorch);
+  // (shape):(suffix products), written once: sizes >= 1 and a checked product make it valid
+  // by construction (its cosize is its size).
+  detail::InlineVector<int64_t, 16> stride(shape.size(), 0);
+  int64_t n = 1;
+  for (std::size_t k = shape.size(); k-- > 0;) {
+    stride[k] = n;
+    n = checked_mul(n, shape[k], "mesh size");
+  }
+  Layout out = detail::NodeAccess::blank();
+  detail::LayoutBuilder b(out);
+  b.open();
+  for (std::size_t k = 0; k < shape.size(); ++k) b.leaf(shape[k], stride[k]);
+  b.close();
+  return out;
 }
 
 void check_root_names(const MeshNames& names, std::size_t ndim) {
@@ -353,8 +409,8 @@ int DeviceMesh::dim_index(std::string_view name) const {
 std::vector<int64_t> DeviceMesh::shape() const { return mesh_top_level_sizes(layout_); }
 int64_t DeviceMesh::size() const { return meshsim::size(layout_); }
 int64_t DeviceMesh::size(int dim) const {
-  dim_name(dim);  // range check
-  return meshsim::size(layout_[dim]);
+  if (dim < 0 || dim >= ndim()) dim_name(dim);  // throws OutOfRange, worded once there
+  return detail::size(detail::LayoutView(layout_).mode(dim));
 }
 
 DeviceMesh DeviceMesh::root() const {
@@ -724,7 +780,9 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes,
     configs.insert(configs.end(), sizes.size(), BackendConfig{});
     configs.insert(configs.end(), configs_.begin() + d + 1, configs_.end());
   }
-  return DeviceMesh(u_, mesh_unflatten(layout_, dim, sizes), std::move(new_names), false,
+  Layout layout = mesh_unflatten(layout_, dim, sizes);
+  Layout canonical = canonical_after_unflatten(canonical_, layout, d, static_cast<int>(sizes.size()));
+  return DeviceMesh(u_, std::move(layout), std::move(canonical), std::move(new_names), false,
                     std::move(configs));
 }
 

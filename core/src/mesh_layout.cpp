@@ -162,7 +162,10 @@ int64_t python_index(int64_t i, int64_t n) {
 }
 }  // namespace
 
-Layout mesh_splice(const Layout& l, int64_t start, int64_t end, const Layout& insert) {
+namespace {
+// splice_unchecked is mesh_splice without validating the result (for callers whose result is
+// valid by construction).
+Layout splice_unchecked(const Layout& l, int64_t start, int64_t end, const Layout& insert) {
   const int64_t n = l.rank();
   const int64_t lo = python_index(start, n);
   const int64_t hi = std::max(lo, python_index(end, n));
@@ -175,6 +178,12 @@ Layout mesh_splice(const Layout& l, int64_t start, int64_t end, const Layout& in
   for (int i = 0; i < insert.rank(); ++i) b.append(iv.mode(i));
   for (int64_t i = hi; i < n; ++i) b.append(lv.mode(static_cast<int>(i)));
   b.close();
+  return out;
+}
+}  // namespace
+
+Layout mesh_splice(const Layout& l, int64_t start, int64_t end, const Layout& insert) {
+  Layout out = splice_unchecked(l, start, end, insert);
   detail::check_layout(out);
   return out;
 }
@@ -206,7 +215,9 @@ Layout mesh_unflatten(const Layout& l, int64_t dim, std::span<const int64_t> siz
                           std::to_string(size(inner)) + " but dim " + std::to_string(dim) +
                           " of " + to_string(l) + " has size " + std::to_string(detail::size(mode)));
   }
-  return mesh_splice(l, dim, dim + 1, detail::compose(mode, inner, Convention::kTorch));
+  // Valid by construction: L[dim] o inner keeps the mode's size and stays within its cosize,
+  // so the spliced layout keeps size(l) and at most cosize(l).
+  return splice_unchecked(l, dim, dim + 1, detail::compose(mode, inner, Convention::kTorch));
 }
 
 namespace {
