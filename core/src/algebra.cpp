@@ -38,10 +38,7 @@ void emit(LayoutBuilder& b, const Flat& modes, Convention c) {
 
 // build is emit into a new layout.
 Layout build(const Flat& modes, Convention c) {
-  Layout r = detail::NodeAccess::blank();
-  LayoutBuilder b(r);
-  emit(b, modes, c);
-  return r;
+  return detail::make_flat(modes.data(), modes.size(), c == Convention::kTorch);
 }
 
 // sort_by_stride orders modes by (stride, size): insertion sort for the few modes of a mesh
@@ -88,32 +85,82 @@ Flat coalesce_flat(const Flat& in) {
   return out;
 }
 
+// coalesce_in_place is coalesce_flat(m) written over m (a merge never writes past the mode it
+// reads).
+void coalesce_in_place(Flat& m) {
+  std::size_t n = 0;  // modes kept; m[n - 1] is the one being grown
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const int64_t s = m[i].s;
+    const int64_t d = m[i].d;
+    if (s == 1) continue;
+    if (n == 0) {
+      m[n].s = s;
+      m[n].d = d;
+      ++n;
+    } else if (product_equals(m[n - 1].s, m[n - 1].d, d)) {
+      m[n - 1].s = checked_mul(m[n - 1].s, s, "coalesce");
+    } else {
+      m[n].s = s;
+      m[n].d = d;
+      ++n;
+    }
+  }
+  if (n == 0) {
+    m.resize_uninit(1);
+    m[0].s = 1;
+    m[0].d = 0;
+    return;
+  }
+  m.resize_uninit(n);
+}
+
+// flat_cosize is 1 + sum((s - 1) * d) over modes, checked as cosize is.
+int64_t flat_cosize(const Flat& m) {
+  int64_t hi = 0;
+  for (const Mode& x : m) hi = checked_add(hi, checked_mul(x.s - 1, x.d, "cosize"), "cosize");
+  return checked_add(hi, 1, "cosize");
+}
+
+// coalesce_step folds the leaf (ls, ld) into `out` as coalesce_flat does.
+[[gnu::always_inline]] inline void coalesce_step(Flat& out, int64_t ls, int64_t ld) {
+  if (ls == 1) return;
+  // Fields, not a Mode temporary: a 16-byte value reloaded from memory stalls on store
+  // forwarding (it was a sixth of this loop).
+  Mode& back = out.back();
+  if (back.s == 1) {
+    back.s = ls;
+    back.d = ld;
+  } else if (product_equals(back.s, back.d, ld)) {
+    back.s = checked_mul(back.s, ls, "coalesce");
+  } else {
+    detail::add(out, ls, ld);
+  }
+}
+
 // coalesce_view is coalesce_flat(flat_inner_first(l, c)) in one pass over the nodes, writing
-// `out`; `outermost`, when given, receives the last leaf inner-first (1:0 for no leaves).
+// `out`; `outermost`, when given, receives the last leaf inner-first (1:0 for no leaves). The
+// walk runs forwards (cute) or backwards (torch) with no per-node choice of direction.
 void coalesce_view(LayoutView l, Convention c, Flat& out, Mode* outermost) {
   const Node* s = l.s;
   const Node* d = l.d;
   const int n = s->span;
   out.clear();
   detail::add(out, 1, 0);
-  // Scalars, assigned field by field: a Mode temporary reloaded as one 16-byte value stalls on
-  // store forwarding (it was a sixth of this loop).
   int64_t last_s = 1;
   int64_t last_d = 0;
-  for (int k = 0; k < n; ++k) {
-    const int i = c == Convention::kTorch ? n - 1 - k : k;
-    if (s[i].arity != IntTuple::kLeaf) continue;
-    last_s = s[i].value;
-    last_d = d[i].value;
-    if (last_s == 1) continue;
-    Mode& back = out.back();
-    if (back.s == 1) {
-      back.s = last_s;
-      back.d = last_d;
-    } else if (product_equals(back.s, back.d, d[i].value)) {
-      back.s = checked_mul(back.s, s[i].value, "coalesce");
-    } else {
-      detail::add(out, s[i].value, d[i].value);
+  if (c == Convention::kCute) {
+    for (int i = 0; i < n; ++i) {
+      if (s[i].arity != IntTuple::kLeaf) continue;
+      last_s = s[i].value;
+      last_d = d[i].value;
+      coalesce_step(out, last_s, last_d);
+    }
+  } else {
+    for (int i = n; i-- > 0;) {
+      if (s[i].arity != IntTuple::kLeaf) continue;
+      last_s = s[i].value;
+      last_d = d[i].value;
+      coalesce_step(out, last_s, last_d);
     }
   }
   if (outermost) {
@@ -418,6 +465,7 @@ Layout complement_impl(LayoutView l, int64_t bound, Convention c, bool allow_emp
     throw InvalidArgument("complement: bound " + std::to_string(bound) + " is not >= 1");
   }
   Flat modes = detail::leaves(l);
+  const int64_t cosize_l = flat_cosize(modes);
   sort_by_stride(modes);
   Flat out;
   int64_t cur = 1;
@@ -434,18 +482,18 @@ Layout complement_impl(LayoutView l, int64_t bound, Convention c, bool allow_emp
     cur = extent;
   }
   detail::add(out, ceil_div(bound, cur), cur);
-  Layout r = build(coalesce_flat(out), c);
+  coalesce_in_place(out);
   if (!allow_empty_modes) {
     // A stride that is not a multiple of the running extent is floored; the result can then
     // fall short of the bound (e.g. (4,2):(2,12) with bound 21). That breaks the postcondition.
-    const int64_t covered = checked_add(detail::cosize(l), cosize(r) - 1, "complement");
+    const int64_t covered = checked_add(cosize_l, flat_cosize(out) - 1, "complement");
     if (covered < bound) {
-      throw InvalidArgument("complement: layout " + str(l) + " with complement " + str(r) +
+      throw InvalidArgument("complement: layout " + str(l) + " with complement " + str(build(out, c)) +
                             " covers only [0, " + std::to_string(covered) + "), not the bound " +
                             std::to_string(bound) + " (its strides do not chain)");
     }
   }
-  return r;
+  return build(out, c);
 }
 
 }  // namespace

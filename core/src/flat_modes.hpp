@@ -182,6 +182,30 @@ class LayoutBuilder {
   InlineVector<int32_t, 8> open_;
 };
 
+// make_flat is LayoutBuilder::flat into a new layout, written without a builder (the common
+// result of the algebra: n >= 1 leaves as a depth <= 1 layout, a leaf when n == 1).
+inline Layout make_flat(const Leaf* m, std::size_t n, bool reversed) {
+  Layout r = NodeAccess::blank();
+  IntTuple::Storage& rs = NodeAccess::nodes(NodeAccess::shape(r));
+  IntTuple::Storage& rd = NodeAccess::nodes(NodeAccess::stride(r));
+  const std::size_t head = n == 1 ? 0 : 1;
+  Node* s = rs.grow_by(n + head);
+  Node* d = rd.grow_by(n + head);
+  if (head) {
+    s[0].value = d[0].value = 0;
+    s[0].arity = d[0].arity = static_cast<int32_t>(n);
+    s[0].span = d[0].span = static_cast<int32_t>(n + 1);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const Leaf& x = m[reversed ? n - 1 - i : i];
+    s[i + head].value = x.s;
+    d[i + head].value = x.d;
+    s[i + head].arity = d[i + head].arity = IntTuple::kLeaf;
+    s[i + head].span = d[i + head].span = 1;
+  }
+  return r;
+}
+
 // check_layout runs the checks of Layout's constructor on l (InvalidArgument, OverflowError):
 // for layouts assembled by a LayoutBuilder from parts that are not valid by construction.
 void check_layout(const Layout& l);
