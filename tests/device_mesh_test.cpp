@@ -127,6 +127,23 @@ TEST(DeviceMeshInit, RejectsBadInputWithPyTorchMessages) {
                                       "holds 4 ranks but 3 were given");
 }
 
+TEST(DeviceMeshInit, RepeatedNamesNameTheSmallestRepeatedOne) {
+  // A few names are compared pairwise, many are sorted: both name the same repeated name.
+  expect_throws_with<InvalidArgument>(
+      [] { DeviceMesh::init({1, 1, 1, 1}, Names{"tp", "cp", "tp", "cp"}); }, "'cp' appears twice");
+  V shape(20, 1);
+  Names many;
+  for (int i = 0; i < 20; ++i) many.push_back("n" + std::to_string(i));
+  many[19] = "n7";
+  many[18] = "n3";
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::init(shape, many); }, "'n3' appears twice");
+  many.resize(16);
+  many[15] = "n9";
+  many[14] = "n2";
+  shape.resize(16);
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::init(shape, many); }, "'n2' appears twice");
+}
+
 TEST(DeviceMeshInit, AbsurdlyManyDimsAreRejectedNotQuadratic) {
   std::vector<int64_t> ones(100000, 1);
   expect_throws_with<InvalidArgument>([&] { DeviceMesh::init(ones); }, "exceed the limit of 256");

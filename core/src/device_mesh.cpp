@@ -58,13 +58,16 @@ void check_unique_names(const std::vector<std::string>& names, std::string_view 
                           "' appears twice in " + py_list(names) + std::string(where));
   };
   // A mesh's few names: every pair (string == tests the lengths first, so most pairs cost one
-  // comparison); a sort beyond, where the pairs would be many.
+  // comparison); a sort beyond, where the pairs would be many. Either way the message names the
+  // smallest repeated name.
   if (names.size() <= 16) {
+    const std::string* dup = nullptr;
     for (std::size_t i = 1; i < names.size(); ++i) {
       for (std::size_t j = 0; j < i; ++j) {
-        if (names[i] == names[j]) twice(names[i]);
+        if (names[i] == names[j] && (!dup || names[i] < *dup)) dup = &names[i];
       }
     }
+    if (dup) twice(*dup);
     return;
   }
   boost::container::small_vector<std::string_view, 16> sorted(names.begin(), names.end());
