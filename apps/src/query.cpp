@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <istream>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/algebra.hpp"
 #include "meshsim/error.hpp"
+#include "meshsim/inline_vector.hpp"
 #include "meshsim/mesh_layout.hpp"
 
 namespace meshsim::query {
@@ -75,40 +77,58 @@ struct Args {
 // building a Json only to print it was most of a request's cost).
 class Out {
  public:
-  explicit Out(std::string& s) : s_(s) {}
-  void integer(int64_t v) {
-    char buf[24];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    s_.append(buf, r.ptr);
+  // Inline writes into one buffer, copied into the answer string once (str()): an answer is
+  // dozens of small pieces, and std::string's append is an out-of-line call per piece.
+  template <std::size_t N>
+  void lit(const char (&text)[N]) {
+    put(text, N - 1);
   }
-  void boolean(bool b) { s_ += b ? "true" : "false"; }
+  void put(const char* p, std::size_t n) {
+    if (n) std::memcpy(buf_.grow_by(n), p, n);
+  }
+  void put(std::string_view text) { put(text.data(), text.size()); }
+  void put(char c) { *buf_.grow_by(1) = c; }
+  void integer(int64_t v) {
+    constexpr std::size_t kMaxDigits = 20;  // "-9223372036854775808"
+    char* p = buf_.grow_by(kMaxDigits);
+    const auto r = std::to_chars(p, p + kMaxDigits, v);
+    buf_.resize_uninit(static_cast<std::size_t>(r.ptr - buf_.data()));
+  }
+  void boolean(bool b) {
+    if (b) {
+      lit("true");
+    } else {
+      lit("false");
+    }
+  }
   void tuple(const IntTuple& t) { nodes(t.nodes()); }
   void layout(const Layout& l) {
-    s_ += "{\"shape\":";
+    lit("{\"shape\":");
     tuple(l.shape());
-    s_ += ",\"stride\":";
+    lit(",\"stride\":");
     tuple(l.stride());
-    s_ += '}';
+    put('}');
   }
   void ints(std::span<const int64_t> v) {
-    s_ += '[';
+    put('[');
     for (std::size_t i = 0; i < v.size(); ++i) {
-      if (i) s_ += ',';
+      if (i) put(',');
       integer(v[i]);
     }
-    s_ += ']';
+    put(']');
   }
   // list writes n elements, each by `element(i)`.
   template <typename F>
   void list(std::size_t n, F element) {
-    s_ += '[';
+    put('[');
     for (std::size_t i = 0; i < n; ++i) {
-      if (i) s_ += ',';
+      if (i) put(',');
       element(i);
     }
-    s_ += ']';
+    put(']');
   }
   void json(const Json& j);
+  std::string str() const { return std::string(buf_.data(), buf_.size()); }
 
  private:
   // nodes walks the preorder nodes once (indexing children one by one is quadratic).
@@ -117,15 +137,15 @@ class Out {
       integer(n->value);
       return;
     }
-    s_ += '[';
+    put('[');
     const IntTuple::Node* c = n + 1;
     for (int k = 0; k < n->arity; ++k, c += c->span) {
-      if (k) s_ += ',';
+      if (k) put(',');
       nodes(c);
     }
-    s_ += ']';
+    put(']');
   }
-  std::string& s_;
+  meshsim::detail::InlineVector<char, 512> buf_;
 };
 
 // A handler reads its arguments and writes its result. Most are written once, as generic lambdas
@@ -299,7 +319,7 @@ Json error_answer(const Json& id, std::string_view type, std::string_view messag
 // dump never throws on invalid UTF-8 echoed from input: it is replaced.
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-void Out::json(const Json& j) { s_ += dump(j); }
+void Out::json(const Json& j) { put(dump(j)); }
 
 // RawId reads the text of a request's top-level "id" number, for ids that JSON's reader keeps
 // only as a double (past int64/uint64, or with a fraction or exponent): they are echoed as sent;
@@ -394,19 +414,17 @@ std::optional<std::string> fast_answer(std::string_view line) {
   if (!tape.read(line)) return std::nullopt;
   const TapeValue req = tape.root();
   if (!req.is_object()) return std::nullopt;
-  std::string out;
-  out.reserve(256);  // one allocation for a typical answer
-  out += "{\"id\":";
-  Out o(out);
+  Out o;
+  o.lit("{\"id\":");
   const auto id = req.member("id");
   if (!id || id->is_null()) {
-    out += "null";
+    o.lit("null");
   } else if (id->is_number_integer()) {
     o.integer(id->int_value());
   } else if (id->is_string()) {
-    out += '"';  // no escapes on the tape, and printable ASCII prints as itself
-    out += id->string_value();
-    out += '"';
+    o.put('"');  // no escapes on the tape, and printable ASCII prints as itself
+    o.put(id->string_value());
+    o.put('"');
   } else {
     return std::nullopt;
   }
@@ -425,14 +443,14 @@ std::optional<std::string> fast_answer(std::string_view line) {
   const auto h = handlers().find(name);
   if (h == handlers().end() || !h->second.tape) return std::nullopt;
   if (name.starts_with("mesh_") && conv != Convention::kTorch) return std::nullopt;
-  out += ",\"ok\":true,\"result\":";
+  o.lit(",\"ok\":true,\"result\":");
   try {
     h->second.tape(Args<TapeValue>{req, conv, name}, o);
   } catch (...) {
     return std::nullopt;  // the error is worded by nlohmann's path
   }
-  out += '}';
-  return out;
+  o.put('}');
+  return o.str();
 }
 }  // namespace detail
 
@@ -479,13 +497,13 @@ std::string answer(std::string_view line, bool fast) {
       throw InvalidArgument("op '" + op + "' exists only in the torch convention");
     }
     // The answer object's keys in the order nlohmann's sorted map prints them.
-    std::string out = "{\"id\":";
-    out += raw ? *raw : dump(id);
-    out += ",\"ok\":true,\"result\":";
-    Out o(out);
+    Out o;
+    o.lit("{\"id\":");
+    o.put(raw ? *raw : dump(id));
+    o.lit(",\"ok\":true,\"result\":");
     h->second.json(Args<Json>{req, conv, op}, o);
-    out += '}';
-    return out;
+    o.put('}');
+    return o.str();
   } catch (const Error& e) {
     return finish(error_answer(id, e.type_name(), e.what()), raw);
   } catch (const Json::exception& e) {
