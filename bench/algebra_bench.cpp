@@ -95,10 +95,13 @@ void BM_QueryThroughput(benchmark::State& state) {
 }
 
 // Table/<op>: issue 15's table, on the Python reference's own inputs (CUTLASS pycute, CuTe's
-// convention). Each row records the reference's figures measured on this machine next to ours:
+// convention). Each row prints the reference's figures as recorded where the issue was written
+// next to ours:
 //   python_ns / cute_ns  the Python reference and CuTe with run-time integers (recorded);
 //   vs_python            python_ns / our time (the target is >= 100);
 //   vs_cute              our time / cute_ns (CuTe checks nothing: a floor, not a target).
+// Recorded figures cannot judge a ratio on another machine: bench/python_reference.py times the
+// reference itself in the same run, on the same core, against these rows' `ns`.
 const Layout kT_Coalesce = parse_layout("(2,4,8):(32,8,1)");
 const Layout kT_Complement = parse_layout("(2,):(4,)");
 const Layout kT_ComposeA = parse_layout("(4,2):(2,1)");
