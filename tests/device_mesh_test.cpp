@@ -114,6 +114,12 @@ TEST(DeviceMeshInit, RejectsBadInputWithPyTorchMessages) {
   expect_throws_with<InvalidArgument>([] { DeviceMesh::init({2, 0}); }, "mesh size 0");
   expect_throws_with<OverflowError>(
       [] { DeviceMesh::init({int64_t{1} << 32, int64_t{1} << 32}); }, "overflow");
+  // Sizes are read left to right, each checked, the product as it grows: the overflow is found
+  // before the 0 that follows it.
+  expect_throws_with<OverflowError>(
+      [] { DeviceMesh::init({int64_t{1} << 32, int64_t{1} << 32, 0}); }, "mesh size");
+  expect_throws_with<InvalidArgument>(
+      [] { DeviceMesh::init({0, int64_t{1} << 32, int64_t{1} << 32}); }, "mesh size 0");
   V shape{4};
   expect_throws_with<InvalidArgument>(
       [&] { DeviceMesh::from_ranks(shape, V{0, 1, 1, 2}); },

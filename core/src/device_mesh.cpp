@@ -216,19 +216,21 @@ std::vector<BackendConfig> checked_configs(std::vector<BackendConfig> configs, i
 Layout row_major(std::span<const int64_t> shape, const char* what) {
   if (shape.empty()) throw InvalidArgument(std::string(what) + ": the mesh shape must not be empty");
   check_dims(shape.size(), what);
+  int64_t n = 1;
   for (int64_t s : shape) {
     if (s < 1) {
       throw InvalidArgument(std::string(what) + ": mesh size " + std::to_string(s) + " in " +
                             int_list(shape) + " is not >= 1");
     }
+    n = checked_mul(n, s, "mesh size");
   }
   // (shape):(suffix products), written once: sizes >= 1 and a checked product make it valid
-  // by construction (its cosize is its size).
+  // by construction (its cosize is its size), and every suffix product is at most n.
   detail::InlineVector<int64_t, 16> stride(shape.size(), 0);
-  int64_t n = 1;
+  int64_t suffix = 1;
   for (std::size_t k = shape.size(); k-- > 0;) {
-    stride[k] = n;
-    n = checked_mul(n, shape[k], "mesh size");
+    stride[k] = suffix;
+    suffix *= shape[k];
   }
   Layout out = detail::NodeAccess::blank();
   detail::LayoutBuilder b(out);
