@@ -101,6 +101,29 @@ inline Leaves leaves(LayoutView v) {
   return out;
 }
 
+// write_flat appends n >= 1 leaves (in order or reversed) to shape and stride node arrays as a
+// depth <= 1 value: a tuple node and its leaves, or the leaf itself when n == 1. Fields are
+// written one by one (a whole-Node temporary reloaded as one 16-byte value stalls on store
+// forwarding).
+inline void write_flat(IntTuple::Storage& rs, IntTuple::Storage& rd, const Leaf* m, std::size_t n,
+                       bool reversed) {
+  const std::size_t head = n == 1 ? 0 : 1;
+  Node* s = rs.grow_by(n + head);
+  Node* d = rd.grow_by(n + head);
+  if (head) {
+    s[0].value = d[0].value = 0;
+    s[0].arity = d[0].arity = static_cast<int32_t>(n);
+    s[0].span = d[0].span = static_cast<int32_t>(n + 1);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const Leaf& x = m[reversed ? n - 1 - i : i];
+    s[i + head].value = x.s;
+    d[i + head].value = x.d;
+    s[i + head].arity = d[i + head].arity = IntTuple::kLeaf;
+    s[i + head].span = d[i + head].span = 1;
+  }
+}
+
 // LayoutBuilder writes `out` in preorder (shape and stride together). `out` is cleared on
 // construction and holds the result once exactly one complete value has been written:
 //   Layout r; { LayoutBuilder b(r); b.open(); b.leaf(2, 1); b.leaf(3, 2); b.close(); } // (2,3):(1,2)
@@ -125,18 +148,7 @@ class LayoutBuilder {
       return;
     }
     count_child();
-    Node* s = s_.grow_by(n + 1);
-    Node* d = d_.grow_by(n + 1);
-    s[0].value = d[0].value = 0;
-    s[0].arity = d[0].arity = static_cast<int32_t>(n);
-    s[0].span = d[0].span = static_cast<int32_t>(n + 1);
-    for (std::size_t i = 0; i < n; ++i) {
-      const Leaf& x = m[reversed ? n - 1 - i : i];
-      s[i + 1].value = x.s;
-      d[i + 1].value = x.d;
-      s[i + 1].arity = d[i + 1].arity = IntTuple::kLeaf;
-      s[i + 1].span = d[i + 1].span = 1;
-    }
+    write_flat(s_, d_, m, n, reversed);
   }
   void append(LayoutView v) {
     count_child();
@@ -186,23 +198,8 @@ class LayoutBuilder {
 // result of the algebra: n >= 1 leaves as a depth <= 1 layout, a leaf when n == 1).
 inline Layout make_flat(const Leaf* m, std::size_t n, bool reversed) {
   Layout r = NodeAccess::blank();
-  IntTuple::Storage& rs = NodeAccess::nodes(NodeAccess::shape(r));
-  IntTuple::Storage& rd = NodeAccess::nodes(NodeAccess::stride(r));
-  const std::size_t head = n == 1 ? 0 : 1;
-  Node* s = rs.grow_by(n + head);
-  Node* d = rd.grow_by(n + head);
-  if (head) {
-    s[0].value = d[0].value = 0;
-    s[0].arity = d[0].arity = static_cast<int32_t>(n);
-    s[0].span = d[0].span = static_cast<int32_t>(n + 1);
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    const Leaf& x = m[reversed ? n - 1 - i : i];
-    s[i + head].value = x.s;
-    d[i + head].value = x.d;
-    s[i + head].arity = d[i + head].arity = IntTuple::kLeaf;
-    s[i + head].span = d[i + head].span = 1;
-  }
+  write_flat(NodeAccess::nodes(NodeAccess::shape(r)), NodeAccess::nodes(NodeAccess::stride(r)), m,
+             n, reversed);
   return r;
 }
 
