@@ -9,6 +9,8 @@
 #include "meshsim/error.hpp"
 #include "meshsim/mesh_layout.hpp"
 #include "reference.hpp"
+// The full text reader, to check the plain one that parse_layout and parse_int_tuple try first.
+#include "parse_text.hpp"
 
 namespace meshsim {
 namespace {
@@ -164,6 +166,51 @@ RC_GTEST_PROP(Mirror, RuleHoldsForComposition, (const Layout& a, const Layout& b
 RC_GTEST_PROP(Text, ParsePrintRoundTrip, (const Layout& l)) {
   RC_ASSERT(parse_layout(to_string(l)) == l);
   RC_ASSERT(parse_int_tuple(to_string(l.shape())) == l.shape());
+}
+
+// Outcome is what reading a text gives: its printed value, or the error's type and message.
+template <typename F>
+std::string outcome(F&& read) {
+  try {
+    return "ok " + to_string(read());
+  } catch (const Error& e) {
+    return std::string(e.type_name()) + " " + e.what();
+  }
+}
+
+// layout_text is a layout's text as users write it, and near misses of it: spaces, Python's
+// (4,) form, a shape alone, integers near and past int64, one character changed or dropped.
+std::string layout_text() {
+  const Layout l = *rc::gen::arbitrary<Layout>();
+  std::string text = *rc::gen::arbitrary<bool>() ? to_string(l) : to_string(l.shape());
+  std::string out;
+  for (const char c : text) {
+    if (c == ')' && *rc::gen::inRange(0, 6) == 0) out += ',';
+    if (*rc::gen::inRange(0, 8) == 0) out += *rc::gen::element<std::string>(" ", "\t", "  ", "\n");
+    out += c;
+    if (c >= '0' && c <= '9' && *rc::gen::inRange(0, 12) == 0) {
+      out += *rc::gen::element<std::string>("00000000000000000", "223372036854775807",
+                                            "223372036854775808", "9999999999999999999",
+                                            "0000000000000000000000001");
+    }
+  }
+  if (!out.empty() && *rc::gen::inRange(0, 3) == 0) {
+    const auto at = *rc::gen::inRange<std::size_t>(0, out.size());
+    const std::string c = *rc::gen::element<std::string>("", "(", ")", ",", ":", "-", "x", "0", " ");
+    out = out.substr(0, at) + c + out.substr(at + 1);
+  }
+  return out;
+}
+
+RC_GTEST_PROP(Text, PlainReaderAgreesWithTheFullReader, ()) {
+  const std::string text = layout_text();
+  RC_ASSERT(outcome([&] { return parse_layout(text); }) == outcome([&] {
+              auto [shape, stride] = detail::parse_layout_text(text);
+              return stride ? Layout(std::move(shape), std::move(*stride))
+                            : Layout::compact(shape, Convention::kTorch);
+            }));
+  RC_ASSERT(outcome([&] { return parse_int_tuple(text); }) ==
+            outcome([&] { return detail::parse_int_tuple_text(text); }));
 }
 
 RC_GTEST_PROP(Coordinates, Crd2IdxInvertsIdx2CrdOnTheDomain, (Convention c)) {

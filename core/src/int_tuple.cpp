@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "checked_math.hpp"
+#include "flat_modes.hpp"
 #include "parse_text.hpp"
 #include "meshsim/error.hpp"
 
@@ -367,9 +368,103 @@ Convention parse_convention(std::string_view name) {
                         "': expected \"torch\" or \"cute\"");
 }
 
-IntTuple parse_int_tuple(std::string_view text) { return TextParser(text).parse_all(); }
+namespace detail {
+namespace {
+bool is_text_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+const char* skip_text_space(const char* p, const char* end) {
+  while (p != end && is_text_space(*p)) ++p;
+  return p;
+}
+constexpr std::size_t kMaxPlainNodes = 256;
+
+// plain_value reads one value from `p` into `out` without recursion: the nodes are written into a
+// local array and copied out once, tuples still open are a stack of their node indices, and a
+// value's start counts it as a child of the innermost one. false (with `out` in any state)
+// wherever TextParser must decide; see read_plain_layout_text.
+bool plain_value(const char*& p, const char* end, IntTuple::Storage& out) {
+  // An integer of at most 18 digits cannot overflow int64; longer ones are left to TextParser.
+  constexpr std::ptrdiff_t kSafeDigits = 18;
+  Node nodes[kMaxPlainNodes];
+  std::size_t count = 0;
+  int32_t open[kMaxDepth];
+  int depth = 0;
+  for (;;) {
+    p = skip_text_space(p, end);
+    if (p == end || count == kMaxPlainNodes) return false;
+    if (depth) ++nodes[open[depth - 1]].arity;
+    Node& n = nodes[count];
+    if (*p == '(') {
+      if (depth >= kMaxDepth) return false;
+      n.value = 0;
+      n.arity = 0;
+      n.span = 1;
+      open[depth++] = static_cast<int32_t>(count++);
+      ++p;
+      continue;  // an empty tuple fails below: ')' does not start a value
+    }
+    const char* digits = p;
+    uint64_t v = 0;  // unsigned: the digits past kSafeDigits wrap harmlessly before the check
+    while (p != end && *p >= '0' && *p <= '9') v = v * 10 + static_cast<uint64_t>(*p++ - '0');
+    if (p == digits || p - digits > kSafeDigits) return false;
+    n.value = static_cast<int64_t>(v);
+    n.arity = IntTuple::kLeaf;
+    n.span = 1;
+    ++count;
+    // After a value: ',' starts the next element (a ')' after it closes, Python's (4,) form),
+    // ')' closes the innermost tuple, anything else is an error.
+    for (;;) {
+      if (depth == 0) {
+        out.assign(nodes, nodes + count);
+        return true;
+      }
+      p = skip_text_space(p, end);
+      if (p == end) return false;
+      if (*p == ',') {
+        p = skip_text_space(p + 1, end);
+        if (p == end || *p != ')') break;
+      } else if (*p != ')') {
+        return false;
+      }
+      ++p;
+      const int32_t top = open[--depth];
+      nodes[top].span = static_cast<int32_t>(count) - top;
+    }
+  }
+}
+}  // namespace
+
+PlainText read_plain_layout_text(std::string_view text, IntTuple::Storage& shape,
+                                 IntTuple::Storage& stride) {
+  const char* p = text.data();
+  const char* end = p + text.size();
+  if (!plain_value(p, end, shape)) return PlainText::kNotPlain;
+  p = skip_text_space(p, end);
+  if (p == end) {
+    stride.clear();
+    return PlainText::kShape;
+  }
+  if (*p != ':') return PlainText::kNotPlain;
+  ++p;
+  if (!plain_value(p, end, stride)) return PlainText::kNotPlain;
+  return skip_text_space(p, end) == end ? PlainText::kShapeStride : PlainText::kNotPlain;
+}
+
+bool read_plain_int_tuple(std::string_view text, IntTuple::Storage& out) {
+  const char* p = text.data();
+  const char* end = p + text.size();
+  return plain_value(p, end, out) && skip_text_space(p, end) == end;
+}
+}  // namespace detail
+
+IntTuple parse_int_tuple(std::string_view text) {
+  IntTuple t;
+  if (detail::read_plain_int_tuple(text, detail::NodeAccess::nodes(t))) return t;
+  return detail::parse_int_tuple_text(text);
+}
 
 namespace detail {
+IntTuple parse_int_tuple_text(std::string_view text) { return TextParser(text).parse_all(); }
+
 std::pair<IntTuple, std::optional<IntTuple>> parse_layout_text(std::string_view text) {
   TextParser p(text);
   IntTuple shape = p.parse_value();

@@ -161,6 +161,19 @@ Layout mirror(const Layout& l) { return Layout::unchecked(mirror(l.shape()), mir
 std::string to_string(const Layout& l) { return to_string(l.shape()) + ":" + to_string(l.stride()); }
 
 Layout parse_layout(std::string_view text) {
+  // The common text is read straight into the result's trees; the full reader decides the rest.
+  Layout out = detail::NodeAccess::blank();
+  auto& shape_nodes = detail::NodeAccess::nodes(detail::NodeAccess::shape(out));
+  auto& stride_nodes = detail::NodeAccess::nodes(detail::NodeAccess::stride(out));
+  switch (detail::read_plain_layout_text(text, shape_nodes, stride_nodes)) {
+    case detail::PlainText::kShapeStride:
+      detail::check_layout(out);
+      return out;
+    case detail::PlainText::kShape:
+      return Layout::compact(detail::NodeAccess::shape(out), Convention::kTorch);
+    case detail::PlainText::kNotPlain:
+      break;
+  }
   auto [shape, stride] = detail::parse_layout_text(text);
   if (!stride) return Layout::compact(shape, Convention::kTorch);
   return Layout(std::move(shape), std::move(*stride));
