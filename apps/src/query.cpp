@@ -77,22 +77,31 @@ struct Args {
 // building a Json only to print it was most of a request's cost).
 class Out {
  public:
-  // Inline writes into one buffer, copied into the answer string once (str()): an answer is
-  // dozens of small pieces, and std::string's append is an out-of-line call per piece.
+  // The answer is written through a cursor into one buffer and copied into the string once
+  // (str()). Each writer makes room for what it may write first (room), so the bytes themselves
+  // are stored with no per-byte size checks; a tuple makes room for all of its nodes at once.
+  Out() {
+    buf_.resize_uninit(buf_.capacity());
+    cur_ = buf_.data();
+    end_ = cur_ + buf_.size();
+  }
   template <std::size_t N>
   void lit(const char (&text)[N]) {
     put(text, N - 1);
   }
   void put(const char* p, std::size_t n) {
-    if (n) std::memcpy(buf_.grow_by(n), p, n);
+    room(n);
+    if (n) std::memcpy(cur_, p, n);
+    cur_ += n;
   }
   void put(std::string_view text) { put(text.data(), text.size()); }
-  void put(char c) { *buf_.grow_by(1) = c; }
+  void put(char c) {
+    room(1);
+    *cur_++ = c;
+  }
   void integer(int64_t v) {
-    constexpr std::size_t kMaxDigits = 20;  // "-9223372036854775808"
-    char* p = buf_.grow_by(kMaxDigits);
-    const auto r = std::to_chars(p, p + kMaxDigits, v);
-    buf_.resize_uninit(static_cast<std::size_t>(r.ptr - buf_.data()));
+    room(kMaxDigits);
+    digits(v);
   }
   void boolean(bool b) {
     if (b) {
@@ -101,13 +110,20 @@ class Out {
       lit("false");
     }
   }
-  void tuple(const IntTuple& t) { nodes(t.nodes()); }
+  void tuple(const IntTuple& t) {
+    room(tuple_bytes(t));
+    nodes(t.nodes());
+  }
   void layout(const Layout& l) {
-    lit("{\"shape\":");
-    tuple(l.shape());
-    lit(",\"stride\":");
-    tuple(l.stride());
-    put('}');
+    room(tuple_bytes(l.shape()) + tuple_bytes(l.stride()) + 32);
+    copy("{\"shape\":");
+    nodes(l.shape().nodes());
+    copy(",\"stride\":");
+    nodes(l.stride().nodes());
+    *cur_++ = '}';
+  }
+  void ints(const meshsim::detail::InlineVector<int64_t, 16>& v) {
+    ints(std::span<const int64_t>(v.data(), v.size()));
   }
   void ints(std::span<const int64_t> v) {
     put('[');
@@ -128,24 +144,55 @@ class Out {
     put(']');
   }
   void json(const Json& j);
-  std::string str() const { return std::string(buf_.data(), buf_.size()); }
+  std::string str() const { return std::string(buf_.data(), used()); }
+  void str_into(std::string& out) const { out.assign(buf_.data(), used()); }
 
  private:
+  static constexpr std::size_t kMaxDigits = 20;  // "-9223372036854775808"
+  // A tuple's text is at most its nodes' digits and one bracket or comma per node, and two.
+  static std::size_t tuple_bytes(const IntTuple& t) {
+    return static_cast<std::size_t>(t.node_count()) * (kMaxDigits + 2) + 2;
+  }
+  std::size_t used() const { return static_cast<std::size_t>(cur_ - buf_.data()); }
+  // room makes at least n bytes writable at the cursor.
+  void room(std::size_t n) {
+    if (static_cast<std::size_t>(end_ - cur_) >= n) return;
+    const std::size_t at = used();
+    buf_.resize_uninit(2 * buf_.size() + n);
+    cur_ = buf_.data() + at;
+    end_ = buf_.data() + buf_.size();
+  }
+  // The writers below store without checks: their caller made room.
+  template <std::size_t N>
+  void copy(const char (&text)[N]) {
+    std::memcpy(cur_, text, N - 1);
+    cur_ += N - 1;
+  }
+  void digits(int64_t v) {
+    if (v >= 0 && v < 10) {  // most of a layout's integers
+      *cur_++ = static_cast<char>('0' + v);
+      return;
+    }
+    cur_ = std::to_chars(cur_, cur_ + kMaxDigits, v).ptr;
+  }
   // nodes walks the preorder nodes once (indexing children one by one is quadratic).
   void nodes(const IntTuple::Node* n) {
     if (n->arity == IntTuple::kLeaf) {
-      integer(n->value);
+      digits(n->value);
       return;
     }
-    put('[');
+    *cur_++ = '[';
     const IntTuple::Node* c = n + 1;
     for (int k = 0; k < n->arity; ++k, c += c->span) {
-      if (k) put(',');
+      if (k) *cur_++ = ',';
       nodes(c);
     }
-    put(']');
+    *cur_++ = ']';
   }
+  // The buffer's size is its capacity; the answer is [data, cur_).
   meshsim::detail::InlineVector<char, 512> buf_;
+  char* cur_;
+  char* end_;
 };
 
 // A handler reads its arguments and writes its result. Most are written once, as generic lambdas
@@ -177,6 +224,19 @@ void charge_product(int64_t a, int64_t b, const std::string& what) {
   }
 }
 
+// IntList holds a request's short integer lists without touching the heap.
+using IntList = meshsim::detail::InlineVector<int64_t, 16>;
+// int_list is json::to_int_list into an IntList (the same checks and errors).
+template <typename V>
+IntList int_list(const V& j, const char* field) {
+  if (!j.is_array()) {
+    throw InvalidArgument("'" + std::string(field) + "': expected an array of integers");
+  }
+  IntList out;
+  for (const auto& e : j) out.push_back(json::to_int(e, field));
+  return out;
+}
+
 // A layout result; a handler in one line.
 #define MESHSIM_LAYOUT_OP(expr) both([](const auto& a, Out& o) { o.layout(expr); })
 
@@ -201,7 +261,7 @@ const HandlerTable& handlers() {
     });
     t["crd2idx"] = both([](const auto& a, Out& o) {
       Layout l = a.layout("layout");
-      std::vector<int64_t> out;
+      IntList out;
       for (const auto& c : a.list("coords")) {
         out.push_back(crd2idx(json::to_int_tuple(c, "coords", NullAs::kZero), l, a.conv));
       }
@@ -260,7 +320,7 @@ const HandlerTable& handlers() {
     t["mesh_splice"] = MESHSIM_LAYOUT_OP(mesh_splice(a.layout("layout"), a.integer("start"),
                                                      a.integer("end"), a.layout("insert")));
     t["mesh_unflatten"] = both([](const auto& a, Out& o) {
-      std::vector<int64_t> sizes = json::to_int_list(a.at("sizes"), "sizes");
+      const IntList sizes = int_list(a.at("sizes"), "sizes");
       o.layout(mesh_unflatten(a.layout("layout"), a.integer("dim"), sizes));
     });
     t["mesh_global_ranks"] = both([](const auto& a, Out& o) {
@@ -409,14 +469,27 @@ namespace detail {
 // which decides every error and every unusual input. So the tape never words an answer that
 // nlohmann's path would word differently: both run the same handlers, and the fast path only
 // adds what it can write exactly (ids that are null, absent, integers or plain strings).
-std::optional<std::string> fast_answer(std::string_view line) {
+// fast_answer_into is fast_answer writing into `out` (kept by a caller that answers many lines,
+// so its storage is reused): false, with `out` unchanged, where fast_answer is nullopt.
+bool fast_answer_into(std::string_view line, std::string& out) {
   json::JsonTape tape;
-  if (!tape.read(line)) return std::nullopt;
+  if (!tape.read(line)) return false;
   const TapeValue req = tape.root();
-  if (!req.is_object()) return std::nullopt;
+  if (!req.is_object()) return false;
+  // One pass over the members finds the three the engine reads itself (no key repeats here).
+  std::optional<TapeValue> id, op, convention;
+  for (auto m = req.members_begin(); m != req.members_end(); ++m) {
+    const std::string_view key = m.key();
+    if (key == "id") {
+      id = m.value();
+    } else if (key == "op") {
+      op = m.value();
+    } else if (key == "convention") {
+      convention = m.value();
+    }
+  }
   Out o;
   o.lit("{\"id\":");
-  const auto id = req.member("id");
   if (!id || id->is_null()) {
     o.lit("null");
   } else if (id->is_number_integer()) {
@@ -426,37 +499,44 @@ std::optional<std::string> fast_answer(std::string_view line) {
     o.put(id->string_value());
     o.put('"');
   } else {
-    return std::nullopt;
+    return false;
   }
-  const auto op = req.member("op");
-  if (!op || !op->is_string()) return std::nullopt;
+  if (!op || !op->is_string()) return false;
   Convention conv = Convention::kTorch;
-  if (const auto c = req.member("convention"); c && !c->is_null()) {
-    if (!c->is_string()) return std::nullopt;
-    if (c->string_value() == "cute") {
+  if (convention && !convention->is_null()) {
+    if (!convention->is_string()) return false;
+    if (convention->string_value() == "cute") {
       conv = Convention::kCute;
-    } else if (c->string_value() != "torch") {
-      return std::nullopt;
+    } else if (convention->string_value() != "torch") {
+      return false;
     }
   }
   const std::string_view name = op->string_value();
   const auto h = handlers().find(name);
-  if (h == handlers().end() || !h->second.tape) return std::nullopt;
-  if (name.starts_with("mesh_") && conv != Convention::kTorch) return std::nullopt;
+  if (h == handlers().end() || !h->second.tape) return false;
+  if (name.starts_with("mesh_") && conv != Convention::kTorch) return false;
   o.lit(",\"ok\":true,\"result\":");
   try {
     h->second.tape(Args<TapeValue>{req, conv, name}, o);
   } catch (...) {
-    return std::nullopt;  // the error is worded by nlohmann's path
+    return false;  // the error is worded by nlohmann's path
   }
   o.put('}');
-  return o.str();
+  o.str_into(out);
+  return true;
 }
+
+std::optional<std::string> fast_answer(std::string_view line) {
+  std::string out;
+  if (!fast_answer_into(line, out)) return std::nullopt;
+  return out;
+}
+
 }  // namespace detail
 
 namespace {
-// answer is answer_line, with or without the fast reader.
-std::string answer(std::string_view line, bool fast) {
+// answer is answer_line, with or without the fast reader, written into `out`.
+void answer(std::string_view line, bool fast, std::string& out) {
   Json id = nullptr;
   std::optional<std::string> raw;
   try {
@@ -464,7 +544,7 @@ std::string answer(std::string_view line, bool fast) {
       throw ParseError("request holds a NUL byte at offset " + std::to_string(nul));
     }
     if (fast) {
-      if (auto a = detail::fast_answer(line)) return std::move(*a);
+      if (detail::fast_answer_into(line, out)) return;
     }
     if (json::max_nesting(line) > 2 * kMaxDepth) {
       throw ParseError("request nests brackets deeper than " + std::to_string(2 * kMaxDepth));
@@ -503,15 +583,15 @@ std::string answer(std::string_view line, bool fast) {
     o.lit(",\"ok\":true,\"result\":");
     h->second.json(Args<Json>{req, conv, op}, o);
     o.put('}');
-    return o.str();
+    o.str_into(out);
   } catch (const Error& e) {
-    return finish(error_answer(id, e.type_name(), e.what()), raw);
+    out = finish(error_answer(id, e.type_name(), e.what()), raw);
   } catch (const Json::exception& e) {
-    return finish(error_answer(id, "InvalidArgument", e.what()), raw);
+    out = finish(error_answer(id, "InvalidArgument", e.what()), raw);
   } catch (const std::bad_alloc&) {
-    return finish(error_answer(id, "ResourceExhausted", "out of memory answering the request"), raw);
+    out = finish(error_answer(id, "ResourceExhausted", "out of memory answering the request"), raw);
   } catch (const std::exception& e) {
-    return finish(error_answer(id, "Internal", e.what()), raw);
+    out = finish(error_answer(id, "Internal", e.what()), raw);
   }
 }
 }  // namespace
@@ -523,8 +603,16 @@ std::vector<std::string> ops() {
   return out;
 }
 
-std::string answer_line(std::string_view line) { return answer(line, true); }
-std::string answer_line_nlohmann(std::string_view line) { return answer(line, false); }
+std::string answer_line(std::string_view line) {
+  std::string out;
+  answer(line, true, out);
+  return out;
+}
+std::string answer_line_nlohmann(std::string_view line) {
+  std::string out;
+  answer(line, false, out);
+  return out;
+}
 
 RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
   RunResult r;
@@ -541,6 +629,7 @@ RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
   const std::ios::iostate saved = in.exceptions();
   if (!in.bad()) in.exceptions(std::ios::badbit);
   std::string line;
+  std::string reply;
   for (bool more = true; more;) {
     line.clear();
     bool too_long = false;
@@ -574,7 +663,10 @@ RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
       r.input_ok = false;
       break;
     }
-    if (line.find_first_not_of(" \t\r") != std::string::npos) emit(answer_line(line));
+    if (line.find_first_not_of(" \t\r") != std::string::npos) {
+      answer(line, true, reply);  // one string for every answer: its storage is reused
+      emit(reply);
+    }
   }
   // The stream is left as reading it to the end leaves it (eofbit; badbit after a read error),
   // with the caller's exception mask back (which throws if the caller asked for that).

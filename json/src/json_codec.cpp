@@ -64,8 +64,15 @@ void build(const V& j, std::string_view field, NullAs nulls, IntTupleBuilder& b,
   b.leaf(int_of(j, field));
 }
 
+// kPlainNodes bounds the tuples read from the tape in one pass (larger ones take the builder).
+constexpr std::size_t kPlainNodes = 256;
+
 template <typename V>
 IntTuple int_tuple_of(const V& j, std::string_view field, NullAs nulls) {
+  if constexpr (std::is_same_v<V, TapeValue>) {
+    IntTuple::Node nodes[kPlainNodes];
+    if (j.int_nodes(nodes, kPlainNodes, nulls == NullAs::kZero)) return IntTuple::from_nodes(nodes);
+  }
   IntTupleBuilder b;
   int nodes = 0;
   build(j, field, nulls, b, 0, nodes);

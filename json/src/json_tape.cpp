@@ -21,6 +21,16 @@ bool in_subset(std::string_view text) {
   return bad == 0;
 }
 
+// same_key compares a key with `len` bytes at `a` to `key`: lengths first, then bytes in a loop
+// (keys are a few bytes; a memcmp call per comparison cost more than the comparison).
+bool same_key(const char* a, uint32_t len, std::string_view key) {
+  if (len != key.size()) return false;
+  for (uint32_t i = 0; i < len; ++i) {
+    if (a[i] != key[i]) return false;
+  }
+  return true;
+}
+
 // kMaxTapeMembers bounds an object's members on the tape (requests have a few).
 constexpr rapidjson::SizeType kMaxTapeMembers = 32;
 
@@ -90,7 +100,7 @@ struct TapeBuilder {
       key.end = next_value_end(k + 1);
       const std::string_view name(key.str, key.count);
       for (uint32_t j = at + 1; j < k; j = tape.nodes_[j].end) {
-        if (std::string_view(tape.nodes_[j].str, tape.nodes_[j].count) == name) return false;
+        if (same_key(tape.nodes_[j].str, tape.nodes_[j].count, name)) return false;
       }
       k = key.end;
     }
@@ -116,9 +126,38 @@ std::optional<TapeValue> TapeValue::member(std::string_view key) const {
   if (!is_object()) return std::nullopt;
   const auto& nodes = tape_->nodes_;
   for (uint32_t k = index_ + 1; k < nodes[index_].end; k = nodes[k].end) {
-    if (std::string_view(nodes[k].str, nodes[k].count) == key) return TapeValue(*tape_, k + 1);
+    if (same_key(nodes[k].str, nodes[k].count, key)) return TapeValue(*tape_, k + 1);
   }
   return std::nullopt;
+}
+
+bool TapeValue::int_nodes(IntTuple::Node* out, std::size_t capacity, bool nulls_as_zero) const {
+  const auto& nodes = tape_->nodes_;
+  const uint32_t stop = nodes[index_].end;  // past the value's subtree (a scalar: index_ + 1)
+  if (stop - index_ > capacity) return false;
+  uint32_t ends[kMaxDepth];  // where each open array ends
+  int depth = 0;
+  for (uint32_t i = index_; i < stop; ++i, ++out) {
+    while (depth && i >= ends[depth - 1]) --depth;
+    const JsonTape::Node& n = nodes[i];
+    switch (n.kind) {
+      case Kind::kInt:
+        *out = IntTuple::Node{n.value, IntTuple::kLeaf, 1};
+        break;
+      case Kind::kNull:
+        if (!nulls_as_zero) return false;
+        *out = IntTuple::Node{0, IntTuple::kLeaf, 1};
+        break;
+      case Kind::kArray:
+        if (depth >= kMaxDepth || n.count == 0) return false;
+        *out = IntTuple::Node{0, static_cast<int32_t>(n.count), static_cast<int32_t>(n.end - i)};
+        ends[depth++] = n.end;
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
 }
 
 std::string TapeValue::dump() const {

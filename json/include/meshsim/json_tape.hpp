@@ -29,6 +29,7 @@
 #include <string_view>
 
 #include "meshsim/inline_vector.hpp"
+#include "meshsim/int_tuple.hpp"
 
 namespace meshsim::json {
 
@@ -90,8 +91,32 @@ class TapeValue {
   Iterator begin() const;
   Iterator end() const;
 
+  // An object's members in order, as (key, value) pairs: members_begin() == members_end() for
+  // anything that is not an object.
+  class MemberIterator {
+   public:
+    MemberIterator(const JsonTape& tape, uint32_t index) : tape_(&tape), index_(index) {}
+    std::string_view key() const;
+    TapeValue value() const { return TapeValue(*tape_, index_ + 1); }
+    MemberIterator& operator++();
+    bool operator!=(const MemberIterator& o) const { return index_ != o.index_; }
+
+   private:
+    const JsonTape* tape_;
+    uint32_t index_;
+  };
+  MemberIterator members_begin() const;
+  MemberIterator members_end() const;
+
   // member is the value of `key` in an object; nullopt when absent or not an object.
   std::optional<TapeValue> member(std::string_view key) const;
+
+  // int_nodes writes the value as an IntTuple's preorder nodes into out[0, capacity) when it is
+  // an integer, or non-empty arrays nested fewer than kMaxDepth deep of integers (and of nulls,
+  // read as 0, when nulls_as_zero), with at most `capacity` values in all. Anything else is
+  // false (out is then in any state): the caller's full reader decides it, and words its error.
+  // Array and IntTuple subtrees are both spans of preorder nodes, so this is one pass.
+  bool int_nodes(IntTuple::Node* out, std::size_t capacity, bool nulls_as_zero) const;
 
  private:
   void dump_to(std::string& out) const;
@@ -164,6 +189,24 @@ inline TapeValue::Iterator TapeValue::begin() const {
 
 inline TapeValue::Iterator TapeValue::end() const {
   return Iterator(*tape_, tape_->nodes_[index_].end);
+}
+
+inline std::string_view TapeValue::MemberIterator::key() const {
+  const auto& n = tape_->nodes_[index_];
+  return {n.str, n.count};
+}
+
+inline TapeValue::MemberIterator& TapeValue::MemberIterator::operator++() {
+  index_ = tape_->nodes_[index_].end;
+  return *this;
+}
+
+inline TapeValue::MemberIterator TapeValue::members_begin() const {
+  return MemberIterator(*tape_, is_object() ? index_ + 1 : tape_->nodes_[index_].end);
+}
+
+inline TapeValue::MemberIterator TapeValue::members_end() const {
+  return MemberIterator(*tape_, tape_->nodes_[index_].end);
 }
 
 template <typename T>
