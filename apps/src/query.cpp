@@ -32,6 +32,16 @@ static_assert(json::kMaxTapeDepth <= 2 * kMaxDepth,
 
 // Args gives typed access to a request's arguments, with errors that name the field. V is the
 // request's value type: nlohmann's Json, or the fast reader's TapeValue (see answer_line).
+// missing is the error of a request without a field its op reads (out of line: the readers
+// below stay small).
+[[noreturn, gnu::cold, gnu::noinline]] void missing(std::string_view field, std::string_view op) {
+  throw InvalidArgument("missing argument '" + std::string(field) + "' for op '" +
+                        std::string(op) + "'");
+}
+[[noreturn, gnu::cold, gnu::noinline]] void not_array(std::string_view field) {
+  throw InvalidArgument("'" + std::string(field) + "' must be an array");
+}
+
 template <typename V>
 struct Args {
   // Value is what a field reads as: a reference into nlohmann's tree, or a tape view.
@@ -40,31 +50,29 @@ struct Args {
   Convention conv;
   std::string_view op;
 
-  Value at(const char* field) const {
+  // Fields are string_views: their lengths are known where the literals are written.
+  Value at(std::string_view field) const {
     auto it = member(field);
-    if (!it) {
-      throw InvalidArgument("missing argument '" + std::string(field) + "' for op '" +
-                            std::string(op) + "'");
-    }
+    if (!it) missing(field, op);
     return *it;
   }
-  bool has(const char* field) const {
+  bool has(std::string_view field) const {
     auto it = member(field);
     return it && !it->is_null();
   }
-  Layout layout(const char* field) const { return json::to_layout(at(field), field); }
-  IntTuple tuple(const char* field, NullAs nulls = NullAs::kError) const {
+  Layout layout(std::string_view field) const { return json::to_layout(at(field), field); }
+  IntTuple tuple(std::string_view field, NullAs nulls = NullAs::kError) const {
     return json::to_int_tuple(at(field), field, nulls);
   }
-  int64_t integer(const char* field) const { return json::to_int(at(field), field); }
-  Value list(const char* field) const {
+  int64_t integer(std::string_view field) const { return json::to_int(at(field), field); }
+  Value list(std::string_view field) const {
     Value j = at(field);
-    if (!j.is_array()) throw InvalidArgument("'" + std::string(field) + "' must be an array");
+    if (!j.is_array()) not_array(field);
     return j;
   }
 
  private:
-  auto member(const char* field) const {
+  auto member(std::string_view field) const {
     if constexpr (std::is_same_v<V, Json>) {
       return json::find(req, field);
     } else {

@@ -94,6 +94,14 @@ Layout layout_of(const V& j, std::string_view field) {
   if (!shape || !stride) {
     throw InvalidArgument(name(field) + ": a layout needs both \"shape\" and \"stride\"");
   }
+  if constexpr (std::is_same_v<V, TapeValue>) {
+    // Plain trees go straight off the tape; the field names below are only for errors.
+    IntTuple::Node s[kPlainNodes];
+    IntTuple::Node d[kPlainNodes];
+    if (shape->int_nodes(s, kPlainNodes, false) && stride->int_nodes(d, kPlainNodes, false)) {
+      return Layout(IntTuple::from_nodes(s), IntTuple::from_nodes(d));
+    }
+  }
   return Layout(int_tuple_of(*shape, std::string(field) + ".shape", NullAs::kError),
                 int_tuple_of(*stride, std::string(field) + ".stride", NullAs::kError));
 }
