@@ -225,6 +225,39 @@ void QueryPrint(benchmark::State& s) {
   std::size_t i = 0;
   per_request(s, [&](const std::string&) { return results[i++ % results.size()].dump(); });
 }
+// Deliverable of the JSON work: reading and writing a request costs about what its op does.
+// QueryLine/i answers line i of query_lines() with answer_line (a new answer string each time;
+// `meshsim query` reuses one); QueryOp/i runs only its op, on arguments built once outside the
+// loop. The difference is the JSON cost of that request.
+void QueryLine(benchmark::State& s) {
+  const std::string& line = query_lines()[static_cast<std::size_t>(s.range(0))];
+  std::string answer;
+  for (auto _ : s) {
+    answer = meshsim::query::answer_line(line);
+    benchmark::DoNotOptimize(answer.data());
+  }
+}
+void QueryOp(benchmark::State& s) {
+  static const Layout a = parse_layout("(2,4,8):(32,8,1)");
+  static const Layout b = parse_layout("(2,4):(8,1)");
+  static const Layout flat = parse_layout("64:1");
+  static const Layout nested = parse_layout("((2,2),4,8):((1,2),4,16)");
+  static const Layout divide_a = parse_layout("(4,8):(8,1)");
+  static const Layout divide_b = parse_layout("2:1");
+  static const std::vector<int64_t> sizes = {2, 4, 8};
+  const Convention torch = Convention::kTorch;
+  const Convention cute = Convention::kCute;
+  switch (s.range(0)) {
+    case 0: run(s, [&] { return composition(a, b, torch); }); break;
+    case 1: run(s, [&] { return complement(b, 64, torch); }); break;
+    case 2: run(s, [&] { return mesh_unflatten(flat, 0, sizes); }); break;
+    case 3: run(s, [&] { return coalesce(nested, cute); }); break;
+    case 4: run(s, [&] { return crd2idx(IntTuple(37), a, torch); }); break;
+    default: run(s, [&] { return logical_divide(divide_a, divide_b, cute); }); break;
+  }
+}
+BENCHMARK(QueryLine)->DenseRange(0, 5);
+BENCHMARK(QueryOp)->DenseRange(0, 5);
 BENCHMARK(QueryAnswer);
 BENCHMARK(QueryAnswerNlohmann);
 BENCHMARK(QueryTapeRead);

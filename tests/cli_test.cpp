@@ -1,6 +1,7 @@
 // Runs the installed-shape `meshsim` executable on a request file: the CLI contract end to end.
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,6 +83,58 @@ TEST(Cli, QueryReadsStdin) {
 
 TEST(Cli, MissingFileIsANonZeroExit) {
   EXPECT_NE(run("query --file /nonexistent/requests.jsonl").status, 0);
+}
+
+// A caller that sends one request and waits for its answer before the next (a driver on a pipe,
+// without --flush) gets each answer: answers are batched, but flushed before a read may block.
+TEST(Cli, QueryAnswersEachRequestBeforeTheNextArrives) {
+  int to_child[2];
+  int from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    close(to_child[1]);
+    close(from_child[0]);
+    execl(MESHSIM_EXE, MESHSIM_EXE, "query", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  // read_line waits up to 20 s for one answer line.
+  std::string pending;
+  auto read_line = [&]() -> std::string {
+    for (;;) {
+      if (const auto nl = pending.find('\n'); nl != std::string::npos) {
+        std::string l = pending.substr(0, nl);
+        pending.erase(0, nl + 1);
+        return l;
+      }
+      pollfd p{from_child[0], POLLIN, 0};
+      if (poll(&p, 1, 20000) != 1) return "(no answer within 20 s)";
+      char buf[4096];
+      const ssize_t n = read(from_child[0], buf, sizeof buf);
+      if (n <= 0) return "(the tool closed its output)";
+      pending.append(buf, static_cast<std::size_t>(n));
+    }
+  };
+  for (int id = 1; id <= 3; ++id) {
+    const std::string req = R"({"id":)" + std::to_string(id) +
+                            R"J(,"op":"size","layout":"(2,4):(8,1)"})J" + "\n";
+    ASSERT_EQ(write(to_child[1], req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    const std::string answer = read_line();
+    EXPECT_EQ(answer, R"({"id":)" + std::to_string(id) + R"(,"ok":true,"result":8})")
+        << "request " << id;  // 2 x 4 coordinates
+    if (answer.starts_with("(")) break;   // no answer: the tool is waiting; end it below
+  }
+  close(to_child[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(from_child[0]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST(Cli, OpsListsTheQueryOps) {

@@ -636,12 +636,19 @@ RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
   const auto chunk = std::make_unique<char[]>(static_cast<std::size_t>(kChunk));
   const std::ios::iostate saved = in.exceptions();
   if (!in.bad()) in.exceptions(std::ios::badbit);
+  // Answers go out in batches, yet never wait on the next request: the input is untied from the
+  // output (a tied stream flushes its output before every read, a write(2) per answer), and the
+  // output is flushed whenever no more input is waiting, before a read may block. A caller that
+  // sends one request and waits for its answer gets it; a pipe of requests gets one write per
+  // buffer of answers.
+  std::ostream* const tied = in.tie(nullptr);
   std::string line;
   std::string reply;
   for (bool more = true; more;) {
     line.clear();
     bool too_long = false;
     try {
+      if (!flush && in.rdbuf() != nullptr && in.rdbuf()->in_avail() <= 0) out.flush();
       for (;;) {
         in.getline(chunk.get(), kChunk);
         const std::streamsize got = in.gcount();  // the '\n' included, when one was read
@@ -678,6 +685,7 @@ RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
   }
   // The stream is left as reading it to the end leaves it (eofbit; badbit after a read error),
   // with the caller's exception mask back (which throws if the caller asked for that).
+  in.tie(tied);
   in.exceptions(saved);
   in.clear(in.rdstate() & ~std::ios::failbit);
   out.flush();

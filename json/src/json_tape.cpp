@@ -64,15 +64,25 @@ constexpr rapidjson::SizeType kMaxTapeMembers = 32;
 struct TapeBuilder {
   using Node = JsonTape::Node;
   using Kind = TapeValue::Kind;
+  explicit TapeBuilder(JsonTape& t) : tape(t) {}  // `open` is written before it is read
   JsonTape& tape;
-  detail::InlineVector<uint32_t, 16> open;  // indices of the open containers
+  uint32_t open[kMaxTapeDepth];  // indices of the open containers
+  int depth = 0;
 
+  // add appends a node, field by field (no temporary to copy), unless the tape is full.
+  bool add(Kind kind, uint32_t end, uint32_t count, int64_t value, const char* str) {
+    if (tape.nodes_.size() >= kMaxTapeNodes) return false;
+    Node* n = tape.nodes_.grow_by(1);
+    n->kind = kind;
+    n->end = end;
+    n->count = count;
+    n->value = value;
+    n->str = str;
+    return true;
+  }
   // scalar adds a scalar, or a string or key read in place (`str`, `len` bytes).
   bool scalar(Kind kind, int64_t value, const char* str = nullptr, uint32_t len = 0) {
-    const auto at = static_cast<uint32_t>(tape.nodes_.size());
-    if (at >= kMaxTapeNodes) return false;
-    tape.nodes_.push_back(Node{kind, at + 1, len, value, str});
-    return true;
+    return add(kind, static_cast<uint32_t>(tape.nodes_.size()) + 1, len, value, str);
   }
   bool Null() { return scalar(Kind::kNull, 0); }
   bool Bool(bool b) { return scalar(Kind::kBool, b ? 1 : 0); }
@@ -92,17 +102,14 @@ struct TapeBuilder {
     return scalar(Kind::kKey, 0, str, static_cast<uint32_t>(len));
   }
   bool start(Kind kind) {
-    if (open.size() >= static_cast<std::size_t>(kMaxTapeDepth)) return false;
-    if (tape.nodes_.size() >= kMaxTapeNodes) return false;
-    open.push_back(static_cast<uint32_t>(tape.nodes_.size()));
-    tape.nodes_.push_back(Node{kind, 0, 0, 0, nullptr});
-    return true;
+    if (depth >= kMaxTapeDepth) return false;
+    open[depth++] = static_cast<uint32_t>(tape.nodes_.size());
+    return add(kind, 0, 0, 0, nullptr);
   }
   bool StartObject() { return start(Kind::kObject); }
   bool StartArray() { return start(Kind::kArray); }
   bool end(rapidjson::SizeType count) {
-    const uint32_t at = open.back();
-    open.pop_back();
+    const uint32_t at = open[--depth];
     Node& n = tape.nodes_[at];
     n.end = static_cast<uint32_t>(tape.nodes_.size());
     n.count = count;
@@ -113,7 +120,7 @@ struct TapeBuilder {
     // Link each key past its value, and refuse a repeated key (checked pairwise, so a large
     // object is left to nlohmann).
     if (count > kMaxTapeMembers) return false;
-    const uint32_t at = open.back();
+    const uint32_t at = open[depth - 1];
     const uint32_t stop = static_cast<uint32_t>(tape.nodes_.size());
     auto next_value_end = [&](uint32_t v) {
       const Node& n = tape.nodes_[v];
@@ -141,7 +148,7 @@ bool JsonTape::read(std::string_view text) {
   std::memcpy(text_.data(), text.data(), text.size());
   text_[text.size()] = '\0';  // the end for RapidJSON (in_subset refused any NUL in the text)
   rapidjson::InsituStringStream in(text_.data());
-  TapeBuilder b{*this, {}};
+  TapeBuilder b(*this);
   rapidjson::Reader reader(nullptr, 0);
   return !reader.Parse<rapidjson::kParseInsituFlag>(in, b).IsError();
 }

@@ -28,7 +28,9 @@ std::string answer_line_nlohmann(std::string_view line);
 // ops lists the supported op names, sorted.
 std::vector<std::string> ops();
 // run answers every line of `in` on `out`, one line each, flushing per answer when `flush`;
-// blank lines are skipped. Returns the number of answers written.
+// blank lines are skipped. Returns the number of answers written. Without `flush`, answers are
+// still flushed before any read that may wait for input, so a caller that sends a request and
+// waits for its answer gets it; `flush` adds a flush after every answer.
 std::size_t run(std::istream& in, std::ostream& out, bool flush = false);
 
 // kMaxLineBytes bounds one request line; a longer line gets a ResourceExhausted answer and ends
