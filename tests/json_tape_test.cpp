@@ -162,4 +162,28 @@ TEST(QueryFastPath, AnswersPlainRequestsAsNlohmannWould) {
   EXPECT_EQ(meshsim::query::answer_line(left.back()), R"J({"id":11,"ok":true,"result":4})J");
 }
 
+// A request whose op fails, after every argument was read, is refused on the fast path with
+// nlohmann's words (those errors come from the algebra, on the values both readers read alike);
+// one that fails while its arguments are read is left to nlohmann, whose words may differ.
+TEST(QueryFastPath, RefusesOpErrorsItselfAndLeavesReadErrorsToNlohmann) {
+  const std::vector<std::string> op_errors = {
+      R"J({"id":4,"op":"mesh_getitem","layout":"(2,4):(4,1)","index":5})J",
+      R"J({"id":"u","op":"mesh_unflatten","layout":"64:1","dim":0,"sizes":[2,4,4]})J",
+      R"J({"op":"crd2idx","coords":[[1,2,3]],"layout":"(2,4):(4,1)"})J"};
+  for (const std::string& line : op_errors) {
+    const auto fast = meshsim::query::detail::fast_answer(line);
+    ASSERT_TRUE(fast.has_value()) << line;
+    EXPECT_EQ(*fast, meshsim::query::answer_line_nlohmann(line)) << line;
+    EXPECT_EQ(nlohmann::json::parse(*fast)["ok"], false) << *fast;
+  }
+  const std::vector<std::string> read_errors = {
+      R"J({"id":6,"op":"size","layout":{"stride":[1,2],"shape":[2]}})J",  // not congruent
+      R"J({"op":"size","layout":{"stride":true,"shape":[2]}})J",
+      R"J({"op":"complement_bound","layout":"(2,4):(8,1)"})J"};  // no bound
+  for (const std::string& line : read_errors) {
+    EXPECT_FALSE(meshsim::query::detail::fast_answer(line).has_value()) << line;
+    EXPECT_EQ(meshsim::query::answer_line(line), meshsim::query::answer_line_nlohmann(line));
+  }
+}
+
 }  // namespace

@@ -52,24 +52,45 @@ struct Args {
 
   // Fields are string_views: their lengths are known where the literals are written.
   Value at(std::string_view field) const {
-    auto it = member(field);
-    if (!it) missing(field, op);
-    return *it;
+    return read([&]() -> Value {
+      auto it = member(field);
+      if (!it) missing(field, op);
+      return *it;
+    });
   }
   bool has(std::string_view field) const {
     auto it = member(field);
     return it && !it->is_null();
   }
-  Layout layout(std::string_view field) const { return json::to_layout(at(field), field); }
+  Layout layout(std::string_view field) const {
+    return read([&] { return json::to_layout(at(field), field); });
+  }
   IntTuple tuple(std::string_view field, NullAs nulls = NullAs::kError) const {
-    return json::to_int_tuple(at(field), field, nulls);
+    return read([&] { return json::to_int_tuple(at(field), field, nulls); });
   }
-  int64_t integer(std::string_view field) const { return json::to_int(at(field), field); }
+  int64_t integer(std::string_view field) const {
+    return read([&] { return json::to_int(at(field), field); });
+  }
   Value list(std::string_view field) const {
-    Value j = at(field);
-    if (!j.is_array()) not_array(field);
-    return j;
+    return read([&]() -> Value {
+      Value j = at(field);
+      if (!j.is_array()) not_array(field);
+      return j;
+    });
   }
+
+  // read runs one read of the request's values (every reader above is one; a handler wraps its
+  // own). `reading` stays above 0 when a read threw: that error's words may depend on the
+  // reader (a value's dump), while an error thrown outside every read comes from the op on
+  // values both readers read alike, and is worded alike (see fast_answer_into).
+  template <typename F>
+  decltype(auto) read(F&& f) const {
+    ++reading;
+    decltype(auto) v = f();
+    --reading;
+    return v;
+  }
+  mutable int reading = 0;
 
  private:
   auto member(std::string_view field) const {
@@ -271,7 +292,8 @@ const HandlerTable& handlers() {
       Layout l = a.layout("layout");
       IntList out;
       for (const auto& c : a.list("coords")) {
-        out.push_back(crd2idx(json::to_int_tuple(c, "coords", NullAs::kZero), l, a.conv));
+        const IntTuple coord = a.read([&] { return json::to_int_tuple(c, "coords", NullAs::kZero); });
+        out.push_back(crd2idx(coord, l, a.conv));
       }
       o.ints(out);
     });
@@ -283,7 +305,8 @@ const HandlerTable& handlers() {
       const IntTuple stride = a.has("stride") ? a.tuple("stride") : compact_stride(shape, a.conv);
       std::vector<IntTuple> out;
       for (const auto& i : a.list("indices")) {
-        out.push_back(idx2crd(json::to_int_tuple(i, "indices", NullAs::kZero), shape, stride));
+        const IntTuple index = a.read([&] { return json::to_int_tuple(i, "indices", NullAs::kZero); });
+        out.push_back(idx2crd(index, shape, stride));
       }
       o.list(out.size(), [&](std::size_t k) { o.tuple(out[k]); });
     });
@@ -301,11 +324,11 @@ const HandlerTable& handlers() {
     t["logical_product"] =
         MESHSIM_LAYOUT_OP(logical_product(a.layout("a"), a.layout("b"), a.conv));
     t["composition_tiler"] = MESHSIM_LAYOUT_OP(
-        composition(a.layout("a"), json::to_tiler(a.at("tiler"), "tiler"), a.conv));
+        composition(a.layout("a"), a.read([&] { return json::to_tiler(a.at("tiler"), "tiler"); }), a.conv));
     t["logical_divide_tiler"] = MESHSIM_LAYOUT_OP(
-        logical_divide(a.layout("a"), json::to_tiler(a.at("tiler"), "tiler"), a.conv));
+        logical_divide(a.layout("a"), a.read([&] { return json::to_tiler(a.at("tiler"), "tiler"); }), a.conv));
     t["logical_product_tiler"] = MESHSIM_LAYOUT_OP(
-        logical_product(a.layout("a"), json::to_tiler(a.at("tiler"), "tiler"), a.conv));
+        logical_product(a.layout("a"), a.read([&] { return json::to_tiler(a.at("tiler"), "tiler"); }), a.conv));
     t["right_inverse"] = MESHSIM_LAYOUT_OP(right_inverse(a.layout("layout"), a.conv));
     t["left_inverse"] = MESHSIM_LAYOUT_OP(left_inverse(a.layout("layout"), a.conv));
     // _MeshLayout helpers: torch convention only.
@@ -328,7 +351,7 @@ const HandlerTable& handlers() {
     t["mesh_splice"] = MESHSIM_LAYOUT_OP(mesh_splice(a.layout("layout"), a.integer("start"),
                                                      a.integer("end"), a.layout("insert")));
     t["mesh_unflatten"] = both([](const auto& a, Out& o) {
-      const IntList sizes = int_list(a.at("sizes"), "sizes");
+      const IntList sizes = a.read([&] { return int_list(a.at("sizes"), "sizes"); });
       o.layout(mesh_unflatten(a.layout("layout"), a.integer("dim"), sizes));
     });
     t["mesh_global_ranks"] = both([](const auto& a, Out& o) {
@@ -343,7 +366,7 @@ const HandlerTable& handlers() {
              [&](std::size_t g) { o.ints(groups.row(static_cast<int64_t>(g))); });
     });
     t["mesh_remap_to_tensor"] = both([](const auto& a, Out& o) {
-      std::vector<int64_t> map = json::to_int_list(a.at("rank_map"), "rank_map");
+      std::vector<int64_t> map = a.read([&] { return json::to_int_list(a.at("rank_map"), "rank_map"); });
       const Layout l = a.layout("layout");
       if (cosize(l) <= static_cast<int64_t>(map.size())) {
         charge_product(size(complement(l, static_cast<int64_t>(map.size()), Convention::kTorch)),
@@ -365,7 +388,9 @@ const HandlerTable& handlers() {
     });
     t["mesh_disjoint"] = both([](const auto& a, Out& o) {
       std::vector<Layout> ls;
-      for (const auto& j : a.list("layouts")) ls.push_back(json::to_layout(j, "layouts"));
+      for (const auto& j : a.list("layouts")) {
+        ls.push_back(a.read([&] { return json::to_layout(j, "layouts"); }));
+      }
       o.boolean(mesh_disjoint(ls));
     });
     // DeviceMesh programs.
@@ -473,10 +498,12 @@ std::string finish(const Json& answer, const std::optional<std::string>& raw) {
 
 namespace detail {
 // fast_answer answers a request from the fast reader's tape (json_tape.hpp) when the request is
-// in its subset and succeeds; otherwise nullopt, and answer_line reads it again with nlohmann,
-// which decides every error and every unusual input. So the tape never words an answer that
-// nlohmann's path would word differently: both run the same handlers, and the fast path only
-// adds what it can write exactly (ids that are null, absent, integers or plain strings).
+// in its subset and its arguments read without error (the op may still refuse them);
+// otherwise nullopt, and answer_line reads it again with nlohmann, which decides every error of
+// reading and every unusual input. So the tape never words an answer that nlohmann's path would
+// word differently: both run the same handlers on the same values, an op's own error is thrown
+// alike by both, and the fast path only adds what it can write exactly (ids that are null,
+// absent, integers or plain strings).
 // fast_answer_into is fast_answer writing into `out` (kept by a caller that answers many lines,
 // so its storage is reused): false, with `out` unchanged, where fast_answer is nullopt.
 bool fast_answer_into(std::string_view line, std::string& out) {
@@ -524,10 +551,21 @@ bool fast_answer_into(std::string_view line, std::string& out) {
   if (h == handlers().end() || !h->second.tape) return false;
   if (name.starts_with("mesh_") && conv != Convention::kTorch) return false;
   o.lit(",\"ok\":true,\"result\":");
+  const Args<TapeValue> args{req, conv, name};
   try {
-    h->second.tape(Args<TapeValue>{req, conv, name}, o);
+    h->second.tape(args, o);
+  } catch (const Error& e) {
+    // An error of the op itself (thrown outside every read: see Args::read) is what nlohmann's
+    // path would throw at the same point on the same values: it is answered here, without
+    // reading the request again. An error while reading is worded by nlohmann's path.
+    if (args.reading != 0) return false;
+    Json answer_id = nullptr;
+    if (id && id->is_number_integer()) answer_id = id->int_value();
+    if (id && id->is_string()) answer_id = std::string(id->string_value());
+    out = finish(error_answer(answer_id, e.type_name(), e.what()), std::nullopt);
+    return true;
   } catch (...) {
-    return false;  // the error is worded by nlohmann's path
+    return false;  // worded by nlohmann's path
   }
   o.put('}');
   o.str_into(out);

@@ -46,8 +46,9 @@ struct RunResult {
 RunResult run_lines(std::istream& in, std::ostream& out, bool flush = false);
 
 namespace detail {
-// fast_answer is answer_line's fast reader alone: the answer, or nullopt when the line is left to
-// nlohmann (outside the fast reader's subset, or a request that fails).
+// fast_answer is answer_line's fast reader alone: the answer (an op's refusal included), or
+// nullopt when the line is left to nlohmann (outside the fast reader's subset, an unknown op, or
+// a request whose arguments fail to read).
 std::optional<std::string> fast_answer(std::string_view line);
 }  // namespace detail
 
