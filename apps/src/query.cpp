@@ -662,8 +662,10 @@ std::string answer_line_nlohmann(std::string_view line) {
 
 RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
   RunResult r;
-  auto emit = [&](const std::string& answer) {
-    out << answer << '\n';
+  // emit writes an answer and its newline in one write (one sentry, one buffer copy).
+  auto emit = [&](std::string& answer) {
+    answer += '\n';
+    out.write(answer.data(), static_cast<std::streamsize>(answer.size()));
     if (flush) out.flush();
     ++r.answers;
   };
@@ -704,15 +706,17 @@ RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
       }
     } catch (const std::exception& e) {
       // A stream that fails to read (a directory, an I/O error) is an answer, not silence.
-      emit(dump(error_answer(nullptr, "Unavailable", std::string("reading the input failed: ") + e.what())));
+      reply = dump(error_answer(nullptr, "Unavailable", std::string("reading the input failed: ") + e.what()));
+      emit(reply);
       r.input_ok = false;
       break;
     }
     if (too_long) {
-      emit(dump(error_answer(nullptr, "ResourceExhausted",
-                             "request line " + std::to_string(r.answers + 1) +
-                                 " is longer than " + std::to_string(kMaxLineBytes) +
-                                 " bytes; the rest of the input is not read")));
+      reply = dump(error_answer(nullptr, "ResourceExhausted",
+                                "request line " + std::to_string(r.answers + 1) +
+                                    " is longer than " + std::to_string(kMaxLineBytes) +
+                                    " bytes; the rest of the input is not read"));
+      emit(reply);
       r.input_ok = false;
       break;
     }
