@@ -513,14 +513,14 @@ bool fast_answer_into(std::string_view line, std::string& out) {
   if (!req.is_object()) return false;
   // One pass over the members finds the three the engine reads itself (no key repeats here).
   std::optional<TapeValue> id, op, convention;
-  for (auto m = req.members_begin(); m != req.members_end(); ++m) {
+  for (auto m = req.begin(); m != req.end(); ++m) {
     const std::string_view key = m.key();
     if (key == "id") {
-      id = m.value();
+      id = *m;
     } else if (key == "op") {
-      op = m.value();
+      op = *m;
     } else if (key == "convention") {
-      convention = m.value();
+      convention = *m;
     }
   }
   Out o;

@@ -75,11 +75,13 @@ class TapeValue {
   // dump is the value as compact JSON (members in their order).
   std::string dump() const;
 
-  // Iteration over an array's elements (an object's are its keys' values, in order).
+  // Iteration over an array's elements (an object's are its keys' values, in order; key() is
+  // the current member's key, empty for an array element).
   class Iterator {
    public:
     Iterator(const JsonTape& tape, uint32_t index) : tape_(&tape), index_(index) {}
     TapeValue operator*() const;
+    std::string_view key() const;
     Iterator& operator++();
     bool operator==(const Iterator& o) const { return index_ == o.index_; }
     bool operator!=(const Iterator& o) const { return index_ != o.index_; }
@@ -90,23 +92,6 @@ class TapeValue {
   };
   Iterator begin() const;
   Iterator end() const;
-
-  // An object's members in order, as (key, value) pairs: members_begin() == members_end() for
-  // anything that is not an object.
-  class MemberIterator {
-   public:
-    MemberIterator(const JsonTape& tape, uint32_t index) : tape_(&tape), index_(index) {}
-    std::string_view key() const;
-    TapeValue value() const { return TapeValue(*tape_, index_ + 1); }
-    MemberIterator& operator++();
-    bool operator!=(const MemberIterator& o) const { return index_ != o.index_; }
-
-   private:
-    const JsonTape* tape_;
-    uint32_t index_;
-  };
-  MemberIterator members_begin() const;
-  MemberIterator members_end() const;
 
   // member is the value of `key` in an object; nullopt when absent or not an object.
   std::optional<TapeValue> member(std::string_view key) const;
@@ -191,22 +176,10 @@ inline TapeValue::Iterator TapeValue::end() const {
   return Iterator(*tape_, tape_->nodes_[index_].end);
 }
 
-inline std::string_view TapeValue::MemberIterator::key() const {
+inline std::string_view TapeValue::Iterator::key() const {
   const auto& n = tape_->nodes_[index_];
+  if (n.kind != Kind::kKey) return {};
   return {n.str, n.count};
-}
-
-inline TapeValue::MemberIterator& TapeValue::MemberIterator::operator++() {
-  index_ = tape_->nodes_[index_].end;
-  return *this;
-}
-
-inline TapeValue::MemberIterator TapeValue::members_begin() const {
-  return MemberIterator(*tape_, is_object() ? index_ + 1 : tape_->nodes_[index_].end);
-}
-
-inline TapeValue::MemberIterator TapeValue::members_end() const {
-  return MemberIterator(*tape_, tape_->nodes_[index_].end);
 }
 
 template <typename T>
