@@ -377,10 +377,11 @@ const char* skip_text_space(const char* p, const char* end) {
 }
 constexpr std::size_t kMaxPlainNodes = 256;
 
-// plain_value reads one value from `p` into `out` without recursion: the nodes are written into a
-// local array and copied out once, tuples still open are a stack of their node indices, and a
-// value's start counts it as a child of the innermost one. false (with `out` in any state)
-// wherever TextParser must decide; see read_plain_layout_text.
+// plain_value reads one value from `p` into `out`: one pass over the characters, each token
+// checked against what the previous one allows, nodes written into a local array and copied out
+// once, the tuples still open a stack of their node indices. A value's start counts it as a child
+// of the innermost open tuple. false (with `out` in any state) wherever TextParser must decide;
+// see read_plain_layout_text. On true, `p` is just past the value.
 bool plain_value(const char*& p, const char* end, IntTuple::Storage& out) {
   // An integer of at most 18 digits cannot overflow int64; longer ones are left to TextParser.
   constexpr std::ptrdiff_t kSafeDigits = 18;
@@ -388,48 +389,61 @@ bool plain_value(const char*& p, const char* end, IntTuple::Storage& out) {
   std::size_t count = 0;
   int32_t open[kMaxDepth];
   int depth = 0;
-  for (;;) {
-    p = skip_text_space(p, end);
-    if (p == end || count == kMaxPlainNodes) return false;
-    if (depth) ++nodes[open[depth - 1]].arity;
-    Node& n = nodes[count];
-    if (*p == '(') {
-      if (depth >= kMaxDepth) return false;
-      n.value = 0;
-      n.arity = 0;
-      n.span = 1;
-      open[depth++] = static_cast<int32_t>(count++);
-      ++p;
-      continue;  // an empty tuple fails below: ')' does not start a value
+  bool after_value = false;  // a value just ended: ',' or ')' may follow
+  bool after_comma = false;  // ',' just read: a value, or ')' (Python's (4,) form), may follow
+  while (p != end) {
+    const char c = *p;
+    if (c >= '0' && c <= '9') {
+      if (after_value || count == kMaxPlainNodes) return false;
+      const char* digits = p;
+      uint64_t v = 0;  // unsigned: the digits past kSafeDigits wrap harmlessly before the check
+      do {
+        v = v * 10 + static_cast<uint64_t>(*p - '0');
+        ++p;
+      } while (p != end && *p >= '0' && *p <= '9');
+      if (p - digits > kSafeDigits) return false;
+      if (depth) ++nodes[open[depth - 1]].arity;
+      nodes[count++] = Node{static_cast<int64_t>(v), IntTuple::kLeaf, 1};
+      if (depth == 0) break;
+      after_value = true;
+      after_comma = false;
+      continue;
     }
-    const char* digits = p;
-    uint64_t v = 0;  // unsigned: the digits past kSafeDigits wrap harmlessly before the check
-    while (p != end && *p >= '0' && *p <= '9') v = v * 10 + static_cast<uint64_t>(*p++ - '0');
-    if (p == digits || p - digits > kSafeDigits) return false;
-    n.value = static_cast<int64_t>(v);
-    n.arity = IntTuple::kLeaf;
-    n.span = 1;
-    ++count;
-    // After a value: ',' starts the next element (a ')' after it closes, Python's (4,) form),
-    // ')' closes the innermost tuple, anything else is an error.
-    for (;;) {
-      if (depth == 0) {
-        out.assign(nodes, nodes + count);
-        return true;
+    ++p;
+    switch (c) {
+      case '(':
+        if (after_value || depth >= kMaxDepth || count == kMaxPlainNodes) return false;
+        if (depth) ++nodes[open[depth - 1]].arity;
+        open[depth++] = static_cast<int32_t>(count);
+        nodes[count++] = Node{0, 0, 1};
+        after_comma = false;
+        continue;
+      case ',':
+        if (!after_value || depth == 0) return false;
+        after_value = false;
+        after_comma = true;
+        continue;
+      case ')': {
+        if (depth == 0 || !(after_value || after_comma)) return false;  // "()" is TextParser's
+        const int32_t top = open[--depth];
+        nodes[top].span = static_cast<int32_t>(count) - top;
+        after_value = true;
+        after_comma = false;
+        if (depth == 0) {
+          out.assign(nodes, nodes + count);
+          return true;
+        }
+        continue;
       }
-      p = skip_text_space(p, end);
-      if (p == end) return false;
-      if (*p == ',') {
-        p = skip_text_space(p + 1, end);
-        if (p == end || *p != ')') break;
-      } else if (*p != ')') {
+      case ' ': case '\t': case '\n': case '\v': case '\f': case '\r':
+        continue;
+      default:
         return false;
-      }
-      ++p;
-      const int32_t top = open[--depth];
-      nodes[top].span = static_cast<int32_t>(count) - top;
     }
   }
+  if (depth != 0 || count == 0) return false;  // the text ended inside the value
+  out.assign(nodes, nodes + count);
+  return true;
 }
 }  // namespace
 
