@@ -144,9 +144,13 @@ bool JsonTape::read(std::string_view text) {
   if (!in_subset(text)) return false;
   // RapidJSON reads in place: strings end up in the tape's own copy, so no string is copied
   // again and the reader needs no stack of its own for them (no allocation below 256 bytes).
-  text_.resize_uninit(text.size() + 1);
+  // The copy is padded with zeros: RapidJSON's SSE2 scans load whole aligned 16-byte blocks, which
+  // may reach up to 15 bytes past the NUL that ends the text for it.
+  constexpr std::size_t kPad = 16;
+  text_.resize_uninit(text.size() + kPad);
   std::memcpy(text_.data(), text.data(), text.size());
-  text_[text.size()] = '\0';  // the end for RapidJSON (in_subset refused any NUL in the text)
+  std::memset(text_.data() + text.size(), 0, kPad);  // the first: the end for RapidJSON (in_subset
+                                                     // refused any NUL in the text)
   rapidjson::InsituStringStream in(text_.data());
   TapeBuilder b(*this);
   rapidjson::Reader reader(nullptr, 0);
