@@ -20,7 +20,10 @@ Layout::Layout(IntTuple shape, IntTuple stride) : shape_(std::move(shape)), stri
 
 namespace detail {
 
-void check_layout(const Layout& l) {
+namespace {
+// explain_layout throws the constructor's error for a layout check_layout found invalid: the
+// checks in their documented order (congruence over the whole tree first, then leaf by leaf).
+[[noreturn, gnu::cold, gnu::noinline]] void explain_layout(const Layout& l) {
   const IntTuple& shape_ = l.shape();
   const IntTuple& stride_ = l.stride();
   if (!congruent(shape_, stride_)) {
@@ -55,8 +58,30 @@ void check_layout(const Layout& l) {
     }
     hi = *next_hi;
   }
+  throw Internal("check_layout: a layout failed its checks but none explains why");
 }
+}  // namespace
 
+// check_layout makes one pass over both trees (structure and leaves together); any failure is
+// worded by explain_layout, which checks again in the documented order.
+void check_layout(const Layout& l) {
+  const int n = l.shape().node_count();
+  if (n != l.stride().node_count()) explain_layout(l);
+  const Node* s = l.shape().nodes();
+  const Node* d = l.stride().nodes();
+  int64_t sz = 1;
+  int64_t hi = 0;
+  for (int i = 0; i < n; ++i) {
+    if (s[i].arity != d[i].arity) explain_layout(l);
+    if (s[i].arity != IntTuple::kLeaf) continue;
+    int64_t term = 0;
+    if (s[i].value < 1 || d[i].value < 0 || __builtin_mul_overflow(sz, s[i].value, &sz) ||
+        __builtin_mul_overflow(s[i].value - 1, d[i].value, &term) ||
+        __builtin_add_overflow(hi, term, &hi) || hi == INT64_MAX) {
+      explain_layout(l);
+    }
+  }
+}
 
 }  // namespace detail
 
