@@ -21,64 +21,49 @@ Layout::Layout(IntTuple shape, IntTuple stride) : shape_(std::move(shape)), stri
 namespace detail {
 
 namespace {
-// explain_layout throws the constructor's error for a layout check_layout found invalid: the
-// checks in their documented order (congruence over the whole tree first, then leaf by leaf).
-[[noreturn, gnu::cold, gnu::noinline]] void explain_layout(const Layout& l) {
-  const IntTuple& shape_ = l.shape();
-  const IntTuple& stride_ = l.stride();
-  if (!congruent(shape_, stride_)) {
-    throw InvalidArgument("layout " + to_string(shape_) + ":" + to_string(stride_) +
-                          ": shape and stride are not congruent (same tree structure required)");
+// Errors of check_layout, out of line. Congruence is reported first whatever else is wrong, so
+// a leaf's error is raised only once the whole tree is known to be congruent (fail_leaf).
+[[noreturn, gnu::cold, gnu::noinline]] void fail_congruence(const Layout& l) {
+  throw InvalidArgument("layout " + to_string(l.shape()) + ":" + to_string(l.stride()) +
+                        ": shape and stride are not congruent (same tree structure required)");
+}
+enum class LeafFault { kSize, kStride, kSizeOverflow, kCosizeOverflow };
+[[noreturn, gnu::cold, gnu::noinline]] void fail_leaf(const Layout& l, LeafFault f, int64_t v) {
+  if (!congruent(l.shape(), l.stride())) fail_congruence(l);
+  const std::string text = "layout " + to_string(l.shape()) + ":" + to_string(l.stride());
+  switch (f) {
+    case LeafFault::kSize:
+      throw InvalidArgument(text + ": size " + std::to_string(v) + " is not >= 1");
+    case LeafFault::kStride:
+      throw InvalidArgument(text + ": stride " + std::to_string(v) + " is not >= 0");
+    case LeafFault::kSizeOverflow:
+      throw OverflowError(text + ": size overflows 64-bit signed integers");
+    case LeafFault::kCosizeOverflow:
+      break;
   }
-  const Node* s = shape_.nodes();
-  const Node* d = stride_.nodes();
-  int64_t sz = 1;
-  int64_t hi = 0;
-  for (int i = 0; i < shape_.node_count(); ++i) {
-    if (s[i].arity != IntTuple::kLeaf) continue;
-    if (s[i].value < 1) {
-      throw InvalidArgument("layout " + to_string(shape_) + ":" + to_string(stride_) + ": size " +
-                            std::to_string(s[i].value) + " is not >= 1");
-    }
-    if (d[i].value < 0) {
-      throw InvalidArgument("layout " + to_string(shape_) + ":" + to_string(stride_) + ": stride " +
-                            std::to_string(d[i].value) + " is not >= 0");
-    }
-    const std::optional<int64_t> next_size = try_mul(sz, s[i].value);
-    if (!next_size) {
-      throw OverflowError("layout " + to_string(shape_) + ":" + to_string(stride_) +
-                          ": size overflows 64-bit signed integers");
-    }
-    sz = *next_size;
-    const std::optional<int64_t> term = try_mul(s[i].value - 1, d[i].value);
-    const std::optional<int64_t> next_hi = term ? try_add(hi, *term) : std::nullopt;
-    if (!next_hi || *next_hi == INT64_MAX) {
-      throw OverflowError("layout " + to_string(shape_) + ":" + to_string(stride_) +
-                          ": cosize overflows 64-bit signed integers");
-    }
-    hi = *next_hi;
-  }
-  throw Internal("check_layout: a layout failed its checks but none explains why");
+  throw OverflowError(text + ": cosize overflows 64-bit signed integers");
 }
 }  // namespace
 
-// check_layout makes one pass over both trees (structure and leaves together); any failure is
-// worded by explain_layout, which checks again in the documented order.
+// check_layout makes one pass over both trees: structure and leaves together, each leaf's
+// checks in order (size >= 1, stride >= 0, then the size and cosize products).
 void check_layout(const Layout& l) {
   const int n = l.shape().node_count();
-  if (n != l.stride().node_count()) explain_layout(l);
+  if (n != l.stride().node_count()) fail_congruence(l);
   const Node* s = l.shape().nodes();
   const Node* d = l.stride().nodes();
   int64_t sz = 1;
   int64_t hi = 0;
   for (int i = 0; i < n; ++i) {
-    if (s[i].arity != d[i].arity) explain_layout(l);
+    if (s[i].arity != d[i].arity) fail_congruence(l);
     if (s[i].arity != IntTuple::kLeaf) continue;
+    if (s[i].value < 1) fail_leaf(l, LeafFault::kSize, s[i].value);
+    if (d[i].value < 0) fail_leaf(l, LeafFault::kStride, d[i].value);
+    if (__builtin_mul_overflow(sz, s[i].value, &sz)) fail_leaf(l, LeafFault::kSizeOverflow, 0);
     int64_t term = 0;
-    if (s[i].value < 1 || d[i].value < 0 || __builtin_mul_overflow(sz, s[i].value, &sz) ||
-        __builtin_mul_overflow(s[i].value - 1, d[i].value, &term) ||
+    if (__builtin_mul_overflow(s[i].value - 1, d[i].value, &term) ||
         __builtin_add_overflow(hi, term, &hi) || hi == INT64_MAX) {
-      explain_layout(l);
+      fail_leaf(l, LeafFault::kCosizeOverflow, 0);
     }
   }
 }
