@@ -254,17 +254,7 @@ void charge_product(int64_t a, int64_t b, const std::string& what) {
 }
 
 // IntList holds a request's short integer lists without touching the heap.
-using IntList = meshsim::detail::InlineVector<int64_t, 16>;
-// int_list is json::to_int_list into an IntList (the same checks and errors).
-template <typename V>
-IntList int_list(const V& j, const char* field) {
-  if (!j.is_array()) {
-    throw InvalidArgument("'" + std::string(field) + "': expected an array of integers");
-  }
-  IntList out;
-  for (const auto& e : j) out.push_back(json::to_int(e, field));
-  return out;
-}
+using IntList = json::ShortIntList;
 
 // A layout result; a handler in one line.
 #define MESHSIM_LAYOUT_OP(expr) both([](const auto& a, Out& o) { o.layout(expr); })
@@ -351,7 +341,7 @@ const HandlerTable& handlers() {
     t["mesh_splice"] = MESHSIM_LAYOUT_OP(mesh_splice(a.layout("layout"), a.integer("start"),
                                                      a.integer("end"), a.layout("insert")));
     t["mesh_unflatten"] = both([](const auto& a, Out& o) {
-      const IntList sizes = a.read([&] { return int_list(a.at("sizes"), "sizes"); });
+      const IntList sizes = a.read([&] { return json::to_short_int_list(a.at("sizes"), "sizes"); });
       o.layout(mesh_unflatten(a.layout("layout"), a.integer("dim"), sizes));
     });
     t["mesh_global_ranks"] = both([](const auto& a, Out& o) {

@@ -124,12 +124,19 @@ Tiler tiler_of(const V& j, std::string_view field) {
   return t;
 }
 
+// int_list_of reads an array of integers into `out` (cleared first): a std::vector, or a
+// ShortIntList kept off the heap.
+template <typename V, typename List>
+void int_list_of(const V& j, std::string_view field, List& out) {
+  if (!j.is_array()) throw InvalidArgument(name(field) + ": expected an array of integers");
+  out.clear();
+  for (const auto& e : j) out.push_back(int_of(e, field));
+}
 template <typename V>
 std::vector<int64_t> int_list_of(const V& j, std::string_view field) {
-  if (!j.is_array()) throw InvalidArgument(name(field) + ": expected an array of integers");
   std::vector<int64_t> out;
-  out.reserve(j.size());
-  for (const auto& e : j) out.push_back(int_of(e, field));
+  if (j.is_array()) out.reserve(j.size());
+  int_list_of(j, field, out);
   return out;
 }
 }  // namespace
@@ -151,6 +158,16 @@ std::vector<int64_t> to_int_list(const Json& j, std::string_view field) {
 }
 std::vector<int64_t> to_int_list(const TapeValue& j, std::string_view field) {
   return int_list_of(j, field);
+}
+ShortIntList to_short_int_list(const Json& j, std::string_view field) {
+  ShortIntList out;
+  int_list_of(j, field, out);
+  return out;
+}
+ShortIntList to_short_int_list(const TapeValue& j, std::string_view field) {
+  ShortIntList out;
+  int_list_of(j, field, out);
+  return out;
 }
 
 const Json* find(const Json& obj, std::string_view key) {
