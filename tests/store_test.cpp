@@ -186,6 +186,24 @@ TEST(TcpStore, TokenIsRequired) {
   EXPECT_EQ(ok.get("k", 1s), "v");
 }
 
+TEST(TcpStore, WithATokenASilentConnectionIsDroppedAndAnIdleClientIsNot) {
+  TcpStoreServer server({.token = "s3cret", .frame_timeout = 200ms});
+  TcpStoreClient idle({.port = server.port(), .token = "s3cret"});  // presents its token at once
+  const int fd = raw(server.port());                                // sends nothing at all
+  for (int i = 0; i < 100 && server.connections() < 2; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(server.connections(), 2u);
+  // The silent connection goes after frame_timeout; the client that presented its token stays,
+  // however long it idles.
+  for (int i = 0; i < 200 && server.connections() > 1; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server.connections(), 1u);
+  EXPECT_EQ(reply(fd), "");  // closed without an answer
+  ::close(fd);
+  std::this_thread::sleep_for(300ms);
+  idle.set("k", "v");
+  EXPECT_EQ(idle.get("k", 1s), "v");
+  EXPECT_EQ(server.connections(), 1u);
+}
+
 TEST(TcpStore, ManyConcurrentClientsAddExactly) {
   TcpStoreServer server({});
   std::vector<std::thread> ts;

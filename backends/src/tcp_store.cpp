@@ -229,6 +229,18 @@ struct TcpStoreServer::Impl {
     } leave{this, &sock, std::nullopt};
     asio::steady_timer timer(io);
     bool authenticated = opt.token.empty();
+    // A store with a token: the token must arrive within frame_timeout of connecting, else the
+    // connection closes (one that connects and sends nothing cannot hold a slot forever).
+    asio::steady_timer hello_guard(io);
+    if (!authenticated) {
+      hello_guard.expires_after(opt.frame_timeout);
+      hello_guard.async_wait([&sock](const boost::system::error_code& ec) {
+        if (!ec) {
+          boost::system::error_code ignored;
+          sock.close(ignored);
+        }
+      });
+    }
     try {
       for (;;) {
         unsigned char head[4];
@@ -268,6 +280,7 @@ struct TcpStoreServer::Impl {
               close = true;
             } else {
               authenticated = true;
+              hello_guard.cancel();
               out = response(kOk);
             }
           } else if (!authenticated) {

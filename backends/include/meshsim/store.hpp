@@ -97,7 +97,8 @@ struct TcpStoreOptions {
   std::size_t max_bytes = std::size_t{256} << 20;  // keys plus values held
   std::chrono::milliseconds connect_timeout{10000};  // client: retry until then
   // server: a frame must arrive whole within this time once its header has (a client that
-  // stalls mid-frame is dropped, so it cannot hold a connection slot and a buffer forever).
+  // stalls mid-frame is dropped, so it cannot hold a connection slot and a buffer forever); and,
+  // with a token, the token must arrive within this time of connecting.
   std::chrono::milliseconds frame_timeout{10000};
 };
 
