@@ -89,6 +89,23 @@ TEST(GlooProcesses, AStallIsNamedFromTheStoreAtTheDeadline) {
   }
 }
 
+TEST(GlooProcesses, ARankThatReturnedEarlyIsNamedAtTheDeadlineWithoutSettling) {
+  const auto start = std::chrono::steady_clock::now();
+  auto reps = run_as_processes(3, 3s, [](RankContext& ctx) {
+    ctx.world().barrier();
+    if (ctx.rank() == 1) return;  // skips the second barrier
+    ctx.world().barrier();
+  });
+  for (std::size_t r : {0, 2}) {  // rank 1's own program ended without an error
+    EXPECT_FALSE(reps[r].ok);
+    EXPECT_TRUE(names(reps[r], 1, "departed")) << reps[r].summary();
+  }
+  // The peers learn of the departure at their 3 s deadline; the census then has every member
+  // (waiting, or departed) and ends at once, instead of settling 3 s more for a rank that can
+  // never arrive.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+}
+
 TEST(GlooProcesses, AMismatchNamesTheOddRank) {
   auto reps = run_as_processes(3, 10s, [](RankContext& ctx) {
     std::vector<int64_t> v(ctx.rank() == 0 ? 3 : 2, 1);

@@ -552,12 +552,14 @@ class GlooCommunicator final : public Communicator {
         owner_->abort(*dg);
         s_->reg.throw_aborted();
       }
-      std::size_t waiting = 1;
+      // Every member waits here (a deadlock), or waits or has returned from its program (which
+      // can never arrive, so settling longer changes nothing below): the census is complete.
+      std::size_t accounted = 1;
       for (int64_t g : info_->ranks) {
-        if (g == global()) continue;
-        if (census && s_->lookup(stall_prefix + std::to_string(g))) ++waiting;
+        if (g == global() || !census) continue;
+        if (s_->lookup(stall_prefix + std::to_string(g)) || s_->lookup("departed/" + std::to_string(g))) ++accounted;
       }
-      if (census && waiting == info_->ranks.size()) break;  // every member waits: a deadlock
+      if (census && accounted == info_->ranks.size()) break;
       if (timed_out && s_->all_local()) break;  // the watchdog, which sees every rank, decides
       if (Clock::now() >= settle) break;
       std::this_thread::sleep_for(milliseconds(20));
