@@ -57,6 +57,49 @@ TEST(IntTuple, ParseRejectsAbsurdNestingWithoutRecursingDeeply) {
   testing::expect_throws_with<ParseError>([&] { T(deep); }, "nesting deeper than");
 }
 
+TEST(Errors, QuoteInputKeepsShortValuesWholeAndClipsLongOnesAroundTheOffset) {
+  EXPECT_EQ(quote_input("tp"), "'tp'");
+  const std::string limit(kQuotedLimit, 'a');
+  EXPECT_EQ(quote_input(limit), "'" + limit + "'");
+  // Longer: kQuotedLimit bytes from the start, then "..." and the whole length.
+  std::string text(1000, 'a');
+  EXPECT_EQ(quote_input(text), "'" + std::string(kQuotedLimit, 'a') + "...' (1000 bytes)");
+  // Around an offset: the byte there is shown, with "..." on both sides.
+  text[700] = 'X';
+  const std::string near = quote_input(text, 700);
+  EXPECT_EQ(near, "'..." + std::string(100, 'a') + "X" + std::string(99, 'a') + "...' (1000 bytes)");
+  // An offset near the end shows the last kQuotedLimit bytes; one past the end is clamped.
+  EXPECT_EQ(quote_input(text, 999), "'..." + std::string(kQuotedLimit, 'a') + "' (1000 bytes)");
+  EXPECT_EQ(quote_input(text, std::string::npos), quote_input(text, 999));
+  // Cuts fall between UTF-8 characters: 'é' is two bytes, and no cut splits one.
+  std::string accents;
+  for (int i = 0; i < 301; ++i) accents += "\xC3\xA9";
+  for (std::size_t at : {std::size_t{0}, std::size_t{301}, std::size_t{302}, std::size_t{601}}) {
+    const std::string q = quote_input(accents, at);
+    const std::size_t open = q.find("\xC3"), close = q.rfind("\xA9");
+    ASSERT_NE(open, std::string::npos);
+    EXPECT_EQ((close + 1 - open) % 2, 0u) << at;
+    EXPECT_EQ(q.find('\xA9'), open + 1) << at;  // the first character shown is whole
+    EXPECT_LE(q.size(), kQuotedLimit + 32) << at;
+  }
+  // Bytes that are all continuations (invalid UTF-8) still give a bounded quote.
+  EXPECT_LE(quote_input(std::string(100000, '\x80'), 50000).size(), kQuotedLimit + 32);
+}
+
+TEST(IntTuple, ParseErrorsOnLongTextQuoteAroundTheOffset) {
+  std::string deep(100000, '(');
+  deep += "1";
+  deep += std::string(100000, ')');
+  try {
+    T(deep);
+    ADD_FAILURE() << "expected ParseError";
+  } catch (const ParseError& e) {
+    const std::string m = e.what();
+    EXPECT_LT(m.size(), 400u) << m.substr(0, 400);
+    EXPECT_NE(m.find("(200001 bytes) at offset 32: nesting deeper than 32"), std::string::npos) << m;
+  }
+}
+
 TEST(IntTuple, SizeOverflowIsReported) {
   IntTuple t = IntTuple::tuple({int64_t{1} << 32, int64_t{1} << 32});
   testing::expect_throws_with<OverflowError>([&] { size(t); }, "overflows");

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "meshsim/error.hpp"
 #include "meshsim/query.hpp"
 
 namespace {
@@ -16,6 +17,15 @@ Json ask(const std::string& line) { return Json::parse(meshsim::query::answer_li
 TEST(Query, AnswersWithIdOkAndResult) {
   Json a = ask(R"J({"id": 7, "op": "size", "layout": {"shape": [2, 4], "stride": [4, 1]}})J");
   EXPECT_EQ(a, Json::parse(R"J({"id": 7, "ok": true, "result": 8})J"));
+}
+
+TEST(Query, ErrorsQuoteALongValueClippedWithItsLength) {
+  const std::string op(1 << 20, 'z');
+  const std::string answer = meshsim::query::answer_line(R"({"id":1,"op":")" + op + R"("})");
+  EXPECT_LT(answer.size(), 400u);
+  Json a = Json::parse(answer);
+  EXPECT_EQ(a["error"]["type"], "NotFound");
+  EXPECT_EQ(a["error"]["message"], "unknown op '" + std::string(meshsim::kQuotedLimit, 'z') + "...' (1048576 bytes)");
 }
 
 TEST(Query, ShapeDivAnswersAndRefuses) {

@@ -163,7 +163,7 @@ Json field(Program& p, const DeviceMesh& m, const std::string& name) {
     for (int d = 0; d < m.ndim(); ++d) out[m.dim_name(d)] = opt_list(m.group_of(me, d));
     return out;
   }
-  throw InvalidArgument("unknown result field '" + name + "'; known fields: mesh_dim_names, "
+  throw InvalidArgument("unknown result field " + quote_input(name) + "; known fields: mesh_dim_names, "
                         "layout, shape, ndim, size, rank_map, mesh_by_rank, coordinate_by_rank, "
                         "groups_by_dim, local_rank_by_rank, backend_by_dim, coordinate, local_rank, my_groups, "
                         "get_local_rank, root, root_dim_index, flattened, cache_stats");
@@ -216,7 +216,7 @@ Json run_mesh_program(const Json& request) {
     want = to_names(*w, "want");
     std::set<std::string> seen;
     for (const std::string& f : want) {
-      if (!seen.insert(f).second) throw InvalidArgument("'want' names the field '" + f + "' twice");
+      if (!seen.insert(f).second) throw InvalidArgument("'want' names the field " + quote_input(f) + " twice");
     }
   } else {
     want.assign(all_fields().begin(), all_fields().end() - 4);  // PyTorch's fields

@@ -35,8 +35,8 @@ static_assert(json::kMaxTapeDepth <= 2 * kMaxDepth,
 // missing is the error of a request without a field its op reads (out of line: the readers
 // below stay small).
 [[noreturn, gnu::cold, gnu::noinline]] void missing(std::string_view field, std::string_view op) {
-  throw InvalidArgument("missing argument '" + std::string(field) + "' for op '" +
-                        std::string(op) + "'");
+  throw InvalidArgument("missing argument '" + std::string(field) + "' for op " +
+                        quote_input(op));
 }
 [[noreturn, gnu::cold, gnu::noinline]] void not_array(std::string_view field) {
   throw InvalidArgument("'" + std::string(field) + "' must be an array");
@@ -608,9 +608,9 @@ void answer(std::string_view line, bool fast, std::string& out) {
     }
     const std::string& op = op_it->get_ref<const std::string&>();
     auto h = handlers().find(op);
-    if (h == handlers().end()) throw NotFound("unknown op '" + op + "'");
+    if (h == handlers().end()) throw NotFound("unknown op " + quote_input(op));
     if (op.rfind("mesh_", 0) == 0 && conv != Convention::kTorch) {
-      throw InvalidArgument("op '" + op + "' exists only in the torch convention");
+      throw InvalidArgument("op " + quote_input(op) + " exists only in the torch convention");
     }
     // The answer object's keys in the order nlohmann's sorted map prints them.
     Out o;

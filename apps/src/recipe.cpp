@@ -119,7 +119,7 @@ RootSpec root_from_json(const Json& build) {
     r.shape = {static_cast<int64_t>(r.ranks.size())};
   } else {
     throw InvalidArgument("'build' must hold 'init_device_mesh', 'DeviceMesh', 'from_group' or "
-                          "'from_logical', got '" + kind + "'");
+                          "'from_logical', got " + quote_input(kind));
   }
   r.names = optional_names(body, "mesh_dim_names");
   if (const Json* dt = find(body, "device_type")) r.device_type = to_str(*dt, "device_type");
@@ -141,7 +141,7 @@ StepSpec step_from_json(const Json& s, std::size_t index) {
   if (const Json* let = present(s, "let")) {
     st.let = to_str(*let, "let");
     if (*st.let == "root" || *st.let == "_last") {
-      throw InvalidArgument("'let' cannot rebind the reserved handle '" + *st.let + "'");
+      throw InvalidArgument("'let' cannot rebind the reserved handle " + quote_input(*st.let));
     }
   }
   if (s.contains("backend") && !s.contains("flatten")) {
@@ -193,12 +193,12 @@ int64_t parse_int(const std::string& s, const std::string& what) {
   try {
     v = std::stoll(s, &used);
   } catch (const std::out_of_range&) {
-    throw OverflowError(what + ": '" + s + "' does not fit in a 64-bit signed integer");
+    throw OverflowError(what + ": " + quote_input(s) + " does not fit in a 64-bit signed integer");
   } catch (const std::exception&) {
     used = 0;
   }
   if (s.empty() || used != s.size() || std::isspace(static_cast<unsigned char>(s[0]))) {
-    throw InvalidArgument(what + ": '" + s + "' is not an integer");
+    throw InvalidArgument(what + ": " + quote_input(s) + " is not an integer");
   }
   return v;
 }
@@ -275,7 +275,7 @@ bool valid_utf8(std::string_view s) {
 
 void check_names_text(const std::vector<std::string>& names, const char* flag) {
   for (const std::string& n : names) {
-    if (!valid_utf8(n)) throw InvalidArgument(std::string(flag) + ": the name '" + n + "' is not valid UTF-8");
+    if (!valid_utf8(n)) throw InvalidArgument(std::string(flag) + ": the name " + quote_input(n) + " is not valid UTF-8");
   }
 }
 
@@ -292,7 +292,7 @@ struct Handles {
     if (name == "root") return *root;
     if (name == "_last") return *last;
     auto it = named.find(name);
-    if (it == named.end()) throw NotFound("unknown mesh handle '" + name + "'");
+    if (it == named.end()) throw NotFound("unknown mesh handle " + quote_input(name));
     return it->second;
   }
 };
@@ -448,7 +448,7 @@ MeshRecipe recipe_from_flags(const RecipeFlags& f) {
     std::vector<std::string> names;
     for (const auto& kv : split(f.mesh, ',')) {
       const auto eq = kv.find('=');
-      if (eq == std::string::npos) throw InvalidArgument("--mesh: '" + kv + "' is not name=size");
+      if (eq == std::string::npos) throw InvalidArgument("--mesh: " + quote_input(kv) + " is not name=size");
       names.push_back(kv.substr(0, eq));
       root.shape.push_back(parse_int(kv.substr(eq + 1), "--mesh " + kv));
     }
@@ -512,7 +512,7 @@ MeshRecipe recipe_from_flags(const RecipeFlags& f) {
       st.kind = StepSpec::Kind::kUnflatten;
       auto parts = split(s.arg, ':');
       if (parts.size() != 3) {
-        throw InvalidArgument("--unflatten '" + s.arg + "': expected dim:sizes:names, e.g. tp:2,2:a,b");
+        throw InvalidArgument("--unflatten " + quote_input(s.arg) + ": expected dim:sizes:names, e.g. tp:2,2:a,b");
       }
       if (!parts[0].empty() && std::all_of(parts[0].begin(), parts[0].end(), ::isdigit)) {
         st.dim_index = parse_int(parts[0], "--unflatten dim");
@@ -525,7 +525,7 @@ MeshRecipe recipe_from_flags(const RecipeFlags& f) {
       check_names_text(st.names, "--unflatten");
       check_names_text({parts[0]}, "--unflatten");
     } else {
-      throw InvalidArgument("unknown transformation '" + s.kind + "'");
+      throw InvalidArgument("unknown transformation " + quote_input(s.kind));
     }
     r.steps.push_back(std::move(st));
   }

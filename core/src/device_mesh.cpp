@@ -54,8 +54,8 @@ void check_dims(std::size_t ndim, std::string_view what) {
 void check_unique_names(const std::vector<std::string>& names, std::string_view where) {
   check_dims(names.size(), "mesh_dim_names");
   const auto twice = [&](std::string_view dup) {
-    throw InvalidArgument("Each mesh_dim_name must be unique. '" + std::string(dup) +
-                          "' appears twice in " + py_list(names) + std::string(where));
+    throw InvalidArgument("Each mesh_dim_name must be unique. " + quote_input(dup) +
+                          " appears twice in " + py_list(names) + std::string(where));
   };
   // A mesh's few names: every pair (string == tests the lengths first, so most pairs cost one
   // comparison); a sort beyond, where the pairs would be many. Either way the message names the
@@ -401,13 +401,13 @@ std::string DeviceMesh::dim_name(int dim) const {
 
 int DeviceMesh::dim_index(std::string_view name) const {
   if (!names_) {
-    throw NotFound("No `mesh_dim_names` found: cannot look up dim '" + std::string(name) +
-                   "' in " + to_string());
+    throw NotFound("No `mesh_dim_names` found: cannot look up dim " + quote_input(name) +
+                   " in " + to_string());
   }
   for (std::size_t i = 0; i < names_->size(); ++i) {
     if ((*names_)[i] == name) return static_cast<int>(i);
   }
-  throw NotFound("Mesh dimension '" + std::string(name) + "' does not exist. Valid names are " +
+  throw NotFound("Mesh dimension " + quote_input(name) + " does not exist. Valid names are " +
                  py_list(*names_));
 }
 

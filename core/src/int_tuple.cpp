@@ -309,7 +309,7 @@ class TextParser {
   std::size_t pos() const { return pos_; }
   void advance() { ++pos_; }
   [[noreturn]] void fail(const std::string& why) const {
-    throw ParseError("cannot parse '" + std::string(s_) + "' at offset " + std::to_string(pos_) +
+    throw ParseError("cannot parse " + quote_input(s_, pos_) + " at offset " + std::to_string(pos_) +
                      ": " + why);
   }
 
@@ -364,8 +364,8 @@ std::string_view to_string(Convention c) { return c == Convention::kTorch ? "tor
 Convention parse_convention(std::string_view name) {
   if (name == "torch") return Convention::kTorch;
   if (name == "cute") return Convention::kCute;
-  throw InvalidArgument("unknown convention '" + std::string(name) +
-                        "': expected \"torch\" or \"cute\"");
+  throw InvalidArgument("unknown convention " + quote_input(name) +
+                        ": expected \"torch\" or \"cute\"");
 }
 
 namespace detail {

@@ -209,7 +209,7 @@ void check_keys(const Json& obj, std::initializer_list<std::string_view> allowed
   for (const auto& [k, _] : obj.items()) {
     bool known = false;
     for (std::string_view a : allowed) known = known || k == a;
-    if (!known) throw InvalidArgument(std::string(where) + ": unknown field '" + k + "'");
+    if (!known) throw InvalidArgument(std::string(where) + ": unknown field " + quote_input(k));
   }
 }
 

@@ -24,8 +24,10 @@
 //   catch (const meshsim::Error& e) { /* anything else meshsim reports */ }
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace meshsim {
 
@@ -71,5 +73,15 @@ MESHSIM_DEFINE_ERROR(Unavailable, Error);
 MESHSIM_DEFINE_ERROR(Internal, Error);
 
 #undef MESHSIM_DEFINE_ERROR
+
+// kQuotedLimit bounds how much of one value an error message quotes.
+inline constexpr std::size_t kQuotedLimit = 200;
+
+// quote_input is a value the user wrote as an error message shows it: in single quotes, whole when
+// it is at most kQuotedLimit bytes; longer, the kQuotedLimit bytes around offset `at` (from the
+// start by default), "..." where bytes are left out, and the whole length, so a 64 MiB request
+// line never comes back as a 64 MiB message. Cuts fall between UTF-8 characters.
+//   quote_input("tp") == "'tp'";  quote_input(std::string(300, 'a')) == "'aaa...a...' (300 bytes)"
+std::string quote_input(std::string_view text, std::size_t at = 0);
 
 }  // namespace meshsim
