@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""meshsim's PyTorch TCPStore client opposite a real torch.distributed.TCPStore.
+
+The server and the Python-side client are PyTorch's own (Debian's python3-torch); the other side
+is tests/launchers/torch_store_peer.cpp over meshsim's TorchStoreClient. Keys go both ways:
+PyTorch's Python TCPStore puts "/" before every key on the wire, so the peer's "/x" is Python's
+"x". Exit 77 (ctest: skipped) with the reason printed when torch is not installed.
+"""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from datetime import timedelta
+
+try:
+    import torch.distributed as dist
+except ImportError as e:  # pragma: no cover - depends on the machine
+    print(f"SKIPPED: torch is not importable ({e}); install Debian's python3-torch")
+    sys.exit(77)
+
+ARGS = None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peer(port, *ops, env=None, timeout=30):
+    """Runs the peer; returns (exit status, output lines, seconds)."""
+    t0 = time.monotonic()
+    e = dict(os.environ)
+    e.pop("MESHSIM_TORCH_STORE_PROTOCOL", None)
+    e.update(env or {})
+    p = subprocess.run([ARGS.peer, "127.0.0.1", str(port), *ops], capture_output=True, text=True,
+                       timeout=timeout, env=e)
+    return p.returncode, p.stdout.splitlines(), time.monotonic() - t0
+
+
+class TorchStore113(unittest.TestCase):
+    """A PyTorch 1.13 server (the version Debian ships)."""
+
+    def setUp(self):
+        self.port = free_port()
+        self.server = dist.TCPStore("127.0.0.1", self.port, 1, True, timedelta(seconds=10))
+
+    def client(self):
+        return dist.TCPStore("127.0.0.1", self.port, 1, False, timedelta(seconds=10))
+
+    def test_probe_names_the_protocol(self):
+        rc, out, _ = peer(self.port, "probe")
+        self.assertEqual((rc, out), (0, ["torch-1.13"]))
+
+    def test_keys_written_by_meshsim_are_read_by_pytorch(self):
+        rc, out, _ = peer(self.port, "set", "/from_meshsim", "hello", ";", "add", "/counter", "5", ";", "protocol")
+        self.assertEqual((rc, out), (0, ["ok", "5", "torch-1.13"]))
+        c = self.client()
+        self.assertEqual(c.get("from_meshsim"), b"hello")
+        self.assertEqual(c.add("counter", 2), 7)
+
+    def test_keys_written_by_pytorch_are_read_by_meshsim(self):
+        c = self.client()
+        c.set("from_torch", "bytes \x01 and spaces")
+        c.add("n", 40)
+        rc, out, _ = peer(self.port, "get", "/from_torch", "1000", ";", "add", "/n", "2", ";", "check", "/n", ";",
+                          "check", "/absent")
+        self.assertEqual((rc, out), (0, ["bytes \x01 and spaces", "42", "ready", "not-ready"]))
+
+    def test_meshsim_waits_for_a_key_pytorch_sets_later(self):
+        c = self.client()
+        threading.Timer(0.5, lambda: c.set("later", "v")).start()
+        rc, out, secs = peer(self.port, "get", "/later", "10000")
+        self.assertEqual((rc, out), (0, ["v"]))
+        self.assertGreater(secs, 0.4)
+
+    def test_pytorch_waits_for_a_key_meshsim_sets_later(self):
+        c = self.client()
+        got = []
+        t = threading.Thread(target=lambda: got.append(c.get("from_peer")))  # get waits for the key
+        t.start()
+        time.sleep(0.3)
+        self.assertEqual(peer(self.port, "set", "/from_peer", "x")[0], 0)
+        t.join(10)
+        self.assertEqual(got, [b"x"])
+
+    def test_a_wait_that_times_out_is_reported_and_the_connection_stays_usable(self):
+        # 1.13 cannot cancel a wait: after the deadline the server still holds the registration
+        # and sends STOP_WAITING when the key comes. The next query must not read that byte.
+        rc, out, secs = peer(self.port, "wait", "/never", "400", ";", "set", "/never", "now", ";", "add", "/c", "1",
+                             ";", "get", "/never", "1000")
+        self.assertEqual(rc, 1)
+        self.assertTrue(out[0].startswith("error DeadlineExceeded:"), out)
+        self.assertIn("'/never'", out[0])
+        self.assertIn(f"127.0.0.1:{self.port}", out[0])
+        self.assertEqual(out[1:], ["ok", "1", "now"])
+        self.assertLess(secs, 5)
+
+    def test_pytorch_wait_times_out_too(self):
+        c = self.client()
+        c.set_timeout(timedelta(milliseconds=300))
+        with self.assertRaises(RuntimeError):
+            c.wait(["never_set"])
+
+    def test_compare_set_delete_and_key_count(self):
+        rc, out, _ = peer(self.port, "cas", "/cs", "-", "v1", ";", "cas", "/cs", "v1", "v2", ";", "cas", "/cs",
+                          "wrong", "v3", ";", "cas", "/absent", "x", "y", ";", "del", "/cs", ";", "del", "/cs")
+        self.assertEqual((rc, out), (0, ["v1", "v2", "v2", "-", "1", "0"]))
+        c = self.client()
+        c.set("a", "1")
+        rc, out, _ = peer(self.port, "numkeys")
+        self.assertEqual(rc, 0)
+        self.assertGreaterEqual(int(out[0]), 1)
+        self.assertEqual(c.compare_set("z", "", "made"), b"made")
+        self.assertEqual(peer(self.port, "get", "/z", "0")[1], ["made"])
+
+    def test_add_to_a_value_that_is_not_an_integer_is_refused(self):
+        self.client().set("text", "abc")
+        rc, out, secs = peer(self.port, "add", "/text", "1", ";", "add", "/fine", "3")
+        self.assertEqual(rc, 1)
+        self.assertTrue(out[0].startswith("error InvalidArgument:"), out)
+        self.assertEqual(out[1], "3")  # a fresh connection serves the next query
+        self.assertLess(secs, 5)
+
+    def test_the_2x_protocol_forced_on_a_113_server_fails_fast_naming_the_server(self):
+        rc, out, secs = peer(self.port, "set", "/k", "v", env={"MESHSIM_TORCH_STORE_PROTOCOL": "2"})
+        self.assertEqual(rc, 1)
+        self.assertIn(f"127.0.0.1:{self.port}", out[-1])
+        self.assertIn("torch-1.13", out[-1])
+        self.assertLess(secs, 5)
+        # and the server still serves everyone else
+        self.assertEqual(peer(self.port, "add", "/ok", "1")[1], ["1"])
+
+    def test_a_bad_protocol_name_is_refused(self):
+        rc, out, _ = peer(self.port, "set", "/k", "v", env={"MESHSIM_TORCH_STORE_PROTOCOL": "3"})
+        self.assertEqual(rc, 1)
+        self.assertIn("MESHSIM_TORCH_STORE_PROTOCOL='3'", out[0])
+
+
+class NotATorchStore(unittest.TestCase):
+    """Servers that are not PyTorch's: every probe ends by its deadline with the address named."""
+
+    def test_a_silent_server_is_named_within_the_deadline(self):
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+        try:
+            rc, out, secs = peer(port, "probe")
+            self.assertEqual(rc, 1)
+            self.assertIn(f"127.0.0.1:{port}", out[0])
+            self.assertIn("no answer", out[0])
+            self.assertLess(secs, 8)
+        finally:
+            srv.close()
+
+    def test_a_server_that_answers_garbage_is_named(self):
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+
+        def serve():
+            conn, _ = srv.accept()
+            conn.recv(64)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            time.sleep(1)
+            conn.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        try:
+            rc, out, secs = peer(port, "probe")
+            self.assertEqual(rc, 1)
+            self.assertIn(f"127.0.0.1:{port}", out[0])
+            self.assertLess(secs, 8)
+        finally:
+            srv.close()
+
+    def test_nothing_listening_is_unavailable_after_the_connect_deadline(self):
+        rc, out, secs = peer(free_port(), "probe")
+        self.assertEqual(rc, 1)
+        self.assertTrue(out[0].startswith("error Unavailable:"), out)
+        self.assertLess(secs, 8)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--peer", required=True)
+    parser.add_argument("--meshsim", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
