@@ -3,6 +3,10 @@
 set -euo pipefail
 pkgs=(g++ cmake ninja-build libgtest-dev librapidcheck-dev libgloo-dev libboost-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev rapidjson-dev)
+# The launchers the `launchers` tests run for real: torchrun and torch.distributed.TCPStore
+# (python3-torch), mpirun (openmpi-bin). MESHSIM_NO_LAUNCHERS=1 leaves them out (those tests
+# then skip, saying why).
+if [ "${MESHSIM_NO_LAUNCHERS:-0}" != 1 ]; then pkgs+=(python3 python3-torch openmpi-bin); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -308,6 +308,41 @@ TEST(LaunchEnv, ReadsEachLaunchersVariables) {
   EXPECT_TRUE(o->store_host.empty());
 }
 
+TEST(LaunchEnv, ReadsTorchelasticsAgentStoreAttemptAndErrorFile) {
+  auto t = from({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"GROUP_RANK", "1"},
+                 {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                 {"TORCHELASTIC_RESTART_COUNT", "2"}, {"TORCHELASTIC_RUN_ID", "job7"},
+                 {"TORCHELASTIC_ERROR_FILE", "/tmp/x/error.json"}});
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->launcher, "torchrun");
+  EXPECT_EQ(t->node_rank, 1);
+  EXPECT_TRUE(t->agent_store);
+  EXPECT_EQ(t->restart_count, 2);
+  EXPECT_EQ(t->run_id, "job7");
+  EXPECT_EQ(t->error_file, "/tmp/x/error.json");
+  auto standalone = from({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+  ASSERT_TRUE(standalone.has_value());
+  EXPECT_FALSE(standalone->agent_store);
+}
+
+TEST(LaunchEnv, ReadsSlurmsVariablesAfterTheOtherLaunchers) {
+  const Env slurm{{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
+                  {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}};
+  auto s = from(slurm);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->launcher, "slurm");
+  EXPECT_EQ(s->rank, 5);
+  EXPECT_EQ(s->world_size, 8);
+  EXPECT_EQ(s->local_rank, 1);
+  EXPECT_EQ(s->node_rank, 2);
+  EXPECT_EQ(s->store_host, "10.1.2.3");
+  EXPECT_EQ(s->store_port, 29500);
+  // torchrun or mpirun inside a Slurm allocation: their own variables win.
+  Env both = slurm;
+  both.insert({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  EXPECT_EQ(from(both)->launcher, "torchrun");
+}
+
 TEST(LaunchEnv, MalformedValuesNameTheVariable) {
   const std::vector<std::pair<Env, std::string>> bad{
       {{{"RANK", "1"}}, "WORLD_SIZE is unset"},
@@ -319,6 +354,19 @@ TEST(LaunchEnv, MalformedValuesNameTheVariable) {
       {{{"MESHSIM_RANK", "0"}, {"MESHSIM_WORLD_SIZE", "2"}, {"MESHSIM_STORE", "nohost"}}, "MESHSIM_STORE='nohost'"},
       {{{"MESHSIM_RANK", "0"}, {"MESHSIM_WORLD_SIZE", "2"}, {"MESHSIM_STORE", "h:70000"}}, "MESHSIM_STORE=70000"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, "MASTER_PORT is unset"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"}}, "MASTER_ADDR is unset"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "yes"}},
+       "TORCHELASTIC_USE_AGENT_STORE='yes' is neither True nor False"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RESTART_COUNT", "-3"}}, "TORCHELASTIC_RESTART_COUNT=-3"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"GROUP_RANK", "two"}}, "GROUP_RANK='two'"},
+      {{{"SLURM_PROCID", "0"}}, "SLURM_NTASKS is unset"},
+      {{{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}}, "SLURM_PROCID=4 is out of range [0, 3]"},
+      {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4x"}}, "SLURM_NTASKS='4x'"},
+      {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "-1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
+       "SLURM_LOCALID=-1"},
+      {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_NODEID", ""}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
+       "SLURM_NODEID=''"},
+      {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}}, "launched by srun (SLURM_PROCID=1, SLURM_NTASKS=4) but no store"},
   };
   for (const auto& [env, needle] : bad) {
     try {

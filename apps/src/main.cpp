@@ -155,6 +155,12 @@ int main(int argc, char** argv) {
       return meshsim::run::run(ro, std::cout);
     } catch (const meshsim::Error& e) {
       std::cerr << "meshsim run: " << e.type_name() << ": " << e.what() << "\n";
+      // Under torchrun, say why in the file its agent reads (the rank is named when known).
+      if (const char* f = std::getenv("TORCHELASTIC_ERROR_FILE"); f && *f) {
+        const char* rank = std::getenv("RANK");
+        meshsim::run::write_error_file(f, std::string("meshsim run") + (rank ? " on rank " + std::string(rank) : "") +
+                                              ": " + e.type_name() + ": " + e.what());
+      }
       return 2;
     }
   }

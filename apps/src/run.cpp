@@ -1,6 +1,9 @@
 #include "meshsim/run.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -125,7 +128,8 @@ struct Job {
   // Ranks over the backend: threaded or gloo; one rank of a launched job (gloo) has a store.
   std::string backend = "threaded";
   std::optional<LaunchEnv> launched;
-  std::shared_ptr<TcpStoreClient> store;
+  std::shared_ptr<Store> store;
+  TcpStoreClient* wills = nullptr;  // the store when it is meshsim's: it publishes a crashed rank
   std::string prefix = "meshsim/run";
 };
 
@@ -154,7 +158,7 @@ void finish_launched(const Job& job, Outcome& out) {
   };
   if (!out.ok) return;
   try {
-    job.store->clear_will();  // this rank's work is done: its exit from here on is no crash
+    if (job.wills) job.wills->clear_will();  // this rank's work is done: its exit from here on is no crash
     if (st.add(job.prefix + "/done", 1) == world) st.set(done_key, "1");
     // Longer than a collective's deadline plus the peers' census, so a rank that skipped a
     // collective hears the peers' diagnosis rather than timing out here first.
@@ -578,7 +582,22 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
 
 }  // namespace
 
+void write_error_file(const std::string& path, const std::string& message, std::optional<int64_t> timestamp) {
+  // The form torchrun's ErrorHandler writes and its ProcessFailure reads: the root cause is the
+  // failure with the smallest timestamp; it prints extraInfo.py_callstack as the traceback.
+  const int64_t now = timestamp.value_or(std::chrono::duration_cast<std::chrono::seconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count());
+  const Json j{{"message",
+                {{"message", "MeshsimRunFailure: " + message},
+                 {"extraInfo", {{"py_callstack", message}, {"timestamp", std::to_string(now)}}}}}};
+  std::ofstream f(path, std::ios::trunc);
+  f << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
+  if (!f) std::cerr << "meshsim run: cannot write the error file " << quote_input(path) << " for the launcher\n";
+}
+
 int run(const Options& o, std::ostream& out) {
+  const auto started = std::chrono::system_clock::now();
   if (o.backend != "threaded" && o.backend != "local" && o.backend != "gloo" && o.backend != "nccl") {
     throw InvalidArgument("--backend '" + o.backend + "' is not available (known: threaded, gloo, nccl, local)");
   }
@@ -661,20 +680,24 @@ int run(const Options& o, std::ostream& out) {
   std::unique_ptr<TcpStoreServer> hosted;
   if (job.launched) {
     const LaunchEnv& env = *job.launched;
-    // torchrun's and Open MPI's jobs have no store of their own: rank 0 serves it at
-    // MASTER_ADDR:MASTER_PORT, as PyTorch's TCPStore does (meshsim launch serves its own).
-    if (env.launcher != "meshsim" && env.rank == 0) {
-      TcpStoreOptions serve;
-      serve.host = env.store_host;
-      serve.port = env.store_port;
-      hosted = std::make_unique<TcpStoreServer>(serve);
-    }
+    // meshsim launch serves its own store; under torchrun's agent the agent's PyTorch TCPStore
+    // is joined; otherwise rank 0 serves one at MASTER_ADDR:MASTER_PORT (join_launch_store).
     const char* token = std::getenv("MESHSIM_STORE_TOKEN");
-    job.store = std::make_shared<TcpStoreClient>(TcpStoreOptions{
-        .host = env.store_host, .port = env.store_port, .token = token ? token : "", .connect_timeout = job.timeout});
+    std::optional<StoreProtocol> forced;
+    if (const char* p = std::getenv("MESHSIM_TORCH_STORE_PROTOCOL"); p && *p) forced = parse_store_protocol(p);
+    LaunchStore joined = join_launch_store(env, job.timeout, token ? token : "", forced);
+    hosted = std::move(joined.hosted);
+    job.store = std::move(joined.store);
+    job.wills = joined.meshsim;
     if (const char* id = std::getenv("MESHSIM_RUN_ID"); id && *id) job.prefix += "/" + std::string(id);
-    // If this process dies, the store tells the others which rank it was.
-    job.store->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
+    // A torchrun job's keys live beside torchrun's own in the agent's store, which outlives a
+    // restart: one namespace per run and attempt.
+    if (env.launcher == "torchrun") {
+      job.prefix += "/torchelastic/" + (env.run_id.empty() ? std::string("none") : env.run_id) + "/attempt_" +
+                    std::to_string(env.restart_count);
+    }
+    // If this process dies, the store tells the others which rank it was (meshsim's store only).
+    if (job.wills) job.wills->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
   }
   Outcome r = o.backend == "local" ? run_local(job) : run_threaded(job);
   if (hosted && r.ok) {
@@ -685,6 +708,30 @@ int run(const Options& o, std::ostream& out) {
     }
   }
   print(o, job, r, out);
+  if (!r.ok && job.launched && !job.launched->error_file.empty()) {
+    std::string text;
+    bool culprit = false;  // this rank is one the diagnosis names
+    for (const Diagnosis& d : r.failures) {
+      text += (text.empty() ? "" : "\n") + std::string("rank ") + (d.ranks.empty() ? "?" : std::to_string(d.ranks[0])) +
+              " [" + d.kind + "]: " + d.message;
+      culprit = culprit || std::find(d.ranks.begin(), d.ranks.end(), job.launched->rank) != d.ranks.end();
+    }
+    for (const RankReport& s : r.stuck) text += "\nrank " + std::to_string(s.rank) + " [stuck]: " + s.message;
+    // torchrun's Root Cause is the failure with the earliest timestamp (whole seconds, ties to
+    // the lowest local rank), and a faulty rank may learn of its own fault after its peers (a
+    // rank that skipped a collective hears it from them). So a faulty rank dates its report at
+    // the start of its run, and a rank that only observed another's fault at least two seconds
+    // after the start of its own: ranks start within a second of each other under a launcher,
+    // so the report torchrun shows first is the faulty rank's own.
+    const auto secs = [](std::chrono::system_clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+    };
+    const int64_t stamp = culprit ? secs(started) : std::max(secs(std::chrono::system_clock::now()), secs(started) + 2);
+    write_error_file(job.launched->error_file,
+                     "meshsim run: rank " + std::to_string(job.launched->rank) + " of " + std::to_string(job.world) +
+                         " failed: " + text,
+                     stamp);
+  }
   const int code = r.ok ? 0 : 1;
   if (!r.stuck.empty()) std::_Exit(code);  // detached rank threads must not outlive main's destructors
   return code;

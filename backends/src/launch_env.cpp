@@ -1,5 +1,8 @@
 #include "meshsim/launch_env.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <charconv>
 #include <cstdlib>
 
@@ -25,6 +28,33 @@ int64_t parse_int(const char* name, const char* value, int64_t lo, int64_t hi) {
 
 constexpr int64_t kMaxWorld = int64_t{1} << 24;
 
+// numeric_host is `host` as an IP address (a name such as torchrun's "localhost" or the agent's
+// host name resolved, IPv4 first), since meshsim's store binds and connects by address.
+std::string numeric_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0) {
+    throw Unavailable("store address " + quote_input(host) +
+                      " cannot be resolved: " + ::gai_strerror(rc));
+  }
+  const addrinfo* pick = res;
+  for (const addrinfo* a = res; a; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  }
+  char buf[NI_MAXHOST];
+  const int rc =
+      ::getnameinfo(pick->ai_addr, pick->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
+  ::freeaddrinfo(res);
+  if (rc != 0)
+    throw Unavailable("store address " + quote_input(host) +
+                      " cannot be resolved: " + ::gai_strerror(rc));
+  return buf;
+}
+
 }  // namespace
 
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what) {
@@ -45,6 +75,7 @@ std::optional<LaunchEnv> launch_env_from(const std::function<const char*(const c
       {"meshsim", "MESHSIM_RANK", "MESHSIM_WORLD_SIZE", "MESHSIM_LOCAL_RANK"},
       {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
       {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
   };
   for (const Scheme& s : schemes) {
     const char* rank = get(s.rank);
@@ -52,13 +83,36 @@ std::optional<LaunchEnv> launch_env_from(const std::function<const char*(const c
     if (!rank && !world) continue;
     if (!rank || !world) {
       throw InvalidArgument(std::string(rank ? s.world : s.rank) + " is unset while " +
-                            (rank ? s.rank : s.world) + " is set (" + s.launcher + "'s environment)");
+                            (rank ? s.rank : s.world) + " is set (" + s.launcher +
+                            "'s environment)");
     }
     LaunchEnv e;
     e.launcher = s.launcher;
     e.world_size = parse_int(s.world, world, 1, kMaxWorld);
     e.rank = parse_int(s.rank, rank, 0, e.world_size - 1);
-    if (const char* local = get(s.local)) e.local_rank = parse_int(s.local, local, 0, e.world_size - 1);
+    if (const char* local = get(s.local))
+      e.local_rank = parse_int(s.local, local, 0, e.world_size - 1);
+    const char* node = e.launcher == "torchrun" ? get("GROUP_RANK")
+                       : e.launcher == "slurm"  ? get("SLURM_NODEID")
+                                                : nullptr;
+    if (node)
+      e.node_rank = parse_int(e.launcher == "torchrun" ? "GROUP_RANK" : "SLURM_NODEID", node, 0,
+                              e.world_size - 1);
+    if (e.launcher == "torchrun") {
+      if (const char* agent = get("TORCHELASTIC_USE_AGENT_STORE")) {
+        const std::string a(agent);
+        if (a != "True" && a != "False") {
+          throw InvalidArgument("TORCHELASTIC_USE_AGENT_STORE=" + quote_input(a) +
+                                " is neither True nor False");
+        }
+        e.agent_store = a == "True";
+      }
+      if (const char* n = get("TORCHELASTIC_RESTART_COUNT")) {
+        e.restart_count = parse_int("TORCHELASTIC_RESTART_COUNT", n, 0, int64_t{1} << 31);
+      }
+      if (const char* id = get("TORCHELASTIC_RUN_ID")) e.run_id = id;
+      if (const char* f = get("TORCHELASTIC_ERROR_FILE")) e.error_file = f;
+    }
     if (const char* store = get("MESHSIM_STORE")) {
       std::tie(e.store_host, e.store_port) = parse_host_port(store, "MESHSIM_STORE");
     } else if (const char* addr = get("MASTER_ADDR")) {
@@ -66,10 +120,67 @@ std::optional<LaunchEnv> launch_env_from(const std::function<const char*(const c
       if (!port) throw InvalidArgument("MASTER_PORT is unset while MASTER_ADDR is set");
       e.store_host = addr;
       e.store_port = static_cast<uint16_t>(parse_int("MASTER_PORT", port, 1, 65535));
+    } else if (get("MASTER_PORT")) {
+      throw InvalidArgument("MASTER_ADDR is unset while MASTER_PORT is set");
+    }
+    if (e.launcher == "slurm" && e.store_host.empty()) {
+      throw InvalidArgument(
+          "launched by srun (SLURM_PROCID=" + std::to_string(e.rank) +
+          ", SLURM_NTASKS=" + std::to_string(e.world_size) +
+          ") but no store is named: set MASTER_ADDR (e.g. the first host of SLURM_NODELIST) "
+          "and MASTER_PORT, as PyTorch requires under srun, or MESHSIM_STORE=host:port");
     }
     return e;
   }
   return std::nullopt;
+}
+
+LaunchStore join_launch_store(const LaunchEnv& env, std::chrono::milliseconds timeout,
+                              const std::string& token,
+                              std::optional<StoreProtocol> forced_protocol) {
+  if (env.store_host.empty()) {
+    throw InvalidArgument(
+        "launched by " + env.launcher +
+        " but no store is named (set MESHSIM_STORE=host:port, or MASTER_ADDR and MASTER_PORT)");
+  }
+  LaunchStore out;
+  const std::string host = numeric_host(env.store_host);
+  auto meshsim_client = [&]() {
+    auto c = std::make_shared<TcpStoreClient>(TcpStoreOptions{
+        .host = host, .port = env.store_port, .token = token, .connect_timeout = timeout});
+    out.meshsim = c.get();
+    out.store = std::move(c);
+    out.protocol = StoreProtocol::kMeshsim;
+  };
+  if (env.launcher == "meshsim" && !forced_protocol) {
+    meshsim_client();
+    return out;
+  }
+  std::optional<StoreProtocol> protocol = forced_protocol;
+  if (!protocol && !env.agent_store && env.rank == 0) {
+    // As PyTorch's rank 0 does: serve the store, unless something already listens there.
+    try {
+      TcpStoreOptions serve;
+      serve.host = host;
+      serve.port = env.store_port;
+      serve.token = token;
+      out.hosted = std::make_unique<TcpStoreServer>(serve);
+      protocol = StoreProtocol::kMeshsim;
+    } catch (const Unavailable&) {
+    }
+  }
+  if (!protocol) protocol = probe_store(env.store_host, env.store_port, timeout);
+  if (*protocol == StoreProtocol::kMeshsim) {
+    meshsim_client();
+    return out;
+  }
+  out.protocol = *protocol;
+  out.store = std::make_shared<TorchStoreClient>(TorchStoreOptions{.host = env.store_host,
+                                                                   .port = env.store_port,
+                                                                   .protocol = protocol,
+                                                                   .connect_timeout = timeout,
+                                                                   .reply_timeout = timeout});
+  return out;
 }
 
 std::optional<LaunchEnv> launch_env_from_environment() {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,12 @@ struct Options {
 // run executes the job and prints its report on `out`; returns the exit code (0 every check
 // passed, 1 a check or a rank failed). Bad usage or input throws meshsim::Error (exit 2).
 int run(const Options& o, std::ostream& out);
+
+// write_error_file writes `message` to `path` in the JSON form torchrun reads from
+// TORCHELASTIC_ERROR_FILE, so its "Root Cause" report shows meshsim's diagnosis, dated at
+// `timestamp` (Unix seconds; default now). A failure to write is reported on stderr; the run's
+// exit code stands.
+void write_error_file(const std::string& path, const std::string& message,
+                      std::optional<int64_t> timestamp = std::nullopt);
 
 }  // namespace meshsim::run
