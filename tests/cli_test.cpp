@@ -170,6 +170,63 @@ TEST(Cli, ShowAppliesTransformationsInCommandLineOrderAndPrintsJson) {
   EXPECT_EQ(j["mesh_dim_names"], Json::parse(R"(["dp"])"));
 }
 
+TEST(Cli, EmptyDimNamesAreRefusedNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"--mesh =2", "--mesh: name 0 of 1 is empty"},
+      {"--mesh dp=2,=2", "--mesh: name 1 of 2 is empty"},
+      {"--shape 2,2 --names ,tp", "--names: name 0 of 2 is empty"},
+      {"--shape 2,2 --names dp,", "--names: name 1 of 2 is empty"},
+      {"--mesh dp=2,tp=4 --unflatten tp:2,2:a,", "--unflatten: name 1 of 2 is empty"},
+      {"--mesh dp=2,tp=4 --slice dp,", "--slice: name 1 of 2 is empty"},
+  };
+  for (const auto& [flags, needle] : bad) {
+    for (const std::string cmd : {"show ", "run "}) {
+      Result r = run_shell(std::string(MESHSIM_EXE) + " " + cmd + flags + " 2>&1");
+      EXPECT_EQ(r.status, 2) << cmd << flags;
+      ASSERT_FALSE(r.lines.empty()) << cmd << flags;
+      EXPECT_NE(r.lines[0].find(needle), std::string::npos) << cmd << flags << ": " << r.lines[0];
+    }
+  }
+}
+
+TEST(Cli, ShowPrintsOnlyMaxRowsOfEachTable) {
+  Result r = run("show --mesh dp=4,tp=4 --max-rows 2");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_TRUE(has_line(r, "  dp=0 | 0 1 2 3"));
+  EXPECT_TRUE(has_line(r, "  dp=1 | 4 5 6 7"));
+  EXPECT_FALSE(has_line(r, "  dp=2 | 8 9 10 11"));
+  EXPECT_TRUE(has_line(r, "  dp (size 4, 4 groups): [0 4 8 12] [1 5 9 13] ..."));
+  EXPECT_TRUE(has_line(r, "  tp (size 4, 4 groups): [0 1 2 3] [4 5 6 7] ..."));
+  // A permuted rank map: the coordinates table still lists the smallest ranks first.
+  Result p = run("show --shape 2,2 --rank-map 7,5,3,1 --max-rows 2");
+  ASSERT_EQ(p.status, 0);
+  std::vector<std::string> coords;
+  for (std::size_t i = 0; i < p.lines.size(); ++i) {
+    if (p.lines[i] == "coordinates:") coords.assign(p.lines.begin() + static_cast<std::ptrdiff_t>(i) + 2, p.lines.end());
+  }
+  ASSERT_GE(coords.size(), 3u);
+  EXPECT_EQ(coords[0].substr(0, 10), "         1");
+  EXPECT_EQ(coords[1].substr(0, 10), "         3");
+  EXPECT_EQ(coords[2], "  ... (more rows; raise --max-rows)");
+}
+
+TEST(Cli, ShowOfAHugeWorldListsTwoRowsWithoutBuildingEveryGroup) {
+  // 2^24 ranks over 17 dims: building every group of every dim took 11-20 s; two rows of each
+  // table are computed directly.
+  Result r = run("show --shape 16777216,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1 --max-rows 2");
+  ASSERT_EQ(r.status, 0);
+  // Dim 0's one group holds every rank: its first 64 are printed, then its size.
+  std::string first = "  0 (size 16777216, 1 groups): [0";
+  for (int i = 1; i < 64; ++i) first += " " + std::to_string(i);
+  EXPECT_TRUE(has_line(r, first + " ... (16777216 ranks)]"));
+  bool second_dim = false;
+  for (const std::string& l : r.lines) {
+    if (l.rfind("  1 (size 1, 16777216 groups): [0] [1] ...", 0) == 0) second_dim = true;
+  }
+  EXPECT_TRUE(second_dim);
+  EXPECT_TRUE(has_line(r, "  ... (more rows; raise --max-rows)"));
+}
+
 TEST(Cli, ShowRejectsBadMeshesWithAnError) {
   EXPECT_EQ(run("show --mesh dp=2,tp=4 --slice tp,dp").status, 2);
   EXPECT_EQ(run("show --mesh dp=x").status, 2);

@@ -274,7 +274,13 @@ bool valid_utf8(std::string_view s) {
 }
 
 void check_names_text(const std::vector<std::string>& names, const char* flag) {
-  for (const std::string& n : names) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    if (n.empty()) {
+      throw InvalidArgument(std::string(flag) + ": name " + std::to_string(i) + " of " + std::to_string(names.size()) +
+                            " is empty; every named dim needs a non-empty name (for unnamed dims give --shape "
+                            "without --names)");
+    }
     if (!valid_utf8(n)) throw InvalidArgument(std::string(flag) + ": the name " + quote_input(n) + " is not valid UTF-8");
   }
 }
@@ -506,8 +512,10 @@ MeshRecipe recipe_from_flags(const RecipeFlags& f) {
       check_names_text(st.names, "--slice");
     } else if (s.kind == "flatten") {
       st.kind = StepSpec::Kind::kFlatten;
-      if (!s.arg.empty()) st.flatten_name = s.arg;
-      check_names_text({s.arg}, "--flatten");
+      if (!s.arg.empty()) {
+        st.flatten_name = s.arg;
+        check_names_text({s.arg}, "--flatten");
+      }
     } else if (s.kind == "unflatten") {
       st.kind = StepSpec::Kind::kUnflatten;
       auto parts = split(s.arg, ':');

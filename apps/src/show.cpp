@@ -16,6 +16,9 @@ namespace {
 
 using Json = nlohmann::json;
 
+// kMaxRowValues is how many ranks of one group or mesh row the text output lists.
+constexpr int64_t kMaxRowValues = 64;
+
 std::string join_ints(const Json& a) {
   std::string s;
   for (const Json& v : a) s += (s.empty() ? "" : " ") + v.dump();
@@ -64,42 +67,47 @@ void run(const Options& o, std::ostream& out) {
   out << m.to_string() << "\n  layout " << to_string(m.layout()) << ", " << m.size()
       << " ranks, " << m.copies() << (m.copies() == 1 ? " copy" : " copies")
       << " in a rank map of " << m.rank_map_size() << "\n\n";
-  // The mesh array as the rank sees it, one row per last-dim row.
-  auto arr = m.mesh_for(me);
-  if (!arr) {
+  // The mesh array as the rank sees it, one row per last-dim row: only the rows printed are
+  // computed (a show costs what it prints, not the world).
+  const int64_t row = m.ndim() ? m.size(m.ndim() - 1) : 1;
+  const int64_t total_rows = m.size() / row;
+  if (!m.contains(me) && m.copies() != 1) {
     out << "mesh: rank " << me << " is not in any copy of this mesh\n";
   } else {
     out << "mesh (as seen by rank " << me << "):\n";
-    const int64_t row = arr->shape.back();
     const int nd = m.ndim();
-    for (std::size_t i = 0; i < arr->values.size(); i += static_cast<std::size_t>(row)) {
+    const std::vector<int64_t> shape = m.shape();
+    for (int64_t i = 0; i < total_rows; ++i) {
       if (!budget(out)) break;
       std::string label;
-      int64_t idx = static_cast<int64_t>(i) / row;
+      int64_t idx = i;
       std::vector<int64_t> c(static_cast<std::size_t>(std::max(nd - 1, 0)));
       for (int d = nd - 2; d >= 0; --d) {
-        c[static_cast<std::size_t>(d)] = idx % arr->shape[static_cast<std::size_t>(d)];
-        idx /= arr->shape[static_cast<std::size_t>(d)];
+        c[static_cast<std::size_t>(d)] = idx % shape[static_cast<std::size_t>(d)];
+        idx /= shape[static_cast<std::size_t>(d)];
       }
       for (int d = 0; d + 1 < nd; ++d) label += m.dim_name(d) + "=" + std::to_string(c[d]) + " ";
       out << "  " << label << "| ";
-      for (int64_t k = 0; k < row; ++k) out << (k ? " " : "") << arr->values[i + k];
+      // Rows past kMaxRowValues ranks are cut, their size printed.
+      const std::vector<int64_t> values = *m.mesh_values(me, i * row, std::min(row, kMaxRowValues));
+      for (std::size_t k = 0; k < values.size(); ++k) out << (k ? " " : "") << values[k];
+      if (row > kMaxRowValues) out << " ... (" << row << " ranks)";
       out << "\n";
     }
   }
   rows_left = o.max_rows;
   out << "\ngroups:\n";
   for (int d = 0; d < m.ndim(); ++d) {
-    auto g = m.groups(d);
-    out << "  " << m.dim_name(d) << " (size " << m.size(d) << ", " << g.size() << " groups):";
-    std::size_t shown = 0;
-    for (const auto& row : g) {
-      if (shown++ == static_cast<std::size_t>(o.max_rows)) {
-        out << " ...";
-        break;
-      }
-      out << " [" << join_ints(Json(row)) << "]";
+    const int64_t count = m.rank_map_size() / m.size(d);
+    const GroupTable g = m.group_table_prefix(d, o.max_rows, kMaxRowValues);
+    out << "  " << m.dim_name(d) << " (size " << m.size(d) << ", " << count << " groups):";
+    for (int64_t k = 0; k < g.count; ++k) {
+      out << " [";
+      for (std::size_t j = 0; j < g.row(k).size(); ++j) out << (j ? " " : "") << g.row(k)[j];
+      if (g.size < m.size(d)) out << " ... (" << m.size(d) << " ranks)";
+      out << "]";
     }
+    if (count > g.count) out << " ...";
     out << "\n";
   }
   if (rank) {
@@ -119,8 +127,15 @@ void run(const Options& o, std::ostream& out) {
   for (int d = 0; d < m.ndim(); ++d) out << " " << std::setw(6) << m.dim_name(d);
   out << "\n";
   rows_left = o.max_rows;
-  std::vector<int64_t> ranks = m.rank_map();
-  std::sort(ranks.begin(), ranks.end());
+  // The smallest ranks first, only as many as are printed (plus one to know there are more).
+  const int64_t want = std::min(m.rank_map_size(), o.max_rows + 1);
+  std::vector<int64_t> ranks(static_cast<std::size_t>(want));
+  if (auto start = m.rank_map_start()) {
+    for (int64_t i = 0; i < want; ++i) ranks[static_cast<std::size_t>(i)] = *start + i;
+  } else {
+    const std::vector<int64_t> all = m.rank_map();
+    std::partial_sort_copy(all.begin(), all.end(), ranks.begin(), ranks.end());
+  }
   for (int64_t r : ranks) {
     if (!budget(out)) break;
     out << "  " << std::setw(8) << r;

@@ -482,6 +482,23 @@ std::optional<MeshArray> DeviceMesh::mesh_for(int64_t rank) const {
   return a;
 }
 
+std::optional<std::vector<int64_t>> DeviceMesh::mesh_values(int64_t rank, int64_t first, int64_t count) const {
+  if (first < 0 || count < 0) {
+    throw OutOfRange("mesh_values: first " + std::to_string(first) + " and count " + std::to_string(count) +
+                     " must not be negative");
+  }
+  int64_t base = 0;
+  if (auto p = u_->rank_map.position(rank)) {
+    base = digits_of(*p).base;
+  } else if (copies() != 1) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> out;
+  const int64_t end = first < size() ? first + std::min(count, size() - first) : first;
+  for (int64_t i = first; i < end; ++i) out.push_back(u_->rank_map.at(base + mesh_rank_at(layout_, i)));
+  return out;
+}
+
 std::optional<std::vector<int64_t>> DeviceMesh::group_of(int64_t rank, int dim) const {
   dim_name(dim);
   auto p = u_->rank_map.position(rank);
@@ -534,6 +551,13 @@ std::vector<std::vector<int64_t>> DeviceMesh::groups(int dim) const {
 GroupTable DeviceMesh::group_table(int dim) const {
   dim_name(dim);
   return table_of(*u_, layout_[dim]);
+}
+
+GroupTable DeviceMesh::group_table_prefix(int dim, int64_t max_groups, int64_t max_members) const {
+  dim_name(dim);
+  GroupTable t = mesh_group_table_prefix(layout_[dim], u_->rank_map.size(), max_groups, max_members);
+  for (int64_t& v : t.ranks) v = u_->rank_map.at(v);
+  return t;
 }
 
 const BackendConfig& DeviceMesh::backend_config(int dim) const {

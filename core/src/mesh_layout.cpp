@@ -236,6 +236,37 @@ GroupTable mesh_group_table(const Layout& l, int64_t world_size) {
   return group_table(l, world_size, "mesh_group_table");
 }
 
+int64_t mesh_rank_at(const Layout& l, int64_t index) {
+  if (index < 0 || index >= size(l)) {
+    throw OutOfRange("mesh_rank_at: index " + std::to_string(index) + " is out of range [0, " +
+                     std::to_string(size(l)) + ") of layout " + to_string(l));
+  }
+  return crd2idx(IntTuple(index), l, Convention::kTorch);
+}
+
+GroupTable mesh_group_table_prefix(const Layout& l, int64_t world_size, int64_t max_groups,
+                                   int64_t max_members) {
+  if (max_groups < 0 || max_members < 0) {
+    throw OutOfRange("mesh_group_table_prefix: max_groups " + std::to_string(max_groups) + " and max_members " +
+                     std::to_string(max_members) + " must not be negative");
+  }
+  Layout comp = complement(l, world_size, Convention::kTorch);
+  GroupTable t;
+  t.count = std::min(size(comp), max_groups);
+  t.size = std::min(size(l), max_members);
+  const int64_t total = checked_mul(t.count, t.size, "mesh_group_table_prefix");
+  check_enumeration(total, "mesh_group_table_prefix", l);
+  t.ranks.reserve(static_cast<std::size_t>(total));
+  if (t.count == 0) return t;
+  std::vector<int64_t> row(static_cast<std::size_t>(t.size));
+  for (int64_t i = 0; i < t.size; ++i) row[static_cast<std::size_t>(i)] = mesh_rank_at(l, i);
+  for (int64_t g = 0; g < t.count; ++g) {
+    const int64_t o = mesh_rank_at(comp, g);
+    for (int64_t r : row) t.ranks.push_back(o + r);
+  }
+  return t;
+}
+
 namespace {
 GroupTable group_table(const Layout& l, int64_t world_size, const char* what) {
   Layout comp = complement(l, world_size, Convention::kTorch);

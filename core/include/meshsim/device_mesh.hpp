@@ -183,6 +183,9 @@ class DeviceMesh {
   // mesh_for is the mesh array as seen by `rank`: the copy holding it; with one copy, that copy
   // for every rank (PyTorch's rule); nullopt when several copies exist and none holds it.
   std::optional<MeshArray> mesh_for(int64_t rank) const;
+  // mesh_values is values [first, first + count) of mesh_for(rank).values (row-major, clipped
+  // to size()), computed alone: a summary of a huge mesh costs what it lists.
+  std::optional<std::vector<int64_t>> mesh_values(int64_t rank, int64_t first, int64_t count) const;
   // group_of is the group of `rank` along dim, in mesh order; nullopt when outside the root.
   std::optional<std::vector<int64_t>> group_of(int64_t rank, int dim) const;
   // groups are every group of dim in complement order (PyTorch's creation order).
@@ -190,6 +193,9 @@ class DeviceMesh {
   // group_table is groups(dim) in one buffer (one allocation however many groups: prefer it
   // for large worlds).
   GroupTable group_table(int dim) const;
+  // group_table_prefix is the first min(max_groups, all) groups of group_table(dim), each cut to
+  // its first min(max_members, size(dim)) ranks.
+  GroupTable group_table_prefix(int dim, int64_t max_groups, int64_t max_members = INT64_MAX) const;
   // backend_config is dim's configured backend (default when none was set).
   const BackendConfig& backend_config(int dim) const;
   // group_record is the universe's cached record for dim under `config` (dim's own config when

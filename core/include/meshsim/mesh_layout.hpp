@@ -63,6 +63,14 @@ struct GroupTable {
 };
 // mesh_group_table is mesh_global_ranks in one allocation, whatever the number of groups.
 GroupTable mesh_group_table(const Layout& l, int64_t world_size);
+// mesh_group_table_prefix is the first min(max_groups, all) rows of mesh_group_table, each cut
+// to its first min(max_members, size(l)) ranks (`size` is that cut), at a cost in what it
+// lists, not in the world (a summary of a 2^24-rank world lists a few groups).
+GroupTable mesh_group_table_prefix(const Layout& l, int64_t world_size, int64_t max_groups,
+                                   int64_t max_members = INT64_MAX);
+// mesh_rank_at is L(c) for the flattened coordinate `index` in row-major order: element `index`
+// of mesh_all_ranks_from_zero(l), without listing the others.
+int64_t mesh_rank_at(const Layout& l, int64_t index);
 
 // RemappedTensor is a row-major N-d array: `shape` and the `values` in row-major order.
 struct RemappedTensor {
