@@ -187,6 +187,186 @@ class NotATorchStore(unittest.TestCase):
         self.assertLess(secs, 8)
 
 
+class Torch2Server:
+    """An emulation of PyTorch 2.x's TCPStore server (the libuv one, the default since 2.4),
+    written from PyTorch's TCPStoreBackend.hpp and TCPStoreLibUvBackend.cpp: no 2.x torch installs
+    on Debian 12. A connection's first message must be VALIDATE with the magic; any other first
+    message gets no answer and no close (as libuv's server does)."""
+
+    MAGIC = 0x3C85F7CE
+
+    def __init__(self):
+        self.kv = {}
+        self.waiters = {}  # conn -> (set of missing keys, send lock)
+        self.mu = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+
+    def accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def read(conn, n):
+        b = b""
+        while len(b) < n:
+            c = conn.recv(n - len(b))
+            if not c:
+                raise EOFError
+            b += c
+        return b
+
+    def u64(self, conn):
+        return int.from_bytes(self.read(conn, 8), "little")
+
+    def string(self, conn):
+        return self.read(conn, self.u64(conn))
+
+    def wake(self):
+        for conn, (missing, lock) in list(self.waiters.items()):
+            missing.difference_update(self.kv.keys())
+            if not missing:
+                del self.waiters[conn]
+                with lock:
+                    conn.sendall(b"\x00")  # STOP_WAITING
+
+    def serve(self, conn):
+        lock = threading.Lock()
+        send = lambda b: (lock.acquire(), conn.sendall(b), lock.release())
+        vec = lambda v: len(v).to_bytes(8, "little") + v
+        try:
+            if self.read(conn, 1) != b"\x00" or int.from_bytes(self.read(conn, 4), "little") != self.MAGIC:
+                while conn.recv(4096):  # a miscellaneous client: never answered, never closed
+                    pass
+                return
+            while True:
+                q = self.read(conn, 1)[0]
+                with self.mu:
+                    if q == 13:  # PING
+                        send(self.read(conn, 4))
+                    elif q == 1:  # SET
+                        k, v = self.string(conn), self.string(conn)
+                        self.kv[k] = v
+                        self.wake()
+                    elif q == 2:  # COMPARE_SET
+                        k, e, d = self.string(conn), self.string(conn), self.string(conn)
+                        if k not in self.kv:
+                            if e == b"":
+                                self.kv[k] = d
+                                send(vec(d))
+                            else:
+                                send(vec(e))
+                        else:
+                            if self.kv[k] == e:
+                                self.kv[k] = d
+                            send(vec(self.kv[k]))
+                        self.wake()
+                    elif q == 3:  # GET
+                        send(vec(self.kv.get(self.string(conn), b"")))
+                    elif q == 4:  # ADD
+                        k, d = self.string(conn), int.from_bytes(self.read(conn, 8), "little", signed=True)
+                        v = int(self.kv.get(k, b"0")) + d  # ValueError on text: the connection closes
+                        self.kv[k] = str(v).encode()
+                        send(v.to_bytes(8, "little", signed=True))
+                        self.wake()
+                    elif q in (5, 6):  # CHECK, WAIT
+                        keys = {self.string(conn) for _ in range(self.u64(conn))}
+                        missing = keys - self.kv.keys()
+                        if q == 5:
+                            send(b"\x01" if missing else b"\x00")
+                        elif not missing:
+                            send(b"\x00")
+                        else:
+                            self.waiters[conn] = (missing, lock)
+                    elif q == 7:  # GETNUMKEYS
+                        send(len(self.kv).to_bytes(8, "little"))
+                    elif q == 8:  # DELETE_KEY
+                        send((1 if self.kv.pop(self.string(conn), None) is not None else 0).to_bytes(8, "little"))
+                    elif q == 12:  # CANCEL_WAIT
+                        self.waiters.pop(conn, None)
+                        send(b"\x01")  # WAIT_CANCELED
+                    else:
+                        return  # "Client sent invalid command": closed
+        except (EOFError, OSError, ValueError):
+            pass
+        finally:
+            with self.mu:
+                self.waiters.pop(conn, None)
+            conn.close()
+
+
+class TorchStore2Emulated(unittest.TestCase):
+    """The 2.x protocol (VALIDATE, PING, renumbered codes, CANCEL_WAIT) against the emulation."""
+
+    def setUp(self):
+        self.server = Torch2Server()
+        self.port = self.server.port
+
+    def tearDown(self):
+        self.server.close()
+
+    def test_probe_names_the_protocol(self):
+        self.assertEqual(peer(self.port, "probe")[1], ["torch-2"])
+
+    def test_every_query(self):
+        rc, out, _ = peer(self.port, "protocol", ";", "set", "/a", "x", ";", "get", "/a", "1000", ";", "add", "/n", "4",
+                          ";", "add", "/n", "-1", ";", "check", "/a", ";", "check", "/b", ";", "cas", "/c", "-", "v1",
+                          ";", "cas", "/c", "v1", "v2", ";", "cas", "/absent", "e", "d", ";", "del", "/a", ";", "del",
+                          "/a", ";", "numkeys")
+        self.assertEqual((rc, out), (0, ["torch-2", "ok", "x", "4", "3", "ready", "not-ready", "v1", "v2", "-", "1",
+                                         "0", "2"]))
+        self.assertEqual(self.server.kv, {b"/n": b"3", b"/c": b"v2"})
+
+    def test_a_wait_that_times_out_is_cancelled_and_the_connection_stays_usable(self):
+        rc, out, secs = peer(self.port, "wait", "/never", "300", ";", "set", "/never", "now", ";", "add", "/c", "1",
+                             ";", "get", "/never", "1000")
+        self.assertEqual(rc, 1)
+        self.assertTrue(out[0].startswith("error DeadlineExceeded:"), out)
+        self.assertEqual(out[1:], ["ok", "1", "now"])
+        self.assertLess(secs, 5)
+
+    def test_a_wait_is_answered_when_another_client_sets_the_key(self):
+        threading.Timer(0.4, lambda: peer(self.port, "set", "/late", "v")).start()
+        rc, out, secs = peer(self.port, "get", "/late", "10000")
+        self.assertEqual((rc, out), (0, ["v"]))
+
+    def test_the_113_protocol_forced_on_a_2x_server_ends_at_the_reply_deadline(self):
+        rc, out, secs = peer(self.port, "add", "/k", "1",
+                             env={"MESHSIM_TORCH_STORE_PROTOCOL": "1.13", "MESHSIM_REPLY_TIMEOUT_MS": "1000"})
+        self.assertEqual(rc, 1)
+        self.assertIn(f"127.0.0.1:{self.port}", out[0])
+        self.assertIn("MESHSIM_TORCH_STORE_PROTOCOL=1.13 may be wrong", out[0])
+        self.assertLess(secs, 5)
+        self.assertNotIn(b"/k", self.server.kv)
+
+    def test_a_gloo_run_of_four_processes_over_the_2x_agent_store(self):
+        # What a newest-2.x torchrun's workers see: the agent's store at MASTER_ADDR:MASTER_PORT.
+        procs = []
+        for r in range(4):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(self.port), TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="emu",
+                       TORCHELASTIC_RESTART_COUNT="1")
+            env.pop("MESHSIM_TORCH_STORE_PROTOCOL", None)
+            procs.append(subprocess.Popen([ARGS.meshsim, "run", "--backend", "gloo", "--mesh", "dp=2,tp=2",
+                                           "--timeout", "10"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True, env=env))
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0, 0, 0], outs)
+        self.assertIn("checks passed: 24 of 24", outs[0])
+        # Its keys live under the run's and the attempt's prefix.
+        self.assertTrue(any(k.startswith(b"meshsim/run/torchelastic/emu/attempt_1/") for k in self.server.kv))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--peer", required=True)
