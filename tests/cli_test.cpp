@@ -1,6 +1,7 @@
 // Runs the installed-shape `meshsim` executable on a request file: the CLI contract end to end.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -544,6 +545,90 @@ TEST(CliRun, BadUsageExitsTwo) {
                                  "--mesh dp=2 --backend mpi", "--mesh dp=2 --timeout 0",
                                  "--mesh dp=8192,tp=4096 --backend local"}) {
     EXPECT_EQ(run("run " + args).status, 2) << args;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// alive is whether process `pid` exists and is not a zombie (an orphan's zombie may wait long
+// for a reaper in a container).
+bool alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
+}
+
+// launch_sleepers starts `meshsim launch -n 3` whose ranks record their pids in `file` and sleep;
+// returns the launcher's pid once every rank has started.
+pid_t launch_sleepers(const std::string& file, std::vector<pid_t>& ranks) {
+  std::remove(file.c_str());
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    const std::string script = "echo $$ >> " + file + "; exec sleep 60";
+    execl(MESHSIM_EXE, "meshsim", "launch", "-n", "3", "--", "sh", "-c", script.c_str(), nullptr);
+    _exit(127);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    ranks.clear();
+    std::ifstream in(file);
+    for (pid_t p; in >> p;) ranks.push_back(p);
+    if (ranks.size() == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return launcher;
+}
+
+// wait_exit waits up to 20 s for `pid`; its wait status, or -1.
+int wait_exit(pid_t pid) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  return -1;
+}
+
+TEST(CliLaunch, EveryStopSignalReachesEveryRankAndTheLauncherExitsWith128PlusIt) {
+  const std::string file = testing::TempDir() + "meshsim_launch_signal_" + std::to_string(getpid());
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    std::vector<pid_t> ranks;
+    const pid_t launcher = launch_sleepers(file, ranks);
+    ASSERT_EQ(ranks.size(), 3u) << "the ranks did not start";
+    kill(launcher, sig);
+    const int st = wait_exit(launcher);
+    ASSERT_TRUE(WIFEXITED(st)) << "signal " << sig << ": status " << st;
+    EXPECT_EQ(WEXITSTATUS(st), 128 + sig);
+    for (pid_t r : ranks) EXPECT_FALSE(alive(r)) << "signal " << sig << ": rank process " << r << " outlived the launcher";
+  }
+}
+
+TEST(CliLaunch, NoRankOutlivesALauncherKilledWithSigkill) {
+  const std::string file = testing::TempDir() + "meshsim_launch_sigkill_" + std::to_string(getpid());
+  std::vector<pid_t> ranks;
+  const pid_t launcher = launch_sleepers(file, ranks);
+  ASSERT_EQ(ranks.size(), 3u) << "the ranks did not start";
+  kill(launcher, SIGKILL);
+  wait_exit(launcher);
+  for (pid_t r : ranks) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (alive(r) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(alive(r)) << "rank process " << r << " outlived a launcher killed with SIGKILL";
+  }
+}
+
+TEST(CliLaunch, ReportGraceIsValidatedLikeTimeout) {
+  for (const std::string v : {"inf", "nan", "-1", "1e300"}) {
+    EXPECT_EQ(run("launch -n 1 --report-grace " + v + " -- true").status, 2) << v;
   }
 }
 

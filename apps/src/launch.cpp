@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <ostream>
@@ -72,6 +74,32 @@ void emit(Child& c, int which, const char* data, std::size_t n, std::ostream& ou
   os.flush();
 }
 
+// The signal that asked the launcher to stop (0: none); set by the handler, read by the loop.
+volatile sig_atomic_t stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { stop_signal = sig; }
+
+// StopSignals catches SIGINT, SIGTERM and SIGHUP while the ranks run (the loop forwards them to
+// every rank) and restores the previous handlers after.
+class StopSignals {
+ public:
+  StopSignals() {
+    stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    for (std::size_t i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~StopSignals() {
+    for (std::size_t i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[3];
+};
+
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
@@ -93,6 +121,10 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   }
   if (!(o.timeout_seconds >= 0) || !std::isfinite(o.timeout_seconds) || o.timeout_seconds > 1e7) {
     throw InvalidArgument("launch: --timeout " + std::to_string(o.timeout_seconds) + " is not a number of seconds >= 0");
+  }
+  if (!(o.report_seconds >= 0) || !std::isfinite(o.report_seconds) || o.report_seconds > 1e7) {
+    throw InvalidArgument("launch: --report-grace " + std::to_string(o.report_seconds) +
+                          " is not a number of seconds in [0, 1e7]");
   }
   if (!o.world && o.rank_offset != 0) throw InvalidArgument("launch: --rank-offset needs --world");
   std::string token;
@@ -118,6 +150,8 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   std::vector<Child> children(static_cast<std::size_t>(o.nprocs));
   std::vector<std::string> argv_s(o.program.begin(), o.program.end());
   std::vector<char*> argv = pointers(argv_s);
+  const StopSignals signals;  // before the first fork: a signal from here on reaches every rank
+  const pid_t launcher = getpid();
   auto stop_all = [&](int sig) {
     for (Child& c : children) {
       if (c.running && c.pid > 0) kill(-c.pid, sig);
@@ -145,8 +179,11 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
       throw Unavailable("launch: cannot start rank " + std::to_string(c.rank));
     }
     if (pid == 0) {
-      // The child: only async-signal-safe calls until exec.
+      // The child: only async-signal-safe calls until exec. It dies with the launcher, even one
+      // killed with SIGKILL (which no handler sees); the caught stop signals reset at exec.
       setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(128 + SIGKILL);  // the launcher died before prctl
       dup2(p_out[1], 1);
       dup2(p_err[1], 2);
       execvpe(argv[0], argv.data(), envp.data());
@@ -165,6 +202,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   const auto start = Clock::now();
   std::optional<Clock::time_point> kill_at, term_at;
   int code = 0;
+  int stopping = 0;
   std::string why;
   for (;;) {
     std::vector<pollfd> fds;
@@ -178,6 +216,16 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
       }
     }
     if (!fds.empty()) poll(fds.data(), fds.size(), 50);
+    if (const int sig = stop_signal; sig != 0 && !stopping) {
+      // Ctrl-C, SIGTERM or SIGHUP to the launcher: the same signal to every rank, SIGKILL after
+      // the grace, and the launcher's status says which signal ended the job.
+      stopping = sig;
+      code = 128 + sig;
+      why = "the launcher got signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+      err << "meshsim launch: " << why << "; forwarding it to every rank, SIGKILL in " << o.grace_seconds << " s\n";
+      stop_all(sig);
+      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_seconds));
+    }
     for (std::size_t k = 0; k < fds.size(); ++k) {
       if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       auto [c, w] = who[k];
@@ -204,7 +252,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
           // Every later failure is said too (which rank ended first within one poll is not known).
           err << "meshsim launch: rank " << c.rank << " " << describe(st) << "\n";
         }
-        if (failed && code == 0) {
+        if (failed && code == 0 && !stopping) {
           code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
           why = "rank " + std::to_string(c.rank) + " " + describe(st);
           err << "meshsim launch: " << why << "; stopping the other ranks in " << o.report_seconds
