@@ -697,7 +697,13 @@ int run(const Options& o, std::ostream& out) {
                     std::to_string(env.restart_count);
     }
     // If this process dies, the store tells the others which rank it was (meshsim's store only).
-    if (job.wills) job.wills->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
+    if (job.wills) {
+      job.wills->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
+    } else {
+      // A store without wills (PyTorch's): peers on this host can still tell that this rank's
+      // process is gone from its host and pid.
+      job.store->set(job.prefix + "/process/" + std::to_string(env.rank), process_identity());
+    }
   }
   Outcome r = o.backend == "local" ? run_local(job) : run_threaded(job);
   if (hosted && r.ok) {

@@ -2,11 +2,13 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cstdlib>
 
 #include "meshsim/error.hpp"
+#include "rank_registry.hpp"
 
 namespace meshsim {
 
@@ -182,6 +184,8 @@ LaunchStore join_launch_store(const LaunchEnv& env, std::chrono::milliseconds ti
                                                                    .reply_timeout = timeout});
   return out;
 }
+
+std::string process_identity() { return detail::this_host() + " " + std::to_string(::getpid()); }
 
 std::optional<LaunchEnv> launch_env_from_environment() {
   return launch_env_from([](const char* name) { return std::getenv(name); });

@@ -1,6 +1,9 @@
 #include "rank_registry.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "meshsim/error.hpp"
@@ -109,6 +112,21 @@ void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, in
   }
 }
 
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+bool process_alive(const std::string& pid) {
+  // A zombie (ended, not yet reaped by its launcher) counts as gone.
+  std::ifstream stat("/proc/" + pid + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
+}
+
 std::optional<std::string> lookup_key(Store& store, const std::string& key) {
   try {
     return store.get(key, std::chrono::milliseconds(0));
@@ -129,6 +147,18 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
                        "rank " + std::to_string(g) + " exited abruptly (" + *e + ") while rank " + std::to_string(me) +
                            " was in " + where,
                        {}, {}};
+    }
+    if (auto p = lookup_key(store, prefix + "/process/" + std::to_string(g))) {
+      const auto space = p->rfind(' ');
+      if (space != std::string::npos && p->substr(0, space) == this_host()) {
+        const std::string pid = p->substr(space + 1);
+        if (!pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos && !process_alive(pid)) {
+          return Diagnosis{"exit", {g},
+                           "rank " + std::to_string(g) + " exited abruptly (its process " + pid + " on this host is gone) while rank " +
+                               std::to_string(me) + " was in " + where,
+                           {}, {}};
+        }
+      }
     }
   }
   return std::nullopt;

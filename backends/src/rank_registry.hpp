@@ -39,10 +39,17 @@ uint64_t group_digest(std::span<const int64_t> ranks, uint64_t config_fingerprin
 void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, int64_t first, int64_t count,
                  const char* backend);
 
+// this_host is gethostname(); process_alive says whether /proc/<pid> is a live (not zombie)
+// process of this host.
+std::string this_host();
+bool process_alive(const std::string& pid);
+
 // store_diagnosis reads why a collective of `group` failed under rank `me` from the store: the
 // run's published diagnosis ("<prefix>/failure"), or a member whose process ended abruptly (its
-// will, "<prefix>/exit/<rank>"); nullopt when the store holds neither (or is unreachable).
-// `where` describes the collective for the message.
+// will, "<prefix>/exit/<rank>"; or, on a store without wills such as PyTorch's, a member whose
+// "<prefix>/process/<rank>" = "<host> <pid>" names a process on this host that is gone);
+// nullopt when the store holds none of these (or is unreachable). `where` describes the
+// collective for the message.
 std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
                                          int64_t me, const std::string& where);
 

@@ -117,6 +117,14 @@ class UnderTorchrun(unittest.TestCase):
     def test_a_skipped_collective_is_torchruns_root_cause(self):
         self.check_root_cause("skip@3", "departed", timeout_s=3)
 
+    def test_a_rank_whose_process_dies_is_named_by_its_peers(self):
+        # PyTorch's store has no wills: the peers on this host tell from its pid that it is gone.
+        rc, out, secs = run(torchrun(self.logdir, "--master_port", str(free_port()), fault="exit@1", timeout_s=3))
+        report("torchrun, fault exit@1", secs)
+        self.assertNotEqual(rc, 0, out)
+        self.assertLess(secs, 60)
+        self.assertIn("rank 1 [exit]", out[out.index("Root Cause"):])
+
     def test_a_thrown_error_is_torchruns_root_cause(self):
         self.check_root_cause("throw@1", "error")
 

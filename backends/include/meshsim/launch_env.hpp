@@ -72,6 +72,11 @@ struct LaunchStore {
 LaunchStore join_launch_store(const LaunchEnv& env, std::chrono::milliseconds timeout, const std::string& token,
                               std::optional<StoreProtocol> forced_protocol);
 
+// process_identity is "<host> <pid>" of this process: what a rank publishes under
+// "<prefix>/process/<rank>" on a store without wills, so that its peers on the same host can
+// name it when its process ends abruptly (Gloo's and NCCL's store_diagnosis read it).
+std::string process_identity();
+
 // parse_host_port reads "host:port" (InvalidArgument naming `what` otherwise).
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what);
 
