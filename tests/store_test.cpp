@@ -274,6 +274,119 @@ TEST(TcpStore, AStoppedServerIsUnavailableNotAHang) {
   EXPECT_THROW(TcpStoreServer({.host = "not-an-ip"}), InvalidArgument);
 }
 
+
+// FakeServer accepts connections on loopback and answers each request's bytes with `answer`
+// (nothing at all when it is empty and `close_after` is false): a store that is silent,
+// speaks garbage or drops the connection.
+class FakeServer {
+ public:
+  FakeServer(std::string answer, bool close_after) : answer_(std::move(answer)), close_after_(close_after) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        conns_.push_back(c);
+        char buf[4096];
+        if (::recv(c, buf, sizeof buf, 0) <= 0) continue;
+        if (!answer_.empty()) (void)!::send(c, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+        if (close_after_) ::shutdown(c, SHUT_RDWR);
+      }
+    });
+  }
+  ~FakeServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+    for (int c : conns_) ::close(c);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  std::string answer_;
+  bool close_after_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::vector<int> conns_;
+};
+
+
+template <class E, class F>
+std::string expect_throw_within(F&& f, std::chrono::milliseconds bound) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    f();
+  } catch (const E& e) {
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, bound) << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "unexpected " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(TcpStoreClientFaults, ASilentServerEndsAtTheReplyDeadlineNamingItAndTheRequest) {
+  FakeServer silent("", false);
+  TcpStoreClient c({.port = silent.port(), .reply_timeout = 300ms});
+  const std::string port = std::to_string(silent.port());
+  std::string m = expect_throw_within<DeadlineExceeded>([&] { c.add("k", 1); }, 10s);
+  EXPECT_NE(m.find("127.0.0.1:" + port), std::string::npos) << m;
+  EXPECT_NE(m.find("no answer to add within 300 ms"), std::string::npos) << m;
+  // A wait's deadline is its own timeout plus the reply deadline, not forever.
+  TcpStoreClient w({.port = silent.port(), .reply_timeout = 300ms});
+  m = expect_throw_within<DeadlineExceeded>([&] { w.wait({"k"}, 200ms); }, 10s);
+  EXPECT_NE(m.find("within 500 ms"), std::string::npos) << m;
+  // The stream is not trusted again: the next call fails at once.
+  expect_throw_within<Unavailable>([&] { c.set("k", "v"); }, 1s);
+  // With a token, the hello itself has the deadline.
+  expect_throw_within<DeadlineExceeded>(
+      [&] { TcpStoreClient({.port = silent.port(), .token = "t", .reply_timeout = 300ms}); }, 10s);
+}
+
+TEST(TcpStoreClientFaults, MalformedAnswersAreUnavailableNamingTheServer) {
+  const std::vector<std::pair<std::string, std::string>> answers{
+      {std::string(4, '\0'), "a frame of 0 bytes"},
+      {frame("\x07"), "unknown status 7"},
+      {frame(std::string("\x00\x01", 2)), "malformed answer to add"},  // ok, but 1 byte where 8 are due
+      {std::string("\xff\xff\xff\x7f", 4), "a frame of 2147483647 bytes"},
+  };
+  for (const auto& [answer, needle] : answers) {
+    FakeServer bad(answer, false);
+    TcpStoreClient c({.port = bad.port(), .reply_timeout = 2s});
+    const std::string m = expect_throw_within<Unavailable>([&] { c.add("k", 1); }, 5s);
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+    EXPECT_NE(m.find("127.0.0.1:" + std::to_string(bad.port())), std::string::npos) << m;
+  }
+}
+
+TEST(TcpStoreClientFaults, AConnectionDroppedMidRequestIsUnavailable) {
+  FakeServer dropper("", true);
+  TcpStoreClient c({.port = dropper.port(), .reply_timeout = 5s});
+  const std::string m = expect_throw_within<Unavailable>([&] { c.get("k", 10s); }, 4s);
+  EXPECT_NE(m.find("connection lost during wait"), std::string::npos) << m;
+}
+
+TEST(TcpStoreClientFaults, HostNamesResolveAndAnUnknownOneIsRefusedAtOnce) {
+  TcpStoreServer server({});
+  TcpStoreClient byname({.host = "localhost", .port = server.port()});
+  byname.set("k", "v");
+  EXPECT_EQ(byname.get("k", 1s), "v");
+  const std::string m = expect_throw_within<Unavailable>(
+      [&] { TcpStoreClient({.host = "no-such-host.invalid", .port = 1, .connect_timeout = 20s}); }, 15s);
+  EXPECT_NE(m.find("'no-such-host.invalid'"), std::string::npos) << m;
+}
+
 using Env = std::map<std::string, std::string>;
 
 std::optional<LaunchEnv> from(const Env& env) {

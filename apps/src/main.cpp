@@ -161,7 +161,9 @@ int main(int argc, char** argv) {
         meshsim::run::write_error_file(f, std::string("meshsim run") + (rank ? " on rank " + std::string(rank) : "") +
                                               ": " + e.type_name() + ": " + e.what());
       }
-      return 2;
+      // A store or peer that cannot be reached is the job failing (1), not bad usage (2).
+      const std::string type = e.type_name();
+      return type == "Unavailable" || type == "DeadlineExceeded" ? 1 : 2;
     }
   }
   if (*store) {
@@ -210,8 +212,10 @@ int main(int argc, char** argv) {
         throw meshsim::InvalidArgument("--timeout " + std::to_string(rdv_timeout) + " is not in (0, 86400]");
       }
       const char* token = std::getenv("MESHSIM_STORE_TOKEN");
+      const std::chrono::milliseconds deadline(static_cast<int64_t>(rdv_timeout * 1000));
       meshsim::TcpStoreClient store({.host = env->store_host, .port = env->store_port,
-                                     .token = token ? token : ""});
+                                     .token = token ? token : "", .connect_timeout = deadline,
+                                     .reply_timeout = deadline});
       store.set("rendezvous/" + std::to_string(env->rank), std::to_string(getpid()));
       std::vector<std::string> keys;
       for (int64_t r = 0; r < env->world_size; ++r) keys.push_back("rendezvous/" + std::to_string(r));

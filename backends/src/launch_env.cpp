@@ -149,7 +149,7 @@ LaunchStore join_launch_store(const LaunchEnv& env, std::chrono::milliseconds ti
   const std::string host = numeric_host(env.store_host);
   auto meshsim_client = [&]() {
     auto c = std::make_shared<TcpStoreClient>(TcpStoreOptions{
-        .host = host, .port = env.store_port, .token = token, .connect_timeout = timeout});
+        .host = host, .port = env.store_port, .token = token, .connect_timeout = timeout, .reply_timeout = timeout});
     out.meshsim = c.get();
     out.store = std::move(c);
     out.protocol = StoreProtocol::kMeshsim;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "meshsim/error.hpp"
+#include "socket.hpp"
 #include "meshsim/store.hpp"
 #include "store_ops.hpp"
 
@@ -410,50 +411,69 @@ std::size_t TcpStoreServer::connections() const { return impl_->open.load(); }
 
 struct TcpStoreClient::Impl {
   TcpStoreOptions opt;
-  asio::io_context io;
-  tcp::socket sock{io};
+  detail::Socket sock;
   std::mutex mu;
 
   std::string where() const { return opt.host + ":" + std::to_string(opt.port); }
 
-  void set_receive_timeout(std::chrono::milliseconds t) {
-    timeval tv{};
-    tv.tv_sec = static_cast<time_t>(t.count() / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((t.count() % 1000) * 1000);
-    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  static const char* name_of(uint8_t op) {
+    switch (op) {
+      case kHello: return "hello";
+      case kSet: return "set";
+      case kGet: return "get";
+      case kWait: return "wait";
+      case kAdd: return "add";
+      case kCompareSet: return "compare_set";
+      case kRemove: return "remove";
+      case kWill: return "will";
+      default: return "request";
+    }
   }
 
-  // call sends one request and returns (status, payload); Unavailable when the connection is lost.
+  // call sends one request and returns (status, payload). Every step ends by a deadline: the
+  // wait's own time plus reply_timeout. A lost, silent or malformed server is Unavailable or
+  // DeadlineExceeded naming its address, the request and how long it waited; the connection is
+  // then closed (its stream cannot be trusted) and later calls fail at once.
   std::pair<Status, std::string> call(const Writer& req, std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
     std::lock_guard lk(mu);
+    const std::string what = name_of(static_cast<uint8_t>(req.out.at(0)));
     if (req.out.size() > kMaxStoreFrame) {
       throw InvalidArgument("store: a request of " + std::to_string(req.out.size()) +
                             " bytes exceeds the frame limit of " + std::to_string(kMaxStoreFrame));
     }
-    if (!sock.is_open()) throw Unavailable("store " + where() + ": the connection was lost earlier");
-    boost::system::error_code ec;
-    set_receive_timeout(wait + std::chrono::seconds(30));
-    asio::write(sock, asio::buffer(req.frame()), ec);
-    unsigned char head[4];
-    if (!ec) asio::read(sock, asio::buffer(head), ec);
-    std::string body;
-    if (!ec) {
-      const uint32_t len = le32(head);
-      if (len == 0 || len > kMaxStoreFrame + 64) {
-        sock.close(ec);
-        throw Unavailable("store " + where() + ": the server sent a frame of " + std::to_string(len) + " bytes");
+    if (!sock.open()) throw Unavailable("store " + where() + ": the connection was lost earlier");
+    const auto budget = wait + opt.reply_timeout;
+    const auto start = detail::Clock::now();
+    const auto until = start + budget;
+    auto fail = [&](detail::Socket::Got got) {
+      sock.close();
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(detail::Clock::now() - start).count();
+      if (got == detail::Socket::Got::kTimeout) {
+        throw DeadlineExceeded("store " + where() + ": no answer to " + what + " within " +
+                               std::to_string(budget.count()) + " ms (the server is silent or overloaded)");
       }
-      body.resize(len);
-      asio::read(sock, asio::buffer(body.data(), body.size()), ec);
+      throw Unavailable("store " + where() + ": connection lost during " + what + " after " + std::to_string(waited) +
+                        " ms; the server stopped or restarted");
+    };
+    if (!sock.send_all(req.frame(), until)) fail(detail::Socket::Got::kClosed);
+    std::string head;
+    if (auto got = sock.recv_exact(4, head, until); got != detail::Socket::Got::kAll) fail(got);
+    const uint32_t len = le32(reinterpret_cast<const unsigned char*>(head.data()));
+    if (len == 0 || len > kMaxStoreFrame + 64) {
+      sock.close();
+      throw Unavailable("store " + where() + ": sent a malformed answer to " + what + " (a frame of " +
+                        std::to_string(len) + " bytes)");
     }
-    if (ec) {
-      boost::system::error_code ignored;
-      sock.close(ignored);
-      throw Unavailable("store " + where() + ": connection lost (" + ec.message() +
-                        "); the server stopped or restarted");
+    std::string body;
+    if (auto got = sock.recv_exact(len, body, until); got != detail::Socket::Got::kAll) fail(got);
+    const auto code = static_cast<uint8_t>(body[0]);
+    if (code > kError) {
+      sock.close();
+      throw Unavailable("store " + where() + ": sent a malformed answer to " + what + " (unknown status " +
+                        std::to_string(code) + ")");
     }
-    const auto status = static_cast<Status>(static_cast<uint8_t>(body[0]));
+    const auto status = static_cast<Status>(code);
     std::string payload = body.substr(1);
     if (status == kError) {
       // "Type: message" from the server, rethrown as the same class.
@@ -468,25 +488,27 @@ struct TcpStoreClient::Impl {
     }
     return {status, std::move(payload)};
   }
+
+  // parse reads an answer's payload; a short or long one is the server's fault, named as such.
+  template <class F>
+  auto parse(const std::string& payload, const char* what, F&& read) {
+    try {
+      Reader r{payload};
+      auto v = read(r);
+      r.done();
+      return v;
+    } catch (const ParseError& e) {
+      std::lock_guard lk(mu);
+      sock.close();
+      throw Unavailable("store " + where() + ": sent a malformed answer to " + what + " (" + e.what() + ")");
+    }
+  }
 };
 
 TcpStoreClient::TcpStoreClient(TcpStoreOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(options);
-  boost::system::error_code ec;
-  const auto addr = asio::ip::make_address(impl_->opt.host, ec);
-  if (ec) throw InvalidArgument("store: '" + impl_->opt.host + "' is not an IP address");
-  const auto until = std::chrono::steady_clock::now() + impl_->opt.connect_timeout;
-  for (;;) {
-    impl_->sock.connect(tcp::endpoint(addr, impl_->opt.port), ec);
-    if (!ec) break;
-    impl_->sock.close();
-    if (std::chrono::steady_clock::now() >= until) {
-      throw Unavailable("store: cannot connect to " + impl_->where() + " within " +
-                        std::to_string(impl_->opt.connect_timeout.count()) + " ms: " + ec.message());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  impl_->sock.set_option(tcp::no_delay(true), ec);
+  const auto until = detail::Clock::now() + impl_->opt.connect_timeout;
+  impl_->sock = detail::connect_until(impl_->opt.host, impl_->opt.port, until, impl_->opt.connect_timeout);
   if (!impl_->opt.token.empty()) {
     Writer w;
     w.u8(kHello);
@@ -522,8 +544,7 @@ std::string TcpStoreClient::get(const std::string& key, std::chrono::millisecond
   w.str(key);
   auto [status, payload] = impl_->call(w);
   if (status == kNotFound) throw NotFound("store: key '" + key + "' was removed while it was read");
-  Reader r{payload};
-  return r.str(kMaxStoreFrame);
+  return impl_->parse(payload, "get", [](Reader& r) { return r.str(kMaxStoreFrame); });
 }
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
@@ -537,13 +558,15 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, std::chrono::mil
   w.i64(timeout.count());
   auto [status, payload] = impl_->call(w, timeout);
   if (status == kTimeout) {
-    Reader r{payload};
-    const uint32_t n = r.u32();
-    std::string names;
-    for (uint32_t i = 0; i < n; ++i) {
-      const std::string k = r.str(kMaxStoreKey);
-      if (i < 8) names += (i ? ", '" : "'") + k + "'";
-    }
+    const std::string names = impl_->parse(payload, "wait", [](Reader& r) {
+      const uint32_t n = r.u32();
+      std::string out;
+      for (uint32_t i = 0; i < n; ++i) {
+        const std::string k = r.str(kMaxStoreKey);
+        if (i < 8) out += (i ? ", '" : "'") + k + "'";
+      }
+      return out;
+    });
     throw DeadlineExceeded("store " + impl_->where() + ": waited " + std::to_string(timeout.count()) +
                            " ms for keys " + names);
   }
@@ -556,8 +579,7 @@ int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   w.str(key);
   w.i64(delta);
   auto [status, payload] = impl_->call(w);
-  Reader r{payload};
-  return r.i64();
+  return impl_->parse(payload, "add", [](Reader& r) { return r.i64(); });
 }
 
 std::string TcpStoreClient::compare_set(const std::string& key, const std::string& expected,
@@ -569,8 +591,7 @@ std::string TcpStoreClient::compare_set(const std::string& key, const std::strin
   w.str(expected);
   w.str(desired);
   auto [status, payload] = impl_->call(w);
-  Reader r{payload};
-  return r.str(kMaxStoreFrame);
+  return impl_->parse(payload, "compare_set", [](Reader& r) { return r.str(kMaxStoreFrame); });
 }
 
 void TcpStoreClient::set_will(const std::string& key, const std::string& value) {
@@ -601,8 +622,7 @@ bool TcpStoreClient::remove(const std::string& key) {
   w.u8(kRemove);
   w.str(key);
   auto [status, payload] = impl_->call(w);
-  Reader r{payload};
-  return r.u8() != 0;
+  return impl_->parse(payload, "remove", [](Reader& r) { return r.u8() != 0; });
 }
 
 }  // namespace meshsim

@@ -18,12 +18,16 @@
 #include <utility>
 
 #include "meshsim/error.hpp"
+#include "socket.hpp"
 
 namespace meshsim {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using detail::Clock;
+using detail::Socket;
+using detail::connect_until;
+using detail::where;
 using std::chrono::milliseconds;
 
 constexpr uint32_t kValidateMagic = 0x3C85F7CE;
@@ -136,142 +140,6 @@ uint32_t le32(const std::string& b) {
   for (int i = 0; i < 4; ++i)
     v |= static_cast<uint32_t>(static_cast<uint8_t>(b[static_cast<std::size_t>(i)])) << (8 * i);
   return v;
-}
-
-int remaining_ms(Clock::time_point until) {
-  const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
-}
-
-// Socket is one connected TCP socket whose every operation ends by a deadline.
-class Socket {
- public:
-  Socket() = default;
-  explicit Socket(int fd) : fd_(fd) {}
-  Socket(Socket&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Socket& operator=(Socket&& o) noexcept {
-    if (this != &o) {
-      close();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  ~Socket() { close(); }
-  bool open() const { return fd_ >= 0; }
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
-  // connect tries every address of host:port once; "" on success, else why not.
-  static std::pair<Socket, std::string> connect(const std::string& host, uint16_t port,
-                                                Clock::time_point until) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    const std::string service = std::to_string(port);
-    if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0) {
-      return {Socket(), std::string("cannot resolve '") + host + "': " + ::gai_strerror(rc)};
-    }
-    std::string why = "no address";
-    for (addrinfo* a = res; a; a = a->ai_next) {
-      Socket s(
-          ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
-      if (!s.open()) {
-        why = std::strerror(errno);
-        continue;
-      }
-      int rc = ::connect(s.fd_, a->ai_addr, a->ai_addrlen);
-      if (rc != 0 && errno == EINPROGRESS) {
-        pollfd p{s.fd_, POLLOUT, 0};
-        rc = ::poll(&p, 1, remaining_ms(until));
-        if (rc == 0) {
-          why = "no answer to the connection request (dropped or unreachable)";
-          continue;
-        }
-        int err = 0;
-        socklen_t len = sizeof err;
-        ::getsockopt(s.fd_, SOL_SOCKET, SO_ERROR, &err, &len);
-        rc = err == 0 ? 0 : -1;
-        errno = err;
-      }
-      if (rc != 0) {
-        why = std::strerror(errno);
-        continue;
-      }
-      int one = 1;
-      ::setsockopt(s.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      ::freeaddrinfo(res);
-      return {std::move(s), ""};
-    }
-    ::freeaddrinfo(res);
-    return {Socket(), why};
-  }
-
-  // send_all: false when the peer is gone or the deadline passed.
-  bool send_all(const std::string& data, Clock::time_point until) {
-    std::size_t at = 0;
-    while (at < data.size()) {
-      const ssize_t n = ::send(fd_, data.data() + at, data.size() - at, MSG_NOSIGNAL);
-      if (n > 0) {
-        at += static_cast<std::size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        pollfd p{fd_, POLLOUT, 0};
-        if (::poll(&p, 1, remaining_ms(until)) <= 0) return false;
-        continue;
-      }
-      return false;
-    }
-    return true;
-  }
-
-  enum class Got { kAll, kClosed, kTimeout };
-  // recv_exact reads exactly n bytes into out (appending) by `until`.
-  Got recv_exact(std::size_t n, std::string& out, Clock::time_point until) {
-    const std::size_t want = out.size() + n;
-    char buf[4096];
-    while (out.size() < want) {
-      const ssize_t r = ::recv(fd_, buf, std::min(sizeof buf, want - out.size()), 0);
-      if (r > 0) {
-        out.append(buf, static_cast<std::size_t>(r));
-        continue;
-      }
-      if (r == 0) return Got::kClosed;
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return Got::kClosed;
-      pollfd p{fd_, POLLIN, 0};
-      const int rc = ::poll(&p, 1, remaining_ms(until));
-      if (rc == 0) return Got::kTimeout;
-      if (rc < 0 && errno != EINTR) return Got::kClosed;
-    }
-    return Got::kAll;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-std::string where(const std::string& host, uint16_t port) {
-  return host + ":" + std::to_string(port);
-}
-
-// connect_until retries refused connections until `until` (a server may not listen yet).
-Socket connect_until(const std::string& host, uint16_t port, Clock::time_point until,
-                     milliseconds budget) {
-  for (;;) {
-    auto [s, why] = Socket::connect(host, port, until);
-    if (s.open()) return std::move(s);
-    if (Clock::now() >= until) {
-      throw Unavailable("torch store: cannot connect to " + where(host, port) + " within " +
-                        std::to_string(budget.count()) + " ms: " + why);
-    }
-    std::this_thread::sleep_for(
-        std::min<milliseconds>(milliseconds(20), milliseconds(remaining_ms(until))));
-  }
 }
 
 std::string handshake() {

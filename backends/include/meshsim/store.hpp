@@ -21,7 +21,9 @@
 // frame of a connection), caps connections, keys and stored bytes, and drops a connection that
 // sends a malformed, truncated or oversized frame, answering it with an error first when it can.
 // Nothing a client sends crashes the server or grows its memory past those caps. A client sees a
-// lost connection (server gone or restarted) as meshsim::Unavailable naming the address.
+// lost connection (server gone or restarted) or a malformed answer as meshsim::Unavailable, and a
+// server silent past its deadline (connect_timeout, reply_timeout) as DeadlineExceeded, each
+// naming the address; a client connects by host name or address.
 //
 // Thread safety: every store may be used from many threads (a client serialises its requests).
 #pragma once
@@ -100,6 +102,9 @@ struct TcpStoreOptions {
   // stalls mid-frame is dropped, so it cannot hold a connection slot and a buffer forever); and,
   // with a token, the token must arrive within this time of connecting.
   std::chrono::milliseconds frame_timeout{10000};
+  // client: each answer must arrive within this time (a wait's: its own timeout plus this);
+  // a silent server is DeadlineExceeded naming it, never a hang.
+  std::chrono::milliseconds reply_timeout{30000};
 };
 
 // TcpStoreServer serves the store on its own thread until destroyed (or stop()).
