@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <chrono>
@@ -423,7 +424,19 @@ TEST(CliLaunch, AProcessKilledWithSigkillMidCollectiveIsNamedByItsPeers) {
     in >> victim;
   }
   ASSERT_GT(victim, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the others are in the collective
+  // Rank 1 is in its stall once it holds its store connection (with its will) and its two Gloo
+  // pairs: three sockets (a fixed sleep raced a slow start under sanitizers).
+  auto sockets = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(victim) + "/fd", ec)) {
+      std::error_code ec2;
+      n += std::filesystem::read_symlink(fd.path(), ec2).string().rfind("socket:", 0) == 0;
+    }
+    return n;
+  };
+  for (int i = 0; i < 600 && sockets() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others are in the collective
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   std::string out;
   char buf[4096];
@@ -630,6 +643,81 @@ TEST(CliLaunch, ReportGraceIsValidatedLikeTimeout) {
   for (const std::string v : {"inf", "nan", "-1", "1e300"}) {
     EXPECT_EQ(run("launch -n 1 --report-grace " + v + " -- true").status, 2) << v;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// No process reports success alone: a duplicate rank, a store reused from an earlier run and a
+// launcher's variables without a rank are refused, naming them.
+TEST(CliLaunch, ADuplicateRankIsRefusedNamingItAndTheOthersStillMeet) {
+  const int port = 20000 + static_cast<int>((getpid() * 7) % 20000);
+  const std::string base = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
+                           std::string(MESHSIM_EXE) + " run --backend gloo --mesh dp=2 --timeout 10";
+  const std::string cmd = "pids=''; for r in 0 1 1; do RANK=$r " + base +
+                          " & pids=\"$pids $!\"; done; n=0; for p in $pids; do wait $p || n=$((n+1)); done; "
+                          "echo failed=$n";
+  Result r = run_shell("(" + cmd + ") 2>&1");
+  std::string out;
+  for (const auto& l : r.lines) out += l + "\n";
+  EXPECT_NE(out.find("failed=1"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 is already held"), std::string::npos) << out;
+  EXPECT_NE(out.find("two processes were started as rank 1"), std::string::npos) << out;
+}
+
+TEST(CliLaunch, AStoreReusedByALaterRunIsNamedAtOnce) {
+  FILE* store = popen(("sh -c 'echo $$; exec " + std::string(MESHSIM_EXE) + " store --port 0'").c_str(), "r");
+  ASSERT_NE(store, nullptr);
+  char line[256] = {};
+  ASSERT_NE(fgets(line, sizeof line, store), nullptr);
+  const pid_t store_pid = static_cast<pid_t>(std::stol(line));
+  ASSERT_NE(fgets(line, sizeof line, store), nullptr);
+  const std::string text(line);
+  const std::string addr = text.substr(text.find("127.0.0.1:"), text.find_last_not_of("\n") - text.find("127.0.0.1:") + 1);
+  auto both = [&](const std::string& what) {
+    return run_shell("pids=''; for r in 0 1; do MESHSIM_RANK=$r MESHSIM_WORLD_SIZE=2 MESHSIM_STORE=" + addr + " " +
+                     std::string(MESHSIM_EXE) + " " + what +
+                     " 2>&1 & pids=\"$pids $!\"; done; n=0; for p in $pids; do wait $p || n=$((n+1)); done; "
+                     "echo failed=$n");
+  };
+  for (const std::string what : {"rendezvous --timeout 5", "run --backend gloo --mesh dp=2 --timeout 5"}) {
+    Result first = both(what);
+    ASSERT_FALSE(first.lines.empty());
+    EXPECT_EQ(first.lines.back(), "failed=0") << what;
+    const auto t0 = std::chrono::steady_clock::now();
+    Result again = both(what);
+    std::string out;
+    for (const auto& l : again.lines) out += l + "\n";
+    EXPECT_NE(out.find("failed=2"), std::string::npos) << what << ": " << out;
+    EXPECT_NE(out.find("an earlier run used this store"), std::string::npos) << what << ": " << out;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << what;  // not the timeout
+  }
+  // Runs with their own MESHSIM_RUN_ID share the store.
+  Result scoped = run_shell("pids=''; for r in 0 1; do MESHSIM_RUN_ID=fresh MESHSIM_RANK=$r MESHSIM_WORLD_SIZE=2 "
+                            "MESHSIM_STORE=" + addr + " " + std::string(MESHSIM_EXE) +
+                            " rendezvous --timeout 5 & pids=\"$pids $!\"; done; n=0; for p in $pids; do wait $p || "
+                            "n=$((n+1)); done; echo failed=$n");
+  ASSERT_FALSE(scoped.lines.empty());
+  EXPECT_EQ(scoped.lines.back(), "failed=0");
+  ::kill(store_pid, SIGTERM);
+  pclose(store);
+}
+
+TEST(CliRun, ALaunchersVariablesWithoutARankAreRefusedOnProcessBackends) {
+  for (const std::string var : {"LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500", "MASTER_PORT=29500"}) {
+    Result r = run_shell(var + " " + std::string(MESHSIM_EXE) + " run --backend gloo --mesh dp=2 2>&1");
+    EXPECT_EQ(r.status, 2) << var;
+    ASSERT_FALSE(r.lines.empty());
+    EXPECT_NE(r.lines[0].find("is set but RANK and WORLD_SIZE are not"), std::string::npos) << r.lines[0];
+    // The threaded backend ignores them, as before.
+    EXPECT_EQ(run_shell(var + " " + std::string(MESHSIM_EXE) + " run --mesh dp=2 >/dev/null 2>&1").status, 0) << var;
+  }
+  // MPICH's and Intel MPI's variables are read: one rank of two, its store named by MASTER_*.
+  Result mpich = run_shell("PMI_RANK=1 PMI_SIZE=2 " + std::string(MESHSIM_EXE) + " run --backend gloo --mesh dp=2 2>&1");
+  EXPECT_EQ(mpich.status, 2);
+  ASSERT_FALSE(mpich.lines.empty());
+  EXPECT_NE(mpich.lines[0].find("launched by mpich but no store is named"), std::string::npos) << mpich.lines[0];
 }
 
 }  // namespace

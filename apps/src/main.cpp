@@ -12,6 +12,8 @@
 #include <unistd.h>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <thread>
 
 #include "meshsim/error.hpp"
 #include "meshsim/launch.hpp"
@@ -161,9 +163,10 @@ int main(int argc, char** argv) {
         meshsim::run::write_error_file(f, std::string("meshsim run") + (rank ? " on rank " + std::string(rank) : "") +
                                               ": " + e.type_name() + ": " + e.what());
       }
-      // A store or peer that cannot be reached is the job failing (1), not bad usage (2).
+      // A store or peer that cannot be reached, or a rank started twice, is the job failing (1),
+      // not bad usage (2).
       const std::string type = e.type_name();
-      return type == "Unavailable" || type == "DeadlineExceeded" ? 1 : 2;
+      return type == "Unavailable" || type == "DeadlineExceeded" || type == "AlreadyExists" ? 1 : 2;
     }
   }
   if (*store) {
@@ -213,21 +216,37 @@ int main(int argc, char** argv) {
       }
       const char* token = std::getenv("MESHSIM_STORE_TOKEN");
       const std::chrono::milliseconds deadline(static_cast<int64_t>(rdv_timeout * 1000));
-      meshsim::TcpStoreClient store({.host = env->store_host, .port = env->store_port,
-                                     .token = token ? token : "", .connect_timeout = deadline,
-                                     .reply_timeout = deadline});
-      store.set("rendezvous/" + std::to_string(env->rank), std::to_string(getpid()));
+      std::optional<meshsim::StoreProtocol> forced;
+      if (const char* p = std::getenv("MESHSIM_TORCH_STORE_PROTOCOL"); p && *p) forced = meshsim::parse_store_protocol(p);
+      meshsim::LaunchStore joined = meshsim::join_launch_store(*env, deadline, token ? token : "", forced);
+      meshsim::Store& store = *joined.store;
+      const std::string prefix = "rendezvous" + env->scope;
+      // One process per rank: a duplicate rank, or a store holding an earlier rendezvous, fails.
+      meshsim::claim_rank(store, prefix + "/" + std::to_string(env->rank), *env);
       std::vector<std::string> keys;
-      for (int64_t r = 0; r < env->world_size; ++r) keys.push_back("rendezvous/" + std::to_string(r));
-      store.wait(keys, std::chrono::milliseconds(static_cast<int64_t>(rdv_timeout * 1000)));
-      const int64_t arrived = store.add("rendezvous/arrived", 1);
+      for (int64_t r = 0; r < env->world_size; ++r) keys.push_back(prefix + "/" + std::to_string(r));
+      store.wait(keys, deadline);
+      const int64_t arrived = store.add(prefix + "/arrived", 1);
+      if (arrived > env->world_size) {
+        throw meshsim::AlreadyExists("arrival " + std::to_string(arrived) + " at " + env->store_host + ":" +
+                                     std::to_string(env->store_port) + " is above the world size " +
+                                     std::to_string(env->world_size) + ": extra processes, or an earlier rendezvous");
+      }
+      if (joined.hosted) {
+        // This process serves the store: it stays until every rank has arrived (bounded).
+        const auto until = std::chrono::steady_clock::now() + deadline;
+        while (store.add(prefix + "/arrived", 0) < env->world_size && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
       std::cout << "rank " << env->rank << " of " << env->world_size << " (" << env->launcher
                 << "): met every rank through " << env->store_host << ":" << env->store_port
                 << " (arrival " << arrived << ")" << std::endl;
       return 0;
     } catch (const meshsim::Error& e) {
       std::cerr << "meshsim rendezvous: " << e.type_name() << ": " << e.what() << "\n";
-      return e.type_name() == std::string("DeadlineExceeded") || e.type_name() == std::string("Unavailable") ? 1 : 2;
+      const std::string type = e.type_name();
+      return type == "DeadlineExceeded" || type == "Unavailable" || type == "AlreadyExists" ? 1 : 2;
     }
   }
   if (*ops) {

@@ -689,21 +689,14 @@ int run(const Options& o, std::ostream& out) {
     hosted = std::move(joined.hosted);
     job.store = std::move(joined.store);
     job.wills = joined.meshsim;
-    if (const char* id = std::getenv("MESHSIM_RUN_ID"); id && *id) job.prefix += "/" + std::string(id);
-    // A torchrun job's keys live beside torchrun's own in the agent's store, which outlives a
-    // restart: one namespace per run and attempt.
-    if (env.launcher == "torchrun") {
-      job.prefix += "/torchelastic/" + (env.run_id.empty() ? std::string("none") : env.run_id) + "/attempt_" +
-                    std::to_string(env.restart_count);
-    }
-    // If this process dies, the store tells the others which rank it was (meshsim's store only).
-    if (job.wills) {
-      job.wills->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
-    } else {
-      // A store without wills (PyTorch's): peers on this host can still tell that this rank's
-      // process is gone from its host and pid.
-      job.store->set(job.prefix + "/process/" + std::to_string(env.rank), process_identity());
-    }
+    job.prefix += env.scope;  // one namespace per run (and, under torchrun, per attempt)
+    // One process per rank and run: a second process with this rank (a duplicate RANK), or a
+    // store that still holds this run's keys from an earlier job, is refused at once. The claim
+    // ("<host> <pid>") also lets peers on this host name this rank if its process dies, on a
+    // store without wills (PyTorch's) too.
+    claim_rank(*job.store, job.prefix + "/rank/" + std::to_string(env.rank), env);
+    // If this process dies, meshsim's store tells the others which rank it was.
+    if (job.wills) job.wills->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
   }
   Outcome r = o.backend == "local" ? run_local(job) : run_threaded(job);
   if (hosted && r.ok) {

@@ -78,6 +78,7 @@ std::optional<LaunchEnv> launch_env_from(const std::function<const char*(const c
       {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
       {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
       {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+      {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
   };
   for (const Scheme& s : schemes) {
     const char* rank = get(s.rank);
@@ -125,6 +126,11 @@ std::optional<LaunchEnv> launch_env_from(const std::function<const char*(const c
     } else if (get("MASTER_PORT")) {
       throw InvalidArgument("MASTER_ADDR is unset while MASTER_PORT is set");
     }
+    if (const char* id = get("MESHSIM_RUN_ID"); id && *id) e.scope += "/" + std::string(id);
+    if (e.launcher == "torchrun") {
+      e.scope += "/torchelastic/" + (e.run_id.empty() ? std::string("none") : e.run_id) + "/attempt_" +
+                 std::to_string(e.restart_count);
+    }
     if (e.launcher == "slurm" && e.store_host.empty()) {
       throw InvalidArgument(
           "launched by srun (SLURM_PROCID=" + std::to_string(e.rank) +
@@ -133,6 +139,14 @@ std::optional<LaunchEnv> launch_env_from(const std::function<const char*(const c
           "and MASTER_PORT, as PyTorch requires under srun, or MESHSIM_STORE=host:port");
     }
     return e;
+  }
+  // A launcher's variables meshsim cannot place itself by: refuse rather than have every
+  // process simulate the whole world alone and report success.
+  for (const char* lone : {"LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "LOCAL_WORLD_SIZE"}) {
+    if (get(lone)) {
+      throw InvalidArgument(std::string(lone) + " is set but RANK and WORLD_SIZE are not: a launcher started this "
+                            "process without telling it its rank (set RANK and WORLD_SIZE, or unset " + lone + ")");
+    }
   }
   return std::nullopt;
 }
@@ -183,6 +197,20 @@ LaunchStore join_launch_store(const LaunchEnv& env, std::chrono::milliseconds ti
                                                                    .connect_timeout = timeout,
                                                                    .reply_timeout = timeout});
   return out;
+}
+
+void claim_rank(Store& store, const std::string& key, const LaunchEnv& env) {
+  const std::string me = process_identity();
+  const std::string held = store.compare_set(key, "", me);
+  if (held == me) return;
+  const auto space = held.rfind(' '), mine = me.rfind(' ');
+  const bool here = space != std::string::npos && held.substr(0, space) == me.substr(0, mine);
+  const bool gone = here && !detail::process_alive(held.substr(space + 1));
+  throw AlreadyExists("rank " + std::to_string(env.rank) + " is already held in the store " + env.store_host + ":" +
+                      std::to_string(env.store_port) + " by process " + quote_input(held) + " (host pid)" +
+                      (gone ? ", which is gone: an earlier run used this store (give each run its own "
+                              "MESHSIM_RUN_ID, or a fresh store)"
+                            : ": two processes were started as rank " + std::to_string(env.rank)));
 }
 
 std::string process_identity() { return detail::this_host() + " " + std::to_string(::getpid()); }

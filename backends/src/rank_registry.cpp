@@ -148,7 +148,7 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
                            " was in " + where,
                        {}, {}};
     }
-    if (auto p = lookup_key(store, prefix + "/process/" + std::to_string(g))) {
+    if (auto p = lookup_key(store, prefix + "/rank/" + std::to_string(g))) {
       const auto space = p->rfind(' ');
       if (space != std::string::npos && p->substr(0, space) == this_host()) {
         const std::string pid = p->substr(space + 1);

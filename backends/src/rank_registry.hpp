@@ -47,7 +47,7 @@ bool process_alive(const std::string& pid);
 // store_diagnosis reads why a collective of `group` failed under rank `me` from the store: the
 // run's published diagnosis ("<prefix>/failure"), or a member whose process ended abruptly (its
 // will, "<prefix>/exit/<rank>"; or, on a store without wills such as PyTorch's, a member whose
-// "<prefix>/process/<rank>" = "<host> <pid>" names a process on this host that is gone);
+// "<prefix>/rank/<rank>" = "<host> <pid>" (claim_rank) names a process on this host that is gone);
 // nullopt when the store holds none of these (or is unreachable). `where` describes the
 // collective for the message.
 std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,

@@ -11,11 +11,14 @@
 // WORLD_SIZE, LOCAL_RANK, GROUP_RANK, MASTER_ADDR, MASTER_PORT and its TORCHELASTIC_* variables
 // (USE_AGENT_STORE, RESTART_COUNT, RUN_ID, ERROR_FILE); Open MPI's OMPI_COMM_WORLD_RANK,
 // OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK; Slurm's SLURM_PROCID, SLURM_NTASKS,
-// SLURM_LOCALID, SLURM_NODEID (srun). Every launcher but meshsim's takes the store from
+// SLURM_LOCALID, SLURM_NODEID (srun); MPICH's and Intel MPI's PMI_RANK, PMI_SIZE,
+// MPI_LOCALRANKID (mpiexec/Hydra). Every launcher but meshsim's takes the store from
 // MESHSIM_STORE or MASTER_ADDR/MASTER_PORT; Slurm requires one (PyTorch under srun does too).
 // A variable that is present but malformed (not a decimal integer, out of range, rank >= world
 // size, a store that is not host:port, a restart count that is negative) is InvalidArgument
-// naming the variable and its value; none present is nullopt (not launched).
+// naming the variable and its value; none present is nullopt (not launched), except that
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT, GROUP_RANK or LOCAL_WORLD_SIZE without a rank is
+// InvalidArgument naming it (a launcher that left this process without its place).
 #pragma once
 
 #include <chrono>
@@ -31,7 +34,7 @@
 namespace meshsim {
 
 struct LaunchEnv {
-  std::string launcher;  // "meshsim", "torchrun", "openmpi" or "slurm"
+  std::string launcher;  // "meshsim", "torchrun", "openmpi", "slurm" or "mpich"
   int64_t rank = 0;
   int64_t world_size = 1;
   int64_t local_rank = 0;
@@ -44,6 +47,10 @@ struct LaunchEnv {
   int64_t restart_count = 0;
   std::string run_id;
   std::string error_file;
+  // scope namespaces one run's keys in a shared store: "/<MESHSIM_RUN_ID>" when set, then under
+  // torchrun "/torchelastic/<run id>/attempt_<restart count>" (the agent's store outlives an
+  // attempt); "" otherwise.
+  std::string scope;
 };
 
 // launch_env_from reads the variables through `get` (nullptr when unset): testable without
@@ -72,9 +79,14 @@ struct LaunchStore {
 LaunchStore join_launch_store(const LaunchEnv& env, std::chrono::milliseconds timeout, const std::string& token,
                               std::optional<StoreProtocol> forced_protocol);
 
-// process_identity is "<host> <pid>" of this process: what a rank publishes under
-// "<prefix>/process/<rank>" on a store without wills, so that its peers on the same host can
-// name it when its process ends abruptly (Gloo's and NCCL's store_diagnosis read it).
+// claim_rank records this process as the holder of rank env.rank under `key` (compare-and-set
+// of process_identity()); AlreadyExists naming the holder when another process holds it: a
+// duplicate rank, or a store that still holds an earlier run's keys (its process gone).
+void claim_rank(Store& store, const std::string& key, const LaunchEnv& env);
+
+// process_identity is "<host> <pid>" of this process: what claim_rank publishes under
+// "<prefix>/rank/<rank>", so that its peers on the same host can name it when its process ends
+// abruptly, with or without wills (Gloo's and NCCL's store_diagnosis read it).
 std::string process_identity();
 
 // parse_host_port reads "host:port" (InvalidArgument naming `what` otherwise).
