@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -171,6 +172,36 @@ TEST(TcpStore, AClientStalledMidFrameIsDropped) {
   EXPECT_EQ(server.connections(), 0u);
   EXPECT_EQ(reply(fd), "");  // closed without an answer
   ::close(fd);
+  TcpStoreClient ok({.port = server.port()});
+  ok.set("still", "serving");
+  EXPECT_EQ(ok.get("still", 1s), "serving");
+}
+
+// rss_kib is this process's resident memory (the server runs in it).
+int64_t rss_kib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return 0;
+}
+
+TEST(TcpStore, HeadersThatClaimLargeBodiesHoldNoMemoryUntilTheBytesCome) {
+  // 300 connections each claim a 1 MiB frame and send 5 bytes of it: the server must not hold
+  // 300 MiB for them (it allocated and zeroed each claimed body when its header arrived).
+  TcpStoreServer server({.frame_timeout = 5s});
+  const int64_t before = rss_kib();
+  std::vector<int> fds;
+  const std::string head("\x00\x00\x10\x00\x02\x01\x00\x00\x00", 9);  // 1 MiB claimed
+  for (int i = 0; i < 300; ++i) {
+    fds.push_back(raw(server.port()));
+    ASSERT_EQ(::send(fds.back(), head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  }
+  for (int i = 0; i < 200 && server.connections() < fds.size(); ++i) std::this_thread::sleep_for(5ms);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(server.connections(), fds.size());
+  EXPECT_LT(rss_kib() - before, 64 * 1024) << "KiB held for bodies not sent";
+  for (int fd : fds) ::close(fd);
   TcpStoreClient ok({.port = server.port()});
   ok.set("still", "serving");
   EXPECT_EQ(ok.get("still", 1s), "serving");
@@ -378,7 +409,7 @@ TEST(TcpStoreClientFaults, AConnectionDroppedMidRequestIsUnavailable) {
 }
 
 TEST(TcpStoreClientFaults, HostNamesResolveAndAnUnknownOneIsRefusedAtOnce) {
-  TcpStoreServer server({});
+  TcpStoreServer server({.host = "localhost"});  // binds what the name resolves to
   TcpStoreClient byname({.host = "localhost", .port = server.port()});
   byname.set("k", "v");
   EXPECT_EQ(byname.get("k", 1s), "v");

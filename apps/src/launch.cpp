@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -139,7 +140,10 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   uint16_t port = 0;
   if (o.store.empty()) {
     if (world != o.nprocs) throw InvalidArgument("launch: a world larger than -n needs --store to join");
-    server = std::make_unique<TcpStoreServer>(TcpStoreOptions{.token = token});
+    // Sized for the job: every rank holds a connection (and a rendezvous or a tool may hold one
+    // more), so -n up to its limit never meets the store's default cap.
+    server = std::make_unique<TcpStoreServer>(TcpStoreOptions{
+        .token = token, .max_connections = std::max<std::size_t>(1024, 2 * static_cast<std::size_t>(o.nprocs) + 64)});
     host = "127.0.0.1";
     port = server->port();
   } else {

@@ -9,6 +9,7 @@
 
 #include "meshsim/error.hpp"
 #include "rank_registry.hpp"
+#include "socket.hpp"
 
 namespace meshsim {
 
@@ -29,33 +30,6 @@ int64_t parse_int(const char* name, const char* value, int64_t lo, int64_t hi) {
 }
 
 constexpr int64_t kMaxWorld = int64_t{1} << 24;
-
-// numeric_host is `host` as an IP address (a name such as torchrun's "localhost" or the agent's
-// host name resolved, IPv4 first), since meshsim's store binds and connects by address.
-std::string numeric_host(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0) {
-    throw Unavailable("store address " + quote_input(host) +
-                      " cannot be resolved: " + ::gai_strerror(rc));
-  }
-  const addrinfo* pick = res;
-  for (const addrinfo* a = res; a; a = a->ai_next) {
-    if (a->ai_family == AF_INET) {
-      pick = a;
-      break;
-    }
-  }
-  char buf[NI_MAXHOST];
-  const int rc =
-      ::getnameinfo(pick->ai_addr, pick->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
-  ::freeaddrinfo(res);
-  if (rc != 0)
-    throw Unavailable("store address " + quote_input(host) +
-                      " cannot be resolved: " + ::gai_strerror(rc));
-  return buf;
-}
 
 }  // namespace
 
@@ -160,7 +134,7 @@ LaunchStore join_launch_store(const LaunchEnv& env, std::chrono::milliseconds ti
         " but no store is named (set MESHSIM_STORE=host:port, or MASTER_ADDR and MASTER_PORT)");
   }
   LaunchStore out;
-  const std::string host = numeric_host(env.store_host);
+  const std::string host = detail::numeric_host(env.store_host);
   auto meshsim_client = [&]() {
     auto c = std::make_shared<TcpStoreClient>(TcpStoreOptions{
         .host = host, .port = env.store_port, .token = token, .connect_timeout = timeout, .reply_timeout = timeout});

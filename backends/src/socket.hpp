@@ -163,4 +163,32 @@ inline Socket connect_until(const std::string& host, uint16_t port, Clock::time_
   }
 }
 
+// numeric_host is `host` as an IP address (a name such as torchrun's "localhost" or the agent's
+// host name resolved, IPv4 first), since meshsim's store binds and connects by address.
+inline std::string numeric_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0) {
+    throw Unavailable("store address " + quote_input(host) +
+                      " cannot be resolved: " + ::gai_strerror(rc));
+  }
+  const addrinfo* pick = res;
+  for (const addrinfo* a = res; a; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  }
+  char buf[NI_MAXHOST];
+  const int rc =
+      ::getnameinfo(pick->ai_addr, pick->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
+  ::freeaddrinfo(res);
+  if (rc != 0)
+    throw Unavailable("store address " + quote_input(host) +
+                      " cannot be resolved: " + ::gai_strerror(rc));
+  return buf;
+}
+
+
 }  // namespace meshsim::detail

@@ -254,7 +254,7 @@ struct TcpStoreServer::Impl {
               asio::use_awaitable);
           co_return;  // the stream cannot be resynchronised: drop the connection
         }
-        std::string body(len, '\0');
+        std::string body;
         {
           // The rest of the frame must follow within frame_timeout, else the connection closes.
           asio::steady_timer guard(io);
@@ -265,7 +265,13 @@ struct TcpStoreServer::Impl {
               sock.close(ignored);
             }
           });
-          co_await asio::async_read(sock, asio::buffer(body.data(), body.size()), asio::use_awaitable);
+          // The body grows as its bytes arrive (64 KiB at a time), so memory follows what clients
+          // sent, not what their headers claim: 1,000 headers claiming 1 MiB hold nothing.
+          while (body.size() < len) {
+            const std::size_t at = body.size(), step = std::min<std::size_t>(len - at, std::size_t{64} << 10);
+            body.resize(at + step);
+            co_await asio::async_read(sock, asio::buffer(body.data() + at, step), asio::use_awaitable);
+          }
           guard.cancel();
         }
         std::string out;
@@ -369,8 +375,18 @@ struct TcpStoreServer::Impl {
 TcpStoreServer::TcpStoreServer(TcpStoreOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(options);
   boost::system::error_code ec;
-  const auto addr = asio::ip::make_address(impl_->opt.host, ec);
-  if (ec) throw InvalidArgument("store: '" + impl_->opt.host + "' is not an IP address");
+  auto addr = asio::ip::make_address(impl_->opt.host, ec);
+  if (ec) {
+    // A host name ("localhost", this node's name) binds the address it resolves to.
+    std::string numeric;
+    try {
+      numeric = detail::numeric_host(impl_->opt.host);
+    } catch (const Unavailable&) {
+      throw InvalidArgument("store: " + quote_input(impl_->opt.host) +
+                            " is neither an IP address nor a host name that resolves");
+    }
+    addr = asio::ip::make_address(numeric, ec);
+  }
   const tcp::endpoint ep(addr, impl_->opt.port);
   impl_->acceptor.open(ep.protocol(), ec);
   if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
