@@ -408,6 +408,32 @@ TEST(TcpStoreClientFaults, AConnectionDroppedMidRequestIsUnavailable) {
   EXPECT_NE(m.find("connection lost during wait"), std::string::npos) << m;
 }
 
+TEST(TcpStoreClientFaults, AServerWhoseAcceptQueueIsFullEndsAtTheConnectDeadline) {
+  // A listener that never accepts, its queue filled: the kernel drops further SYNs, as a
+  // firewall would (a blocking connect waited about 130 s).
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 0), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const uint16_t port = ntohs(a.sin_port);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    fillers.push_back(c);
+  }
+  std::this_thread::sleep_for(100ms);
+  const std::string m = expect_throw_within<Error>(
+      [&] { TcpStoreClient({.port = port, .connect_timeout = 1s, .reply_timeout = 1s}); }, 10s);
+  EXPECT_NE(m.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << m;
+  for (int c : fillers) ::close(c);
+  ::close(fd);
+}
+
 TEST(TcpStoreClientFaults, HostNamesResolveAndAnUnknownOneIsRefusedAtOnce) {
   TcpStoreServer server({.host = "localhost"});  // binds what the name resolves to
   TcpStoreClient byname({.host = "localhost", .port = server.port()});
