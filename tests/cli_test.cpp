@@ -721,3 +721,41 @@ TEST(CliRun, ALaunchersVariablesWithoutARankAreRefusedOnProcessBackends) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CliLaunch, AStoreKilledMidRunIsNamedByEveryRankNotTheOtherRanks) {
+  FILE* store = popen(("sh -c 'echo $$; exec " + std::string(MESHSIM_EXE) + " store --port 0'").c_str(), "r");
+  ASSERT_NE(store, nullptr);
+  char line[256] = {};
+  ASSERT_NE(fgets(line, sizeof line, store), nullptr);
+  const pid_t store_pid = static_cast<pid_t>(std::stol(line));
+  ASSERT_NE(fgets(line, sizeof line, store), nullptr);
+  const std::string text(line);
+  const std::string addr = text.substr(text.find("127.0.0.1:"), text.find_last_not_of("\n") - text.find("127.0.0.1:") + 1);
+  // Rank 1 stalls, so the others wait inside a collective when the store dies under them.
+  const std::string cmd = "pids=''; for r in 0 1 2 3; do MESHSIM_RANK=$r MESHSIM_WORLD_SIZE=4 MESHSIM_STORE=" + addr + " " +
+                          std::string(MESHSIM_EXE) +
+                          " run --backend gloo --mesh dp=2,tp=2 --timeout 5 --fault stall@1 2>&1 | sed \"s/^/[$r] /\" & "
+                          "pids=\"$pids $!\"; done; sleep 1.5; kill -9 " + std::to_string(store_pid) +
+                          "; for p in $pids; do wait $p; done";
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = run_shell(cmd);
+  pclose(store);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  std::string out;
+  for (const auto& l : r.lines) out += l + "\n";
+  for (int k = 0; k < 4; ++k) {
+    bool named = false;
+    for (const auto& l : r.lines) {
+      if (l.rfind("[" + std::to_string(k) + "] ", 0) == 0 && l.find("FAILED") != std::string::npos &&
+          l.find(addr) != std::string::npos && l.find("store") != std::string::npos) {
+        named = true;
+      }
+    }
+    EXPECT_TRUE(named) << "rank " << k << " does not name the store " << addr << ":\n" << out;
+  }
+  EXPECT_EQ(out.find("never arrived"), std::string::npos) << out;
+}
+
+}  // namespace

@@ -572,7 +572,9 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
       out << "OK: every rank's groups match the mesh on every dim\n";
     } else {
       for (const Diagnosis& d : r.failures) {
-        out << "FAILED rank " << (d.ranks.empty() ? -1 : d.ranks[0]) << " [" << d.kind << "]: " << d.message << "\n";
+        // A failure no rank caused (a lost store) names none.
+        out << "FAILED " << (d.ranks.empty() ? "" : "rank " + std::to_string(d.ranks[0]) + " ") << "[" << d.kind
+            << "]: " << d.message << "\n";
       }
       for (const RankReport& s : r.stuck) out << "STUCK rank " << s.rank << ": " << s.message << "\n";
     }

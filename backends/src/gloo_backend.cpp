@@ -537,6 +537,18 @@ class GlooCommunicator final : public Communicator {
     if (census) {
       try {
         s_->opt.store->set(s_->key(stall_prefix + std::to_string(global())), d.to_string());
+      } catch (const Error& e) {
+        // The store is gone: no census can say who arrived, so no rank is blamed; the store is.
+        const std::string type = e.type_name();
+        if (type == "Unavailable" || type == "DeadlineExceeded") {
+          Diagnosis dg{"store", {},
+                       "the store was lost: rank " + std::to_string(global()) + " failed in " + where + " (" + what +
+                           ") and could not reach the store to learn who arrived: " + e.what(),
+                       {}, {}};
+          owner_->abort(dg);
+          close_own();
+          throw Aborted(owner_->diagnosis()->message);
+        }
       } catch (const std::exception&) {
       }
     } else {

@@ -393,6 +393,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   }
   if (d) {
     report.ok = false;
+    if (d->ranks.empty()) report.failures.push_back(*d);  // no rank at fault (a lost store)
     for (int64_t r : d->ranks) {
       Diagnosis one = *d;
       one.ranks = {r};
