@@ -474,6 +474,24 @@ TEST(CliLaunch, TorchrunStyleVariablesSetByHandWork) {
   EXPECT_EQ(ranks, (std::set<int64_t>{0, 1, 2, 3}));
 }
 
+TEST(CliLaunch, SlurmVariablesSetByHandWork) {
+  // What srun gives each task (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID), with the
+  // store at MASTER_ADDR:MASTER_PORT as PyTorch requires under srun: rank 0 serves it.
+  const int port = 20000 + static_cast<int>((getpid() * 13) % 20000);
+  std::string cmd = "pids=''; for r in 0 1 2 3; do SLURM_PROCID=$r SLURM_NTASKS=4 SLURM_LOCALID=$r SLURM_NODEID=0 "
+                    "MASTER_ADDR=localhost MASTER_PORT=" + std::to_string(port) + " " + std::string(MESHSIM_EXE) +
+                    " run --backend gloo --mesh dp=2,tp=2 --timeout 20 & pids=\"$pids $!\"; done; "
+                    "fail=0; for p in $pids; do wait $p || fail=1; done; exit $fail";
+  Result r = run_shell(cmd);
+  EXPECT_EQ(r.status, 0);
+  int ok = 0;
+  for (const std::string& l : r.lines) {
+    ok += l == "OK: every rank's groups match the mesh on every dim";
+    if (l.rfind("meshsim run: 4 ranks", 0) == 0) EXPECT_NE(l.find("launched by slurm"), std::string::npos) << l;
+  }
+  EXPECT_EQ(ok, 4);
+}
+
 TEST(CliStore, ServesClientsAndStopsOnSigterm) {
   int out[2];
   ASSERT_EQ(pipe(out), 0);
