@@ -762,8 +762,31 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
     s_->reg.throw_aborted();
   }
   if (!failure.empty()) {
-    throw DeadlineExceeded("gloo backend: rank " + std::to_string(rank) + " could not connect group " +
-                           rank_list(info->ranks) + " within " + std::to_string(timeout.count()) + " ms: " + failure);
+    const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    const std::string where = "connecting group " + rank_list(info->ranks);
+    // A member that died makes the others' connects fail at once (a refused or reset connection):
+    // its will or its claim in the store names it, given a moment to arrive.
+    const auto settle = Clock::now() + std::min<milliseconds>(milliseconds(1000), timeout);
+    for (;;) {
+      if (auto dg = detail::store_diagnosis(*o.store, o.prefix, info->ranks, rank, where)) {
+        abort(*dg);
+        s_->close_rank(rank);
+        s_->reg.throw_aborted();
+      }
+      if (Clock::now() >= settle) break;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    if (failure.find("Timed out") != std::string::npos || waited >= timeout) {
+      throw DeadlineExceeded("gloo backend: rank " + std::to_string(rank) + " could not connect group " +
+                             rank_list(info->ranks) + " within " + std::to_string(timeout.count()) + " ms: " + failure);
+    }
+    // Not a timeout: its own kind, with how long it took, not a stall.
+    abort(Diagnosis{"connect", {rank},
+                    "rank " + std::to_string(rank) + " could not connect group " + rank_list(info->ranks) + " (failed after " +
+                        std::to_string(waited.count()) + " ms): " + failure,
+                    {}, {}});
+    s_->close_rank(rank);
+    s_->reg.throw_aborted();
   }
   return std::make_shared<GlooCommunicator>(s_, this, ctx, info, sub, prefix, timeout);
 }
