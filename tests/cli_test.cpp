@@ -667,6 +667,27 @@ TEST(CliLaunch, ReportGraceIsValidatedLikeTimeout) {
 
 namespace {
 
+// StoreProcess is `meshsim store --port 0` as a process of its own: its pid and address.
+struct StoreProcess {
+  FILE* out = nullptr;
+  pid_t pid = 0;
+  std::string addr;
+  StoreProcess() {
+    out = popen(("sh -c 'echo $$; exec " + std::string(MESHSIM_EXE) + " store --port 0'").c_str(), "r");
+    char line[256] = {};
+    if (!out || !fgets(line, sizeof line, out)) return;
+    pid = static_cast<pid_t>(std::stol(line));
+    if (!fgets(line, sizeof line, out)) return;
+    const std::string text(line);
+    const auto at = text.find("127.0.0.1:");
+    if (at != std::string::npos) addr = text.substr(at, text.find_last_not_of("\n") + 1 - at);
+  }
+  ~StoreProcess() {
+    if (pid > 0) ::kill(pid, SIGTERM);
+    if (out) pclose(out);
+  }
+};
+
 // No process reports success alone: a duplicate rank, a store reused from an earlier run and a
 // launcher's variables without a rank are refused, naming them.
 TEST(CliLaunch, ADuplicateRankIsRefusedNamingItAndTheOthersStillMeet) {
@@ -685,14 +706,10 @@ TEST(CliLaunch, ADuplicateRankIsRefusedNamingItAndTheOthersStillMeet) {
 }
 
 TEST(CliLaunch, AStoreReusedByALaterRunIsNamedAtOnce) {
-  FILE* store = popen(("sh -c 'echo $$; exec " + std::string(MESHSIM_EXE) + " store --port 0'").c_str(), "r");
-  ASSERT_NE(store, nullptr);
-  char line[256] = {};
-  ASSERT_NE(fgets(line, sizeof line, store), nullptr);
-  const pid_t store_pid = static_cast<pid_t>(std::stol(line));
-  ASSERT_NE(fgets(line, sizeof line, store), nullptr);
-  const std::string text(line);
-  const std::string addr = text.substr(text.find("127.0.0.1:"), text.find_last_not_of("\n") - text.find("127.0.0.1:") + 1);
+  StoreProcess store;
+  ASSERT_FALSE(store.addr.empty()) << "meshsim store did not start";
+  const std::string& addr = store.addr;
+  const pid_t store_pid = store.pid;
   auto both = [&](const std::string& what) {
     return run_shell("pids=''; for r in 0 1; do MESHSIM_RANK=$r MESHSIM_WORLD_SIZE=2 MESHSIM_STORE=" + addr + " " +
                      std::string(MESHSIM_EXE) + " " + what +
@@ -719,7 +736,6 @@ TEST(CliLaunch, AStoreReusedByALaterRunIsNamedAtOnce) {
   ASSERT_FALSE(scoped.lines.empty());
   EXPECT_EQ(scoped.lines.back(), "failed=0");
   ::kill(store_pid, SIGTERM);
-  pclose(store);
 }
 
 TEST(CliRun, ALaunchersVariablesWithoutARankAreRefusedOnProcessBackends) {
@@ -743,14 +759,10 @@ TEST(CliRun, ALaunchersVariablesWithoutARankAreRefusedOnProcessBackends) {
 namespace {
 
 TEST(CliLaunch, AStoreKilledMidRunIsNamedByEveryRankNotTheOtherRanks) {
-  FILE* store = popen(("sh -c 'echo $$; exec " + std::string(MESHSIM_EXE) + " store --port 0'").c_str(), "r");
-  ASSERT_NE(store, nullptr);
-  char line[256] = {};
-  ASSERT_NE(fgets(line, sizeof line, store), nullptr);
-  const pid_t store_pid = static_cast<pid_t>(std::stol(line));
-  ASSERT_NE(fgets(line, sizeof line, store), nullptr);
-  const std::string text(line);
-  const std::string addr = text.substr(text.find("127.0.0.1:"), text.find_last_not_of("\n") - text.find("127.0.0.1:") + 1);
+  StoreProcess store;
+  ASSERT_FALSE(store.addr.empty()) << "meshsim store did not start";
+  const std::string& addr = store.addr;
+  const pid_t store_pid = store.pid;
   // Rank 1 stalls, so the others wait inside a collective when the store dies under them.
   const std::string cmd = "pids=''; for r in 0 1 2 3; do MESHSIM_RANK=$r MESHSIM_WORLD_SIZE=4 MESHSIM_STORE=" + addr + " " +
                           std::string(MESHSIM_EXE) +
@@ -759,7 +771,6 @@ TEST(CliLaunch, AStoreKilledMidRunIsNamedByEveryRankNotTheOtherRanks) {
                           "; for p in $pids; do wait $p; done";
   const auto t0 = std::chrono::steady_clock::now();
   Result r = run_shell(cmd);
-  pclose(store);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
   std::string out;
   for (const auto& l : r.lines) out += l + "\n";
