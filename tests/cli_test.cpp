@@ -747,6 +747,12 @@ TEST(CliRun, ALaunchersVariablesWithoutARankAreRefusedOnProcessBackends) {
     // The threaded backend ignores them, as before.
     EXPECT_EQ(run_shell(var + " " + std::string(MESHSIM_EXE) + " run --mesh dp=2 >/dev/null 2>&1").status, 0) << var;
   }
+  // An address that does not resolve is refused naming the variable and the name.
+  Result bad = run_shell("RANK=0 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid MASTER_PORT=29500 " +
+                         std::string(MESHSIM_EXE) + " run --backend gloo --mesh dp=2 --timeout 5 2>&1");
+  EXPECT_EQ(bad.status, 1);
+  ASSERT_FALSE(bad.lines.empty());
+  EXPECT_NE(bad.lines[0].find("MASTER_ADDR='no-such-host.invalid'"), std::string::npos) << bad.lines[0];
   // MPICH's and Intel MPI's variables are read: one rank of two, its store named by MASTER_*.
   Result mpich = run_shell("PMI_RANK=1 PMI_SIZE=2 " + std::string(MESHSIM_EXE) + " run --backend gloo --mesh dp=2 2>&1");
   EXPECT_EQ(mpich.status, 2);

@@ -92,10 +92,12 @@ std::optional<LaunchEnv> launch_env_from(const std::function<const char*(const c
     }
     if (const char* store = get("MESHSIM_STORE")) {
       std::tie(e.store_host, e.store_port) = parse_host_port(store, "MESHSIM_STORE");
+      e.store_variable = "MESHSIM_STORE";
     } else if (const char* addr = get("MASTER_ADDR")) {
       const char* port = get("MASTER_PORT");
       if (!port) throw InvalidArgument("MASTER_PORT is unset while MASTER_ADDR is set");
       e.store_host = addr;
+      e.store_variable = "MASTER_ADDR";
       e.store_port = static_cast<uint16_t>(parse_int("MASTER_PORT", port, 1, 65535));
     } else if (get("MASTER_PORT")) {
       throw InvalidArgument("MASTER_ADDR is unset while MASTER_PORT is set");
@@ -134,7 +136,12 @@ LaunchStore join_launch_store(const LaunchEnv& env, std::chrono::milliseconds ti
         " but no store is named (set MESHSIM_STORE=host:port, or MASTER_ADDR and MASTER_PORT)");
   }
   LaunchStore out;
-  const std::string host = detail::numeric_host(env.store_host);
+  std::string host;
+  try {
+    host = detail::numeric_host(env.store_host);
+  } catch (const Unavailable& e) {
+    throw Unavailable(env.store_variable + "=" + quote_input(env.store_host) + ": " + e.what());
+  }
   auto meshsim_client = [&]() {
     auto c = std::make_shared<TcpStoreClient>(TcpStoreOptions{
         .host = host, .port = env.store_port, .token = token, .connect_timeout = timeout, .reply_timeout = timeout});

@@ -41,6 +41,7 @@ struct LaunchEnv {
   int64_t node_rank = 0;   // torchrun's GROUP_RANK, Slurm's SLURM_NODEID (0 when unset)
   std::string store_host;  // empty when the environment names no store
   uint16_t store_port = 0;
+  std::string store_variable;  // where the store came from: "MESHSIM_STORE" or "MASTER_ADDR"
   // torchrun only: the agent serves the store (TORCHELASTIC_USE_AGENT_STORE=True), the restart
   // attempt, the run id, and where a failing worker describes its failure for the agent.
   bool agent_store = false;
