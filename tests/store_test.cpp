@@ -200,7 +200,8 @@ TEST(TcpStore, HeadersThatClaimLargeBodiesHoldNoMemoryUntilTheBytesCome) {
   for (int i = 0; i < 200 && server.connections() < fds.size(); ++i) std::this_thread::sleep_for(5ms);
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(server.connections(), fds.size());
-  EXPECT_LT(rss_kib() - before, 64 * 1024) << "KiB held for bodies not sent";
+  // Under ThreadSanitizer every byte has shadow memory too: the bound leaves room for it.
+  EXPECT_LT(rss_kib() - before, 48 * 1024) << "KiB held for bodies not sent";
   for (int fd : fds) ::close(fd);
   TcpStoreClient ok({.port = server.port()});
   ok.set("still", "serving");

@@ -265,10 +265,11 @@ struct TcpStoreServer::Impl {
               sock.close(ignored);
             }
           });
-          // The body grows as its bytes arrive (64 KiB at a time), so memory follows what clients
-          // sent, not what their headers claim: 1,000 headers claiming 1 MiB hold nothing.
+          // The body grows as its bytes arrive, doubling from 4 KiB, so memory follows what clients
+          // sent (at most twice it plus 4 KiB), not what their headers claim.
           while (body.size() < len) {
-            const std::size_t at = body.size(), step = std::min<std::size_t>(len - at, std::size_t{64} << 10);
+            const std::size_t at = body.size(),
+                              step = std::min<std::size_t>(len - at, std::max<std::size_t>(at, std::size_t{4} << 10));
             body.resize(at + step);
             co_await asio::async_read(sock, asio::buffer(body.data() + at, step), asio::use_awaitable);
           }
