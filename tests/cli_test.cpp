@@ -404,6 +404,17 @@ TEST(CliLaunch, AProcessThatDiesMidRunIsNamedByTheOthersNotAHang) {
   }
 }
 
+// socket_count is how many sockets process `pid` holds (0 once it is gone).
+int socket_count(pid_t pid) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code ec2;
+    n += std::filesystem::read_symlink(fd.path(), ec2).string().rfind("socket:", 0) == 0;
+  }
+  return n;
+}
+
 TEST(CliLaunch, AProcessKilledWithSigkillMidCollectiveIsNamedByItsPeers) {
   // Rank 1 stalls (the others wait for it inside a collective); the test then kills it with
   // SIGKILL, as an OOM killer or a lost node would. Its store connection drops, the server
@@ -426,16 +437,7 @@ TEST(CliLaunch, AProcessKilledWithSigkillMidCollectiveIsNamedByItsPeers) {
   ASSERT_GT(victim, 0);
   // Rank 1 is in its stall once it holds its store connection (with its will) and its two Gloo
   // pairs: three sockets (a fixed sleep raced a slow start under sanitizers).
-  auto sockets = [&] {
-    int n = 0;
-    std::error_code ec;
-    for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(victim) + "/fd", ec)) {
-      std::error_code ec2;
-      n += std::filesystem::read_symlink(fd.path(), ec2).string().rfind("socket:", 0) == 0;
-    }
-    return n;
-  };
-  for (int i = 0; i < 600 && sockets() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 600 && socket_count(victim) < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others are in the collective
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   std::string out;
@@ -449,6 +451,43 @@ TEST(CliLaunch, AProcessKilledWithSigkillMidCollectiveIsNamedByItsPeers) {
   std::remove((dir + "/pid.0").c_str());
   std::remove((dir + "/pid.1").c_str());
   std::remove((dir + "/pid.2").c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(CliLaunch, AProcessKilledWhileConnectingEndsEveryRankNearItsTimeout) {
+  // Rank 3 of 8 is SIGKILLed as soon as it holds its store connection and its 7 pair sockets of
+  // the world group: inside Gloo's connect. A survivor whose pair waits for rank 3 (or for a
+  // survivor that gave up) waited five times the timeout per pair (20 s with --timeout 4); now
+  // the whole connect ends within about the timeout. The launcher's grace is long, so the time
+  // measured is the ranks' own.
+  char dir_template[] = "/tmp/meshsim-kill-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string cmd = std::string(MESHSIM_EXE) + " launch -n 8 --report-grace 60 -- sh -c 'echo $$ > " + dir +
+                          "/pid.$MESHSIM_RANK; exec " + std::string(MESHSIM_EXE) +
+                          " run --backend gloo --mesh dp=2,tp=4 --timeout 4' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  pid_t victim = 0;
+  for (int i = 0; i < 2000 && victim == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::ifstream in(dir + "/pid.3");
+    in >> victim;
+  }
+  ASSERT_GT(victim, 0);
+  for (int i = 0; i < 20000 && socket_count(victim) < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  pclose(p);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_LT(took, 4.0 + 4.0) << out;  // the timeout and a grace for 8 processes on 2 cores
+  EXPECT_NE(out.find("rank 3 was killed by signal 9"), std::string::npos) << out;
+  // Every survivor ends with a diagnosis (the dead rank, or what it saw), none with OK.
+  EXPECT_EQ(out.find("OK: every rank"), std::string::npos) << out;
+  for (int r = 0; r < 8; ++r) std::remove((dir + "/pid." + std::to_string(r)).c_str());
   ::rmdir(dir.c_str());
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <utility>
 #include <map>
 #include <mutex>
 #include <set>
@@ -51,6 +53,12 @@ class StoreAdapter final : public gloo::rendezvous::Store {
       : base_(std::move(base)), prefix_(std::move(prefix)), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     base_->set(k(key), std::string(data.begin(), data.end()));
+    if (key == publish_key_ && on_publish_) std::exchange(on_publish_, nullptr)();
+  }
+  // on_publish runs `f` once, right after Gloo sets `key` (e.g. the rank's pair addresses).
+  void on_publish(std::string key, std::function<void()> f) {
+    publish_key_ = std::move(key);
+    on_publish_ = std::move(f);
   }
   std::vector<char> get(const std::string& key) override {
     const std::string v = base_->get(k(key), timeout_);
@@ -69,6 +77,8 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   std::shared_ptr<meshsim::Store> base_;
   std::string prefix_;
   milliseconds timeout_;
+  std::string publish_key_;
+  std::function<void()> on_publish_;
 };
 
 template <class T>
@@ -744,10 +754,46 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
   }
   s_->reg.enter_connect(rank, info);
   const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  const std::string where = "connecting group " + rank_list(info->ranks);
   std::string failure;
   try {
-    StoreAdapter store(o.store, o.prefix + "/" + prefix, timeout);
+    // Gloo waits for each pair's peer five times the pair's timeout, one pair after another, so
+    // a member that died (or gave up) after publishing its address held each survivor 5x the
+    // run's timeout. So the pairs get a fifth of the timeout, and the members meet first: when
+    // this rank publishes its address (its listening sockets exist), it waits, up to the
+    // group's deadline, for every member's address, reading the store every 500 ms for a member
+    // that died. Past that barrier the handshakes take milliseconds, and a pair that never
+    // completes ends within the timeout: the whole connect within about twice the timeout at
+    // worst, within one when a member dies after the barrier.
+    const std::string base = o.prefix + "/" + prefix;
+    StoreAdapter store(o.store, base, timeout);
+    store.on_publish(std::to_string(sub), [&] {
+      std::vector<std::string> others;
+      others.reserve(static_cast<std::size_t>(n - 1));
+      for (int j = 0; j < n; ++j) {
+        if (j != sub) others.push_back(base + "/" + std::to_string(j));
+      }
+      for (;;) {
+        const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+        try {
+          o.store->wait(others, std::clamp(left, milliseconds(1), milliseconds(500)));
+          return;
+        } catch (const DeadlineExceeded& e) {
+          if (s_->reg.aborted()) throw;
+          if (auto dg = detail::store_diagnosis(*o.store, o.prefix, info->ranks, rank, where)) {
+            abort(*dg);
+            throw;
+          }
+          if (Clock::now() >= deadline) {
+            throw DeadlineExceeded("members of the group never published their addresses: " + std::string(e.what()));
+          }
+        }
+      }
+    });
+    ctx->setTimeout(std::max(milliseconds(1), timeout / 5));
     ctx->connectFullMesh(store, s_->device);
+    ctx->setTimeout(timeout);
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -763,7 +809,6 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
   }
   if (!failure.empty()) {
     const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-    const std::string where = "connecting group " + rank_list(info->ranks);
     // A member that died makes the others' connects fail at once (a refused or reset connection):
     // its will or its claim in the store names it, given a moment to arrive.
     const auto settle = Clock::now() + std::min<milliseconds>(milliseconds(1000), timeout);
@@ -776,7 +821,8 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
       if (Clock::now() >= settle) break;
       std::this_thread::sleep_for(milliseconds(20));
     }
-    if (failure.find("Timed out") != std::string::npos || waited >= timeout) {
+    if (failure.find("Timed out") != std::string::npos || failure.find("timeout") != std::string::npos ||
+        waited >= timeout) {
       throw DeadlineExceeded("gloo backend: rank " + std::to_string(rank) + " could not connect group " +
                              rank_list(info->ranks) + " within " + std::to_string(timeout.count()) + " ms: " + failure);
     }
