@@ -491,6 +491,24 @@ TEST(CliLaunch, AProcessKilledWhileConnectingEndsEveryRankNearItsTimeout) {
   ::rmdir(dir.c_str());
 }
 
+TEST(CliLaunch, MoreRanksThanDescriptorsIsRefusedUpFrontNamingTheLimit) {
+  // Two pipes per rank and a store connection each: 100 ranks under a hard limit of 200 open
+  // files cannot be run, and the launcher says so before starting any rank.
+  Result r = run_shell("ulimit -n 200 && " + std::string(MESHSIM_EXE) + " launch -n 100 -- sh -c 'echo started' 2>&1");
+  EXPECT_NE(r.status, 0);
+  std::string all;
+  for (const std::string& l : r.lines) all += l + "\n";
+  EXPECT_NE(all.find("-n 100 needs about"), std::string::npos) << all;
+  EXPECT_NE(all.find("ulimit -n"), std::string::npos) << all;
+  EXPECT_EQ(all.find("started"), std::string::npos) << all;
+  // Under a soft limit the hard one allows past, the launcher raises its own and runs.
+  Result ok = run_shell("ulimit -Sn 200 && " + std::string(MESHSIM_EXE) + " launch -n 100 -- sh -c 'echo started'");
+  EXPECT_EQ(ok.status, 0);
+  EXPECT_EQ(std::count_if(ok.lines.begin(), ok.lines.end(),
+                          [](const std::string& l) { return l.find("started") != std::string::npos; }),
+            100);
+}
+
 TEST(CliLaunch, TorchrunStyleVariablesSetByHandWork) {
   // Four processes started by hand with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT: rank 0 serves
   // the store, as torchrun's rank 0 does.

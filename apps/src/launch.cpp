@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,6 +134,26 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
     std::ifstream in(o.token_file);
     if (!in || !std::getline(in, token) || token.empty()) {
       throw InvalidArgument("launch: --token-file '" + o.token_file + "' cannot be read or its first line is empty");
+    }
+  }
+  // Descriptors, said up front: two pipes per rank, and a connection per rank (plus tools') on
+  // the store this launcher serves. The soft limit is raised as far as the hard one allows.
+  {
+    const int64_t need = 2 * o.nprocs + (o.store.empty() ? 2 * o.nprocs + 64 : 0) + 64;
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+        static_cast<int64_t>(lim.rlim_cur) < need) {
+      rlimit up = lim;
+      up.rlim_cur = lim.rlim_max;
+      if (::setrlimit(RLIMIT_NOFILE, &up) == 0) lim = up;
+      if (lim.rlim_cur != RLIM_INFINITY && static_cast<int64_t>(lim.rlim_cur) < need) {
+        throw ResourceExhausted("launch: -n " + std::to_string(o.nprocs) + " needs about " + std::to_string(need) +
+                                " file descriptors (two pipes per rank" +
+                                (o.store.empty() ? std::string(" and its store connection") : std::string()) +
+                                "), but this process may open " + std::to_string(lim.rlim_cur) +
+                                " (ulimit -n, hard limit " + std::to_string(lim.rlim_max) +
+                                "); raise the limit or start fewer ranks per launcher");
+      }
     }
   }
   std::unique_ptr<TcpStoreServer> server;
