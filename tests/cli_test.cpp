@@ -330,6 +330,22 @@ TEST(CliRun, GlooRankThreadsReportWhatTheThreadedRunDoes) {
   }
 }
 
+TEST(CliRun, OneFaultReadsTheSameOnTheThreadedAndTheGlooBackend) {
+  // The diagnosis is the product: the same planted fault gives the same message, word for word
+  // (the collective's number, its arguments, the waiting ranks in full), whichever backend ran it.
+  for (const std::string fault : {"throw@3", "skip@3", "skip@1", "mismatch@3", "mismatch@0", "mesh@2", "stall@3"}) {
+    int st = -1, sg = -1;
+    const std::string args = "--mesh dp=2,tp=2 --timeout 2 --fault " + fault;
+    Json t = run_json(args, &st);
+    Json g = run_json(args + " --backend gloo", &sg);
+    EXPECT_EQ(st, 1) << fault;
+    EXPECT_EQ(sg, 1) << fault;
+    ASSERT_FALSE(t["failures"].empty()) << fault << t;
+    ASSERT_FALSE(g["failures"].empty()) << fault << g;
+    EXPECT_EQ(t["failures"][0], g["failures"][0]) << fault;
+  }
+}
+
 TEST(CliRun, GlooRankThreadsDiagnoseEveryFaultNamingTheRank) {
   const std::map<std::string, std::string> want{{"throw", "error"}, {"skip", "departed"}, {"mismatch", "mismatch"},
                                                 {"mesh", "mesh"}, {"stall", "stall"}, {"exit", "exit"}};

@@ -597,11 +597,7 @@ class GlooCommunicator final : public Communicator {
       }
       if (!gone.empty()) {
         // A member whose program returned without entering this collective.
-        Diagnosis dg{"departed", gone,
-                     "rank" + std::string(gone.size() > 1 ? "s " + rank_list(gone) : " " + std::to_string(gone[0])) +
-                         " returned from its program without calling " + where + ", which rank " +
-                         std::to_string(global()) + " waited in for " + std::to_string(timeout_.count()) + " ms",
-                     {}, {}};
+        Diagnosis dg = departed_diagnosis(gone, collective_label(d, seq_), info_->ranks);
         owner_->abort(dg);
         throw Aborted(owner_->diagnosis()->message);
       }

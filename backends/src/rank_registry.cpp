@@ -74,12 +74,7 @@ Diagnosis stall_diagnosis(const std::vector<WaitInfo>& waits, const std::string&
 
 namespace detail {
 
-std::string rank_list(const std::vector<int64_t>& v, std::size_t limit) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  if (v.size() > limit) s += ", ... (" + std::to_string(v.size()) + " ranks)";
-  return s + "]";
-}
+std::string rank_list(const std::vector<int64_t>& v, std::size_t limit) { return format_ranks(v, limit); }
 
 uint64_t group_digest(std::span<const int64_t> ranks, uint64_t config_fingerprint) {
   uint64_t digest = 1469598103934665603ull ^ config_fingerprint;
@@ -210,20 +205,9 @@ std::optional<Diagnosis> mismatch_diagnosis(const std::vector<CollectiveDesc>& d
     it->second.push_back(group[r]);
   }
   if (kinds.size() <= 1) return std::nullopt;
-  std::size_t most = 0;
-  for (const auto& k : kinds) most = std::max(most, k.second.size());
-  std::size_t holders = 0;
-  for (const auto& k : kinds) holders += k.second.size() == most;
-  std::vector<int64_t> culprits;
-  std::string msg = "collective mismatch at #" + std::to_string(seq) + " of group " + rank_list(group) + ":";
-  for (const auto& [d, ranks] : kinds) {
-    msg += " rank" + std::string(ranks.size() > 1 ? "s " : " ") +
-           (ranks.size() > 1 ? rank_list(ranks) : std::to_string(ranks[0])) + " called " + d.to_string() + ";";
-    if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
-  }
-  std::sort(culprits.begin(), culprits.end());
-  msg.pop_back();
-  return Diagnosis{"mismatch", culprits, msg, {}, {}};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> calls;
+  for (auto& [d, ranks] : kinds) calls.emplace_back(d.to_string(), std::move(ranks));
+  return meshsim::mismatch_diagnosis("#" + std::to_string(seq), group, calls);
 }
 
 RankRegistry::RankRegistry(int64_t world, int64_t first, int64_t count)
@@ -251,11 +235,7 @@ std::optional<Diagnosis> RankRegistry::enter(int64_t rank, const std::shared_ptr
   if (diag_) throw_aborted();
   for (std::size_t i = 0; i < g->ranks.size(); ++i) {
     if (g->local[i] && g->entered[i] <= seq && slot(g->ranks[i]).departed) {
-      return Diagnosis{"departed", {g->ranks[i]},
-                       "rank " + std::to_string(g->ranks[i]) + " returned from its program without calling " +
-                           d.to_string() + " #" + std::to_string(seq) + " of group " + rank_list(g->ranks) +
-                           ", which rank " + std::to_string(rank) + " called",
-                       {}, {}};
+      return departed_diagnosis({g->ranks[i]}, collective_label(d, seq), g->ranks);
     }
   }
   Slot& s = slot(rank);
@@ -337,11 +317,7 @@ std::optional<Diagnosis> RankRegistry::depart(int64_t rank) {
     const GroupInfo& g = *other.wait_group;
     for (std::size_t i = 0; i < g.ranks.size(); ++i) {
       if (g.ranks[i] == rank && g.entered[i] <= other.wait->seq) {
-        return Diagnosis{"departed", {rank},
-                         "rank " + std::to_string(rank) + " returned from its program without calling " +
-                             other.wait->desc.to_string() + " #" + std::to_string(other.wait->seq) + " of group " +
-                             rank_list(g.ranks) + ", which rank " + std::to_string(other.wait->rank) + " waits in",
-                         {}, {}};
+        return departed_diagnosis({rank}, collective_label(other.wait->desc, other.wait->seq), g.ranks);
       }
     }
   }

@@ -19,11 +19,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string rank_list(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
+std::string rank_list(std::span<const int64_t> v) { return format_ranks(v); }
 
 // Arrival is what one rank posted at a rendezvous.
 struct Arrival {
@@ -248,9 +244,8 @@ class ThreadedCommunicator final : public Communicator {
     }
   }
 
-  std::string where(const CollectiveDesc& d, uint64_t seq) const {
-    return d.to_string() + " #" + std::to_string(seq) + " of group " + rank_list(g_->ranks);
-  }
+  // label names the collective numbered `seq` (counted from 1 here) as every backend does (#0 first).
+  static std::string label(const CollectiveDesc& d, uint64_t seq) { return collective_label(d, seq - 1); }
 
   Clock::time_point deadline() const {
     const auto t = g_->timeout.count() > 0 ? g_->timeout : s_->options.timeout;
@@ -285,7 +280,7 @@ class ThreadedCommunicator final : public Communicator {
   // description lists the group: O(group size), too much to build on every call).
   template <class Done, class Missing, class What>
   void wait(std::unique_lock<std::mutex>& lk, Done done, Missing missing, Clock::time_point until,
-            const What& what) {
+            const What& what, bool p2p = false) {
     while (!done()) {
       if (s_->aborted.load()) {
         lk.unlock();
@@ -293,11 +288,11 @@ class ThreadedCommunicator final : public Communicator {
       }
       for (int r : s_->departures.load() > 0 ? missing() : std::vector<int>{}) {
         if (s_->departed[static_cast<std::size_t>(global(r))].load()) {
-          const std::string msg = "rank " + std::to_string(global(r)) +
-                                  " ended its program without joining " + what() + " (rank " +
-                                  std::to_string(global(me_)) + " waits for it)";
+          // A point-to-point message has one waiter (this rank); a collective, the whole group.
+          Diagnosis dg = departed_diagnosis({global(r)}, what(), g_->ranks,
+                                            p2p ? std::vector<int64_t>{global(me_)} : std::vector<int64_t>{});
           lk.unlock();
-          owner_->abort(Diagnosis{"departed", {global(r)}, msg, {}, {}});
+          owner_->abort(std::move(dg));
           s_->throw_aborted();
         }
       }
@@ -306,7 +301,8 @@ class ThreadedCommunicator final : public Communicator {
         std::vector<int64_t> gone;
         for (int r : missing()) gone.push_back(global(r));
         throw DeadlineExceeded("rank " + std::to_string(global(me_)) + " waited past its deadline in " +
-                               what() + "; ranks " + rank_list(gone) + " never arrived");
+                               what() + " of group " + rank_list(g_->ranks) + "; ranks " + rank_list(gone) +
+                               " never arrived");
       }
     }
   }
@@ -319,8 +315,8 @@ class ThreadedCommunicator final : public Communicator {
     return out;
   }
 
-  // diagnose_mismatch names the ranks whose description is held by the fewest arrivals.
-  std::string mismatch_message(const Slot& slot, uint64_t seq, std::vector<int64_t>& culprits) const {
+  // mismatch_of describes what the arrived ranks called, one entry per distinct description.
+  Diagnosis mismatch_of(const Slot& slot, uint64_t seq) const {
     std::vector<std::pair<CollectiveDesc, std::vector<int64_t>>> kinds;
     for (std::size_t r = 0; r < slot.at.size(); ++r) {
       if (!slot.at[r].arrived) continue;
@@ -332,23 +328,9 @@ class ThreadedCommunicator final : public Communicator {
       }
       it->second.push_back(global(static_cast<int>(r)));
     }
-    std::size_t most = 0;
-    for (const auto& k : kinds) most = std::max(most, k.second.size());
-    std::size_t holders = 0;
-    for (const auto& k : kinds) holders += k.second.size() == most;
-    std::string msg = "collective mismatch at #" + std::to_string(seq) + " of group " +
-                      rank_list(g_->ranks) + ":";
-    for (const auto& [d, ranks] : kinds) {
-      msg += " rank" + std::string(ranks.size() > 1 ? "s " : " ") +
-             (ranks.size() > 1 ? rank_list(ranks) : std::to_string(ranks[0])) + " called " +
-             d.to_string() + ";";
-      // The odd ones out: every description held by fewer ranks than the most common one (on a
-      // tie, every rank involved).
-      if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
-    }
-    std::sort(culprits.begin(), culprits.end());
-    msg.pop_back();
-    return msg;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> calls;
+    for (auto& [d, ranks] : kinds) calls.emplace_back(d.to_string(), std::move(ranks));
+    return mismatch_diagnosis("#" + std::to_string(seq - 1), g_->ranks, calls);
   }
 
   // collective runs one rendezvous: arrive, check agreement, do the work (reading the other
@@ -358,7 +340,7 @@ class ThreadedCommunicator final : public Communicator {
     if (s_->aborted.load()) s_->throw_aborted();
     const int n = size();
     const uint64_t seq = ++seq_;
-    auto what = [&] { return where(d, seq); };
+    auto what = [&] { return label(d, seq); };
     const auto until = deadline();
     RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
     Waiting waiting(rw, g_, seq, d, false, {});
@@ -383,10 +365,9 @@ class ThreadedCommunicator final : public Communicator {
       g_->cv.notify_all();
       const auto grace = std::min(until, Clock::now() + s_->options.mismatch_grace);
       g_->cv.wait_until(lk, grace, [&] { return all_here() || s_->aborted.load(); });
-      std::vector<int64_t> culprits;
-      const std::string msg = mismatch_message(*slot, seq, culprits);
+      Diagnosis dg = mismatch_of(*slot, seq);
       lk.unlock();
-      owner_->abort(Diagnosis{"mismatch", culprits, msg, {}, {}});
+      owner_->abort(std::move(dg));
       s_->throw_aborted();
     }
     if (all_here()) {
@@ -451,7 +432,7 @@ class ThreadedCommunicator final : public Communicator {
     const bool sender = d.op == CollectiveOp::kSend;
     auto what = [&] {
       return d.to_string() + " #" + std::to_string(n_th) + " from rank " + std::to_string(global(src)) +
-             " to rank " + std::to_string(global(dst)) + " in group " + rank_list(g_->ranks);
+             " to rank " + std::to_string(global(dst));
     };
     const auto key = std::make_tuple(src, dst, n_th);
     const auto until = deadline();
@@ -470,7 +451,7 @@ class ThreadedCommunicator final : public Communicator {
     g_->cv.notify_all();
     const int other = sender ? dst : src;
     auto missing = [&] { return slot->arrived == 2 ? std::vector<int>{} : std::vector<int>{other}; };
-    wait(lk, [&] { return slot->arrived == 2; }, missing, until, what);
+    wait(lk, [&] { return slot->arrived == 2; }, missing, until, what, true);
     const Arrival& s = slot->at[0];
     const Arrival& r = slot->at[1];
     if (s.desc.dtype != r.desc.dtype || s.desc.count != r.desc.count) {
@@ -490,7 +471,7 @@ class ThreadedCommunicator final : public Communicator {
       g_->cv.notify_all();
     } else {
       wait(lk, [&] { return slot->finished == 1; }, [&] { return std::vector<int>{}; }, until,
-           what);
+           what, true);
     }
     lk.unlock();
     s_->collectives.fetch_add(1, std::memory_order_relaxed);
@@ -558,7 +539,7 @@ std::shared_ptr<Communicator> ThreadedBackend::new_group(int64_t rank,
   auto pos = std::find(ranks.begin(), ranks.end(), rank);
   if (pos == ranks.end()) {
     throw InvalidArgument("new_group: rank " + std::to_string(rank) + " is not a member of " +
-                          rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())));
+                          rank_list(ranks));
   }
   // The n-th creation of the same (ranks, config) by a rank meets the n-th by every other member.
   uint64_t digest = 1469598103934665603ull ^ config.fingerprint();
@@ -654,6 +635,7 @@ std::vector<WaitInfo> ThreadedBackend::waits() const {
         for (std::size_t i = 0; i < g->ranks.size(); ++i) {
           if (it == g->slots.end() || !it->second->at[i].arrived) info.missing.push_back(g->ranks[i]);
         }
+        --info.seq;  // collectives are numbered from 0 in what ranks read (slots count from 1)
       }
     }
     out.push_back(std::move(info));

@@ -7,12 +7,7 @@ namespace meshsim {
 
 namespace {
 
-std::string rank_list(std::span<const int64_t> v, std::size_t limit = 16) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  if (v.size() > limit) s += ", ... (" + std::to_string(v.size()) + " ranks)";
-  return s + "]";
-}
+std::string rank_list(std::span<const int64_t> v, std::size_t limit = 16) { return format_ranks(v, limit); }
 
 }  // namespace
 
@@ -76,13 +71,7 @@ void LocalWorld::check(const LocalGroups& groups, const char* op, const LocalCal
   for (int64_t r : call.absent) {
     auto where = groups.of(r);
     if (!where) continue;
-    std::span<const int64_t> members = groups.group(where->first);
-    const int64_t waiter = members[0] == r && members.size() > 1 ? members[1] : members[0];
-    throw LocalFailure(Diagnosis{"departed", {r},
-                                 "rank " + std::to_string(r) + " ended its program without joining " +
-                                     op + " of group " + rank_list(members) + " (rank " +
-                                     std::to_string(waiter) + " waits for it)",
-                                 {}, {}});
+    throw LocalFailure(departed_diagnosis({r}, op, groups.group(where->first)));
   }
   if (call.count_of.empty()) return;
   // Per group: the members whose count differs from the group's most common count.
@@ -97,21 +86,9 @@ void LocalWorld::check(const LocalGroups& groups, const char* op, const LocalCal
       by_count[it == call.count_of.end() ? call.count : it->second].push_back(m);
     }
     if (by_count.size() < 2) continue;
-    std::size_t most = 0;
-    for (const auto& [c, ranks] : by_count) most = std::max(most, ranks.size());
-    std::size_t holders = 0;
-    for (const auto& [c, ranks] : by_count) holders += ranks.size() == most;
-    std::vector<int64_t> culprits;
-    std::string msg = std::string("collective mismatch at ") + op + " of group " + rank_list(members) + ":";
-    for (const auto& [c, ranks] : by_count) {
-      msg += std::string(ranks.size() > 1 ? " ranks " : " rank ") +
-             (ranks.size() > 1 ? rank_list(ranks) : std::to_string(ranks[0])) + " called " + op +
-             "(int64, count=" + std::to_string(c) + ");";
-      if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
-    }
-    msg.pop_back();
-    std::sort(culprits.begin(), culprits.end());
-    throw LocalFailure(Diagnosis{"mismatch", culprits, msg, {}, {}});
+    std::vector<std::pair<std::string, std::vector<int64_t>>> calls;
+    for (auto& [c, ranks] : by_count) calls.emplace_back(std::string(op) + "(int64, count=" + std::to_string(c) + ")", std::move(ranks));
+    throw LocalFailure(mismatch_diagnosis(op, members, calls));
   }
 }
 

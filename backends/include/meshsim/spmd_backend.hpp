@@ -19,6 +19,8 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,31 @@ struct WaitInfo {
   // to_string: "rank 3 waits in all_gather(int64, count=1) #2 of group [0, 1, 2, 3] for [1]".
   std::string to_string() const;
 };
+
+// The diagnosis texts, written once for every backend and local mode, so that one fault reads
+// the same everywhere:
+//
+// - A collective is named with its arguments and its number in its group: `#0` is the group's
+//   first collective, counted by every member alike (point-to-point messages are not counted).
+//   collective_label(desc, 2) == "all_reduce(sum, int64, count=1) #2".
+// - format_ranks: "[0, 1, 2, 3]", with at most `limit` ranks listed ("[0, 1, ... (64 ranks)]").
+// - departed_diagnosis: members that ended their program without joining a collective the others
+//   wait in: "rank 3 ended its program without joining all_reduce(sum, int64, count=1) #2 of group
+//   [0, 1, 2, 3] (ranks [0, 1, 2] wait for it)" (the waiting ranks: the group's other members,
+//   sorted, whichever of them noticed first; a point-to-point message names its one waiter).
+// - mismatch_diagnosis: members of one collective that called different things; `calls` pairs
+//   each description with the ranks that called it; the culprits are the ranks holding a
+//   description fewer ranks hold than the most common one (on a tie, every rank):
+//   "collective mismatch at #0 of group [0, 1, 2, 3]: ranks [0, 1, 2] called all_reduce(sum,
+//   int64, count=2); rank 3 called all_reduce(sum, int64, count=3)".
+std::string format_ranks(std::span<const int64_t> ranks, std::size_t limit = 16);
+std::string collective_label(const std::string& call, uint64_t number);
+std::string collective_label(const CollectiveDesc& d, uint64_t number);
+Diagnosis departed_diagnosis(std::vector<int64_t> gone, const std::string& collective, std::span<const int64_t> group,
+                             std::vector<int64_t> waiting = {});
+// `at`: the collective's number ("#0"), or its name where the caller does not count (local mode).
+Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> group,
+                             const std::vector<std::pair<std::string, std::vector<int64_t>>>& calls);
 
 // encode_diagnosis / decode_diagnosis: the store form of a Diagnosis (kind, ranks, message), how
 // processes of one run tell each other why it stopped; decode is nullopt on malformed text.

@@ -1,0 +1,59 @@
+#include <algorithm>
+
+#include "meshsim/spmd_backend.hpp"
+
+namespace meshsim {
+
+std::string format_ranks(std::span<const int64_t> ranks, std::size_t limit) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ranks.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > limit) s += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+  return s + "]";
+}
+
+std::string collective_label(const std::string& call, uint64_t number) { return call + " #" + std::to_string(number); }
+
+std::string collective_label(const CollectiveDesc& d, uint64_t number) { return collective_label(d.to_string(), number); }
+
+namespace {
+
+std::string ranks_phrase(const std::vector<int64_t>& r) {
+  return r.size() == 1 ? "rank " + std::to_string(r[0]) : "ranks " + format_ranks(r);
+}
+
+}  // namespace
+
+Diagnosis departed_diagnosis(std::vector<int64_t> gone, const std::string& collective, std::span<const int64_t> group,
+                             std::vector<int64_t> waiting) {
+  std::sort(gone.begin(), gone.end());
+  gone.erase(std::unique(gone.begin(), gone.end()), gone.end());
+  if (waiting.empty()) {
+    for (int64_t g : group) {
+      if (!std::binary_search(gone.begin(), gone.end(), g)) waiting.push_back(g);
+    }
+  }
+  std::sort(waiting.begin(), waiting.end());
+  std::string msg = ranks_phrase(gone) + " ended " + (gone.size() == 1 ? "its program" : "their programs") +
+                    " without joining " + collective + " of group " + format_ranks(group);
+  if (!waiting.empty()) msg += " (" + ranks_phrase(waiting) + (waiting.size() == 1 ? " waits" : " wait") + " for it)";
+  return Diagnosis{"departed", std::move(gone), std::move(msg), {}, {}};
+}
+
+Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> group,
+                             const std::vector<std::pair<std::string, std::vector<int64_t>>>& calls) {
+  std::size_t most = 0;
+  for (const auto& c : calls) most = std::max(most, c.second.size());
+  std::size_t holders = 0;
+  for (const auto& c : calls) holders += c.second.size() == most;
+  std::vector<int64_t> culprits;
+  std::string msg = "collective mismatch at " + at + " of group " + format_ranks(group) + ":";
+  for (const auto& [call, ranks] : calls) {
+    msg += " " + ranks_phrase(ranks) + " called " + call + ";";
+    if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
+  }
+  msg.pop_back();
+  std::sort(culprits.begin(), culprits.end());
+  return Diagnosis{"mismatch", culprits, msg, {}, {}};
+}
+
+}  // namespace meshsim
