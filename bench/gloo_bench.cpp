@@ -17,6 +17,7 @@
 #include <chrono>
 #include <vector>
 
+#include "meshsim/gloo_backend.hpp"
 #include "meshsim/spmd.hpp"
 
 namespace {
@@ -29,7 +30,7 @@ SpmdOptions options(int64_t ranks, int backend) {
   o.world_size = ranks;
   o.timeout = std::chrono::seconds(120);
   o.backend = backend == 0 ? "threaded" : "gloo";
-  o.verify_collectives = backend == 2;
+  if (backend != 0) o.backend_options = GlooBackend::Options{.verify = backend == 2};
   return o;
 }
 

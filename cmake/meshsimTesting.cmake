@@ -7,7 +7,7 @@
 include_guard(GLOBAL)
 include(GoogleTest)
 
-set(MESHSIM_SPMD_BACKENDS threaded gloo local)
+set(MESHSIM_SPMD_BACKENDS threaded gloo fiber)
 if(MESHSIM_WITH_NCCL OR meshsim_WITH_NCCL)
   list(APPEND MESHSIM_SPMD_BACKENDS nccl)
 endif()

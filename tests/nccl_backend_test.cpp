@@ -19,7 +19,7 @@ SpmdOptions nccl(int64_t world, std::shared_ptr<NcclApi> api, std::chrono::milli
   o.backend = "nccl";
   o.world_size = world;
   o.timeout = timeout;
-  o.nccl_api = std::move(api);
+  o.backend_options = NcclBackend::Options{.api = std::move(api)};
   return o;
 }
 

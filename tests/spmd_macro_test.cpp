@@ -101,7 +101,7 @@ TEST(SpmdMacroReports, RegistersOneInstancePerBackend) {
     if (std::string(s.name()) != "SpmdMacro") continue;
     for (int j = 0; j < s.total_test_count(); ++j) names.push_back(s.GetTestInfo(j)->name());
   }
-  std::vector<std::string> backends{"threaded", "gloo", "local"};
+  std::vector<std::string> backends{"threaded", "gloo", "fiber"};
 #ifdef MESHSIM_WITH_NCCL
   backends.push_back("nccl");
 #endif
@@ -187,14 +187,14 @@ TEST(SpmdMacroReports, SkipOnEveryRankSkipsTheTest) {
 }
 
 // Local mode: every rank a fiber of one thread, so results are attributed at each switch.
-TEST(SpmdMacroReportsLocal, EachRanksFailuresCarryItsRankAndAFatalOneStopsTheRun) {
+TEST(SpmdMacroReportsFiber, EachRanksFailuresCarryItsRankAndAFatalOneStopsTheRun) {
   auto got = intercept(6, [](RankContext& ctx) {
     int64_t v = ctx.rank();
     EXPECT_NE(ctx.rank(), 2) << "planted before";
     ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
     EXPECT_EQ(v, 15);
     EXPECT_NE(ctx.rank() % 3, 1) << "planted after";
-  }, 5000ms, "local");
+  }, 5000ms, "fiber");
   EXPECT_TRUE(got->report.ok) << got->report.summary();
   auto failed = got->messages(::testing::TestPartResult::kNonFatalFailure);
   std::sort(failed.begin(), failed.end());
@@ -206,17 +206,17 @@ TEST(SpmdMacroReportsLocal, EachRanksFailuresCarryItsRankAndAFatalOneStopsTheRun
   got = intercept(8, [](RankContext& ctx) {
     ASSERT_NE(ctx.rank(), 5) << "planted fatal";
     ctx.world().barrier();
-  }, 5000ms, "local");
+  }, 5000ms, "fiber");
   ASSERT_EQ(got->report.failures.size(), 1u) << got->report.summary();
   EXPECT_EQ(got->report.failures[0].ranks, std::vector<int64_t>{5});
   EXPECT_EQ(got->report.failures[0].kind, "assertion");
 }
 
-TEST(SpmdMacroReportsLocal, WhatOneThreadCannotExpressIsRefusedAndADeadlockIsNamedAtOnce) {
+TEST(SpmdMacroReportsFiber, WhatOneThreadCannotExpressIsRefusedAndADeadlockIsNamedAtOnce) {
   auto slept = intercept(3, [](RankContext& ctx) {
     if (ctx.rank() == 1) ctx.sleep_for(10ms);
     ctx.world().barrier();
-  }, 5000ms, "local");
+  }, 5000ms, "fiber");
   auto failed = slept->messages(::testing::TestPartResult::kNonFatalFailure);
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_TRUE(contains(failed[0], "rank 1") && contains(failed[0], "cannot express")) << failed[0];
@@ -235,7 +235,7 @@ TEST(SpmdMacroReportsLocal, WhatOneThreadCannotExpressIsRefusedAndADeadlockIsNam
       x.barrier();
       w.barrier();
     }
-  }, 60000ms, "local");
+  }, 60000ms, "fiber");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   ASSERT_FALSE(crossed->report.ok);
   ASSERT_FALSE(crossed->report.failures.empty());
@@ -243,28 +243,28 @@ TEST(SpmdMacroReportsLocal, WhatOneThreadCannotExpressIsRefusedAndADeadlockIsNam
   EXPECT_EQ(crossed->report.failures[0].waiting, (std::vector<int64_t>{0, 1}));
 }
 
-TEST(SpmdMacroReportsLocal, ExceptionsMismatchesAndDeparturesNameTheRank) {
+TEST(SpmdMacroReportsFiber, ExceptionsMismatchesAndDeparturesNameTheRank) {
   auto thrown = intercept(4, [](RankContext& ctx) {
     if (ctx.rank() == 3) throw InvalidArgument("planted exception");
     ctx.world().barrier();
-  }, 5000ms, "local");
+  }, 5000ms, "fiber");
   ASSERT_EQ(thrown->report.failures.size(), 1u);
   EXPECT_EQ(thrown->report.failures[0].ranks, std::vector<int64_t>{3});
   auto odd = intercept(5, [](RankContext& ctx) {
     std::vector<float> v(ctx.rank() == 2 ? 3 : 2, 1.0f);
     ctx.world().all_reduce(std::span<float>(v), ReduceOp::kSum);
-  }, 5000ms, "local");
+  }, 5000ms, "fiber");
   ASSERT_EQ(odd->report.failures.size(), 1u);
   EXPECT_EQ(odd->report.failures[0].kind, "mismatch");
   EXPECT_EQ(odd->report.failures[0].ranks, std::vector<int64_t>{2});
   auto gone = intercept(4, [](RankContext& ctx) {
     if (ctx.rank() == 1) return;
     ctx.world().barrier();
-  }, 5000ms, "local");
+  }, 5000ms, "fiber");
   ASSERT_EQ(gone->report.failures.size(), 1u);
   EXPECT_EQ(gone->report.failures[0].kind, "departed");
   EXPECT_EQ(gone->report.failures[0].ranks, std::vector<int64_t>{1});
-  auto skipped = intercept(3, [](RankContext&) { GTEST_SKIP() << "no accelerator"; }, 5000ms, "local");
+  auto skipped = intercept(3, [](RankContext&) { GTEST_SKIP() << "no accelerator"; }, 5000ms, "fiber");
   EXPECT_TRUE(skipped->report.ok);
   ASSERT_EQ(skipped->messages(::testing::TestPartResult::kSkip).size(), 1u);
 }

@@ -9,7 +9,9 @@
 
 #include "meshsim/error.hpp"
 #include "meshsim/mesh_communicators.hpp"
+#include "meshsim/nccl_backend.hpp"
 #include "meshsim/spmd.hpp"
+#include "meshsim/threaded_backend.hpp"
 
 // The same file builds the gloo suite (meshsim_gloo_tests) with MESHSIM_TEST_BACKEND="gloo",
 // and the NCCL backend's suite over a fake NCCL (meshsim_nccl_tests) with "nccl".
@@ -33,7 +35,7 @@ SpmdOptions opts(int64_t world, std::chrono::milliseconds timeout = 5000ms) {
   o.timeout = timeout;
   o.backend = kBackend;
 #ifdef MESHSIM_TEST_FAKE_NCCL
-  o.nccl_api = std::make_shared<testing::FakeNccl>(64);
+  o.backend_options = NcclBackend::Options{.api = std::make_shared<testing::FakeNccl>(64)};
 #endif
   return o;
 }
@@ -281,7 +283,7 @@ TEST(SpmdFaults, MismatchNamesTheOddRankAndBothDescriptions) {
 }
 
 TEST(SpmdFaults, WatchdogListsWaitersAndMissingRanks) {
-  if (kBackend == "local") {
+  if (kBackend == "fiber") {
     GTEST_SKIP() << "local mode refuses sleep_for (one thread cannot wait in time); its refusal and its "
                     "immediate deadlock diagnosis are tested in SpmdMacroReportsLocal";
   }

@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "meshsim/backend_registry.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/launch.hpp"
 #include "meshsim/launch_env.hpp"
@@ -83,10 +84,12 @@ int main(int argc, char** argv) {
   meshsim::run::Options ro;
   RecipeOptions run_recipe;
   run_recipe.add(run, ro.recipe);
+  std::string backends_help;
+  for (const std::string& name : meshsim::backend_names()) {
+    backends_help += name + " (" + meshsim::find_backend(name)->description + (name == "threaded" ? ", the default" : "") + "), ";
+  }
   run->add_option("--backend", ro.backend,
-                  "threaded (default: one thread per rank), gloo (Gloo over loopback TCP: rank "
-                  "threads, or one rank per process under a launcher), nccl (one GPU per rank; builds "
-                  "with NCCL), or local (every rank at once in one thread, up to 2^24 ranks)");
+                  backends_help + "or local (LocalWorld: every rank at once in one thread, up to 2^24 ranks)");
   run->add_option("--timeout", ro.timeout_seconds, "seconds every wait may take (default 30)");
   run->add_option("--format", ro.format, "text or json");
   run->add_option("--fault", ro.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit");

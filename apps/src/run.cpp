@@ -15,6 +15,7 @@
 #include "meshsim/error.hpp"
 #include "meshsim/launch_env.hpp"
 #include "meshsim/local.hpp"
+#include "meshsim/nccl_api.hpp"
 #include "meshsim/spmd.hpp"
 
 namespace meshsim::run {
@@ -205,7 +206,7 @@ Outcome run_threaded(const Job& job) {
     so.first_rank = job.launched->rank;
     so.local_ranks = 1;
     so.store = job.store;
-    so.nccl_first_device = static_cast<int>(job.launched->local_rank);
+    so.local_rank = job.launched->local_rank;
   }
   RunReport report = run_spmd(so, [&](RankContext& ctx) {
     const int64_t me = ctx.rank();
@@ -600,8 +601,9 @@ void write_error_file(const std::string& path, const std::string& message, std::
 
 int run(const Options& o, std::ostream& out) {
   const auto started = std::chrono::system_clock::now();
-  if (o.backend != "threaded" && o.backend != "local" && o.backend != "gloo" && o.backend != "nccl") {
-    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: threaded, gloo, nccl, local)");
+  const BackendEntry* entry = o.backend == "local" ? nullptr : find_backend(o.backend);
+  if (o.backend != "local" && entry == nullptr) {
+    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: " + backend_names_text() + ", local)");
   }
   if (!(o.timeout_seconds > 0) || !std::isfinite(o.timeout_seconds) || o.timeout_seconds > 86400) {
     throw InvalidArgument("--timeout " + std::to_string(o.timeout_seconds) +
@@ -615,7 +617,7 @@ int run(const Options& o, std::ostream& out) {
   job.recipe = recipe_from_flags(o.recipe);
   job.expected = meshsim::apply(job.recipe);  // bad recipes stop here (exit 2)
   job.world = job.recipe.world_size;
-  if (o.backend == "gloo" || o.backend == "nccl") job.launched = launch_env_from_environment();
+  if (entry && entry->spans_processes) job.launched = launch_env_from_environment();
   if (o.backend == "nccl") {
     // One GPU per rank: every rank here needs its own.
     auto api = make_cuda_nccl_api();
@@ -643,16 +645,14 @@ int run(const Options& o, std::ostream& out) {
                             " but no store is named (set MESHSIM_STORE=host:port, or MASTER_ADDR and MASTER_PORT)");
     }
   }
-  if ((o.backend == "threaded" || o.backend == "gloo") && !job.launched && job.world > 16384) {
-    throw InvalidArgument("--world-size " + std::to_string(job.world) +
-                          " is over the 16384 rank threads a threaded run supports (--backend "
-                          "local runs up to 2^24 ranks in one thread)");
-  }
-  if (o.backend == "gloo" && !job.launched && job.world > GlooBackend::kMaxThreadRanks) {
+  if (entry && !job.launched && job.world > entry->max_rank_threads) {
     throw InvalidArgument("--world-size " + std::to_string(job.world) + " is over the " +
-                          std::to_string(GlooBackend::kMaxThreadRanks) +
-                          " Gloo rank threads one process supports; run one rank per process with "
-                          "`meshsim launch -n N -- meshsim run --backend gloo ...`");
+                          std::to_string(entry->max_rank_threads) + " ranks one process runs over the " +
+                          o.backend + " backend" +
+                          (entry->spans_processes ? "; run one rank per process with `meshsim launch -n N -- meshsim run "
+                                                    "--backend " + o.backend + " ...`"
+                                                  : std::string()) +
+                          " (--backend local runs up to 2^24 ranks in one thread)");
   }
   if (o.backend == "local" && job.world > kMaxLocalWorld) {
     throw InvalidArgument("--world-size " + std::to_string(job.world) + " is over the " +

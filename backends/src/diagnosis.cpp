@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "meshsim/error.hpp"
 #include "meshsim/spmd_backend.hpp"
 
 namespace meshsim {
@@ -54,6 +55,10 @@ Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> gro
   msg.pop_back();
   std::sort(culprits.begin(), culprits.end());
   return Diagnosis{"mismatch", culprits, msg, {}, {}};
+}
+
+void SpmdBackend::run_ranks(const std::function<void(int64_t)>&) {
+  throw InvalidArgument("backend '" + name() + "' does not run ranks itself (its runner starts a thread per rank)");
 }
 
 }  // namespace meshsim

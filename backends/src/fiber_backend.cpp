@@ -145,7 +145,7 @@ struct FiberBackend::State {
   // stall: every unfinished rank waits in a collective that nothing can complete any more.
   Diagnosis stall() const {
     Diagnosis d = stall_diagnosis(reg.waits(), "every unfinished rank waits in a collective that cannot complete "
-                                               "(local mode: nothing else can happen)");
+                                               "(fiber backend: nothing else can happen)");
     if (d.ranks.empty()) d.ranks = d.waiting;
     return d;
   }
@@ -162,7 +162,7 @@ class FiberCommunicator final : public Communicator {
   int rank() const override { return me_; }
   int size() const override { return static_cast<int>(g_->info->ranks.size()); }
   const std::vector<int64_t>& global_ranks() const override { return g_->info->ranks; }
-  std::string backend() const override { return "local"; }
+  std::string backend() const override { return "fiber"; }
 
   void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
     check_count(count);
@@ -361,11 +361,11 @@ class FiberCommunicator final : public Communicator {
 
 FiberBackend::FiberBackend(Options options) {
   if (options.world_size < 1 || options.world_size > kMaxRanks) {
-    throw InvalidArgument("local backend: world size " + std::to_string(options.world_size) +
+    throw InvalidArgument("fiber backend: world size " + std::to_string(options.world_size) +
                           " is out of range [1, " + std::to_string(kMaxRanks) + "] for rank fibers");
   }
   if (options.stack_bytes < 64 * 1024) {
-    throw InvalidArgument("local backend: a stack of " + std::to_string(options.stack_bytes) +
+    throw InvalidArgument("fiber backend: a stack of " + std::to_string(options.stack_bytes) +
                           " bytes is under the 64 KiB minimum");
   }
 #ifdef MESHSIM_ASAN_FIBERS
@@ -382,7 +382,7 @@ FiberBackend::~FiberBackend() {
 
 void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
   State& s = *s_;
-  if (s.ran) throw FailedPrecondition("local backend: run() was called before; a backend runs once");
+  if (s.ran) throw FailedPrecondition("fiber backend: run() was called before; a backend runs once");
   s.ran = true;
   s.runner = std::this_thread::get_id();
   s.rank_main = &rank_main;
@@ -395,7 +395,7 @@ void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
     Fiber& f = s.fibers[r];
     void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (mem == MAP_FAILED) {
-      throw ResourceExhausted("local backend: cannot map a " + std::to_string(size) + "-byte stack for rank " +
+      throw ResourceExhausted("fiber backend: cannot map a " + std::to_string(size) + "-byte stack for rank " +
                               std::to_string(r));
     }
     mprotect(mem, page, PROT_NONE);  // an overflow faults instead of corrupting a neighbour
@@ -437,10 +437,10 @@ std::shared_ptr<Communicator> FiberBackend::world(int64_t rank) {
 
 std::shared_ptr<Communicator> FiberBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
                                                       const BackendConfig& config) {
-  detail::check_group(rank, ranks, s_->opt.world_size, 0, s_->opt.world_size, "local");
-  if (!config.backend.empty() && config.backend != "local") {
-    throw InvalidArgument("backend '" + config.backend + "' is not available in a local run "
-                          "(its groups use the local backend; give \"local\" or no backend)");
+  detail::check_group(rank, ranks, s_->opt.world_size, 0, s_->opt.world_size, "fiber");
+  if (!config.backend.empty() && config.backend != "fiber") {
+    throw InvalidArgument("backend '" + config.backend + "' is not available in a fiber run "
+                          "(its groups use the fiber backend; give \"fiber\" or no backend)");
   }
   const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
   int64_t instance = 0;
@@ -472,7 +472,7 @@ void FiberBackend::depart(int64_t rank) {
 std::vector<WaitInfo> FiberBackend::waits() const { return s_->reg.waits(); }
 
 bool FiberBackend::sleep_for(std::chrono::milliseconds d) {
-  throw InvalidArgument("local mode cannot express a rank that waits " + std::to_string(d.count()) +
+  throw InvalidArgument("the fiber backend cannot express a rank that waits " + std::to_string(d.count()) +
                         " ms while the others wait for it (every rank runs in one thread, in turn); run "
                         "this program over the threaded backend");
 }

@@ -866,7 +866,7 @@ void GlooBackend::depart(int64_t rank) {
   if (gone) abort(*gone);
 }
 
-void GlooBackend::exit_abruptly(int64_t rank) {
+bool GlooBackend::exit_abruptly(int64_t rank) {
   if (!s_->reg.runs_here(rank)) {
     throw OutOfRange("gloo backend: rank " + std::to_string(rank) + " does not run in this process");
   }
@@ -876,6 +876,7 @@ void GlooBackend::exit_abruptly(int64_t rank) {
   } catch (const std::exception&) {
   }
   s_->close_rank(rank);
+  return true;
 }
 
 std::vector<WaitInfo> GlooBackend::waits() const { return s_->reg.waits(); }

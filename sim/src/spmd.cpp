@@ -136,10 +136,7 @@ void RankContext::exit_abruptly() {
     std::fflush(nullptr);
     std::_Exit(86);
   }
-  if (auto* gloo = dynamic_cast<GlooBackend*>(backend_.get())) {
-    gloo->exit_abruptly(rank_);
-    throw RankExited{};
-  }
+  if (backend_->exit_abruptly(rank_)) throw RankExited{};
   backend_->abort(Diagnosis{"exit", {rank_}, "rank " + std::to_string(rank_) +
                             " exited abruptly (its thread ended without finishing its collectives)", {}, {}});
   throw RankExited{};
@@ -234,10 +231,10 @@ std::string RunReport::summary() const {
 }
 
 RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn) {
-  if (options.backend != "threaded" && options.backend != "gloo" && options.backend != "nccl" &&
-      options.backend != "local") {
-    throw InvalidArgument("run_spmd: backend '" + options.backend +
-                          "' is not available (known: threaded, gloo, nccl, local)");
+  const BackendEntry* entry = find_backend(options.backend);
+  if (entry == nullptr) {
+    throw InvalidArgument("run_spmd: backend '" + options.backend + "' is not available (known: " +
+                          backend_names_text() + ")");
   }
   if (options.world_size < 1 || options.world_size > 16384) {
     throw InvalidArgument("run_spmd: world size " + std::to_string(options.world_size) +
@@ -254,11 +251,14 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
                      std::to_string(count) + ") are not within the world of " + std::to_string(options.world_size));
   }
   const bool everyone_here = count == options.world_size;
-  if (!everyone_here && (options.backend == "threaded" || options.backend == "local")) {
-    throw InvalidArgument("run_spmd: ranks spread over processes need --backend gloo or nccl (the " +
-                          options.backend + " backend runs every rank in one process)");
+  if (!everyone_here && !entry->spans_processes) {
+    std::string spanning;
+    for (const std::string& name : backend_names()) {
+      if (find_backend(name)->spans_processes) spanning += (spanning.empty() ? "" : " or ") + name;
+    }
+    throw InvalidArgument("run_spmd: ranks spread over processes need a backend that spans them (" + spanning +
+                          "); the " + options.backend + " backend runs every rank in one process");
   }
-  const bool fibers = options.backend == "local";
   const auto start = Clock::now();
   const auto period = std::clamp(options.timeout / 8, std::chrono::milliseconds(5),
                                  std::chrono::milliseconds(250));
@@ -269,41 +269,17 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   auto sh = std::make_shared<Shared>();
   sh->first = first;
   sh->process_rank = !everyone_here && count == 1;
-  if (fibers) {
-    FiberBackend::Options fo;
-    fo.world_size = options.world_size;
-    fo.on_switch = options.on_rank_switch;
-    sh->backend = std::make_shared<FiberBackend>(fo);
-  } else if (options.backend == "threaded") {
-    ThreadedBackend::Options bo;
-    bo.world_size = options.world_size;
-    bo.timeout = op_timeout;
-    sh->backend = std::make_shared<ThreadedBackend>(bo);
-  } else if (options.backend == "nccl") {
-    NcclBackend::Options no;
-    no.world_size = options.world_size;
-    no.first_rank = first;
-    no.local_ranks = count;
-    no.store = options.store;
-    no.prefix = options.store_prefix;
-    no.timeout = op_timeout;
-    no.verify = options.verify_collectives;
-    no.api = options.nccl_api ? options.nccl_api : make_cuda_nccl_api();
-    no.first_device = options.nccl_first_device;
-    sh->backend = std::make_shared<NcclBackend>(no);
-  } else {
-    GlooBackend::Options go;
-    go.world_size = options.world_size;
-    go.first_rank = first;
-    go.local_ranks = count;
-    go.store = options.store;
-    go.prefix = options.store_prefix;
-    go.hostname = options.gloo_hostname;
-    go.iface = options.gloo_iface;
-    go.timeout = op_timeout;
-    go.verify = options.verify_collectives;
-    sh->backend = std::make_shared<GlooBackend>(go);
-  }
+  BackendRequest request;
+  request.world_size = options.world_size;
+  request.first_rank = first;
+  request.local_ranks = count;
+  request.store = options.store;
+  request.store_prefix = options.store_prefix;
+  request.local_rank = options.local_rank;
+  request.timeout = op_timeout;
+  request.options = options.backend_options;
+  sh->backend = entry->create(request);
+  const bool fibers = sh->backend->runs_ranks();
   sh->fn = std::move(fn);
   sh->timeout = options.timeout;
   const auto n = static_cast<std::size_t>(count);
@@ -314,9 +290,8 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   std::vector<std::thread> threads;
   threads.reserve(n);
   if (fibers) {
-    // Every rank a fiber of one thread; the watchdog below works as for rank threads.
-    auto fb = std::static_pointer_cast<FiberBackend>(sh->backend);
-    threads.emplace_back([sh, fb] { fb->run([&sh](int64_t r) { run_rank(sh, r); }); });
+    // The backend runs every rank (fibers of one thread); the watchdog below works as for threads.
+    threads.emplace_back([sh] { sh->backend->run_ranks([&sh](int64_t r) { run_rank(sh, r); }); });
   }
   for (int64_t r = first; r < first + count && !fibers; ++r) {
     try {
@@ -406,7 +381,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   }
   for (const RankReport& r : report.ranks) report.ok = report.ok && r.status == "ok";
   report.collectives = sh->backend->collectives();
-  if (auto* g = dynamic_cast<GlooBackend*>(sh->backend.get())) report.connect_seconds = g->connect_seconds();
+  report.connect_seconds = sh->backend->connect_seconds();
   // The backend (its Gloo contexts) goes now, inside the timing, unless a stuck thread uses it.
   bool all_joined = true;
   for (const RankReport& r : report.ranks) all_joined = all_joined && r.status != "stuck";

@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "meshsim/error.hpp"
+#include "meshsim/fiber_backend.hpp"
+#include "meshsim/nccl_api.hpp"
 
 namespace meshsim::testing {
 
@@ -98,11 +100,15 @@ RunReport report_results(int64_t world_size, std::string_view backend, RunReport
 }  // namespace
 
 std::vector<std::string> spmd_backends() {
-#ifdef MESHSIM_WITH_NCCL
-  return {"threaded", "gloo", "local", "nccl"};
-#else
-  return {"threaded", "gloo", "local"};
+  // Every registered backend; NCCL's only in builds with NCCL (elsewhere it cannot start).
+  std::vector<std::string> out;
+  for (const std::string& name : backend_names()) {
+#ifndef MESHSIM_WITH_NCCL
+    if (name == "nccl") continue;
 #endif
+    out.push_back(name);
+  }
+  return out;
 }
 
 std::chrono::milliseconds default_timeout() {
@@ -138,20 +144,20 @@ RunReport run_on_every_rank(int64_t world_size, std::string_view backend,
   options.world_size = world_size;
   options.backend = std::string(backend);
   options.timeout = timeout;
-  // Local mode runs every rank on one thread, in turn: one reporter catches every result, and
-  // the results reported while a rank ran are that rank's (attributed at each switch).
-  const bool fibers = backend == "local";
+  // The fiber backend runs every rank on one thread, in turn: one reporter catches every result,
+  // and the results reported while a rank ran are that rank's (attributed at each switch).
+  const bool fibers = backend == "fiber";
   auto all = std::make_shared<::testing::TestPartResultArray>();
   auto attributed = std::make_shared<int>(0);
   std::optional<::testing::ScopedFakeTestPartResultReporter> intercept_all;
   if (fibers) {
     intercept_all.emplace(::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, all.get());
-    options.on_rank_switch = [capture, all, attributed](int64_t rank) {
+    options.backend_options = FiberBackend::Options{.on_switch = [capture, all, attributed](int64_t rank) {
       ::testing::TestPartResultArray mine;
       for (int i = *attributed; i < all->size(); ++i) mine.Append(all->GetTestPartResult(i));
       *attributed = all->size();
       capture->take(rank, mine);
-    };
+    }};
   }
   if (fibers) {
     RunReport report = run_spmd(options, [capture, fn, all, attributed](RankContext& ctx) {

@@ -1,4 +1,4 @@
-// meshsim/fiber_backend.hpp — local mode for per-rank code: every rank of an SPMD program runs as
+// meshsim/fiber_backend.hpp — the fiber backend ("fiber"): every rank of an SPMD program runs as
 // a fiber (its own stack) in one thread; a collective suspends its rank until every member of
 // the group has arrived, and the last arrival computes it for all of them.
 //
@@ -50,8 +50,10 @@ class FiberBackend final : public SpmdBackend {
   // run executes rank_main(r) for every rank as fibers on this thread until every one returned
   // (rank_main must catch its own exceptions). Once only.
   void run(const std::function<void(int64_t)>& rank_main);
+  bool runs_ranks() const override { return true; }
+  void run_ranks(const std::function<void(int64_t)>& rank_main) override { run(rank_main); }
 
-  std::string name() const override { return "local"; }
+  std::string name() const override { return "fiber"; }
   int64_t world_size() const override;
   std::shared_ptr<Communicator> world(int64_t rank) override;
   std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,

@@ -105,9 +105,9 @@ class GlooBackend final : public SpmdBackend {
   // exit_abruptly makes rank (a thread of this process) die the way a killed process does: its
   // connections close and the store learns "<prefix>/exit/<rank>"; no diagnosis is written, so
   // the peers must find out for themselves. The caller's thread must then stop using the rank.
-  void exit_abruptly(int64_t rank);
+  bool exit_abruptly(int64_t rank) override;
   // connect_seconds is the time spent connecting contexts, summed over this process's ranks.
-  double connect_seconds() const;
+  double connect_seconds() const override;
 
   struct State;
 

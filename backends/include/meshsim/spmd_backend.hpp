@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <utility>
@@ -103,6 +104,23 @@ class SpmdBackend : public Backend {
   virtual bool sleep_for(std::chrono::milliseconds d) = 0;
   // collectives counts the collectives completed by the ranks of this process (summed).
   virtual int64_t collectives() const = 0;
+
+  // runs_ranks: the backend runs the ranks' programs itself (run_ranks, e.g. as fibers of the
+  // calling thread) instead of a runner's thread per rank. run_ranks calls rank_main(r) for every
+  // rank and returns when all returned (rank_main catches its own exceptions); the default throws
+  // InvalidArgument.
+  virtual bool runs_ranks() const { return false; }
+  virtual void run_ranks(const std::function<void(int64_t)>& rank_main);
+  // exit_abruptly ends rank (of this process) the way a killed process ends, where the backend
+  // can show that (its connections dropped, its will in the store); false where it cannot (the
+  // runner then records an "exit" diagnosis).
+  virtual bool exit_abruptly(int64_t rank) {
+    (void)rank;
+    return false;
+  }
+  // connect_seconds: time spent connecting groups, summed over this process's ranks (0 where
+  // groups cost nothing to make).
+  virtual double connect_seconds() const { return 0; }
 };
 
 }  // namespace meshsim

@@ -20,6 +20,7 @@
 // Thread safety: run_spmd may be called from any thread; each call has its own world.
 #pragma once
 
+#include <any>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -29,38 +30,32 @@
 #include <string_view>
 #include <vector>
 
+#include "meshsim/backend_registry.hpp"
 #include "meshsim/communicator.hpp"
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/mesh_communicators.hpp"
-#include "meshsim/fiber_backend.hpp"
-#include "meshsim/gloo_backend.hpp"
-#include "meshsim/nccl_backend.hpp"
+#include "meshsim/spmd_backend.hpp"
 #include "meshsim/store.hpp"
-#include "meshsim/threaded_backend.hpp"
 
 namespace meshsim {
 
 struct SpmdOptions {
   int64_t world_size = 1;
-  // backend: "threaded" (shared memory), "gloo" (Gloo over TCP), "nccl" (one GPU per rank) or
-  // "local" (every rank a fiber of one thread: see fiber_backend.hpp).
+  // backend: a registered name (backend_registry.hpp): "threaded" (shared memory), "gloo" (Gloo
+  // over TCP), "nccl" (one GPU per rank), "fiber" (every rank a fiber of one thread), or one
+  // the program registered.
   std::string backend = "threaded";
-  // local: called on the running thread whenever a rank stops running (see FiberBackend).
-  std::function<void(int64_t)> on_rank_switch;
+  // backend_options: the backend's own Options struct (GlooBackend::Options{.hostname = ...},
+  // NcclBackend::Options{.api = ...}, FiberBackend::Options{.on_switch = ...}), or empty for
+  // its defaults; the fields below override the struct's world, ranks, store and timeout.
+  std::any backend_options;
   // Ranks run here: [first_rank, first_rank + local_ranks); local_ranks 0 means every rank (rank
-  // threads). One rank of several processes (gloo only) needs `store`, shared by the processes.
+  // threads). Ranks of several processes (a backend that spans processes) need `store`.
   int64_t first_rank = 0;
   int64_t local_ranks = 0;
   std::shared_ptr<Store> store;
-  // gloo: the TCP device's address (or interface). verify_collectives (gloo, nccl): ranks
-  // all-gather what they are about to call first, so a mismatch is named, not a hang.
-  std::string gloo_hostname = "127.0.0.1";
-  std::string gloo_iface;
-  bool verify_collectives = true;
-  // nccl: the NCCL and CUDA calls (null: the real ones, in builds with NCCL) and the GPU of
-  // the first rank run here.
-  std::shared_ptr<NcclApi> nccl_api;
-  int nccl_first_device = 0;
+  // local_rank: where the first rank run here stands among its host's ranks (LOCAL_RANK).
+  int64_t local_rank = 0;
   // The key prefix of this run in the store (processes of one run must agree on it).
   std::string store_prefix = "meshsim";
   // timeout bounds every wait; the watchdog diagnoses a wait older than this.

@@ -11,7 +11,7 @@
 //   }
 //
 // registers `TpGroups.MatchTheMesh/threaded`, `/gloo` (Gloo over loopback TCP, rank threads
-// sharing one device), `/local` (every rank a fiber of one thread) and, in builds with NCCL,
+// sharing one device), `/fiber` (every rank a fiber of one thread) and, in builds with NCCL,
 // `/nccl` (one GPU per rank; skipped, saying why, when there are fewer GPUs than ranks): one
 // instance per backend this build has. In CMake, `meshsim_discover_spmd_tests(target)` (from
 // find_package(meshsim COMPONENTS testing)) gives each backend's instances the ctest label of

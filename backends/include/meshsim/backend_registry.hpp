@@ -1,0 +1,82 @@
+// meshsim/backend_registry.hpp — backends by name: the one list every runner, flag and error
+// message reads, and the place a new backend registers itself.
+//
+//   BackendRequest req{.world_size = 8, .timeout = std::chrono::seconds(5)};
+//   std::shared_ptr<SpmdBackend> b = create_backend("gloo", req);   // 8 Gloo rank threads
+//   req.options = GlooBackend::Options{.hostname = "10.0.0.7"};     // the backend's own settings
+//   register_backend({.name = "mine", .description = "...", .create = [](const BackendRequest& r) {
+//     return std::make_shared<MyBackend>(r.world_size); }});
+//
+// Built in (in this order): "threaded" (rank threads over shared memory), "gloo" (Gloo over
+// TCP: rank threads, or ranks spread over processes), "nccl" (one GPU per rank; a build without
+// NCCL refuses it when created), "fiber" (every rank a fiber of one thread, run by the backend).
+//
+// A request carries what every backend takes (world, the ranks run here, the store, the timeout)
+// and, in `options`, the backend's own Options struct (ThreadedBackend::Options,
+// GlooBackend::Options, NcclBackend::Options, FiberBackend::Options) or nothing for its
+// defaults; the request's common fields override the struct's. Options of another backend's type
+// are refused (InvalidArgument naming both).
+//
+// Thread safety: registering and creating may happen from any thread (one mutex).
+#pragma once
+
+#include <any>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshsim/spmd_backend.hpp"
+#include "meshsim/store.hpp"
+
+namespace meshsim {
+
+struct BackendRequest {
+  int64_t world_size = 1;
+  // The ranks that run in this process: [first_rank, first_rank + local_ranks); 0 means every
+  // rank (rank threads). Ranks of several processes need a shared `store`.
+  int64_t first_rank = 0;
+  int64_t local_ranks = 0;
+  std::shared_ptr<Store> store;
+  std::string store_prefix = "meshsim";  // processes of one run must agree on it
+  // local_rank: where this process's first rank stands among its host's ranks (a launcher's
+  // LOCAL_RANK); a backend with one device per rank starts at that device.
+  int64_t local_rank = 0;
+  std::chrono::milliseconds timeout{30000};
+  std::any options;  // the backend's own Options, or empty
+};
+
+struct BackendEntry {
+  std::string name;
+  std::string description;       // one line, for --help and errors
+  bool spans_processes = false;  // its ranks may live in several processes
+  int64_t max_rank_threads = 16384;  // ranks one process runs at most
+  std::function<std::shared_ptr<SpmdBackend>(const BackendRequest&)> create;
+};
+
+// register_backend adds a backend (AlreadyExists when the name is taken; InvalidArgument for an
+// empty name or no factory).
+void register_backend(BackendEntry entry);
+// find_backend: the entry registered under `name`, or null.
+const BackendEntry* find_backend(std::string_view name);
+// create_backend builds one (InvalidArgument naming the known backends for an unknown name).
+std::shared_ptr<SpmdBackend> create_backend(std::string_view name, const BackendRequest& request);
+// backend_names: every registered name, built-ins first; backend_names_text: "threaded, gloo, ...".
+std::vector<std::string> backend_names();
+std::string backend_names_text();
+
+[[noreturn]] void throw_wrong_options(std::string_view backend, const char* type);
+
+// backend_options<T> is request.options as T (a default T when empty); InvalidArgument naming
+// the backend when it holds another type.
+template <class T>
+T backend_options(const BackendRequest& request, std::string_view backend) {
+  if (!request.options.has_value()) return T{};
+  if (const T* t = std::any_cast<T>(&request.options)) return *t;
+  throw_wrong_options(backend, request.options.type().name());
+}
+
+}  // namespace meshsim
