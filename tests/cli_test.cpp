@@ -383,9 +383,9 @@ TEST(CliLaunch, GlooRanksAsProcessesPassAndEachReportsItsGroups) {
               std::string::npos) << out;
   }
   EXPECT_NE(out.find("[rank 0] meshsim run: 4 ranks over the gloo backend, one per process"), std::string::npos) << out;
-  EXPECT_NE(out.find("[rank 0]     tp: 2 groups of 2 [0 1] [2 3]"), std::string::npos) << out;
-  EXPECT_NE(out.find("[rank 3]     tp: 2 groups of 2 [2 3]"), std::string::npos) << out;
-  EXPECT_NE(out.find("[rank 1]     dp: 2 groups of 2 [1 3]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 0]     tp: 2 groups of 2 [0, 1] [2, 3]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 3]     tp: 2 groups of 2 [2, 3]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 1]     dp: 2 groups of 2 [1, 3]"), std::string::npos) << out;
   // Rank 0 gathers every rank's view through the store: its JSON report is the threaded run's
   // (but for the backend and the time).
   for (const std::string args : {"--mesh dp=2,tp=2", "--mesh dp=2,cp=2,tp=2 --slice dp,tp --flatten"}) {

@@ -93,13 +93,6 @@ MeshRecipe different_recipe(MeshRecipe r, const DeviceMesh& root) {
   return r;
 }
 
-// list prints ranks, the first `limit` of them (a summary, not a dump).
-std::string list(const std::vector<int64_t>& v, std::size_t limit = 16) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? " " : "") + std::to_string(v[i]);
-  if (v.size() > limit) s += " ... (" + std::to_string(v.size()) + " ranks)";
-  return s + "]";
-}
 
 
 // Outcome is what a run reports, whatever the backend.
@@ -241,12 +234,12 @@ Outcome run_threaded(const Job& job) {
         const std::vector<int64_t> group = *m.group_of(me, d);
         const std::string where = "mesh " + std::to_string(i) + " " + m.to_string() + " dim " + m.dim_name(d);
         if (c.global_ranks() != group) {
-          ctx.fail(where + ": the communicator holds " + list(c.global_ranks()) + ", the mesh says " + list(group));
+          ctx.fail(where + ": the communicator holds " + format_ranks(c.global_ranks()) + ", the mesh says " + format_ranks(group));
         }
         ++passed;
         std::vector<int64_t> got(group.size());
         c.all_gather(std::span<const int64_t>(&me, 1), std::span<int64_t>(got));
-        if (got != group) ctx.fail(where + ": all_gather of ranks returned " + list(got) + ", the mesh says " + list(group));
+        if (got != group) ctx.fail(where + ": all_gather of ranks returned " + format_ranks(got) + ", the mesh says " + format_ranks(group));
         ++passed;
         int64_t sum = me + 1, want = 0;
         for (int64_t g : group) want += g + 1;
@@ -402,7 +395,7 @@ Outcome run_local(const Job& job) {
         what.resize(what.size() - 2);
         std::vector<int64_t> odd(odd_mesh.begin(), odd_mesh.end());
         throw LocalFailure(Diagnosis{"mesh", odd,
-                                     (odd.size() == 1 ? "rank " + std::to_string(odd[0]) : "ranks " + list(odd)) +
+                                     (odd.size() == 1 ? "rank " + std::to_string(odd[0]) : "ranks " + format_ranks(odd)) +
                                          " built a different mesh than the recipe's: its " + what +
                                          (what.find(',') == std::string::npos ? " differs" : " differ"),
                                      {}, {}});
@@ -429,7 +422,7 @@ Outcome run_local(const Job& job) {
                                    }();
             if (!same_line) {
               throw LocalFailure(Diagnosis{"check", {members[k]}, "rank " + std::to_string(members[k]) + ": " + where +
-                                               ": its communicator's group " + list(std::vector<int64_t>(members.begin(), members.end())) +
+                                               ": its communicator's group " + format_ranks(members) +
                                                " is not the group its coordinate gives", {}, {}});
             }
           }
@@ -439,7 +432,7 @@ Outcome run_local(const Job& job) {
           std::span<const int64_t> members = groups->group(g);
           if (!std::equal(members.begin(), members.end(), rows[static_cast<std::size_t>(g)].begin())) {
             throw LocalFailure(Diagnosis{"check", {members[0]}, "rank " + std::to_string(members[0]) + ": " + where +
-                                             ": all_gather of ranks returned " + list(rows[static_cast<std::size_t>(g)]), {}, {}});
+                                             ": all_gather of ranks returned " + format_ranks(rows[static_cast<std::size_t>(g)]), {}, {}});
           }
         }
         const LocalValue<int64_t> sums = w.all_reduce(groups, LocalValue<int64_t>::affine(world, 1, 1), ReduceOp::kSum);
@@ -556,7 +549,7 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
         out << "    " << m.dim_name(d) << ": " << count << " groups of " << m.size(d);
         if (r.ok) {
           const auto& rows = r.seen[i][static_cast<std::size_t>(d)];
-          for (std::size_t k = 0; k < rows.size() && k < 8; ++k) out << " " << list(rows[k]);
+          for (std::size_t k = 0; k < rows.size() && k < 8; ++k) out << " " << format_ranks(rows[k]);
           if (rows.size() > 8) out << " ...";
         }
         out << "\n";

@@ -13,6 +13,19 @@ namespace meshsim {
 
 namespace {
 
+// spanning_options: a process-spanning backend's Options with the request's common fields.
+template <class O>
+O spanning_options(const BackendRequest& r, std::string_view name) {
+  auto o = backend_options<O>(r, name);
+  o.world_size = r.world_size;
+  o.first_rank = r.first_rank;
+  o.local_ranks = r.local_ranks;
+  o.store = r.store;
+  o.prefix = r.store_prefix;
+  o.timeout = r.timeout;
+  return o;
+}
+
 // The built-in backends: the one list of names (adding a backend adds its entry here).
 std::deque<BackendEntry> builtins() {
   std::deque<BackendEntry> b;
@@ -24,23 +37,11 @@ std::deque<BackendEntry> builtins() {
                }});
   b.push_back({"gloo", "Gloo over TCP: rank threads, or one rank per process under a launcher", true,
                GlooBackend::kMaxThreadRanks, [](const BackendRequest& r) {
-                 auto o = backend_options<GlooBackend::Options>(r, "gloo");
-                 o.world_size = r.world_size;
-                 o.first_rank = r.first_rank;
-                 o.local_ranks = r.local_ranks;
-                 o.store = r.store;
-                 o.prefix = r.store_prefix;
-                 o.timeout = r.timeout;
+                 auto o = spanning_options<GlooBackend::Options>(r, "gloo");
                  return std::shared_ptr<SpmdBackend>(std::make_shared<GlooBackend>(o));
                }});
   b.push_back({"nccl", "NCCL, one GPU per rank; builds with NCCL", true, 16384, [](const BackendRequest& r) {
-                 auto o = backend_options<NcclBackend::Options>(r, "nccl");
-                 o.world_size = r.world_size;
-                 o.first_rank = r.first_rank;
-                 o.local_ranks = r.local_ranks;
-                 o.store = r.store;
-                 o.prefix = r.store_prefix;
-                 o.timeout = r.timeout;
+                 auto o = spanning_options<NcclBackend::Options>(r, "nccl");
                  if (r.local_rank != 0) o.first_device = static_cast<int>(r.local_rank);
                  if (!o.api) o.api = make_cuda_nccl_api();
                  return std::shared_ptr<SpmdBackend>(std::make_shared<NcclBackend>(o));

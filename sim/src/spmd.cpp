@@ -15,12 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string list(const std::vector<int64_t>& v, std::size_t limit = 32) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  if (v.size() > limit) s += ", ... (" + std::to_string(v.size()) + " ranks)";
-  return s + "]";
-}
 
 struct Fnv {
   uint64_t h = 1469598103934665603ull;
@@ -209,7 +203,7 @@ void RankContext::check_mesh_agreement(const DeviceMesh& mesh, std::optional<Mes
   for (const auto& w : what) parts_text += (parts_text.empty() ? "" : ", ") + w;
   const std::string msg =
       std::string(odd.size() == 1 ? "rank " : "ranks ") +
-      (odd.size() == 1 ? std::to_string(odd[0]) : list(odd)) + " built a different mesh than " +
+      (odd.size() == 1 ? std::to_string(odd[0]) : format_ranks(odd, 32)) + " built a different mesh than " +
       (expected ? std::string("the recipe's") : std::string("the other ranks'")) + ": its " +
       parts_text + " differ" + (what.size() == 1 ? "s" : "") + " (this rank built " +
       mesh.to_string() + ")";
