@@ -330,19 +330,26 @@ TEST(CliRun, GlooRankThreadsReportWhatTheThreadedRunDoes) {
   }
 }
 
-TEST(CliRun, OneFaultReadsTheSameOnTheThreadedAndTheGlooBackend) {
+TEST(CliRun, OneFaultReadsTheSameOnEveryBackend) {
   // The diagnosis is the product: the same planted fault gives the same message, word for word
-  // (the collective's number, its arguments, the waiting ranks in full), whichever backend ran it.
-  for (const std::string fault : {"throw@3", "skip@3", "skip@1", "mismatch@3", "mismatch@0", "mesh@2", "stall@3"}) {
-    int st = -1, sg = -1;
-    const std::string args = "--mesh dp=2,tp=2 --timeout 2 --fault " + fault;
-    Json t = run_json(args, &st);
-    Json g = run_json(args + " --backend gloo", &sg);
-    EXPECT_EQ(st, 1) << fault;
-    EXPECT_EQ(sg, 1) << fault;
-    ASSERT_FALSE(t["failures"].empty()) << fault << t;
-    ASSERT_FALSE(g["failures"].empty()) << fault << g;
-    EXPECT_EQ(t["failures"][0], g["failures"][0]) << fault;
+  // (the collective's number, its arguments, the waiting ranks in full), whichever backend ran
+  // it: threaded, gloo, fiber and local mode (which cannot stall: one thread).
+  for (const std::string mesh : {"dp=2,tp=2", "dp=2,cp=2,tp=2"}) {
+    for (const std::string fault : {"throw@3", "skip@3", "skip@1", "mismatch@3", "mismatch@0", "mesh@2", "stall@3"}) {
+      const std::string args = "--mesh " + mesh + " --timeout 2 --fault " + fault;
+      int st = -1;
+      Json t = run_json(args, &st);
+      EXPECT_EQ(st, 1) << fault;
+      ASSERT_FALSE(t["failures"].empty()) << fault << t;
+      for (const std::string backend : {"gloo", "fiber", "local"}) {
+        if (fault.rfind("stall", 0) == 0 && backend != "gloo") continue;
+        int s = -1;
+        Json o = run_json(args + " --backend " + backend, &s);
+        EXPECT_EQ(s, 1) << backend << " " << fault;
+        ASSERT_FALSE(o["failures"].empty()) << backend << " " << fault << o;
+        EXPECT_EQ(t["failures"][0], o["failures"][0]) << backend << " " << mesh << " " << fault;
+      }
+    }
   }
 }
 

@@ -377,13 +377,21 @@ Outcome run_local(const Job& job) {
     }
     // Mesh agreement: what each rank built, against the recipe's meshes.
     std::vector<MeshParts> odd_parts;
+    std::vector<std::string> odd_text;
     if (!odd_mesh.empty()) {
       const BuiltMeshes other = meshsim::apply(different_recipe(job.recipe, job.expected->root));
       odd_parts.push_back(mesh_parts(other.root));
-      for (const DeviceMesh& m : other.meshes) odd_parts.push_back(mesh_parts(m));
+      odd_text.push_back(other.root.to_string());
+      for (const DeviceMesh& m : other.meshes) {
+        odd_parts.push_back(mesh_parts(m));
+        odd_text.push_back(m.to_string());
+      }
     }
     for (std::size_t i = 0; i < job.meshes.size(); ++i) {
-      w.all_reduce(w.world_groups(), rank_value, ReduceOp::kMin);  // the fingerprint check, one per rank
+      // The fingerprint check: min of 4 parts and their complements and a flag, as ranks run it.
+      LocalCall agree;
+      agree.count = 9;
+      w.all_reduce(w.world_groups(), rank_value, ReduceOp::kMin, agree);
       if (!odd_mesh.empty() && !(odd_parts[i] == job.parts[i])) {
         const MeshParts& p = odd_parts[i];
         const MeshParts& ref = job.parts[i];
@@ -397,7 +405,8 @@ Outcome run_local(const Job& job) {
         throw LocalFailure(Diagnosis{"mesh", odd,
                                      (odd.size() == 1 ? "rank " + std::to_string(odd[0]) : "ranks " + format_ranks(odd)) +
                                          " built a different mesh than the recipe's: its " + what +
-                                         (what.find(',') == std::string::npos ? " differs" : " differ"),
+                                         (what.find(',') == std::string::npos ? " differs" : " differ") +
+                                         " (this rank built " + odd_text[i] + ")",
                                      {}, {}});
       }
     }

@@ -41,7 +41,10 @@ Diagnosis departed_diagnosis(std::vector<int64_t> gone, const std::string& colle
 }
 
 Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> group,
-                             const std::vector<std::pair<std::string, std::vector<int64_t>>>& calls) {
+                             std::vector<std::pair<std::string, std::vector<int64_t>>> calls) {
+  // One order whoever writes it: each call's ranks sorted, the calls by their lowest rank.
+  for (auto& c : calls) std::sort(c.second.begin(), c.second.end());
+  std::sort(calls.begin(), calls.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   std::size_t most = 0;
   for (const auto& c : calls) most = std::max(most, c.second.size());
   std::size_t holders = 0;

@@ -63,15 +63,16 @@ LocalWorld::LocalWorld(int64_t world) : world_(world) {
 }
 
 void LocalWorld::barrier(const LocalGroups& groups, const LocalCall& call) {
-  check(groups, "barrier", call);
+  check(groups, {CollectiveOp::kBarrier, DType::kInt64, 0, -1, ReduceOp::kSum}, call);
   collectives_ += groups.count() * groups.size();
 }
 
-void LocalWorld::check(const LocalGroups& groups, const char* op, const LocalCall& call) {
+void LocalWorld::check(const LocalGroups& groups, const CollectiveDesc& d, const LocalCall& call) {
+  const uint64_t number = groups.next_number();
   for (int64_t r : call.absent) {
     auto where = groups.of(r);
     if (!where) continue;
-    throw LocalFailure(departed_diagnosis({r}, op, groups.group(where->first)));
+    throw LocalFailure(departed_diagnosis({r}, collective_label(d, number), groups.group(where->first)));
   }
   if (call.count_of.empty()) return;
   // Per group: the members whose count differs from the group's most common count.
@@ -87,8 +88,12 @@ void LocalWorld::check(const LocalGroups& groups, const char* op, const LocalCal
     }
     if (by_count.size() < 2) continue;
     std::vector<std::pair<std::string, std::vector<int64_t>>> calls;
-    for (auto& [c, ranks] : by_count) calls.emplace_back(std::string(op) + "(int64, count=" + std::to_string(c) + ")", std::move(ranks));
-    throw LocalFailure(mismatch_diagnosis(op, members, calls));
+    for (auto& [c, ranks] : by_count) {
+      CollectiveDesc called = d;
+      called.count = c;
+      calls.emplace_back(called.to_string(), std::move(ranks));
+    }
+    throw LocalFailure(mismatch_diagnosis("#" + std::to_string(number), members, calls));
   }
 }
 

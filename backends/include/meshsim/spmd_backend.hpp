@@ -65,7 +65,7 @@ struct WaitInfo {
 //   [0, 1, 2, 3] (ranks [0, 1, 2] wait for it)" (the waiting ranks: the group's other members,
 //   sorted, whichever of them noticed first; a point-to-point message names its one waiter).
 // - mismatch_diagnosis: members of one collective that called different things; `calls` pairs
-//   each description with the ranks that called it; the culprits are the ranks holding a
+//   each description with the ranks that called it (listed sorted, calls by their lowest rank); the culprits are the ranks holding a
 //   description fewer ranks hold than the most common one (on a tie, every rank):
 //   "collective mismatch at #0 of group [0, 1, 2, 3]: ranks [0, 1, 2] called all_reduce(sum,
 //   int64, count=2); rank 3 called all_reduce(sum, int64, count=3)".
@@ -76,7 +76,7 @@ Diagnosis departed_diagnosis(std::vector<int64_t> gone, const std::string& colle
                              std::vector<int64_t> waiting = {});
 // `at`: the collective's number ("#0"), or its name where the caller does not count (local mode).
 Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> group,
-                             const std::vector<std::pair<std::string, std::vector<int64_t>>>& calls);
+                             std::vector<std::pair<std::string, std::vector<int64_t>>> calls);
 
 // encode_diagnosis / decode_diagnosis: the store form of a Diagnosis (kind, ranks, message), how
 // processes of one run tell each other why it stopped; decode is nullopt on malformed text.

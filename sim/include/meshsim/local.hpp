@@ -54,8 +54,13 @@ class LocalGroups {
   // of is (group, index in it) of `rank`; nullopt when the rank is outside the mesh.
   std::optional<std::pair<int64_t, int64_t>> of(int64_t rank) const;
   const std::string& name() const { return name_; }
+  // next_number: the number of the next collective called on these groups (#0 first), as each
+  // member's communicator counts its group's collectives. Not thread-safe (LocalWorld is one
+  // thread).
+  uint64_t next_number() const { return calls_++; }
 
  private:
+  mutable uint64_t calls_ = 0;
   int64_t count_ = 0, size_ = 0;
   std::vector<int64_t> ranks_;        // count_ * size_
   std::vector<int64_t> slot_of_;      // by rank: g * size_ + i, or -1
@@ -185,7 +190,8 @@ class LocalWorld {
 
  private:
   // check fails the collective when a member of some group is absent or passes another count.
-  void check(const LocalGroups& groups, const char* op, const LocalCall& call);
+  // `d` describes the call as a member makes it (op, dtype, call.count, root, reduction).
+  void check(const LocalGroups& groups, const CollectiveDesc& d, const LocalCall& call);
   int64_t world_;
   int64_t collectives_ = 0;
   std::shared_ptr<const LocalGroups> world_groups_;
@@ -230,7 +236,7 @@ T combine(T acc, T v, ReduceOp op) {
 template <typename T>
 LocalValue<T> LocalWorld::all_reduce(const std::shared_ptr<const LocalGroups>& groups,
                                      const LocalValue<T>& in, ReduceOp op, const LocalCall& call) {
-  check(*groups, "all_reduce", call);
+  check(*groups, {CollectiveOp::kAllReduce, dtype_of<T>(), call.count, -1, op}, call);
   std::vector<T> out(static_cast<std::size_t>(groups->count()));
   for (int64_t g = 0; g < groups->count(); ++g) {
     std::span<const int64_t> members = groups->group(g);
@@ -247,7 +253,7 @@ template <typename T>
 std::vector<std::vector<T>> LocalWorld::all_gather(const LocalGroups& groups,
                                                    const LocalValue<T>& in,
                                                    const LocalCall& call) {
-  check(groups, "all_gather", call);
+  check(groups, {CollectiveOp::kAllGather, dtype_of<T>(), call.count, -1, ReduceOp::kSum}, call);
   std::vector<std::vector<T>> out(static_cast<std::size_t>(groups.count()));
   for (int64_t g = 0; g < groups.count(); ++g) {
     std::span<const int64_t> members = groups.group(g);
@@ -266,7 +272,7 @@ LocalValue<T> LocalWorld::broadcast(const std::shared_ptr<const LocalGroups>& gr
     throw OutOfRange("broadcast root " + std::to_string(root) + " is out of range [0, " +
                      std::to_string(groups->size()) + ")");
   }
-  check(*groups, "broadcast", call);
+  check(*groups, {CollectiveOp::kBroadcast, dtype_of<T>(), call.count, static_cast<int>(root), ReduceOp::kSum}, call);
   std::vector<T> out(static_cast<std::size_t>(groups->count()));
   for (int64_t g = 0; g < groups->count(); ++g) {
     out[static_cast<std::size_t>(g)] = in.at(groups->group(g)[static_cast<std::size_t>(root)]);
@@ -283,7 +289,7 @@ LocalBuffers<T> LocalWorld::reduce_scatter(const LocalGroups& groups, const Loca
                           " values per rank do not split into " + std::to_string(groups.size()) +
                           " blocks");
   }
-  check(groups, "reduce_scatter", call);
+  check(groups, {CollectiveOp::kReduceScatter, dtype_of<T>(), in.count / groups.size(), -1, op}, call);
   const int64_t n = in.count / groups.size();
   LocalBuffers<T> out(world_, n);
   for (int64_t g = 0; g < groups.count(); ++g) {
@@ -313,7 +319,7 @@ LocalBuffers<T> LocalWorld::all_to_all(const LocalGroups& groups, const LocalBuf
                           " values per rank do not split into " + std::to_string(groups.size()) +
                           " blocks");
   }
-  check(groups, "all_to_all", call);
+  check(groups, {CollectiveOp::kAllToAll, dtype_of<T>(), in.count / groups.size(), -1, ReduceOp::kSum}, call);
   const int64_t n = in.count / groups.size();
   LocalBuffers<T> out(world_, in.count);
   for (int64_t g = 0; g < groups.count(); ++g) {
