@@ -72,7 +72,8 @@ struct MeshParts {
 };
 MeshParts mesh_parts(const DeviceMesh& mesh);
 
-// RankContext is what each rank's function gets.
+// RankContext is what each rank's function gets. Thread safety: a context belongs to its rank's
+// thread (or fiber); use it only from there (its communicators and group cache are that rank's).
 class RankContext {
  public:
   RankContext(std::shared_ptr<SpmdBackend> backend, int64_t rank, bool process_rank = false);
