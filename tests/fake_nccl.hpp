@@ -95,7 +95,7 @@ class FakeNccl final : public NcclApi {
     Member& m = *static_cast<Member*>(c);
     ++aborts_;
     m.aborted = true;
-    m.g->tb->abort(Diagnosis{"error", {}, "ncclCommAbort", {}, {}});
+    m.g->tb->abort(Diagnosis{DiagnosisKind::kError, {}, "ncclCommAbort", {}, {}});
   }
   void destroy(Comm) override {}
   NcclStatus comm_status(Comm c, std::string* message) override {

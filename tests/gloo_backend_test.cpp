@@ -40,7 +40,7 @@ std::vector<RunReport> run_as_processes(int64_t world, std::chrono::milliseconds
 
 bool names(const RunReport& rep, int64_t rank, const std::string& kind) {
   for (const Diagnosis& d : rep.failures) {
-    if (d.ranks == std::vector<int64_t>{rank} && d.kind == kind) return true;
+    if (d.ranks == std::vector<int64_t>{rank} && to_string(d.kind) == kind) return true;
   }
   return false;
 }
@@ -169,7 +169,7 @@ TEST(GlooBackend, RejectsBadGroupsAndArguments) {
 }
 
 TEST(GlooBackend, DiagnosisRoundTripsThroughTheStoreForm) {
-  Diagnosis d{"mismatch", {4, 17}, "rank 4 called x\nand more", {}, {}};
+  Diagnosis d{DiagnosisKind::kMismatch, {4, 17}, "rank 4 called x\nand more", {}, {}};
   auto back = decode_diagnosis(encode_diagnosis(d));
   ASSERT_TRUE(back);
   EXPECT_EQ(back->kind, d.kind);

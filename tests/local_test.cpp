@@ -97,7 +97,7 @@ TEST(LocalWorld, AbsentAndMismatchedRanksAreNamed) {
     w.all_reduce(tp, x, ReduceOp::kSum, LocalCall{.absent = {6}});
     FAIL() << "an absent rank must fail the collective";
   } catch (const LocalFailure& f) {
-    EXPECT_EQ(f.diagnosis.kind, "departed");
+    EXPECT_EQ(to_string(f.diagnosis.kind), "departed");
     EXPECT_EQ(f.diagnosis.ranks, V{6});
     EXPECT_NE(f.diagnosis.message.find("rank 6 ended its program"), std::string::npos) << f.what();
   }
@@ -105,7 +105,7 @@ TEST(LocalWorld, AbsentAndMismatchedRanksAreNamed) {
     w.all_gather(*tp, x, LocalCall{.count_of = {{2, 3}}});
     FAIL() << "a different count must fail the collective";
   } catch (const LocalFailure& f) {
-    EXPECT_EQ(f.diagnosis.kind, "mismatch");
+    EXPECT_EQ(to_string(f.diagnosis.kind), "mismatch");
     EXPECT_EQ(f.diagnosis.ranks, V{2});
     EXPECT_NE(f.diagnosis.message.find("count=3"), std::string::npos) << f.what();
     EXPECT_NE(f.diagnosis.message.find("count=1"), std::string::npos) << f.what();

@@ -98,14 +98,14 @@ TEST(NcclBackend, MismatchAndDepartureAreNamed) {
     ctx.world().all_reduce(std::span<int32_t>(v), ReduceOp::kMax);
   });
   ASSERT_EQ(rep.failures.size(), 1u) << rep.summary();
-  EXPECT_EQ(rep.failures[0].kind, "mismatch");
+  EXPECT_EQ(to_string(rep.failures[0].kind), "mismatch");
   EXPECT_EQ(rep.failures[0].ranks, std::vector<int64_t>{1});
   rep = run_spmd(nccl(3, fake), [](RankContext& ctx) {
     if (ctx.rank() == 0) return;
     ctx.world().barrier();
   });
   ASSERT_EQ(rep.failures.size(), 1u) << rep.summary();
-  EXPECT_EQ(rep.failures[0].kind, "departed");
+  EXPECT_EQ(to_string(rep.failures[0].kind), "departed");
   EXPECT_EQ(rep.failures[0].ranks, std::vector<int64_t>{0});
 }
 

@@ -145,7 +145,7 @@ TEST(SpmdMacroReports, FatalFailureStopsEveryRankFast) {
   EXPECT_FALSE(got->report.ok);
   ASSERT_EQ(got->report.failures.size(), 1u) << got->report.summary();
   EXPECT_EQ(got->report.failures[0].ranks, std::vector<int64_t>{5});
-  EXPECT_EQ(got->report.failures[0].kind, "assertion");
+  EXPECT_EQ(to_string(got->report.failures[0].kind), "assertion");
   const auto failed = got->messages(::testing::TestPartResult::kNonFatalFailure);
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_TRUE(contains(failed[0], "[rank 5] ") && contains(failed[0], "planted fatal")) << failed[0];
@@ -209,7 +209,7 @@ TEST(SpmdMacroReportsFiber, EachRanksFailuresCarryItsRankAndAFatalOneStopsTheRun
   }, 5000ms, "fiber");
   ASSERT_EQ(got->report.failures.size(), 1u) << got->report.summary();
   EXPECT_EQ(got->report.failures[0].ranks, std::vector<int64_t>{5});
-  EXPECT_EQ(got->report.failures[0].kind, "assertion");
+  EXPECT_EQ(to_string(got->report.failures[0].kind), "assertion");
 }
 
 TEST(SpmdMacroReportsFiber, WhatOneThreadCannotExpressIsRefusedAndADeadlockIsNamedAtOnce) {
@@ -239,7 +239,7 @@ TEST(SpmdMacroReportsFiber, WhatOneThreadCannotExpressIsRefusedAndADeadlockIsNam
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   ASSERT_FALSE(crossed->report.ok);
   ASSERT_FALSE(crossed->report.failures.empty());
-  EXPECT_EQ(crossed->report.failures[0].kind, "stall") << crossed->report.summary();
+  EXPECT_EQ(to_string(crossed->report.failures[0].kind), "stall") << crossed->report.summary();
   EXPECT_EQ(crossed->report.failures[0].waiting, (std::vector<int64_t>{0, 1}));
 }
 
@@ -255,14 +255,14 @@ TEST(SpmdMacroReportsFiber, ExceptionsMismatchesAndDeparturesNameTheRank) {
     ctx.world().all_reduce(std::span<float>(v), ReduceOp::kSum);
   }, 5000ms, "fiber");
   ASSERT_EQ(odd->report.failures.size(), 1u);
-  EXPECT_EQ(odd->report.failures[0].kind, "mismatch");
+  EXPECT_EQ(to_string(odd->report.failures[0].kind), "mismatch");
   EXPECT_EQ(odd->report.failures[0].ranks, std::vector<int64_t>{2});
   auto gone = intercept(4, [](RankContext& ctx) {
     if (ctx.rank() == 1) return;
     ctx.world().barrier();
   }, 5000ms, "fiber");
   ASSERT_EQ(gone->report.failures.size(), 1u);
-  EXPECT_EQ(gone->report.failures[0].kind, "departed");
+  EXPECT_EQ(to_string(gone->report.failures[0].kind), "departed");
   EXPECT_EQ(gone->report.failures[0].ranks, std::vector<int64_t>{1});
   auto skipped = intercept(3, [](RankContext&) { GTEST_SKIP() << "no accelerator"; }, 5000ms, "fiber");
   EXPECT_TRUE(skipped->report.ok);

@@ -241,7 +241,7 @@ void expect_failure(const RunReport& rep, int64_t rank, const std::string& kind)
   ASSERT_FALSE(rep.ok);
   ASSERT_FALSE(rep.failures.empty());
   bool found = false;
-  for (const Diagnosis& d : rep.failures) found = found || (d.ranks == std::vector<int64_t>{rank} && d.kind == kind);
+  for (const Diagnosis& d : rep.failures) found = found || (d.ranks == std::vector<int64_t>{rank} && to_string(d.kind) == kind);
   EXPECT_TRUE(found) << "expected " << kind << " at rank " << rank << ", got " << rep.summary();
   EXPECT_NE(rep.failures[0].message.find(std::to_string(rank)), std::string::npos);
 }

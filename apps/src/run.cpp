@@ -166,7 +166,7 @@ void finish_launched(const Job& job, Outcome& out) {
       if (adopt_failure()) return;
       if (std::chrono::steady_clock::now() >= until) {
         out.ok = false;
-        out.failures.push_back(Diagnosis{"stall", {}, "rank " + std::to_string(job.launched->rank) +
+        out.failures.push_back(Diagnosis{DiagnosisKind::kStall, {}, "rank " + std::to_string(job.launched->rank) +
                                          " finished, but not every rank reached the end within " +
                                          std::to_string(job.timeout.count()) + " ms", {}, {}});
         return;
@@ -176,7 +176,7 @@ void finish_launched(const Job& job, Outcome& out) {
   } catch (const Error& e) {
     if (!adopt_failure()) {
       out.ok = false;
-      out.failures.push_back(Diagnosis{"error", {job.launched->rank}, std::string("the store failed at the end: ") + e.what(), {}, {}});
+      out.failures.push_back(Diagnosis{DiagnosisKind::kError, {job.launched->rank}, std::string("the store failed at the end: ") + e.what(), {}, {}});
     }
   }
 }
@@ -292,7 +292,7 @@ Outcome run_threaded(const Job& job) {
         job.store->set(result_key + std::to_string(me), mine.dump());
       } catch (const Error& e) {
         out.ok = false;
-        out.failures.push_back(Diagnosis{"error", {me}, std::string("rank ") + std::to_string(me) +
+        out.failures.push_back(Diagnosis{DiagnosisKind::kError, {me}, std::string("rank ") + std::to_string(me) +
                                          " could not publish its result: " + e.what(), {}, {}});
       }
     }
@@ -310,7 +310,7 @@ Outcome run_threaded(const Job& job) {
         }
       } catch (const std::exception& e) {
         out.ok = false;
-        out.failures.push_back(Diagnosis{"error", {me}, std::string("rank 0 could not read every rank's result: ") +
+        out.failures.push_back(Diagnosis{DiagnosisKind::kError, {me}, std::string("rank 0 could not read every rank's result: ") +
                                          e.what(), {}, {}});
       }
     } else if (out.ok) {
@@ -373,7 +373,7 @@ Outcome run_local(const Job& job) {
     for (int64_t r : odd_count) first.count_of[r] = 3;
     const auto rank_sum = w.all_reduce(w.world_groups(), rank_value, ReduceOp::kSum, first);
     if (rank_sum.at(0) != world * (world - 1) / 2) {
-      throw LocalFailure(Diagnosis{"check", {0}, "world all_reduce of ranks gave " + std::to_string(rank_sum.at(0)), {}, {}});
+      throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {0}, "world all_reduce of ranks gave " + std::to_string(rank_sum.at(0)), {}, {}});
     }
     // Mesh agreement: what each rank built, against the recipe's meshes.
     std::vector<MeshParts> odd_parts;
@@ -402,7 +402,7 @@ Outcome run_local(const Job& job) {
         if (p.rank_map != ref.rank_map) what += "rank map, ";
         what.resize(what.size() - 2);
         std::vector<int64_t> odd(odd_mesh.begin(), odd_mesh.end());
-        throw LocalFailure(Diagnosis{"mesh", odd,
+        throw LocalFailure(Diagnosis{DiagnosisKind::kMesh, odd,
                                      (odd.size() == 1 ? "rank " + std::to_string(odd[0]) : "ranks " + format_ranks(odd)) +
                                          " built a different mesh than the recipe's: its " + what +
                                          (what.find(',') == std::string::npos ? " differs" : " differ") +
@@ -430,7 +430,7 @@ Outcome run_local(const Job& job) {
                                      return true;
                                    }();
             if (!same_line) {
-              throw LocalFailure(Diagnosis{"check", {members[k]}, "rank " + std::to_string(members[k]) + ": " + where +
+              throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {members[k]}, "rank " + std::to_string(members[k]) + ": " + where +
                                                ": its communicator's group " + format_ranks(members) +
                                                " is not the group its coordinate gives", {}, {}});
             }
@@ -440,7 +440,7 @@ Outcome run_local(const Job& job) {
         for (int64_t g = 0; g < groups->count(); ++g) {
           std::span<const int64_t> members = groups->group(g);
           if (!std::equal(members.begin(), members.end(), rows[static_cast<std::size_t>(g)].begin())) {
-            throw LocalFailure(Diagnosis{"check", {members[0]}, "rank " + std::to_string(members[0]) + ": " + where +
+            throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {members[0]}, "rank " + std::to_string(members[0]) + ": " + where +
                                              ": all_gather of ranks returned " + format_ranks(rows[static_cast<std::size_t>(g)]), {}, {}});
           }
         }
@@ -450,7 +450,7 @@ Outcome run_local(const Job& job) {
           int64_t want = 0;
           for (int64_t r : members) want += r + 1;
           if (sums.at(members[0]) != want) {
-            throw LocalFailure(Diagnosis{"check", {members[0]}, "rank " + std::to_string(members[0]) + ": " + where +
+            throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {members[0]}, "rank " + std::to_string(members[0]) + ": " + where +
                                              ": all_reduce(sum) of rank+1 gave " + std::to_string(sums.at(members[0])) +
                                              ", expected " + std::to_string(want), {}, {}});
           }
@@ -462,13 +462,13 @@ Outcome run_local(const Job& job) {
       // A planted throw happens after the root's checks, as in the threaded run.
       if (i == 0 && !throwing.empty()) {
         const int64_t r = *throwing.begin();
-        throw LocalFailure(Diagnosis{"error", {r}, "rank " + std::to_string(r) + " failed: Internal: planted fault: rank " +
+        throw LocalFailure(Diagnosis{DiagnosisKind::kError, {r}, "rank " + std::to_string(r) + " failed: Internal: planted fault: rank " +
                                                        std::to_string(r) + " throws mid-run", {}, {}});
       }
     }
     if (!throwing.empty()) {
       const int64_t r = *throwing.begin();
-      throw LocalFailure(Diagnosis{"error", {r}, "rank " + std::to_string(r) + " failed: Internal: planted fault: rank " +
+      throw LocalFailure(Diagnosis{DiagnosisKind::kError, {r}, "rank " + std::to_string(r) + " failed: Internal: planted fault: rank " +
                                                      std::to_string(r) + " throws mid-run", {}, {}});
     }
     // Global agreement: every rank's check count sums to what the recipe predicts.
@@ -482,7 +482,7 @@ Outcome run_local(const Job& job) {
     }
     const auto total = w.all_reduce(w.world_groups(), LocalValue<int64_t>::dense(std::move(passed)), ReduceOp::kSum, last);
     if (total.at(0) != job.expected_checks) {
-      throw LocalFailure(Diagnosis{"check", {0}, "global agreement: ranks ran " + std::to_string(total.at(0)) +
+      throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {0}, "global agreement: ranks ran " + std::to_string(total.at(0)) +
                                                      " checks, the recipe predicts " + std::to_string(job.expected_checks), {}, {}});
     }
   } catch (const LocalFailure& f) {
@@ -527,8 +527,8 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     j["seconds"] = r.seconds;
     Json fs = Json::array();
     for (const Diagnosis& d : r.failures) {
-      Json f{{"rank", d.ranks.empty() ? Json(nullptr) : Json(d.ranks[0])}, {"kind", d.kind}, {"message", d.message}};
-      if (d.kind == "stall") {
+      Json f{{"rank", d.ranks.empty() ? Json(nullptr) : Json(d.ranks[0])}, {"kind", to_string(d.kind)}, {"message", d.message}};
+      if (d.kind == DiagnosisKind::kStall) {
         f["waiting"] = d.waiting;
         f["missing"] = d.missing;
       }
@@ -576,7 +576,7 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     } else {
       for (const Diagnosis& d : r.failures) {
         // A failure no rank caused (a lost store) names none.
-        out << "FAILED " << (d.ranks.empty() ? "" : "rank " + std::to_string(d.ranks[0]) + " ") << "[" << d.kind
+        out << "FAILED " << (d.ranks.empty() ? "" : "rank " + std::to_string(d.ranks[0]) + " ") << "[" << to_string(d.kind)
             << "]: " << d.message << "\n";
       }
       for (const RankReport& s : r.stuck) out << "STUCK rank " << s.rank << ": " << s.message << "\n";
@@ -716,7 +716,7 @@ int run(const Options& o, std::ostream& out) {
     bool culprit = false;  // this rank is one the diagnosis names
     for (const Diagnosis& d : r.failures) {
       text += (text.empty() ? "" : "\n") + std::string("rank ") + (d.ranks.empty() ? "?" : std::to_string(d.ranks[0])) +
-              " [" + d.kind + "]: " + d.message;
+              " [" + std::string(to_string(d.kind)) + "]: " + d.message;
       culprit = culprit || std::find(d.ranks.begin(), d.ranks.end(), job.launched->rank) != d.ranks.end();
     }
     for (const RankReport& s : r.stuck) text += "\nrank " + std::to_string(s.rank) + " [stuck]: " + s.message;

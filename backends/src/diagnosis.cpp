@@ -5,6 +5,30 @@
 
 namespace meshsim {
 
+namespace {
+
+constexpr std::pair<DiagnosisKind, std::string_view> kKindNames[] = {
+    {DiagnosisKind::kError, "error"},     {DiagnosisKind::kMismatch, "mismatch"}, {DiagnosisKind::kStall, "stall"},
+    {DiagnosisKind::kMesh, "mesh"},       {DiagnosisKind::kDeparted, "departed"}, {DiagnosisKind::kCheck, "check"},
+    {DiagnosisKind::kExit, "exit"},       {DiagnosisKind::kStore, "store"},       {DiagnosisKind::kConnect, "connect"},
+    {DiagnosisKind::kAssertion, "assertion"}};
+
+}  // namespace
+
+std::string_view to_string(DiagnosisKind kind) {
+  for (const auto& [k, name] : kKindNames) {
+    if (k == kind) return name;
+  }
+  return "unknown";
+}
+
+std::optional<DiagnosisKind> diagnosis_kind(std::string_view name) {
+  for (const auto& [k, n] : kKindNames) {
+    if (n == name) return k;
+  }
+  return std::nullopt;
+}
+
 std::string format_ranks(std::span<const int64_t> ranks, std::size_t limit) {
   std::string s = "[";
   for (std::size_t i = 0; i < ranks.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
@@ -37,7 +61,7 @@ Diagnosis departed_diagnosis(std::vector<int64_t> gone, const std::string& colle
   std::string msg = ranks_phrase(gone) + " ended " + (gone.size() == 1 ? "its program" : "their programs") +
                     " without joining " + collective + " of group " + format_ranks(group);
   if (!waiting.empty()) msg += " (" + ranks_phrase(waiting) + (waiting.size() == 1 ? " waits" : " wait") + " for it)";
-  return Diagnosis{"departed", std::move(gone), std::move(msg), {}, {}};
+  return Diagnosis{DiagnosisKind::kDeparted, std::move(gone), std::move(msg), {}, {}};
 }
 
 Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> group,
@@ -57,7 +81,7 @@ Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> gro
   }
   msg.pop_back();
   std::sort(culprits.begin(), culprits.end());
-  return Diagnosis{"mismatch", culprits, msg, {}, {}};
+  return Diagnosis{DiagnosisKind::kMismatch, culprits, msg, {}, {}};
 }
 
 void SpmdBackend::run_ranks(const std::function<void(int64_t)>&) {

@@ -337,7 +337,7 @@ class FiberCommunicator final : public Communicator {
         const std::string msg = "send/recv mismatch in group " + rank_list(g_->info->ranks) + ": rank " +
                                 std::to_string(global(src)) + " called " + m.send.desc.to_string() + ", rank " +
                                 std::to_string(global(dst)) + " called " + m.recv.desc.to_string();
-        owner_->abort(Diagnosis{"mismatch", {global(src), global(dst)}, msg, {}, {}});
+        owner_->abort(Diagnosis{DiagnosisKind::kMismatch, {global(src), global(dst)}, msg, {}, {}});
         s_->reg.leave(global(me_));
         s_->reg.throw_aborted();
       }

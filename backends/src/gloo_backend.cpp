@@ -414,7 +414,7 @@ class GlooCommunicator final : public Communicator {
             (head[0] >= 0 && head[0] <= 5 ? to_string(static_cast<DType>(head[0])) : "an unknown type") +
             ", rank " + std::to_string(global()) + " expected " + d.to_string() + " in group " +
             rank_list(info_->ranks);
-        owner_->abort(Diagnosis{"mismatch", {info_->ranks[static_cast<std::size_t>(peer)], global()}, msg, {}, {}});
+        owner_->abort(Diagnosis{DiagnosisKind::kMismatch, {info_->ranks[static_cast<std::size_t>(peer)], global()}, msg, {}, {}});
         throw MismatchError(msg);
       }
       if (count > 0) {
@@ -536,7 +536,7 @@ class GlooCommunicator final : public Communicator {
           return true;
         }()) {
       // Every peer had already given up waiting here when this rank arrived: it is the one late.
-      Diagnosis dg{"stall", {global()},
+      Diagnosis dg{DiagnosisKind::kStall, {global()},
                    "stall: rank " + std::to_string(global()) + " arrived at " + where +
                        " after every other member had waited " + std::to_string(timeout_.count()) + " ms for it",
                    {}, {global()}};
@@ -551,7 +551,7 @@ class GlooCommunicator final : public Communicator {
         // The store is gone: no census can say who arrived, so no rank is blamed; the store is.
         const std::string type = e.type_name();
         if (type == "Unavailable" || type == "DeadlineExceeded") {
-          Diagnosis dg{"store", {},
+          Diagnosis dg{DiagnosisKind::kStore, {},
                        "the store was lost: rank " + std::to_string(global()) + " failed in " + where + " (" + what +
                            ") and could not reach the store to learn who arrived: " + e.what(),
                        {}, {}};
@@ -602,7 +602,7 @@ class GlooCommunicator final : public Communicator {
         throw Aborted(owner_->diagnosis()->message);
       }
       if (!missing.empty()) {
-        Diagnosis dg{"stall", missing,
+        Diagnosis dg{DiagnosisKind::kStall, missing,
                      "stall: rank " + std::to_string(global()) + " waited " + std::to_string(timeout_.count()) +
                          " ms in " + where + "; rank" + (missing.size() > 1 ? "s " : " ") + rank_list(missing) +
                          " never arrived",
@@ -823,7 +823,7 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
                              rank_list(info->ranks) + " within " + std::to_string(timeout.count()) + " ms: " + failure);
     }
     // Not a timeout: its own kind, with how long it took, not a stall.
-    abort(Diagnosis{"connect", {rank},
+    abort(Diagnosis{DiagnosisKind::kConnect, {rank},
                     "rank " + std::to_string(rank) + " could not connect group " + rank_list(info->ranks) + " (failed after " +
                         std::to_string(waited.count()) + " ms): " + failure,
                     {}, {}});

@@ -352,7 +352,7 @@ class NcclCommunicator final : public Communicator {
       if (found) {
         owner_->abort(*found);
       } else {
-        owner_->abort(Diagnosis{"error", {global()}, "rank " + std::to_string(global()) + ": NCCL failed in " +
+        owner_->abort(Diagnosis{DiagnosisKind::kError, {global()}, "rank " + std::to_string(global()) + ": NCCL failed in " +
                                 where(d) + ": " + what, {}, {}});
       }
     }

@@ -13,7 +13,7 @@ namespace meshsim {
 std::string encode_diagnosis(const Diagnosis& d) {
   std::string ranks;
   for (int64_t r : d.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  return d.kind + "\n" + ranks + "\n" + d.message;
+  return std::string(to_string(d.kind)) + "\n" + ranks + "\n" + d.message;
 }
 
 std::optional<Diagnosis> decode_diagnosis(const std::string& text) {
@@ -22,7 +22,9 @@ std::optional<Diagnosis> decode_diagnosis(const std::string& text) {
   const auto b = text.find('\n', a + 1);
   if (b == std::string::npos) return std::nullopt;
   Diagnosis d;
-  d.kind = text.substr(0, a);
+  const auto kind = diagnosis_kind(std::string_view(text).substr(0, a));
+  if (!kind) return std::nullopt;
+  d.kind = *kind;
   const std::string ranks = text.substr(a + 1, b - a - 1);
   std::size_t i = 0;
   while (i < ranks.size()) {
@@ -51,7 +53,7 @@ Diagnosis stall_diagnosis(const std::vector<WaitInfo>& waits, const std::string&
   }
   if (culprits.empty()) culprits.assign(missing.begin(), missing.end());
   Diagnosis d;
-  d.kind = "stall";
+  d.kind = DiagnosisKind::kStall;
   d.ranks = culprits;
   d.waiting.assign(waiting.begin(), waiting.end());
   d.missing.assign(missing.begin(), missing.end());
@@ -138,7 +140,7 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
   for (int64_t g : group) {
     if (g == me) continue;
     if (auto e = lookup_key(store, prefix + "/exit/" + std::to_string(g))) {
-      return Diagnosis{"exit", {g},
+      return Diagnosis{DiagnosisKind::kExit, {g},
                        "rank " + std::to_string(g) + " exited abruptly (" + *e + ") while rank " + std::to_string(me) +
                            " was in " + where,
                        {}, {}};
@@ -148,7 +150,7 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
       if (space != std::string::npos && p->substr(0, space) == this_host()) {
         const std::string pid = p->substr(space + 1);
         if (!pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos && !process_alive(pid)) {
-          return Diagnosis{"exit", {g},
+          return Diagnosis{DiagnosisKind::kExit, {g},
                            "rank " + std::to_string(g) + " exited abruptly (its process " + pid + " on this host is gone) while rank " +
                                std::to_string(me) + " was in " + where,
                            {}, {}};

@@ -459,7 +459,7 @@ class ThreadedCommunicator final : public Communicator {
                               s.desc.to_string() + ", rank " + std::to_string(global(dst)) +
                               " called " + r.desc.to_string();
       lk.unlock();
-      owner_->abort(Diagnosis{"mismatch", {global(src), global(dst)}, msg, {}, {}});
+      owner_->abort(Diagnosis{DiagnosisKind::kMismatch, {global(src), global(dst)}, msg, {}, {}});
       s_->throw_aborted();
     }
     if (!sender) {

@@ -76,15 +76,15 @@ void run_rank(const std::shared_ptr<Shared>& sh, int64_t r) {
     rep = {r, "failed", e.what()};
   } catch (const Error& e) {
     const std::string msg = "rank " + std::to_string(r) + " failed: " + e.type_name() + ": " + e.what();
-    if (!b.abort(Diagnosis{"error", {r}, msg, {}, {}})) rep = {r, "aborted", e.what()};
+    if (!b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}})) rep = {r, "aborted", e.what()};
     else rep = {r, "failed", msg};
   } catch (const std::exception& e) {
     const std::string msg = "rank " + std::to_string(r) + " failed: " + e.what();
-    b.abort(Diagnosis{"error", {r}, msg, {}, {}});
+    b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}});
     rep = {r, "failed", msg};
   } catch (...) {
     const std::string msg = "rank " + std::to_string(r) + " failed with an unknown exception";
-    b.abort(Diagnosis{"error", {r}, msg, {}, {}});
+    b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}});
     rep = {r, "failed", msg};
   }
   // A rank that exited abruptly does not depart: its peers find out as they would from a crash.
@@ -131,12 +131,12 @@ void RankContext::exit_abruptly() {
     std::_Exit(86);
   }
   if (backend_->exit_abruptly(rank_)) throw RankExited{};
-  backend_->abort(Diagnosis{"exit", {rank_}, "rank " + std::to_string(rank_) +
+  backend_->abort(Diagnosis{DiagnosisKind::kExit, {rank_}, "rank " + std::to_string(rank_) +
                             " exited abruptly (its thread ended without finishing its collectives)", {}, {}});
   throw RankExited{};
 }
 
-void RankContext::fail(const std::string& message, const std::string& kind) {
+void RankContext::fail(const std::string& message, DiagnosisKind kind) {
   backend_->abort(Diagnosis{kind, {rank_}, "rank " + std::to_string(rank_) + ": " + message, {}, {}});
   throw Aborted(backend_->diagnosis()->message);
 }
@@ -207,7 +207,7 @@ void RankContext::check_mesh_agreement(const DeviceMesh& mesh, std::optional<Mes
       (expected ? std::string("the recipe's") : std::string("the other ranks'")) + ": its " +
       parts_text + " differ" + (what.size() == 1 ? "s" : "") + " (this rank built " +
       mesh.to_string() + ")";
-  backend_->abort(Diagnosis{"mesh", odd, msg, {}, {}});
+  backend_->abort(Diagnosis{DiagnosisKind::kMesh, odd, msg, {}, {}});
   throw Aborted(backend_->diagnosis()->message);
 }
 
@@ -219,7 +219,7 @@ std::string RunReport::summary() const {
   std::string s;
   for (const Diagnosis& d : failures) {
     s += "rank " + (d.ranks.empty() ? std::string("?") : std::to_string(d.ranks[0])) + " [" +
-         d.kind + "]: " + d.message + "\n";
+         std::string(to_string(d.kind)) + "]: " + d.message + "\n";
   }
   return s;
 }
@@ -291,7 +291,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
     try {
       threads.emplace_back([sh, r] { run_rank(sh, r); });
     } catch (const std::system_error& e) {
-      sh->backend->abort(Diagnosis{"error", {r}, "could not start the thread of rank " +
+      sh->backend->abort(Diagnosis{DiagnosisKind::kError, {r}, "could not start the thread of rank " +
                                    std::to_string(r) + ": " + e.what(), {}, {}});
       std::lock_guard lk(sh->mu);
       for (int64_t q = r; q < first + count; ++q) {
@@ -358,7 +358,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   std::optional<Diagnosis> d = sh->backend->diagnosis();
   if (!d && !exited.empty()) {
     // No peer noticed (the rank exited after its last collective): the runner names it.
-    d = Diagnosis{"exit", exited, "rank " + std::to_string(exited[0]) + " exited abruptly", {}, {}};
+    d = Diagnosis{DiagnosisKind::kExit, exited, "rank " + std::to_string(exited[0]) + " exited abruptly", {}, {}};
   }
   if (d) {
     report.ok = false;

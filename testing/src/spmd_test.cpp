@@ -79,7 +79,7 @@ RunReport report_results(int64_t world_size, std::string_view backend, RunReport
   if (!report.ok) {
     // An assertion that stopped the run is already reported above with its rank.
     bool only_assertions = true;
-    for (const Diagnosis& d : report.failures) only_assertions = only_assertions && d.kind == "assertion";
+    for (const Diagnosis& d : report.failures) only_assertions = only_assertions && d.kind == DiagnosisKind::kAssertion;
     if (!only_assertions || !failed) {
       std::string stuck;
       for (const RankReport& r : report.ranks) {
@@ -178,7 +178,7 @@ RunReport run_on_every_rank(int64_t world_size, std::string_view backend,
           }
         }
       }
-      if (!first.empty()) ctx.fail("assertion failed at " + first, "assertion");
+      if (!first.empty()) ctx.fail("assertion failed at " + first, DiagnosisKind::kAssertion);
     });
     intercept_all.reset();
     return report_results(world_size, backend, report, *capture);
@@ -207,7 +207,7 @@ RunReport run_on_every_rank(int64_t world_size, std::string_view backend,
                 std::to_string(r.line_number()) + ": " + r.summary();
       }
     }
-    if (fatal) ctx.fail("assertion failed at " + first, "assertion");
+    if (fatal) ctx.fail("assertion failed at " + first, DiagnosisKind::kAssertion);
   });
 
   return report_results(world_size, backend, report, *capture);

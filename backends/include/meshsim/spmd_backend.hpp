@@ -23,17 +23,29 @@
 #include <span>
 #include <utility>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "meshsim/communicator.hpp"
 
 namespace meshsim {
 
-// Diagnosis is why a run stopped: its kind ("error", "mismatch", "stall", "mesh", "departed",
-// "check", "exit"), the ranks at fault, a readable message, and for stalls the ranks that were
-// waiting and the ranks they waited for.
+// DiagnosisKind is what kind of failure stopped a run; to_string gives its one name ("departed"),
+// the one reports print and the store carries; diagnosis_kind parses it back (nullopt for an
+// unknown name).
+//   error      a rank's program threw          mismatch  members called different collectives
+//   stall      a wait passed the timeout       mesh      ranks built different meshes
+//   departed   a rank ended without joining    check     a rank's own check failed (ctx.fail)
+//   exit       a rank's process or thread died  store     the store was lost
+//   connect    a group could not be connected  assertion a test's fatal assertion on a rank
+enum class DiagnosisKind { kError, kMismatch, kStall, kMesh, kDeparted, kCheck, kExit, kStore, kConnect, kAssertion };
+std::string_view to_string(DiagnosisKind kind);
+std::optional<DiagnosisKind> diagnosis_kind(std::string_view name);
+
+// Diagnosis is why a run stopped: its kind, the ranks at fault, a readable message, and for
+// stalls the ranks that were waiting and the ranks they waited for.
 struct Diagnosis {
-  std::string kind;
+  DiagnosisKind kind = DiagnosisKind::kError;
   std::vector<int64_t> ranks;
   std::string message;
   std::vector<int64_t> waiting;

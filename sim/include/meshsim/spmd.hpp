@@ -91,8 +91,8 @@ class RankContext {
   // rank calls); on a disagreement the run stops with a "mesh" diagnosis naming the ranks that
   // differ from the majority (or from `expected`) and the parts that differ.
   void check_mesh_agreement(const DeviceMesh& mesh, std::optional<MeshParts> expected = {});
-  // fail stops the run with a diagnosis naming this rank (kind "check" by default).
-  [[noreturn]] void fail(const std::string& message, const std::string& kind = "check");
+  // fail stops the run with a diagnosis naming this rank (kind check by default).
+  [[noreturn]] void fail(const std::string& message, DiagnosisKind kind = DiagnosisKind::kCheck);
   // sleep_for sleeps unless the run is aborted first (then throws Aborted).
   void sleep_for(std::chrono::milliseconds d);
   // exit_abruptly ends this rank the way a crash does, without unwinding its collectives: a
