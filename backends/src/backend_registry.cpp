@@ -40,16 +40,16 @@ std::deque<BackendEntry> builtins() {
                  auto o = spanning_options<GlooBackend::Options>(r, "gloo");
                  return std::shared_ptr<SpmdBackend>(std::make_shared<GlooBackend>(o));
                }});
+  b.push_back({"fiber", "every rank a fiber of one thread, in turn", false, FiberBackend::kMaxRanks, [](const BackendRequest& r) {
+                 auto o = backend_options<FiberBackend::Options>(r, "fiber");
+                 o.world_size = r.world_size;
+                 return std::shared_ptr<SpmdBackend>(std::make_shared<FiberBackend>(o));
+               }});
   b.push_back({"nccl", "NCCL, one GPU per rank; builds with NCCL", true, 16384, [](const BackendRequest& r) {
                  auto o = spanning_options<NcclBackend::Options>(r, "nccl");
                  if (r.local_rank != 0) o.first_device = static_cast<int>(r.local_rank);
                  if (!o.api) o.api = make_cuda_nccl_api();
                  return std::shared_ptr<SpmdBackend>(std::make_shared<NcclBackend>(o));
-               }});
-  b.push_back({"fiber", "every rank a fiber of one thread, in turn", false, FiberBackend::kMaxRanks, [](const BackendRequest& r) {
-                 auto o = backend_options<FiberBackend::Options>(r, "fiber");
-                 o.world_size = r.world_size;
-                 return std::shared_ptr<SpmdBackend>(std::make_shared<FiberBackend>(o));
                }});
   return b;
 }

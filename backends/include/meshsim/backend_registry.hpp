@@ -8,8 +8,8 @@
 //     return std::make_shared<MyBackend>(r.world_size); }});
 //
 // Built in (in this order): "threaded" (rank threads over shared memory), "gloo" (Gloo over
-// TCP: rank threads, or ranks spread over processes), "nccl" (one GPU per rank; a build without
-// NCCL refuses it when created), "fiber" (every rank a fiber of one thread, run by the backend).
+// TCP: rank threads, or ranks spread over processes), "fiber" (every rank a fiber of one thread,
+// run by the backend), "nccl" (one GPU per rank; a build without NCCL refuses it when created).
 //
 // A request carries what every backend takes (world, the ranks run here, the store, the timeout)
 // and, in `options`, the backend's own Options struct (ThreadedBackend::Options,
