@@ -1,9 +1,12 @@
 // Runs the installed-shape `meshsim` executable on a request file: the CLI contract end to end.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +28,22 @@
 namespace {
 
 using Json = nlohmann::json;
+
+// free_port is a TCP port of 127.0.0.1 that was free a moment ago (the kernel's pick), for a
+// server the test starts at a fixed port (a port derived from the pid can be taken).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket failed");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(fd);
+  if (!ok) throw std::runtime_error("cannot find a free port");
+  return ntohs(a.sin_port);
+}
 
 struct Result {
   int status;
@@ -557,7 +576,7 @@ TEST(CliLaunch, TorchrunStyleVariablesSetByHandWork) {
 TEST(CliLaunch, SlurmVariablesSetByHandWork) {
   // What srun gives each task (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID), with the
   // store at MASTER_ADDR:MASTER_PORT as PyTorch requires under srun: rank 0 serves it.
-  const int port = 20000 + static_cast<int>((getpid() * 13) % 20000);
+  const int port = free_port();
   std::string cmd = "pids=''; for r in 0 1 2 3; do SLURM_PROCID=$r SLURM_NTASKS=4 SLURM_LOCALID=$r SLURM_NODEID=0 "
                     "MASTER_ADDR=localhost MASTER_PORT=" + std::to_string(port) + " " + std::string(MESHSIM_EXE) +
                     " run --backend gloo --mesh dp=2,tp=2 --timeout 20 & pids=\"$pids $!\"; done; "
@@ -771,7 +790,7 @@ struct StoreProcess {
 // No process reports success alone: a duplicate rank, a store reused from an earlier run and a
 // launcher's variables without a rank are refused, naming them.
 TEST(CliLaunch, ADuplicateRankIsRefusedNamingItAndTheOthersStillMeet) {
-  const int port = 20000 + static_cast<int>((getpid() * 7) % 20000);
+  const int port = free_port();
   const std::string base = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
                            std::string(MESHSIM_EXE) + " run --backend gloo --mesh dp=2 --timeout 10";
   const std::string cmd = "pids=''; for r in 0 1 1; do RANK=$r " + base +

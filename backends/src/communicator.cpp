@@ -123,32 +123,6 @@ namespace detail {
 
 namespace {
 
-template <class Acc>
-Acc combine(Acc a, Acc b, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return a + b;
-    case ReduceOp::kProd: return a * b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-  }
-  return a;
-}
-
-// Integers wrap like the hardware backends do (two's complement), without UB.
-template <class T>
-T wrap_combine(T a, T b, ReduceOp op) {
-  using U = std::make_unsigned_t<T>;
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    case ReduceOp::kProd: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-  }
-  return a;
-}
-
 template <class T>
 void reduce_native(std::byte* dst, const std::vector<const std::byte*>& ins, int64_t count,
                    ReduceOp op) {
@@ -158,11 +132,7 @@ void reduce_native(std::byte* dst, const std::vector<const std::byte*>& ins, int
   for (std::size_t r = 1; r < ins.size(); ++r) {
     const T* in = reinterpret_cast<const T*>(ins[r]);
     for (int64_t i = 0; i < count; ++i) {
-      if constexpr (std::is_integral_v<T>) {
-        out[i] = wrap_combine(out[i], in[i], op);
-      } else {
-        out[i] = combine(out[i], in[i], op);
-      }
+      out[i] = combine(out[i], in[i], op);
     }
   }
   if (op == ReduceOp::kAvg) {

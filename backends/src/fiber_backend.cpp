@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "meshsim/error.hpp"
+#include "member_communicator.hpp"
 #include "rank_registry.hpp"
 #include "reduce.hpp"
 
@@ -27,12 +28,7 @@ namespace {
 using detail::GroupInfo;
 using detail::rank_list;
 
-struct Arrival {
-  bool arrived = false;
-  CollectiveDesc desc;
-  const void* in = nullptr;
-  void* out = nullptr;
-};
+using detail::Arrival;
 
 struct Slot {
   int arrived = 0, left = 0;
@@ -64,11 +60,10 @@ struct Fiber {
 
 }  // namespace
 
-struct FiberBackend::State {
-  explicit State(const Options& o) : opt(o), reg(o.world_size, 0, o.world_size) {}
-  Options opt;
+struct detail::FiberState {
+  explicit FiberState(const FiberBackend::Options& o) : opt(o), reg(o.world_size, 0, o.world_size) {}
+  FiberBackend::Options opt;
   detail::RankRegistry reg;
-  std::atomic<int64_t> collectives{0};
   std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<Group>> groups;
 
   // The scheduler (the run() thread only).
@@ -123,7 +118,7 @@ struct FiberBackend::State {
   }
 
   static void trampoline(unsigned lo, unsigned hi) {
-    auto* s = reinterpret_cast<State*>(static_cast<uintptr_t>(lo) | (static_cast<uintptr_t>(hi) << 32));
+    auto* s = reinterpret_cast<FiberState*>(static_cast<uintptr_t>(lo) | (static_cast<uintptr_t>(hi) << 32));
     const int64_t r = s->current;
 #ifdef MESHSIM_ASAN_FIBERS
     __sanitizer_finish_switch_fiber(nullptr, &s->main_bottom, &s->main_size);
@@ -153,16 +148,12 @@ struct FiberBackend::State {
 
 namespace {
 
-class FiberCommunicator final : public Communicator {
+class FiberCommunicator final : public detail::MemberCommunicator {
  public:
-  FiberCommunicator(std::shared_ptr<FiberBackend::State> s, FiberBackend* owner, std::shared_ptr<Group> g, int me)
-      : s_(std::move(s)), owner_(owner), g_(std::move(g)), me_(me),
+  FiberCommunicator(std::shared_ptr<detail::FiberState> s, FiberBackend* owner, std::shared_ptr<Group> g, int me)
+      : MemberCommunicator(std::shared_ptr<const std::vector<int64_t>>(g, &g->info->ranks), me, "fiber"),
+        s_(std::move(s)), owner_(owner), g_(std::move(g)), me_(me),
         sent_(g_->info->ranks.size(), 0), received_(g_->info->ranks.size(), 0) {}
-
-  int rank() const override { return me_; }
-  int size() const override { return static_cast<int>(g_->info->ranks.size()); }
-  const std::vector<int64_t>& global_ranks() const override { return g_->info->ranks; }
-  std::string backend() const override { return "fiber"; }
 
   void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
     check_count(count);
@@ -278,7 +269,7 @@ class FiberCommunicator final : public Communicator {
   void finish() {
     s_->reg.leave(global(me_));
     ++seq_;
-    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+    s_->reg.count_collective();
   }
 
   template <class Compute>
@@ -349,7 +340,7 @@ class FiberCommunicator final : public Communicator {
     finish();
   }
 
-  std::shared_ptr<FiberBackend::State> s_;
+  std::shared_ptr<detail::FiberState> s_;
   FiberBackend* owner_;
   std::shared_ptr<Group> g_;
   int me_;
@@ -371,7 +362,8 @@ FiberBackend::FiberBackend(Options options) {
 #ifdef MESHSIM_ASAN_FIBERS
   options.stack_bytes *= 4;  // instrumented frames are larger
 #endif
-  s_ = std::make_shared<State>(options);
+  s_ = std::make_shared<detail::FiberState>(options);
+  attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
 }
 
 FiberBackend::~FiberBackend() {
@@ -381,7 +373,7 @@ FiberBackend::~FiberBackend() {
 }
 
 void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
-  State& s = *s_;
+  detail::FiberState& s = *s_;
   if (s.ran) throw FailedPrecondition("fiber backend: run() was called before; a backend runs once");
   s.ran = true;
   s.runner = std::this_thread::get_id();
@@ -405,7 +397,7 @@ void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
     f.ctx.uc_stack.ss_sp = mem;
     f.ctx.uc_stack.ss_size = size;
     f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, reinterpret_cast<void (*)()>(&State::trampoline), 2,
+    makecontext(&f.ctx, reinterpret_cast<void (*)()>(&detail::FiberState::trampoline), 2,
                 static_cast<unsigned>(self & 0xFFFFFFFFu), static_cast<unsigned>(self >> 32));
     f.blocked = true;
     s.wake(static_cast<int64_t>(r));
@@ -425,14 +417,6 @@ void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
     if (!s.reg.aborted()) abort(s.stall());
     s.wake_all();
   }
-}
-
-int64_t FiberBackend::world_size() const { return s_->opt.world_size; }
-
-std::shared_ptr<Communicator> FiberBackend::world(int64_t rank) {
-  std::vector<int64_t> all(static_cast<std::size_t>(s_->opt.world_size));
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  return new_group(rank, all, BackendConfig{});
 }
 
 std::shared_ptr<Communicator> FiberBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
@@ -462,21 +446,10 @@ bool FiberBackend::abort(Diagnosis d) {
   return true;
 }
 
-bool FiberBackend::aborted() const { return s_->reg.aborted(); }
-std::optional<Diagnosis> FiberBackend::diagnosis() const { return s_->reg.diagnosis(); }
-
-void FiberBackend::depart(int64_t rank) {
-  if (auto gone = s_->reg.depart(rank)) abort(*gone);
-}
-
-std::vector<WaitInfo> FiberBackend::waits() const { return s_->reg.waits(); }
-
 bool FiberBackend::sleep_for(std::chrono::milliseconds d) {
   throw InvalidArgument("the fiber backend cannot express a rank that waits " + std::to_string(d.count()) +
                         " ms while the others wait for it (every rank runs in one thread, in turn); run "
                         "this program over the threaded backend");
 }
-
-int64_t FiberBackend::collectives() const { return s_->collectives.load(); }
 
 }  // namespace meshsim

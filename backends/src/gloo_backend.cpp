@@ -26,6 +26,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "meshsim/error.hpp"
+#include "member_communicator.hpp"
 #include "rank_registry.hpp"
 #include "reduce.hpp"
 
@@ -81,82 +82,15 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   std::function<void()> on_publish_;
 };
 
+// pairwise is Gloo's reduce function: the one host kernel (combine), so sums wrap and ties
+// resolve as on every other backend.
 template <class T>
 gloo::AllreduceOptions::Func pairwise(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kProd:
-      return [](void* c, const void* a, const void* b, size_t n) {
-        auto* x = static_cast<T*>(c);
-        const auto* y = static_cast<const T*>(a);
-        const auto* z = static_cast<const T*>(b);
-        for (size_t i = 0; i < n; ++i) x[i] = static_cast<T>(y[i] * z[i]);
-      };
-    case ReduceOp::kMin:
-      return [](void* c, const void* a, const void* b, size_t n) {
-        auto* x = static_cast<T*>(c);
-        const auto* y = static_cast<const T*>(a);
-        const auto* z = static_cast<const T*>(b);
-        for (size_t i = 0; i < n; ++i) x[i] = std::min(y[i], z[i]);
-      };
-    case ReduceOp::kMax:
-      return [](void* c, const void* a, const void* b, size_t n) {
-        auto* x = static_cast<T*>(c);
-        const auto* y = static_cast<const T*>(a);
-        const auto* z = static_cast<const T*>(b);
-        for (size_t i = 0; i < n; ++i) x[i] = std::max(y[i], z[i]);
-      };
-    default:  // kSum, and kAvg's sum
-      return [](void* c, const void* a, const void* b, size_t n) {
-        auto* x = static_cast<T*>(c);
-        const auto* y = static_cast<const T*>(a);
-        const auto* z = static_cast<const T*>(b);
-        for (size_t i = 0; i < n; ++i) x[i] = static_cast<T>(y[i] + z[i]);
-      };
-  }
-}
-
-// Integer sums wrap like the threaded backend's (two's complement), without signed overflow UB.
-template <>
-gloo::AllreduceOptions::Func pairwise<int64_t>(ReduceOp op) {
-  if (op == ReduceOp::kSum || op == ReduceOp::kAvg || op == ReduceOp::kProd) {
-    const bool prod = op == ReduceOp::kProd;
-    return [prod](void* c, const void* a, const void* b, size_t n) {
-      auto* x = static_cast<int64_t*>(c);
-      const auto* y = static_cast<const int64_t*>(a);
-      const auto* z = static_cast<const int64_t*>(b);
-      for (size_t i = 0; i < n; ++i) {
-        const auto u = static_cast<uint64_t>(y[i]), v = static_cast<uint64_t>(z[i]);
-        x[i] = static_cast<int64_t>(prod ? u * v : u + v);
-      }
-    };
-  }
   return [op](void* c, const void* a, const void* b, size_t n) {
-    auto* x = static_cast<int64_t*>(c);
-    const auto* y = static_cast<const int64_t*>(a);
-    const auto* z = static_cast<const int64_t*>(b);
-    for (size_t i = 0; i < n; ++i) x[i] = op == ReduceOp::kMin ? std::min(y[i], z[i]) : std::max(y[i], z[i]);
-  };
-}
-
-template <>
-gloo::AllreduceOptions::Func pairwise<int32_t>(ReduceOp op) {
-  if (op == ReduceOp::kSum || op == ReduceOp::kAvg || op == ReduceOp::kProd) {
-    const bool prod = op == ReduceOp::kProd;
-    return [prod](void* c, const void* a, const void* b, size_t n) {
-      auto* x = static_cast<int32_t*>(c);
-      const auto* y = static_cast<const int32_t*>(a);
-      const auto* z = static_cast<const int32_t*>(b);
-      for (size_t i = 0; i < n; ++i) {
-        const auto u = static_cast<uint32_t>(y[i]), v = static_cast<uint32_t>(z[i]);
-        x[i] = static_cast<int32_t>(prod ? u * v : u + v);
-      }
-    };
-  }
-  return [op](void* c, const void* a, const void* b, size_t n) {
-    auto* x = static_cast<int32_t*>(c);
-    const auto* y = static_cast<const int32_t*>(a);
-    const auto* z = static_cast<const int32_t*>(b);
-    for (size_t i = 0; i < n; ++i) x[i] = op == ReduceOp::kMin ? std::min(y[i], z[i]) : std::max(y[i], z[i]);
+    auto* x = static_cast<T*>(c);
+    const auto* y = static_cast<const T*>(a);
+    const auto* z = static_cast<const T*>(b);
+    for (size_t i = 0; i < n; ++i) x[i] = combine(y[i], z[i], op);
   };
 }
 
@@ -170,12 +104,11 @@ constexpr uint64_t kP2PSlot = uint64_t{0x6d} << 56;  // meshsim's send/recv slot
 
 }  // namespace
 
-struct GlooBackend::State {
-  explicit State(const Options& o) : opt(o), reg(o.world_size, o.first_rank, o.local_ranks) {}
-  Options opt;
+struct detail::GlooState {
+  explicit GlooState(const GlooBackend::Options& o) : opt(o), reg(o.world_size, o.first_rank, o.local_ranks) {}
+  GlooBackend::Options opt;
   std::shared_ptr<gloo::transport::Device> device;
   detail::RankRegistry reg;
-  std::atomic<int64_t> collectives{0};
 
   // Each rank's Gloo contexts, kept until the backend goes (a rank that finished must not close
   // sockets its peers may still read), closed once on failure.
@@ -246,19 +179,15 @@ struct GlooBackend::State {
 
 namespace {
 
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public detail::MemberCommunicator {
  public:
-  GlooCommunicator(std::shared_ptr<GlooBackend::State> s, GlooBackend* owner,
+  GlooCommunicator(std::shared_ptr<detail::GlooState> s, GlooBackend* owner,
                    std::shared_ptr<gloo::rendezvous::Context> ctx, std::shared_ptr<GroupInfo> info,
                    int rank, std::string prefix, milliseconds timeout)
-      : s_(std::move(s)), owner_(owner), ctx_(std::move(ctx)), info_(std::move(info)), rank_(rank),
+      : MemberCommunicator(std::shared_ptr<const std::vector<int64_t>>(info, &info->ranks), rank, "gloo"),
+        s_(std::move(s)), owner_(owner), ctx_(std::move(ctx)), info_(std::move(info)), rank_(rank),
         prefix_(std::move(prefix)), timeout_(timeout),
         sent_(info_->ranks.size(), 0), received_(info_->ranks.size(), 0) {}
-
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(info_->ranks.size()); }
-  const std::vector<int64_t>& global_ranks() const override { return info_->ranks; }
-  std::string backend() const override { return "gloo"; }
 
   void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
     check_count(count);
@@ -506,7 +435,7 @@ class GlooCommunicator final : public Communicator {
     }
     leave();
     ++seq_;
-    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+    s_->reg.count_collective();
   }
 
   void close_own() { s_->close_rank(global()); }
@@ -618,7 +547,7 @@ class GlooCommunicator final : public Communicator {
     throw Unavailable("rank " + std::to_string(global()) + " lost a connection in " + where + ": " + what);
   }
 
-  std::shared_ptr<GlooBackend::State> s_;
+  std::shared_ptr<detail::GlooState> s_;
   GlooBackend* owner_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::shared_ptr<GroupInfo> info_;
@@ -667,7 +596,8 @@ GlooBackend::GlooBackend(Options options) {
                           (options.hostname.empty() ? "interface '" + options.iface + "'" : "'" + options.hostname + "'") +
                           ": " + e.what());
   }
-  s_ = std::make_shared<State>(options);
+  s_ = std::make_shared<detail::GlooState>(options);
+  attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
   s_->device = std::move(device);
   {
     // Raise the soft descriptor limit to the hard one: rank threads hold a socket per pair.
@@ -701,14 +631,6 @@ GlooBackend::~GlooBackend() {
     });
   }
   for (auto& t : pool) t.join();
-}
-
-int64_t GlooBackend::world_size() const { return s_->opt.world_size; }
-
-std::shared_ptr<Communicator> GlooBackend::world(int64_t rank) {
-  std::vector<int64_t> all(static_cast<std::size_t>(s_->opt.world_size));
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  return new_group(rank, all, BackendConfig{});
 }
 
 std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
@@ -848,13 +770,7 @@ bool GlooBackend::abort(Diagnosis d) {
   return true;
 }
 
-bool GlooBackend::aborted() const { return s_->reg.aborted(); }
-
-std::optional<Diagnosis> GlooBackend::diagnosis() const { return s_->reg.diagnosis(); }
-
-void GlooBackend::depart(int64_t rank) {
-  if (!s_->reg.runs_here(rank)) return;
-  std::optional<Diagnosis> gone = s_->reg.depart(rank);
+void GlooBackend::on_depart(int64_t rank) {
   if (!s_->all_local()) {
     // Across processes the peers learn of a departure from the store (at their deadline).
     try {
@@ -863,7 +779,6 @@ void GlooBackend::depart(int64_t rank) {
     }
   }
   if (s_->reg.aborted()) s_->close_rank(rank);
-  if (gone) abort(*gone);
 }
 
 bool GlooBackend::exit_abruptly(int64_t rank) {
@@ -878,12 +793,6 @@ bool GlooBackend::exit_abruptly(int64_t rank) {
   s_->close_rank(rank);
   return true;
 }
-
-std::vector<WaitInfo> GlooBackend::waits() const { return s_->reg.waits(); }
-
-bool GlooBackend::sleep_for(std::chrono::milliseconds d) { return s_->reg.sleep_for(d); }
-
-int64_t GlooBackend::collectives() const { return s_->collectives.load(); }
 
 double GlooBackend::connect_seconds() const {
   std::lock_guard lk(s_->mu);

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "meshsim/error.hpp"
+#include "member_communicator.hpp"
 #include "rank_registry.hpp"
 
 namespace meshsim {
@@ -131,11 +132,11 @@ std::string hex64(uint64_t v) {
 
 }  // namespace
 
-struct NcclBackend::State {
-  explicit State(const Options& o) : opt(o), reg(o.world_size, o.first_rank, o.local_ranks) {}
-  Options opt;
+struct detail::NcclState {
+  explicit NcclState(const NcclBackend::Options& o) : opt(o), reg(o.world_size, o.first_rank, o.local_ranks) {}
+  NcclBackend::Options opt;
   detail::RankRegistry reg;
-  std::atomic<int64_t> collectives{0}, splits{0}, inits{0};
+  std::atomic<int64_t> splits{0}, inits{0};
   std::mutex mu;
   std::vector<std::shared_ptr<Handle>> world;  // each rank's first world communicator (split parent)
 
@@ -145,16 +146,12 @@ struct NcclBackend::State {
 
 namespace {
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public detail::MemberCommunicator {
  public:
-  NcclCommunicator(std::shared_ptr<NcclBackend::State> s, NcclBackend* owner, std::shared_ptr<Handle> h,
+  NcclCommunicator(std::shared_ptr<detail::NcclState> s, NcclBackend* owner, std::shared_ptr<Handle> h,
                    std::shared_ptr<GroupInfo> info, int rank, milliseconds timeout)
-      : s_(std::move(s)), owner_(owner), h_(std::move(h)), info_(std::move(info)), rank_(rank), timeout_(timeout) {}
-
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(info_->ranks.size()); }
-  const std::vector<int64_t>& global_ranks() const override { return info_->ranks; }
-  std::string backend() const override { return "nccl"; }
+      : MemberCommunicator(std::shared_ptr<const std::vector<int64_t>>(info, &info->ranks), rank, "nccl"),
+        s_(std::move(s)), owner_(owner), h_(std::move(h)), info_(std::move(info)), rank_(rank), timeout_(timeout) {}
 
   void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
     check_count(count);
@@ -305,7 +302,7 @@ class NcclCommunicator final : public Communicator {
     }
     s_->reg.leave(global());
     ++seq_;
-    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+    s_->reg.count_collective();
   }
 
   // wait polls the stream until the enqueued work is done, failing on an async error, on the
@@ -385,7 +382,7 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  std::shared_ptr<NcclBackend::State> s_;
+  std::shared_ptr<detail::NcclState> s_;
   NcclBackend* owner_;
   std::shared_ptr<Handle> h_;
   std::shared_ptr<GroupInfo> info_;
@@ -409,20 +406,12 @@ NcclBackend::NcclBackend(Options options) {
                              (options.local_ranks == 1 ? "" : "s") + " from GPU " + std::to_string(options.first_device) +
                              " need one GPU each; " + options.api->name() + " sees " + std::to_string(devices));
   }
-  s_ = std::make_shared<State>(options);
+  s_ = std::make_shared<detail::NcclState>(options);
+  attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
   s_->world.resize(static_cast<std::size_t>(options.local_ranks));
 }
 
 NcclBackend::~NcclBackend() = default;
-
-int64_t NcclBackend::world_size() const { return s_->opt.world_size; }
-
-std::shared_ptr<Communicator> NcclBackend::world(int64_t rank) {
-  std::vector<int64_t> all(static_cast<std::size_t>(s_->opt.world_size));
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  auto comm = new_group(rank, all, BackendConfig{});
-  return comm;
-}
 
 std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
                                                      const BackendConfig& config) {
@@ -513,17 +502,6 @@ bool NcclBackend::abort(Diagnosis d) {
   return true;
 }
 
-bool NcclBackend::aborted() const { return s_->reg.aborted(); }
-std::optional<Diagnosis> NcclBackend::diagnosis() const { return s_->reg.diagnosis(); }
-
-void NcclBackend::depart(int64_t rank) {
-  if (!s_->reg.runs_here(rank)) return;
-  if (auto gone = s_->reg.depart(rank)) abort(*gone);
-}
-
-std::vector<WaitInfo> NcclBackend::waits() const { return s_->reg.waits(); }
-bool NcclBackend::sleep_for(std::chrono::milliseconds d) { return s_->reg.sleep_for(d); }
-int64_t NcclBackend::collectives() const { return s_->collectives.load(); }
 int64_t NcclBackend::splits() const { return s_->splits.load(); }
 int64_t NcclBackend::inits() const { return s_->inits.load(); }
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "meshsim/error.hpp"
+#include "meshsim/registry_backend.hpp"
 
 namespace meshsim {
 
@@ -356,4 +357,29 @@ bool RankRegistry::sleep_for(std::chrono::milliseconds d) {
 }
 
 }  // namespace detail
+}  // namespace meshsim
+
+namespace meshsim {
+
+int64_t RegistryBackend::world_size() const { return registry_->world(); }
+
+std::shared_ptr<Communicator> RegistryBackend::world(int64_t rank) {
+  std::vector<int64_t> all(static_cast<std::size_t>(registry_->world()));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  return new_group(rank, all, BackendConfig{});
+}
+bool RegistryBackend::aborted() const { return registry_->aborted(); }
+std::optional<Diagnosis> RegistryBackend::diagnosis() const { return registry_->diagnosis(); }
+
+void RegistryBackend::depart(int64_t rank) {
+  if (!registry_->runs_here(rank)) return;
+  std::optional<Diagnosis> gone = registry_->depart(rank);
+  on_depart(rank);
+  if (gone) abort(*gone);
+}
+
+std::vector<WaitInfo> RegistryBackend::waits() const { return registry_->waits(); }
+bool RegistryBackend::sleep_for(std::chrono::milliseconds d) { return registry_->sleep_for(d); }
+int64_t RegistryBackend::collectives() const { return registry_->collectives(); }
+
 }  // namespace meshsim

@@ -5,6 +5,7 @@
 // Thread safety: every member locks the registry's mutex; safe from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -117,6 +118,10 @@ class RankRegistry {
   std::vector<WaitInfo> waits() const;
   bool sleep_for(std::chrono::milliseconds d);
 
+  // count_collective: a rank of this process completed a collective; collectives sums them.
+  void count_collective() { completed_.fetch_add(1, std::memory_order_relaxed); }
+  int64_t collectives() const { return completed_.load(std::memory_order_relaxed); }
+
  private:
   struct Slot {
     bool in_op = false;
@@ -135,6 +140,7 @@ class RankRegistry {
   std::optional<Diagnosis> diag_;
   std::vector<Slot> slots_;
   std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<GroupInfo>> groups_;
+  std::atomic<int64_t> completed_{0};
 };
 
 }  // namespace meshsim::detail

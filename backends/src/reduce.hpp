@@ -1,4 +1,5 @@
-// reduce.hpp — the reduction kernel shared by the backends that reduce on the host.
+// reduce.hpp — what the backends that move data on the host (threaded, fiber, Gloo's
+// reductions) share: the reduction kernel and a rank's posting at a rendezvous.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,14 @@
 #include "meshsim/communicator.hpp"
 
 namespace meshsim::detail {
+
+// Arrival is what one rank posted at a rendezvous of the shared-memory backends.
+struct Arrival {
+  bool arrived = false;
+  CollectiveDesc desc;
+  const void* in = nullptr;
+  void* out = nullptr;
+};
 
 // reduce_into writes dst[i] = ins[0][i] op ins[1][i] op ... in rank order (so floating-point
 // results do not depend on timing); kAvg divides the sum by ins.size(). 16-bit floats

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "member_communicator.hpp"
 #include "reduce.hpp"
 
 namespace meshsim {
@@ -21,13 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 std::string rank_list(std::span<const int64_t> v) { return format_ranks(v); }
 
-// Arrival is what one rank posted at a rendezvous.
-struct Arrival {
-  bool arrived = false;
-  CollectiveDesc desc;
-  const void* in = nullptr;
-  void* out = nullptr;
-};
+using detail::Arrival;
 
 // Slot is one rendezvous: a (group, sequence number), or one point-to-point message.
 struct Slot {
@@ -65,8 +60,8 @@ struct RankWait {
 
 }  // namespace
 
-struct ThreadedBackend::State {
-  Options options;
+struct detail::ThreadedState {
+  ThreadedBackend::Options options;
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<bool> aborted{false};
   mutable std::mutex diag_mu;
@@ -108,16 +103,12 @@ struct ThreadedBackend::State {
 
 namespace {
 
-class ThreadedCommunicator final : public Communicator {
+class ThreadedCommunicator final : public detail::MemberCommunicator {
  public:
-  ThreadedCommunicator(std::shared_ptr<ThreadedBackend::State> s, ThreadedBackend* owner,
+  ThreadedCommunicator(std::shared_ptr<detail::ThreadedState> s, ThreadedBackend* owner,
                        std::shared_ptr<Group> g, int me)
-      : s_(std::move(s)), owner_(owner), g_(std::move(g)), me_(me) {}
-
-  int rank() const override { return me_; }
-  int size() const override { return static_cast<int>(g_->ranks.size()); }
-  const std::vector<int64_t>& global_ranks() const override { return g_->ranks; }
-  std::string backend() const override { return "threaded"; }
+      : MemberCommunicator(std::shared_ptr<const std::vector<int64_t>>(g, &g->ranks), me, "threaded"),
+        s_(std::move(s)), owner_(owner), g_(std::move(g)), me_(me) {}
 
   void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
     check_count(count);
@@ -477,7 +468,7 @@ class ThreadedCommunicator final : public Communicator {
     s_->collectives.fetch_add(1, std::memory_order_relaxed);
   }
 
-  std::shared_ptr<ThreadedBackend::State> s_;
+  std::shared_ptr<detail::ThreadedState> s_;
   ThreadedBackend* owner_;
   std::shared_ptr<Group> g_;
   int me_;
@@ -492,7 +483,7 @@ std::string WaitInfo::to_string() const {
          std::to_string(seq) + " of group " + rank_list(group) + " for ranks " + rank_list(missing);
 }
 
-ThreadedBackend::ThreadedBackend(Options options) : s_(std::make_shared<State>()) {
+ThreadedBackend::ThreadedBackend(Options options) : s_(std::make_shared<detail::ThreadedState>()) {
   if (options.world_size < 1 || options.world_size > (int64_t{1} << 20)) {
     throw InvalidArgument("threaded backend: world size " + std::to_string(options.world_size) +
                           " is out of range [1, 2^20]");

@@ -5,12 +5,6 @@
 
 namespace meshsim {
 
-namespace {
-
-std::string rank_list(std::span<const int64_t> v, std::size_t limit = 16) { return format_ranks(v, limit); }
-
-}  // namespace
-
 LocalGroups::LocalGroups(const DeviceMesh& mesh, int dim) {
   name_ = mesh.to_string() + " dim " + mesh.dim_name(dim);
   // The groups of the dim from its layout and complement, in complement order, in one buffer.

@@ -49,6 +49,32 @@ enum class CollectiveOp : uint8_t {
   kAllReduce, kBroadcast, kAllGather, kReduceScatter, kAllToAll, kBarrier, kSend, kRecv
 };
 
+// combine is the one element kernel of every host reduction (the threaded, fiber and Gloo
+// backends, local mode): a op b. Integers wrap in two's complement (as NCCL's do) without
+// signed-overflow UB; kAvg combines as kSum (the caller divides); min and max keep `a` on ties
+// and on NaN in `b`.
+template <class T>
+constexpr T combine(T a, T b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      if constexpr (std::is_integral_v<T>) {
+        return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) + static_cast<std::make_unsigned_t<T>>(b));
+      } else {
+        return a + b;
+      }
+    case ReduceOp::kProd:
+      if constexpr (std::is_integral_v<T>) {
+        return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) * static_cast<std::make_unsigned_t<T>>(b));
+      } else {
+        return a * b;
+      }
+    case ReduceOp::kMin: return b < a ? b : a;
+    case ReduceOp::kMax: return a < b ? b : a;
+  }
+  return a;
+}
+
 std::size_t dtype_size(DType t);
 const char* to_string(DType t);
 const char* to_string(ReduceOp op);
@@ -145,7 +171,10 @@ class Communicator {
 // `ranks` must not call it.
 class Backend {
  public:
+  Backend() = default;
   virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
   virtual std::string name() const = 0;
   virtual int64_t world_size() const = 0;
   // world is `rank`'s communicator over every rank 0..world_size-1.

@@ -24,11 +24,15 @@
 #include <string>
 #include <vector>
 
-#include "meshsim/spmd_backend.hpp"
+#include "meshsim/registry_backend.hpp"
 
 namespace meshsim {
 
-class FiberBackend final : public SpmdBackend {
+namespace detail {
+struct FiberState;
+}
+
+class FiberBackend final : public RegistryBackend {
  public:
   // kMaxRanks: fibers per run (each has its own stack).
   static constexpr int64_t kMaxRanks = 16384;
@@ -44,8 +48,6 @@ class FiberBackend final : public SpmdBackend {
 
   explicit FiberBackend(Options options);
   ~FiberBackend() override;
-  FiberBackend(const FiberBackend&) = delete;
-  FiberBackend& operator=(const FiberBackend&) = delete;
 
   // run executes rank_main(r) for every rank as fibers on this thread until every one returned
   // (rank_main must catch its own exceptions). Once only.
@@ -54,24 +56,15 @@ class FiberBackend final : public SpmdBackend {
   void run_ranks(const std::function<void(int64_t)>& rank_main) override { run(rank_main); }
 
   std::string name() const override { return "fiber"; }
-  int64_t world_size() const override;
-  std::shared_ptr<Communicator> world(int64_t rank) override;
   std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,
                                           const BackendConfig& config) override;
 
   bool abort(Diagnosis d) override;
-  bool aborted() const override;
-  std::optional<Diagnosis> diagnosis() const override;
-  void depart(int64_t rank) override;
-  std::vector<WaitInfo> waits() const override;
   // sleep_for cannot be expressed in one thread: it throws InvalidArgument.
   bool sleep_for(std::chrono::milliseconds d) override;
-  int64_t collectives() const override;
-
-  struct State;
 
  private:
-  std::shared_ptr<State> s_;
+  std::shared_ptr<detail::FiberState> s_;
 };
 
 }  // namespace meshsim

@@ -55,12 +55,16 @@
 #include <string>
 #include <vector>
 
-#include "meshsim/spmd_backend.hpp"
+#include "meshsim/registry_backend.hpp"
 #include "meshsim/store.hpp"
 
 namespace meshsim {
 
-class GlooBackend final : public SpmdBackend {
+namespace detail {
+struct GlooState;
+}
+
+class GlooBackend final : public RegistryBackend {
  public:
   // kMaxThreadRanks: rank threads in one process (each pair is a socket: n(n-1) descriptors).
   static constexpr int64_t kMaxThreadRanks = 64;
@@ -84,23 +88,13 @@ class GlooBackend final : public SpmdBackend {
 
   explicit GlooBackend(Options options);
   ~GlooBackend() override;
-  GlooBackend(const GlooBackend&) = delete;
-  GlooBackend& operator=(const GlooBackend&) = delete;
 
   std::string name() const override { return "gloo"; }
-  int64_t world_size() const override;
-  // world and new_group connect a Gloo context: every member must call them (SPMD).
-  std::shared_ptr<Communicator> world(int64_t rank) override;
+  // new_group (and world) connect a Gloo context: every member must call them (SPMD).
   std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,
                                           const BackendConfig& config) override;
 
   bool abort(Diagnosis d) override;
-  bool aborted() const override;
-  std::optional<Diagnosis> diagnosis() const override;
-  void depart(int64_t rank) override;
-  std::vector<WaitInfo> waits() const override;
-  bool sleep_for(std::chrono::milliseconds d) override;
-  int64_t collectives() const override;
 
   // exit_abruptly makes rank (a thread of this process) die the way a killed process does: its
   // connections close and the store learns "<prefix>/exit/<rank>"; no diagnosis is written, so
@@ -109,10 +103,10 @@ class GlooBackend final : public SpmdBackend {
   // connect_seconds is the time spent connecting contexts, summed over this process's ranks.
   double connect_seconds() const override;
 
-  struct State;
-
  private:
-  std::shared_ptr<State> s_;
+  // on_depart tells the other processes through the store.
+  void on_depart(int64_t rank) override;
+  std::shared_ptr<detail::GlooState> s_;
 };
 
 

@@ -32,12 +32,16 @@
 #include <vector>
 
 #include "meshsim/nccl_api.hpp"
-#include "meshsim/spmd_backend.hpp"
+#include "meshsim/registry_backend.hpp"
 #include "meshsim/store.hpp"
 
 namespace meshsim {
 
-class NcclBackend final : public SpmdBackend {
+namespace detail {
+struct NcclState;
+}
+
+class NcclBackend final : public RegistryBackend {
  public:
   struct Options {
     int64_t world_size = 1;
@@ -55,12 +59,8 @@ class NcclBackend final : public SpmdBackend {
 
   explicit NcclBackend(Options options);
   ~NcclBackend() override;
-  NcclBackend(const NcclBackend&) = delete;
-  NcclBackend& operator=(const NcclBackend&) = delete;
 
   std::string name() const override { return "nccl"; }
-  int64_t world_size() const override;
-  std::shared_ptr<Communicator> world(int64_t rank) override;
   std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,
                                           const BackendConfig& config) override;
   bool splits_world() const override { return true; }
@@ -68,21 +68,13 @@ class NcclBackend final : public SpmdBackend {
                                             const BackendConfig& config) override;
 
   bool abort(Diagnosis d) override;
-  bool aborted() const override;
-  std::optional<Diagnosis> diagnosis() const override;
-  void depart(int64_t rank) override;
-  std::vector<WaitInfo> waits() const override;
-  bool sleep_for(std::chrono::milliseconds d) override;
-  int64_t collectives() const override;
 
   // splits and inits count the communicators made each way (for tests and reports).
   int64_t splits() const;
   int64_t inits() const;
 
-  struct State;
-
  private:
-  std::shared_ptr<State> s_;
+  std::shared_ptr<detail::NcclState> s_;
 };
 
 }  // namespace meshsim

@@ -30,6 +30,10 @@
 
 namespace meshsim {
 
+namespace detail {
+struct ThreadedState;
+}
+
 class ThreadedBackend final : public SpmdBackend {
  public:
   struct Options {
@@ -43,8 +47,6 @@ class ThreadedBackend final : public SpmdBackend {
 
   explicit ThreadedBackend(Options options);
   ~ThreadedBackend() override;
-  ThreadedBackend(const ThreadedBackend&) = delete;
-  ThreadedBackend& operator=(const ThreadedBackend&) = delete;
 
   std::string name() const override { return "threaded"; }
   int64_t world_size() const override;
@@ -52,24 +54,17 @@ class ThreadedBackend final : public SpmdBackend {
   std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,
                                           const BackendConfig& config) override;
 
-  // abort records `d` if no diagnosis was recorded before (returns whether it was) and wakes
-  // every waiter.
+  // The SPMD bookkeeping (see SpmdBackend); collectives() sums every rank's completed calls.
   bool abort(Diagnosis d) override;
   bool aborted() const override;
   std::optional<Diagnosis> diagnosis() const override;
-  // depart marks rank's program as ended.
   void depart(int64_t rank) override;
-  // waits lists every rank blocked in a collective now.
   std::vector<WaitInfo> waits() const override;
-  // sleep_for sleeps unless aborted first; returns false when woken by an abort.
   bool sleep_for(std::chrono::milliseconds d) override;
-  // collectives counts the collectives completed by all ranks (each rank's calls summed).
   int64_t collectives() const override;
 
-  struct State;
-
  private:
-  std::shared_ptr<State> s_;
+  std::shared_ptr<detail::ThreadedState> s_;
 };
 
 }  // namespace meshsim

@@ -207,31 +207,6 @@ class LocalFailure : public Error {
 
 // ---- implementation of the templates -------------------------------------------------------
 
-namespace detail {
-template <typename T>
-T combine(T acc, T v, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      if constexpr (std::is_integral_v<T>) {
-        return static_cast<T>(static_cast<std::make_unsigned_t<T>>(acc) +
-                              static_cast<std::make_unsigned_t<T>>(v));
-      } else {
-        return acc + v;
-      }
-    case ReduceOp::kProd:
-      if constexpr (std::is_integral_v<T>) {
-        return static_cast<T>(static_cast<std::make_unsigned_t<T>>(acc) *
-                              static_cast<std::make_unsigned_t<T>>(v));
-      } else {
-        return acc * v;
-      }
-    case ReduceOp::kMin: return v < acc ? v : acc;
-    case ReduceOp::kMax: return acc < v ? v : acc;
-  }
-  return acc;
-}
-}  // namespace detail
 
 template <typename T>
 LocalValue<T> LocalWorld::all_reduce(const std::shared_ptr<const LocalGroups>& groups,
@@ -241,7 +216,7 @@ LocalValue<T> LocalWorld::all_reduce(const std::shared_ptr<const LocalGroups>& g
   for (int64_t g = 0; g < groups->count(); ++g) {
     std::span<const int64_t> members = groups->group(g);
     T acc = in.at(members[0]);
-    for (std::size_t i = 1; i < members.size(); ++i) acc = detail::combine(acc, in.at(members[i]), op);
+    for (std::size_t i = 1; i < members.size(); ++i) acc = combine(acc, in.at(members[i]), op);
     if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(members.size()));
     out[static_cast<std::size_t>(g)] = acc;
   }
@@ -300,7 +275,7 @@ LocalBuffers<T> LocalWorld::reduce_scatter(const LocalGroups& groups, const Loca
         const int64_t at = static_cast<int64_t>(i) * n + e;
         T acc = in.of(members[0])[static_cast<std::size_t>(at)];
         for (std::size_t m = 1; m < members.size(); ++m) {
-          acc = detail::combine(acc, in.of(members[m])[static_cast<std::size_t>(at)], op);
+          acc = combine(acc, in.of(members[m])[static_cast<std::size_t>(at)], op);
         }
         if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(members.size()));
         dst[static_cast<std::size_t>(e)] = acc;

@@ -1,0 +1,31 @@
+// member_communicator.hpp (backends-private) — what every backend's communicator answers the
+// same way: its rank in the group, the group's size and global ranks, the backend's name.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshsim/communicator.hpp"
+
+namespace meshsim::detail {
+
+class MemberCommunicator : public Communicator {
+ public:
+  // ranks: the group's global ranks, in group order (kept alive by the communicator); rank: this
+  // member's index in them.
+  MemberCommunicator(std::shared_ptr<const std::vector<int64_t>> ranks, int rank, const char* backend)
+      : ranks_(std::move(ranks)), rank_(rank), backend_(backend) {}
+
+  int rank() const final { return rank_; }
+  int size() const final { return static_cast<int>(ranks_->size()); }
+  const std::vector<int64_t>& global_ranks() const final { return *ranks_; }
+  std::string backend() const final { return backend_; }
+
+ private:
+  std::shared_ptr<const std::vector<int64_t>> ranks_;
+  int rank_;
+  const char* backend_;
+};
+
+}  // namespace meshsim::detail
