@@ -421,11 +421,7 @@ void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
 
 std::shared_ptr<Communicator> FiberBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
                                                       const BackendConfig& config) {
-  detail::check_group(rank, ranks, s_->opt.world_size, 0, s_->opt.world_size, "fiber");
-  if (!config.backend.empty() && config.backend != "fiber") {
-    throw InvalidArgument("backend '" + config.backend + "' is not available in a fiber run "
-                          "(its groups use the fiber backend; give \"fiber\" or no backend)");
-  }
+  detail::check_group(rank, ranks, s_->opt.world_size, 0, s_->opt.world_size, config, "fiber");
   const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
   int64_t instance = 0;
   std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);

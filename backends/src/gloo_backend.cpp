@@ -636,11 +636,7 @@ GlooBackend::~GlooBackend() {
 std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
                                                      const BackendConfig& config) {
   const Options& o = s_->opt;
-  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, "gloo");
-  if (!config.backend.empty() && config.backend != "gloo") {
-    throw InvalidArgument("backend '" + config.backend + "' is not available in a gloo run "
-                          "(its groups use the gloo backend; give \"gloo\" or no backend)");
-  }
+  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, config, "gloo");
   if (const auto* g = std::get_if<GlooOptions>(&config.options); g && !g->devices.empty()) {
     throw InvalidArgument("gloo backend: per-group devices are not supported; every group uses the "
                           "backend's device (Options::hostname / iface)");

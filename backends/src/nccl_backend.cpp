@@ -416,11 +416,7 @@ NcclBackend::~NcclBackend() = default;
 std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
                                                      const BackendConfig& config) {
   const Options& o = s_->opt;
-  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, "nccl");
-  if (!config.backend.empty() && config.backend != "nccl") {
-    throw InvalidArgument("backend '" + config.backend + "' is not available in an nccl run "
-                          "(its groups use the nccl backend; give \"nccl\" or no backend)");
-  }
+  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, config, "nccl");
   const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
   const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
   const int sub = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
@@ -460,10 +456,7 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
 std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<const int64_t> ranks,
                                                        const BackendConfig& config) {
   const Options& o = s_->opt;
-  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, "nccl");
-  if (!config.backend.empty() && config.backend != "nccl") {
-    throw InvalidArgument("backend '" + config.backend + "' is not available in an nccl run");
-  }
+  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, config, "nccl");
   std::shared_ptr<Handle> parent;
   {
     std::lock_guard lk(s_->mu);

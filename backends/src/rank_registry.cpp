@@ -85,8 +85,16 @@ uint64_t group_digest(std::span<const int64_t> ranks, uint64_t config_fingerprin
   return (digest ^ ranks.size()) * 1099511628211ull;
 }
 
+void check_backend(const BackendConfig& config, const char* backend) {
+  if (!config.backend.empty() && config.backend != backend) {
+    throw InvalidArgument("backend '" + config.backend + "' is not available in a " + backend + " run (its groups use the " +
+                          backend + " backend; give \"" + backend + "\" or no backend)");
+  }
+}
+
 void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, int64_t first, int64_t count,
-                 const char* backend) {
+                 const BackendConfig& config, const char* backend) {
+  check_backend(config, backend);
   if (rank < first || rank >= first + count) {
     throw OutOfRange(std::string(backend) + " backend: rank " + std::to_string(rank) +
                      " does not run in this process (ranks [" + std::to_string(first) + ", " +

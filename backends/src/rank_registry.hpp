@@ -35,10 +35,13 @@ std::string rank_list(const std::vector<int64_t>& v, std::size_t limit = 16);
 // group_digest keys a group by its ranks (in order) and config, the same in every process.
 uint64_t group_digest(std::span<const int64_t> ranks, uint64_t config_fingerprint);
 
+// check_backend refuses a group config that names another backend than the run's.
+void check_backend(const BackendConfig& config, const char* backend);
+
 // check_group validates new_group's arguments: rank runs here, is a member, the members are
-// distinct and in [0, world).
+// distinct and in [0, world), the config names no other backend.
 void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, int64_t first, int64_t count,
-                 const char* backend);
+                 const BackendConfig& config, const char* backend);
 
 // this_host is gethostname(); process_alive says whether /proc/<pid> is a live (not zombie)
 // process of this host.

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "member_communicator.hpp"
+#include "rank_registry.hpp"
 #include "reduce.hpp"
 
 namespace meshsim {
@@ -522,10 +523,7 @@ std::shared_ptr<Communicator> ThreadedBackend::new_group(int64_t rank,
   if (rank < 0 || rank >= world) {
     throw OutOfRange("rank " + std::to_string(rank) + " is out of range [0, " + std::to_string(world) + ")");
   }
-  if (!config.backend.empty() && config.backend != "threaded") {
-    throw InvalidArgument("backend '" + config.backend + "' is not available in a threaded run "
-                          "(its groups use the threaded backend; give \"threaded\" or no backend)");
-  }
+  detail::check_backend(config, "threaded");
   if (ranks.empty()) throw InvalidArgument("new_group: a group needs at least one rank");
   auto pos = std::find(ranks.begin(), ranks.end(), rank);
   if (pos == ranks.end()) {
