@@ -1,7 +1,10 @@
 #include <algorithm>
+#include <thread>
 
 #include "meshsim/error.hpp"
 #include "meshsim/spmd_backend.hpp"
+#include "rank_registry.hpp"
+#include "store_diagnosis.hpp"
 
 namespace meshsim {
 
@@ -89,3 +92,115 @@ void SpmdBackend::run_ranks(const std::function<void(int64_t)>&) {
 }
 
 }  // namespace meshsim
+
+namespace meshsim::detail {
+
+std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
+                                         int64_t me, const std::string& where) {
+  if (auto f = lookup_key(store, prefix + "/failure")) {
+    if (auto d = decode_diagnosis(*f)) return d;
+  }
+  for (int64_t g : group) {
+    if (g == me) continue;
+    if (auto e = lookup_key(store, prefix + "/exit/" + std::to_string(g))) {
+      return Diagnosis{DiagnosisKind::kExit, {g},
+                       "rank " + std::to_string(g) + " exited abruptly (" + *e + ") while rank " + std::to_string(me) +
+                           " was in " + where,
+                       {}, {}};
+    }
+    if (auto p = lookup_key(store, prefix + "/rank/" + std::to_string(g))) {
+      const auto space = p->rfind(' ');
+      if (space != std::string::npos && p->substr(0, space) == this_host()) {
+        const std::string pid = p->substr(space + 1);
+        if (!pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos && !process_alive(pid)) {
+          return Diagnosis{DiagnosisKind::kExit, {g},
+                           "rank " + std::to_string(g) + " exited abruptly (its process " + pid + " on this host is gone) while rank " +
+                               std::to_string(me) + " was in " + where,
+                           {}, {}};
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+bool holds(const CensusFacts& f, const std::string& key) { return lookup_key(*f.store, f.prefix + "/" + key).has_value(); }
+
+}  // namespace
+
+std::optional<Diagnosis> census_diagnosis(const CensusFacts& f, const std::string& what, bool timed_out, bool late,
+                                          const std::function<std::optional<Diagnosis>()>& recorded,
+                                          const std::function<void()>& close) {
+  using Clock = std::chrono::steady_clock;
+  const std::string where = collective_label(f.desc, f.seq) + " of group " + rank_list(f.group);
+  const auto settle = Clock::now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(3000), f.timeout);
+  // Across processes, a rank that timed out tells the store it was waiting here and keeps its
+  // connections open while its peers time out too (closing them would make the peers fail for
+  // another reason and never say they were waiting); then the members that never said so are
+  // the ones that never arrived. (Every failure counts, not only timeouts: a transport's
+  // deadlines are per wait, so a rank that made some progress may see a peer's connection close
+  // before its own deadline.)
+  const bool census = f.across_processes;
+  const std::string stall = "stall/" + f.collective_key + "/";
+  auto waiting = [&](int64_t g) { return holds(f, stall + std::to_string(g)); };
+  auto departed = [&](int64_t g) { return holds(f, "departed/" + std::to_string(g)); };
+  if (census && !timed_out && !late &&
+      std::all_of(f.group.begin(), f.group.end(), [&](int64_t g) { return g == f.me || waiting(g); })) {
+    // Every peer had already given up waiting here when this rank arrived: it is the one late.
+    return Diagnosis{DiagnosisKind::kStall, {f.me},
+                     "stall: rank " + std::to_string(f.me) + " arrived at " + where + " after every other member had waited " +
+                         std::to_string(f.timeout.count()) + " ms for it",
+                     {}, {f.me}};
+  }
+  // The store is gone: no census can say who arrived, so no rank is blamed; the store is.
+  auto store_lost = [&](const Error& e) {
+    return Diagnosis{DiagnosisKind::kStore, {},
+                     "the store was lost: rank " + std::to_string(f.me) + " failed in " + where + " (" + what +
+                         ") and could not reach the store to learn who arrived: " + e.what(),
+                     {}, {}};
+  };
+  if (census) {
+    try {
+      f.store->set(f.prefix + "/" + stall + std::to_string(f.me), f.desc.to_string());
+    } catch (const Unavailable& e) {
+      return store_lost(e);
+    } catch (const DeadlineExceeded& e) {
+      return store_lost(e);
+    } catch (const std::exception&) {
+    }
+  } else {
+    close();  // so the peers fail too
+  }
+  for (;;) {
+    if (auto dg = recorded()) return dg;
+    if (auto dg = store_diagnosis(*f.store, f.prefix, f.group, f.me, where)) return dg;
+    // Every member waits here (a deadlock), or waits or has returned from its program (which can
+    // never arrive, so settling longer changes nothing below): the census is complete.
+    if (census && std::all_of(f.group.begin(), f.group.end(),
+                              [&](int64_t g) { return g == f.me || waiting(g) || departed(g); })) {
+      break;
+    }
+    if (timed_out && !census) break;  // the watchdog, which sees every rank, decides
+    if (Clock::now() >= settle) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!census) return std::nullopt;
+  std::vector<int64_t> missing, gone;
+  for (int64_t g : f.group) {
+    if (g != f.me && !waiting(g)) missing.push_back(g);
+  }
+  for (int64_t g : missing) {
+    if (departed(g)) gone.push_back(g);
+  }
+  // A member whose program returned without entering this collective.
+  if (!gone.empty()) return departed_diagnosis(gone, collective_label(f.desc, f.seq), f.group);
+  if (missing.empty()) return std::nullopt;
+  return Diagnosis{DiagnosisKind::kStall, missing,
+                   "stall: rank " + std::to_string(f.me) + " waited " + std::to_string(f.timeout.count()) + " ms in " +
+                       where + "; rank" + (missing.size() > 1 ? "s " : " ") + rank_list(missing) + " never arrived",
+                   {f.me}, missing};
+}
+
+}  // namespace meshsim::detail

@@ -28,6 +28,7 @@
 #include "meshsim/error.hpp"
 #include "member_communicator.hpp"
 #include "rank_registry.hpp"
+#include "store_diagnosis.hpp"
 #include "reduce.hpp"
 
 namespace meshsim {
@@ -445,101 +446,16 @@ class GlooCommunicator final : public detail::MemberCommunicator {
   // or for a timeout across processes the members that never arrived; else the raw error.
   [[noreturn]] void fail_and_throw(const CollectiveDesc& d, const std::string& what) {
     leave();
-    const bool timed_out = what.find("Timed out") != std::string::npos ||
-                           what.find("timeout") != std::string::npos;
-    const std::string where = d.to_string() + " #" + std::to_string(seq_) + " of group " + rank_list(info_->ranks);
-    const auto settle = Clock::now() + std::min<milliseconds>(milliseconds(3000), timeout_);
-    // Across processes, a rank that timed out tells the store it was waiting here and keeps its
-    // connections open while its peers time out too (closing them would make the peers fail
-    // for another reason and never say they were waiting); then the members that never said so
-    // are the ones that never arrived.
-    // (Every failure counts, not only timeouts: Gloo's deadlines are per wait, so a rank that
-    // made some progress may see a peer's connection close before its own deadline.)
-    const bool census = !s_->all_local();
-    const std::string stall_prefix = "stall/" + prefix_ + "/" + std::to_string(seq_) + "/";
-    if (census && !timed_out && Clock::now() - entered_at_ < timeout_ &&
-        [&] {
-          for (int64_t g : info_->ranks) {
-            if (g != global() && !s_->lookup(stall_prefix + std::to_string(g))) return false;
-          }
-          return true;
-        }()) {
-      // Every peer had already given up waiting here when this rank arrived: it is the one late.
-      Diagnosis dg{DiagnosisKind::kStall, {global()},
-                   "stall: rank " + std::to_string(global()) + " arrived at " + where +
-                       " after every other member had waited " + std::to_string(timeout_.count()) + " ms for it",
-                   {}, {global()}};
-      owner_->abort(dg);
-      close_own();
-      throw Aborted(owner_->diagnosis()->message);
-    }
-    if (census) {
-      try {
-        s_->opt.store->set(s_->key(stall_prefix + std::to_string(global())), d.to_string());
-      } catch (const Error& e) {
-        // The store is gone: no census can say who arrived, so no rank is blamed; the store is.
-        const std::string type = e.type_name();
-        if (type == "Unavailable" || type == "DeadlineExceeded") {
-          Diagnosis dg{DiagnosisKind::kStore, {},
-                       "the store was lost: rank " + std::to_string(global()) + " failed in " + where + " (" + what +
-                           ") and could not reach the store to learn who arrived: " + e.what(),
-                       {}, {}};
-          owner_->abort(dg);
-          close_own();
-          throw Aborted(owner_->diagnosis()->message);
-        }
-      } catch (const std::exception&) {
-      }
-    } else {
-      close_own();  // so the peers fail too
-    }
-    struct CloseOnExit {
-      GlooCommunicator* c;
-      ~CloseOnExit() { c->close_own(); }
-    } closer{this};
-    for (;;) {
-      if (auto dg = s_->reg.diagnosis()) throw Aborted(dg->message);
-      if (auto dg = detail::store_diagnosis(*s_->opt.store, s_->opt.prefix, info_->ranks, global(), where)) {
-        owner_->abort(*dg);
-        s_->reg.throw_aborted();
-      }
-      // Every member waits here (a deadlock), or waits or has returned from its program (which
-      // can never arrive, so settling longer changes nothing below): the census is complete.
-      std::size_t accounted = 1;
-      for (int64_t g : info_->ranks) {
-        if (g == global() || !census) continue;
-        if (s_->lookup(stall_prefix + std::to_string(g)) || s_->lookup("departed/" + std::to_string(g))) ++accounted;
-      }
-      if (census && accounted == info_->ranks.size()) break;
-      if (timed_out && s_->all_local()) break;  // the watchdog, which sees every rank, decides
-      if (Clock::now() >= settle) break;
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    if (census) {
-      std::vector<int64_t> missing;
-      for (int64_t g : info_->ranks) {
-        if (g != global() && !s_->lookup(stall_prefix + std::to_string(g))) missing.push_back(g);
-      }
-      std::vector<int64_t> gone;
-      for (int64_t g : missing) {
-        if (s_->lookup("departed/" + std::to_string(g))) gone.push_back(g);
-      }
-      if (!gone.empty()) {
-        // A member whose program returned without entering this collective.
-        Diagnosis dg = departed_diagnosis(gone, collective_label(d, seq_), info_->ranks);
-        owner_->abort(dg);
-        throw Aborted(owner_->diagnosis()->message);
-      }
-      if (!missing.empty()) {
-        Diagnosis dg{DiagnosisKind::kStall, missing,
-                     "stall: rank " + std::to_string(global()) + " waited " + std::to_string(timeout_.count()) +
-                         " ms in " + where + "; rank" + (missing.size() > 1 ? "s " : " ") + rank_list(missing) +
-                         " never arrived",
-                     {global()}, missing};
-        owner_->abort(dg);
-        throw Aborted(owner_->diagnosis()->message);
-      }
-    }
+    const bool timed_out = what.find("Timed out") != std::string::npos || what.find("timeout") != std::string::npos;
+    const detail::CensusFacts facts{s_->opt.store.get(), s_->opt.prefix, prefix_ + "/" + std::to_string(seq_),
+                                    info_->ranks, global(), d, seq_, timeout_, !s_->all_local()};
+    std::optional<Diagnosis> dg = detail::census_diagnosis(
+        facts, what, timed_out, Clock::now() - entered_at_ >= timeout_, [&] { return s_->reg.diagnosis(); },
+        [&] { close_own(); });
+    if (dg) owner_->abort(*dg);
+    close_own();
+    if (dg) throw Aborted(owner_->diagnosis()->message);
+    const std::string where = collective_label(d, seq_) + " of group " + rank_list(info_->ranks);
     if (timed_out) {
       throw DeadlineExceeded("rank " + std::to_string(global()) + " waited past " + std::to_string(timeout_.count()) +
                              " ms in " + where + ": " + what);

@@ -8,6 +8,7 @@
 #include "meshsim/error.hpp"
 #include "member_communicator.hpp"
 #include "rank_registry.hpp"
+#include "store_diagnosis.hpp"
 
 namespace meshsim {
 

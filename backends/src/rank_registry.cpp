@@ -141,35 +141,6 @@ std::optional<std::string> lookup_key(Store& store, const std::string& key) {
   }
 }
 
-std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
-                                         int64_t me, const std::string& where) {
-  if (auto f = lookup_key(store, prefix + "/failure")) {
-    if (auto d = decode_diagnosis(*f)) return d;
-  }
-  for (int64_t g : group) {
-    if (g == me) continue;
-    if (auto e = lookup_key(store, prefix + "/exit/" + std::to_string(g))) {
-      return Diagnosis{DiagnosisKind::kExit, {g},
-                       "rank " + std::to_string(g) + " exited abruptly (" + *e + ") while rank " + std::to_string(me) +
-                           " was in " + where,
-                       {}, {}};
-    }
-    if (auto p = lookup_key(store, prefix + "/rank/" + std::to_string(g))) {
-      const auto space = p->rfind(' ');
-      if (space != std::string::npos && p->substr(0, space) == this_host()) {
-        const std::string pid = p->substr(space + 1);
-        if (!pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos && !process_alive(pid)) {
-          return Diagnosis{DiagnosisKind::kExit, {g},
-                           "rank " + std::to_string(g) + " exited abruptly (its process " + pid + " on this host is gone) while rank " +
-                               std::to_string(me) + " was in " + where,
-                           {}, {}};
-        }
-      }
-    }
-  }
-  return std::nullopt;
-}
-
 void check_placement(const char* backend, int64_t world, int64_t first, int64_t* local,
                      std::chrono::milliseconds timeout, std::shared_ptr<Store>* store) {
   const std::string who = std::string(backend) + " backend: ";

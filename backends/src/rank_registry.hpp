@@ -48,15 +48,6 @@ void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, in
 std::string this_host();
 bool process_alive(const std::string& pid);
 
-// store_diagnosis reads why a collective of `group` failed under rank `me` from the store: the
-// run's published diagnosis ("<prefix>/failure"), or a member whose process ended abruptly (its
-// will, "<prefix>/exit/<rank>"; or, on a store without wills such as PyTorch's, a member whose
-// "<prefix>/rank/<rank>" = "<host> <pid>" (claim_rank) names a process on this host that is gone);
-// nullopt when the store holds none of these (or is unreachable). `where` describes the
-// collective for the message.
-std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
-                                         int64_t me, const std::string& where);
-
 // lookup_key reads `key` without waiting; nullopt when absent or the store is unreachable.
 std::optional<std::string> lookup_key(Store& store, const std::string& key);
 

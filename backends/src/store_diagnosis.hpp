@@ -1,0 +1,57 @@
+// store_diagnosis.hpp (backends-private) — the diagnosis module's part over the Store, for
+// the transports whose ranks live in several processes (Gloo, NCCL): what the store says about
+// a failed collective, and the census by which the members of a group learn who never arrived.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshsim/spmd_backend.hpp"
+#include "meshsim/store.hpp"
+
+namespace meshsim::detail {
+
+// store_diagnosis reads why a collective of `group` failed under rank `me` from the store: the
+// run's published diagnosis ("<prefix>/failure"), or a member whose process ended abruptly (its
+// will, "<prefix>/exit/<rank>"; or, on a store without wills such as PyTorch's, a member whose
+// "<prefix>/rank/<rank>" = "<host> <pid>" (claim_rank) names a process on this host that is gone);
+// nullopt when the store holds none of these (or is unreachable). `where` describes the
+// collective for the message.
+std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
+                                         int64_t me, const std::string& where);
+
+// CensusFacts: one collective that failed under rank `me`.
+struct CensusFacts {
+  Store* store = nullptr;
+  std::string prefix;          // the run's keys: "<prefix>/failure", "<prefix>/departed/<r>", ...
+  std::string collective_key;  // names this collective of this group instance in the run
+  std::vector<int64_t> group;  // global ranks, in group order
+  int64_t me = 0;
+  CollectiveDesc desc;
+  uint64_t seq = 0;  // the collective's number in the group, from 0 (collective_label)
+  std::chrono::milliseconds timeout{0};
+  bool across_processes = false;  // false: every member runs in this process
+};
+
+// census_diagnosis says why the transport failed under `me` (`what`: its error; timed_out: the
+// wait passed its deadline; late: `me` entered the collective a whole timeout ago). In order:
+// - across processes, when every other member had already recorded waiting here before `me`
+//   arrived (and `me` is not late): a stall naming `me`;
+// - across processes, `me` records waiting here ("<prefix>/stall/<collective_key>/<me>"); a
+//   store that cannot be reached is the diagnosis ("store");
+// - then, for up to min(3 s, timeout), every 20 ms: the diagnosis `recorded` gives (one this
+//   process already has), or the store's (store_diagnosis), until every member is accounted for
+//   (recorded waiting, or departed);
+// - the members that departed without entering ("departed"), else those that never recorded
+//   waiting ("stall", naming them; `me` waited).
+// nullopt: nobody can be blamed (the caller reports the transport's error). When every member
+// runs here (!across_processes), close() runs first, so the peers fail too.
+std::optional<Diagnosis> census_diagnosis(const CensusFacts& f, const std::string& what, bool timed_out, bool late,
+                                          const std::function<std::optional<Diagnosis>()>& recorded,
+                                          const std::function<void()>& close);
+
+}  // namespace meshsim::detail
