@@ -88,7 +88,7 @@ TEST(NcclBackend, AHungCollectiveIsAbortedAndDiagnosedWithinTheTimeout) {
   EXPECT_FALSE(rep.ok);
   EXPECT_GT(fake->aborts(), 0);
   EXPECT_LT(rep.seconds, 5.0);
-  for (const RankReport& r : rep.ranks) EXPECT_NE(r.status, "stuck") << r.message;
+  for (const RankReport& r : rep.ranks) EXPECT_NE(r.status, RankStatus::kStuck) << r.message;
 }
 
 TEST(NcclBackend, MismatchAndDepartureAreNamed) {

@@ -256,7 +256,7 @@ TEST(SpmdFaults, ThrowingRankAbortsEveryBlockedRank) {
     EXPECT_LT(rep.seconds, 3.0);
     for (const RankReport& r : rep.ranks) {
       if (r.rank != bad) {
-        EXPECT_EQ(r.status, "aborted");
+        EXPECT_EQ(r.status, RankStatus::kAborted);
         EXPECT_NE(r.message.find("rank " + std::to_string(bad)), std::string::npos) << r.message;
       }
     }
@@ -325,7 +325,7 @@ TEST(SpmdFaults, StuckUserCodeIsReportedNotAwaited) {
     while (!flag->load()) std::this_thread::sleep_for(1ms);  // ignores the abort
   });
   EXPECT_FALSE(rep.ok);
-  EXPECT_EQ(rep.ranks[1].status, "stuck");
+  EXPECT_EQ(rep.ranks[1].status, RankStatus::kStuck);
   flag->store(true);
 }
 

@@ -5,7 +5,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -16,6 +15,7 @@
 #include "meshsim/launch_env.hpp"
 #include "meshsim/local.hpp"
 #include "meshsim/nccl_api.hpp"
+#include "meshsim/launched.hpp"
 #include "meshsim/spmd.hpp"
 
 namespace meshsim::run {
@@ -109,7 +109,7 @@ struct Outcome {
   bool own = false;
 };
 
-// Job is what both backends run: the recipe, the meshes it makes, the planted faults.
+// Job is what both programs run: the recipe, the meshes it makes, the planted faults.
 struct Job {
   MeshRecipe recipe;
   std::optional<BuiltMeshes> expected;
@@ -127,71 +127,141 @@ struct Job {
   std::string prefix = "meshsim/run";
 };
 
-// finish_launched: every process of a launched run meets at a store barrier before it exits, so
-// none closes its sockets while a peer still reads from them; a failure published meanwhile by
-// another process fails this one too (its rank was fine, the job was not).
-void finish_launched(const Job& job, Outcome& out) {
-  const int64_t world = job.world;
-  Store& st = *job.store;
-  const std::string failure_key = job.prefix + "/failure", done_key = job.prefix + "/all_done";
-  auto adopt_failure = [&]() {
-    try {
-      if (auto d = decode_diagnosis(st.get(failure_key, std::chrono::milliseconds(0)))) {
-        out.ok = false;
-        out.seen.clear();
-        for (int64_t r : d->ranks) {
-          Diagnosis one = *d;
-          one.ranks = {r};
-          out.failures.push_back(std::move(one));
-        }
-        return true;
-      }
-    } catch (const std::exception&) {
+// The checks of a run, written once: what each expects and how its failure reads. The per-rank
+// program (run_ranks) and the local program (run_local) both run exactly these, in this order:
+//   1. the world: all_reduce(sum) of (rank, 1) over every rank gives (world(world-1)/2, world);
+//   2. every mesh: the ranks agree on it (its fingerprints, against the recipe's);
+//   3. per mesh a rank belongs to, per dim, kPerDim checks: its communicator holds the dim's
+//      group, an all_gather of ranks returns the group, an all_reduce(sum) of rank+1 gives
+//      group_sum; a planted throw fires after the root mesh's checks;
+//   4. global agreement: all_reduce(sum) of every rank's check count gives total().
+namespace checks {
+
+constexpr int64_t kPerDim = 3;
+
+std::string where(std::size_t mesh, const DeviceMesh& m, int d) {
+  return "mesh " + std::to_string(mesh) + " " + m.to_string() + " dim " + m.dim_name(d);
+}
+
+int64_t group_sum(std::span<const int64_t> group) {
+  int64_t want = 0;
+  for (int64_t g : group) want += g + 1;
+  return want;
+}
+
+// of_rank: the checks `rank` runs; total: every rank's.
+int64_t of_rank(const std::vector<DeviceMesh>& meshes, int64_t rank) {
+  int64_t n = 0;
+  for (const DeviceMesh& m : meshes) n += m.contains(rank) ? kPerDim * m.ndim() : 0;
+  return n;
+}
+int64_t total(const std::vector<DeviceMesh>& meshes) {
+  int64_t n = 0;
+  for (const DeviceMesh& m : meshes) n += kPerDim * m.ndim() * m.rank_map_size();
+  return n;
+}
+
+std::string world_wrong(int64_t rank_sum, int64_t count) {
+  return "world all_reduce of (rank, 1) gave (" + std::to_string(rank_sum) + ", " + std::to_string(count) + ")";
+}
+bool world_right(int64_t world, int64_t rank_sum, int64_t count) { return rank_sum == world * (world - 1) / 2 && count == world; }
+
+std::string members_wrong(const std::string& where, std::span<const int64_t> held, std::span<const int64_t> group) {
+  return where + ": the communicator holds " + format_ranks(held) + ", the mesh says " + format_ranks(group);
+}
+std::string gathered_wrong(const std::string& where, std::span<const int64_t> got, std::span<const int64_t> group) {
+  return where + ": all_gather of ranks returned " + format_ranks(got) + ", the mesh says " + format_ranks(group);
+}
+std::string sum_wrong(const std::string& where, int64_t got, int64_t want) {
+  return where + ": all_reduce(sum) of rank+1 gave " + std::to_string(got) + ", expected " + std::to_string(want);
+}
+std::string agreement_wrong(int64_t total, int64_t expected) {
+  return "global agreement: ranks ran " + std::to_string(total) + " checks, the recipe predicts " + std::to_string(expected);
+}
+std::string planted_throw(int64_t rank) { return "planted fault: rank " + std::to_string(rank) + " throws mid-run"; }
+
+}  // namespace checks
+
+// RankResult is what one rank produces: the checks it passed and the groups it gathered
+// (seen[mesh][dim]), as far as it got.
+struct RankResult {
+  int64_t checks = 0;
+  std::vector<std::vector<std::vector<int64_t>>> seen;
+};
+
+// rank_program is one rank's part of the run (the checks above over its communicators).
+void rank_program(const Job& job, RankContext& ctx, RankResult& out) {
+  const std::vector<Planted>& faults = job.faults;
+  const int64_t me = ctx.rank(), world = job.world;
+  if (planted(faults, Fault::kStall, me)) ctx.sleep_for(job.timeout + std::chrono::seconds(2));
+  // Every rank builds the recipe itself, as real ranks do.
+  BuiltMeshes built = planted(faults, Fault::kMesh, me) ? meshsim::apply(different_recipe(job.recipe, job.expected->root))
+                                                        : meshsim::apply(job.recipe);
+  std::vector<DeviceMesh> mine{built.root};
+  mine.insert(mine.end(), built.meshes.begin(), built.meshes.end());
+  {
+    std::vector<int64_t> v{me, 1};
+    if (planted(faults, Fault::kMismatch, me)) v.push_back(0);  // the planted mismatch: another count
+    ctx.world().all_reduce(v.data(), static_cast<int64_t>(v.size()), DType::kInt64, ReduceOp::kSum);
+    if (!checks::world_right(world, v[0], v[1])) ctx.fail(checks::world_wrong(v[0], v[1]));
+  }
+  // The planted exit: the rank dies while the others are in the next collective.
+  if (planted(faults, Fault::kExit, me)) ctx.exit_abruptly();
+  for (std::size_t i = 0; i < mine.size(); ++i) ctx.check_mesh_agreement(mine[i], job.parts[i]);
+  out.seen.resize(mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const DeviceMesh& m = mine[i];
+    if (!m.contains(me)) continue;
+    for (int d = 0; d < m.ndim(); ++d) {
+      Communicator& c = ctx.comm(m, d);
+      const std::vector<int64_t> group = *m.group_of(me, d);
+      const std::string where = checks::where(i, m, d);
+      if (c.global_ranks() != group) ctx.fail(checks::members_wrong(where, c.global_ranks(), group));
+      std::vector<int64_t> got(group.size());
+      c.all_gather(std::span<const int64_t>(&me, 1), std::span<int64_t>(got));
+      if (got != group) ctx.fail(checks::gathered_wrong(where, got, group));
+      int64_t sum = me + 1;
+      c.all_reduce(std::span<int64_t>(&sum, 1), ReduceOp::kSum);
+      if (sum != checks::group_sum(group)) ctx.fail(checks::sum_wrong(where, sum, checks::group_sum(group)));
+      out.checks += checks::kPerDim;
+      out.seen[i].push_back(std::move(got));
     }
-    return false;
-  };
-  if (!out.ok) return;
-  try {
-    if (job.wills) job.wills->clear_will();  // this rank's work is done: its exit from here on is no crash
-    if (st.add(job.prefix + "/done", 1) == world) st.set(done_key, "1");
-    // Longer than a collective's deadline plus the peers' census, so a rank that skipped a
-    // collective hears the peers' diagnosis rather than timing out here first.
-    const auto until = std::chrono::steady_clock::now() + 2 * job.timeout + std::chrono::seconds(5);
-    for (;;) {
-      try {
-        st.get(done_key, std::chrono::milliseconds(100));
-        break;
-      } catch (const DeadlineExceeded&) {
+    if (i == 0 && planted(faults, Fault::kThrow, me)) throw Internal(checks::planted_throw(me));
+  }
+  if (planted(faults, Fault::kThrow, me)) throw Internal(checks::planted_throw(me));
+  // Global agreement: every rank's check count sums to what the recipe predicts.
+  if (planted(faults, Fault::kSkip, me)) return;
+  int64_t total = out.checks;
+  ctx.world().all_reduce(std::span<int64_t>(&total, 1), ReduceOp::kSum);
+  if (total != job.expected_checks) ctx.fail(checks::agreement_wrong(total, job.expected_checks));
+}
+
+// by_group lays the ranks' views out as Outcome::seen: per mesh, per dim, each group as its
+// first member saw it (view(r) is rank r's seen, or null where nothing was gathered).
+template <class View>
+void by_group(const Job& job, Outcome& out, View view) {
+  for (std::size_t i = 0; i < job.meshes.size(); ++i) {
+    const DeviceMesh& m = job.meshes[i];
+    std::vector<std::vector<std::vector<int64_t>>> dims;
+    for (int d = 0; d < m.ndim(); ++d) {
+      std::vector<std::vector<int64_t>> rows;
+      const GroupTable t = m.group_table(d);
+      for (int64_t g = 0; g < t.count; ++g) {
+        const auto* s = view(t.row(g)[0]);
+        rows.push_back(s && i < s->size() && static_cast<std::size_t>(d) < (*s)[i].size() ? (*s)[i][static_cast<std::size_t>(d)]
+                                                                                          : std::vector<int64_t>{});
       }
-      if (adopt_failure()) return;
-      if (std::chrono::steady_clock::now() >= until) {
-        out.ok = false;
-        out.failures.push_back(Diagnosis{DiagnosisKind::kStall, {}, "rank " + std::to_string(job.launched->rank) +
-                                         " finished, but not every rank reached the end within " +
-                                         std::to_string(job.timeout.count()) + " ms", {}, {}});
-        return;
-      }
+      dims.push_back(std::move(rows));
     }
-    st.add(job.prefix + "/left", 1);  // the rank serving the store waits for every rank to leave
-  } catch (const Error& e) {
-    if (!adopt_failure()) {
-      out.ok = false;
-      out.failures.push_back(Diagnosis{DiagnosisKind::kError, {job.launched->rank}, std::string("the store failed at the end: ") + e.what(), {}, {}});
-    }
+    out.seen.push_back(std::move(dims));
   }
 }
 
-Outcome run_threaded(const Job& job) {
-  const std::vector<Planted>& faults = job.faults;
-  const MeshRecipe& recipe = job.recipe;
-  const int64_t world = job.world;
-  // gathered[rank][mesh][dim]: the group each rank saw over the backend.
-  std::vector<std::vector<std::vector<std::vector<int64_t>>>> gathered(static_cast<std::size_t>(world));
-  std::mutex gathered_mu;
-  int64_t checks_passed = 0;
-
+// run_ranks runs rank_program on every rank over the backend (this process's ranks; one, for a
+// launched job, which then ends through finish_launched).
+Outcome run_ranks(const Job& job) {
   SpmdOptions so;
-  so.world_size = world;
+  so.world_size = job.world;
   so.timeout = job.timeout;
   so.backend = job.backend;
   so.store_prefix = job.prefix;
@@ -201,152 +271,76 @@ Outcome run_threaded(const Job& job) {
     so.store = job.store;
     so.local_rank = job.launched->local_rank;
   }
-  RunReport report = run_spmd(so, [&](RankContext& ctx) {
-    const int64_t me = ctx.rank();
-    if (planted(faults, Fault::kStall, me)) ctx.sleep_for(job.timeout + std::chrono::seconds(2));
-    // Every rank builds the recipe itself, as real ranks do.
-    BuiltMeshes built = planted(faults, Fault::kMesh, me)
-                            ? meshsim::apply(different_recipe(recipe, job.expected->root))
-                            : meshsim::apply(recipe);
-    std::vector<DeviceMesh> mine{built.root};
-    mine.insert(mine.end(), built.meshes.begin(), built.meshes.end());
-    // World check: all_reduce(sum) of (rank, 1) over the world communicator (O(1) per rank).
-    {
-      const bool odd = planted(faults, Fault::kMismatch, me);
-      std::vector<int64_t> v{me, 1};
-      if (odd) v.push_back(0);  // the planted mismatch: another count
-      ctx.world().all_reduce(v.data(), static_cast<int64_t>(v.size()), DType::kInt64, ReduceOp::kSum);
-      if (v[0] != world * (world - 1) / 2 || v[1] != world) {
-        ctx.fail("world all_reduce of (rank, 1) gave (" + std::to_string(v[0]) + ", " +
-                 std::to_string(v[1]) + ")");
-      }
-    }
-    // The planted exit: the rank dies while the others are in the next collective.
-    if (planted(faults, Fault::kExit, me)) ctx.exit_abruptly();
-    for (std::size_t i = 0; i < mine.size(); ++i) ctx.check_mesh_agreement(mine[i], job.parts[i]);
-    std::vector<std::vector<std::vector<int64_t>>> seen(mine.size());
-    int64_t passed = 0;
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      const DeviceMesh& m = mine[i];
-      if (!m.contains(me)) continue;
-      for (int d = 0; d < m.ndim(); ++d) {
-        Communicator& c = ctx.comm(m, d);
-        const std::vector<int64_t> group = *m.group_of(me, d);
-        const std::string where = "mesh " + std::to_string(i) + " " + m.to_string() + " dim " + m.dim_name(d);
-        if (c.global_ranks() != group) {
-          ctx.fail(where + ": the communicator holds " + format_ranks(c.global_ranks()) + ", the mesh says " + format_ranks(group));
-        }
-        ++passed;
-        std::vector<int64_t> got(group.size());
-        c.all_gather(std::span<const int64_t>(&me, 1), std::span<int64_t>(got));
-        if (got != group) ctx.fail(where + ": all_gather of ranks returned " + format_ranks(got) + ", the mesh says " + format_ranks(group));
-        ++passed;
-        int64_t sum = me + 1, want = 0;
-        for (int64_t g : group) want += g + 1;
-        c.all_reduce(std::span<int64_t>(&sum, 1), ReduceOp::kSum);
-        if (sum != want) ctx.fail(where + ": all_reduce(sum) of rank+1 gave " + std::to_string(sum) + ", expected " + std::to_string(want));
-        ++passed;
-        seen[i].push_back(std::move(got));
-      }
-      if (i == 0 && planted(faults, Fault::kThrow, me)) {
-        throw Internal("planted fault: rank " + std::to_string(me) + " throws mid-run");
-      }
-    }
-    if (planted(faults, Fault::kThrow, me)) {
-      throw Internal("planted fault: rank " + std::to_string(me) + " throws mid-run");
-    }
-    {
-      std::lock_guard lk(gathered_mu);
-      gathered[static_cast<std::size_t>(me)] = std::move(seen);
-      checks_passed += passed;
-    }
-    // Global agreement: every rank's check count sums to what the recipe predicts.
-    if (planted(faults, Fault::kSkip, me)) return;
-    int64_t total = passed;
-    ctx.world().all_reduce(std::span<int64_t>(&total, 1), ReduceOp::kSum);
-    if (total != job.expected_checks) {
-      ctx.fail("global agreement: ranks ran " + std::to_string(total) + " checks, the recipe predicts " +
-               std::to_string(job.expected_checks));
-    }
-  });
-
+  SpmdResults<RankResult> run =
+      run_spmd_results<RankResult>(so, [&job](RankContext& ctx, RankResult& out) { rank_program(job, ctx, out); });
   Outcome out;
-  out.ok = report.ok;
-  out.failures = report.failures;
-  for (const RankReport& r : report.ranks) {
-    if (r.status == "stuck") out.stuck.push_back(r);
+  out.ok = run.report.ok;
+  out.failures = run.report.failures;
+  for (const RankReport& r : run.report.ranks) {
+    if (r.status == RankStatus::kStuck) out.stuck.push_back(r);
   }
-  out.checks = checks_passed;
-  out.collectives = report.collectives;
-  out.seconds = report.seconds;
-  if (job.launched) {
-    // One rank of a launched job. Each rank publishes what it saw; after the final barrier rank 0
-    // reads every rank's and reports the whole job as a threaded run would; the others report
-    // their own groups.
-    const int64_t me = job.launched->rank;
-    const std::string result_key = job.prefix + "/result/";
-    if (out.ok) {
-      try {
-        const Json mine{{"checks", checks_passed}, {"collectives", report.collectives},
-                        {"seen", gathered[static_cast<std::size_t>(me)]}};
-        job.store->set(result_key + std::to_string(me), mine.dump());
-      } catch (const Error& e) {
-        out.ok = false;
-        out.failures.push_back(Diagnosis{DiagnosisKind::kError, {me}, std::string("rank ") + std::to_string(me) +
-                                         " could not publish its result: " + e.what(), {}, {}});
-      }
-    }
-    finish_launched(job, out);
-    report.backend_keepalive.reset();  // every rank is past its collectives: close connections now
-    if (out.ok && me == 0) {
-      try {
-        out.checks = 0;
-        out.collectives = 0;
-        for (int64_t r = 0; r < world; ++r) {
-          const Json j = Json::parse(job.store->get(result_key + std::to_string(r), job.timeout));
-          out.checks += j.at("checks").get<int64_t>();
-          out.collectives += j.at("collectives").get<int64_t>();
-          gathered[static_cast<std::size_t>(r)] = j.at("seen").get<std::vector<std::vector<std::vector<int64_t>>>>();
-        }
-      } catch (const std::exception& e) {
-        out.ok = false;
-        out.failures.push_back(Diagnosis{DiagnosisKind::kError, {me}, std::string("rank 0 could not read every rank's result: ") +
-                                         e.what(), {}, {}});
-      }
-    } else if (out.ok) {
-      out.own = true;
-      const auto& mine = gathered[static_cast<std::size_t>(me)];
-      for (std::size_t i = 0; i < job.meshes.size(); ++i) {
-        std::vector<std::vector<std::vector<int64_t>>> dims;
-        for (int d = 0; d < job.meshes[i].ndim(); ++d) {
-          if (i < mine.size() && static_cast<std::size_t>(d) < mine[i].size()) dims.push_back({mine[i][static_cast<std::size_t>(d)]});
-          else dims.push_back({});
-        }
-        out.seen.push_back(std::move(dims));
-      }
-      return out;
-    }
-    if (!out.ok) return out;
-    // Rank 0 of a launched run that passed: every rank's view is gathered, as in a threaded run.
+  for (const auto& r : run.results) out.checks += r ? r->checks : 0;
+  out.collectives = run.report.collectives;
+  out.seconds = run.report.seconds;
+  if (!job.launched) {
+    if (out.ok) by_group(job, out, [&](int64_t r) { return &run.results[static_cast<std::size_t>(r)]->seen; });
+    return out;
   }
-  if (report.ok) {
+  // One rank of a launched job: rank 0 reports the whole job as a threaded run would, the
+  // others their own groups.
+  const int64_t me = job.launched->rank;
+  std::optional<std::string> mine;
+  if (out.ok && run.results[0]) {
+    mine = nlohmann::json{{"checks", run.results[0]->checks}, {"collectives", run.report.collectives},
+                          {"seen", run.results[0]->seen}}.dump();
+  }
+  LaunchedJob lj{job.store, job.prefix, job.world, me, job.timeout, [&job] {
+                   if (job.wills) job.wills->clear_will();  // an exit from here on is no crash
+                 }};
+  LaunchedEnd end = finish_launched(lj, run.report, mine);
+  out.ok = end.ok;
+  out.failures = end.failures;
+  if (!out.ok) return out;
+  if (me != 0) {
+    out.own = true;
     for (std::size_t i = 0; i < job.meshes.size(); ++i) {
-      const DeviceMesh& m = job.meshes[i];
       std::vector<std::vector<std::vector<int64_t>>> dims;
-      for (int d = 0; d < m.ndim(); ++d) {
-        std::vector<std::vector<int64_t>> rows;
-        const GroupTable t = m.group_table(d);
-        for (int64_t g = 0; g < t.count; ++g) {
-          // The group as its first member saw it over the backend.
-          const auto& s = gathered[static_cast<std::size_t>(t.row(g)[0])];
-          rows.push_back(s[i][static_cast<std::size_t>(d)]);
-        }
-        dims.push_back(std::move(rows));
+      for (int d = 0; d < job.meshes[i].ndim(); ++d) {
+        const auto& seen = run.results[0]->seen;
+        if (i < seen.size() && static_cast<std::size_t>(d) < seen[i].size()) dims.push_back({seen[i][static_cast<std::size_t>(d)]});
+        else dims.push_back({});
       }
       out.seen.push_back(std::move(dims));
     }
+    return out;
   }
+  std::vector<RankResult> all(static_cast<std::size_t>(job.world));
+  try {
+    out.checks = 0;
+    out.collectives = 0;
+    for (int64_t r = 0; r < job.world; ++r) {
+      const Json j = Json::parse(end.results[static_cast<std::size_t>(r)]);
+      out.checks += j.at("checks").get<int64_t>();
+      out.collectives += j.at("collectives").get<int64_t>();
+      all[static_cast<std::size_t>(r)].seen = j.at("seen").get<std::vector<std::vector<std::vector<int64_t>>>>();
+    }
+  } catch (const std::exception& e) {
+    out.ok = false;
+    out.failures.push_back(Diagnosis{DiagnosisKind::kError, {me}, std::string("rank 0 could not read every rank's result: ") + e.what(), {}, {}});
+    return out;
+  }
+  by_group(job, out, [&](int64_t r) { return &all[static_cast<std::size_t>(r)].seen; });
   return out;
+}
+
+// fail_check stops local mode the way RankContext::fail stops a rank; planted_throw the way a
+// rank's uncaught exception does.
+[[noreturn]] void fail_check(int64_t rank, const std::string& message) {
+  throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {rank}, "rank " + std::to_string(rank) + ": " + message, {}, {}});
+}
+[[noreturn]] void planted_throw(int64_t rank) {
+  throw LocalFailure(Diagnosis{DiagnosisKind::kError, {rank},
+                               "rank " + std::to_string(rank) + " failed: Internal: " + checks::planted_throw(rank), {}, {}});
 }
 
 // run_local evaluates every rank at once (local mode): the same program, checks and faults as
@@ -372,9 +366,8 @@ Outcome run_local(const Job& job) {
     first.count = 2;
     for (int64_t r : odd_count) first.count_of[r] = 3;
     const auto rank_sum = w.all_reduce(w.world_groups(), rank_value, ReduceOp::kSum, first);
-    if (rank_sum.at(0) != world * (world - 1) / 2) {
-      throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {0}, "world all_reduce of ranks gave " + std::to_string(rank_sum.at(0)), {}, {}});
-    }
+    // Each rank's count is 1 by construction here: one value per rank is reduced.
+    if (!checks::world_right(world, rank_sum.at(0), world)) fail_check(0, checks::world_wrong(rank_sum.at(0), world));
     // Mesh agreement: what each rank built, against the recipe's meshes.
     std::vector<MeshParts> odd_parts;
     std::vector<std::string> odd_text;
@@ -415,7 +408,7 @@ Outcome run_local(const Job& job) {
       std::vector<std::vector<std::vector<int64_t>>> dims;
       for (int d = 0; d < m.ndim(); ++d) {
         auto groups = std::make_shared<const LocalGroups>(m, d);
-        const std::string where = "mesh " + std::to_string(i) + " " + m.to_string() + " dim " + m.dim_name(d);
+        const std::string where = checks::where(i, m, d);
         // Each rank's own view of its group (its coordinate) against the dim's groups.
         for (int64_t g = 0; g < groups->count(); ++g) {
           std::span<const int64_t> members = groups->group(g);
@@ -429,62 +422,38 @@ Outcome run_local(const Job& job) {
                                      }
                                      return true;
                                    }();
-            if (!same_line) {
-              throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {members[k]}, "rank " + std::to_string(members[k]) + ": " + where +
-                                               ": its communicator's group " + format_ranks(members) +
-                                               " is not the group its coordinate gives", {}, {}});
-            }
+            if (!same_line) fail_check(members[k], checks::members_wrong(where, members, *m.group_of(members[k], d)));
           }
         }
         auto rows = w.all_gather(*groups, rank_value);
         for (int64_t g = 0; g < groups->count(); ++g) {
           std::span<const int64_t> members = groups->group(g);
-          if (!std::equal(members.begin(), members.end(), rows[static_cast<std::size_t>(g)].begin())) {
-            throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {members[0]}, "rank " + std::to_string(members[0]) + ": " + where +
-                                             ": all_gather of ranks returned " + format_ranks(rows[static_cast<std::size_t>(g)]), {}, {}});
+          const std::vector<int64_t>& got = rows[static_cast<std::size_t>(g)];
+          if (!std::equal(members.begin(), members.end(), got.begin(), got.end())) {
+            fail_check(members[0], checks::gathered_wrong(where, got, members));
           }
         }
         const LocalValue<int64_t> sums = w.all_reduce(groups, LocalValue<int64_t>::affine(world, 1, 1), ReduceOp::kSum);
         for (int64_t g = 0; g < groups->count(); ++g) {
           std::span<const int64_t> members = groups->group(g);
-          int64_t want = 0;
-          for (int64_t r : members) want += r + 1;
-          if (sums.at(members[0]) != want) {
-            throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {members[0]}, "rank " + std::to_string(members[0]) + ": " + where +
-                                             ": all_reduce(sum) of rank+1 gave " + std::to_string(sums.at(members[0])) +
-                                             ", expected " + std::to_string(want), {}, {}});
-          }
+          const int64_t want = checks::group_sum(members);
+          if (sums.at(members[0]) != want) fail_check(members[0], checks::sum_wrong(where, sums.at(members[0]), want));
         }
-        out.checks += 3 * groups->count() * groups->size();
+        out.checks += checks::kPerDim * groups->count() * groups->size();
         dims.push_back(std::move(rows));
       }
       out.seen.push_back(std::move(dims));
       // A planted throw happens after the root's checks, as in the threaded run.
-      if (i == 0 && !throwing.empty()) {
-        const int64_t r = *throwing.begin();
-        throw LocalFailure(Diagnosis{DiagnosisKind::kError, {r}, "rank " + std::to_string(r) + " failed: Internal: planted fault: rank " +
-                                                       std::to_string(r) + " throws mid-run", {}, {}});
-      }
+      if (i == 0 && !throwing.empty()) planted_throw(*throwing.begin());
     }
-    if (!throwing.empty()) {
-      const int64_t r = *throwing.begin();
-      throw LocalFailure(Diagnosis{DiagnosisKind::kError, {r}, "rank " + std::to_string(r) + " failed: Internal: planted fault: rank " +
-                                                     std::to_string(r) + " throws mid-run", {}, {}});
-    }
+    if (!throwing.empty()) planted_throw(*throwing.begin());
     // Global agreement: every rank's check count sums to what the recipe predicts.
     LocalCall last;
     last.absent = skipping;
     std::vector<int64_t> passed(static_cast<std::size_t>(world), 0);
-    for (const DeviceMesh& m : job.meshes) {
-      for (int64_t r = 0; r < world; ++r) {
-        if (m.contains(r)) passed[static_cast<std::size_t>(r)] += 3 * m.ndim();
-      }
-    }
+    for (int64_t r = 0; r < world; ++r) passed[static_cast<std::size_t>(r)] = checks::of_rank(job.meshes, r);
     const auto total = w.all_reduce(w.world_groups(), LocalValue<int64_t>::dense(std::move(passed)), ReduceOp::kSum, last);
-    if (total.at(0) != job.expected_checks) {
-      throw LocalFailure(Diagnosis{DiagnosisKind::kCheck, {0}, "global agreement: ranks ran " + std::to_string(total.at(0)) +
-                                                     " checks, the recipe predicts " + std::to_string(job.expected_checks), {}, {}});
-    }
+    if (total.at(0) != job.expected_checks) fail_check(0, checks::agreement_wrong(total.at(0), job.expected_checks));
   } catch (const LocalFailure& f) {
     out.ok = false;
     out.seen.clear();
@@ -566,8 +535,7 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     }
     int64_t expected = job.expected_checks;
     if (r.own || (job.launched && !r.ok)) {
-      expected = 0;  // this rank's own checks
-      for (const DeviceMesh& m : meshes) expected += m.contains(job.launched->rank) ? 3 * m.ndim() : 0;
+      expected = checks::of_rank(meshes, job.launched->rank);  // this rank's own checks
     }
     out << "checks passed: " << r.checks << " of " << expected << "; collectives: "
         << r.collectives << "; wall time " << r.seconds << " s\n";
@@ -678,8 +646,7 @@ int run(const Options& o, std::ostream& out) {
   job.meshes.push_back(job.expected->root);
   job.meshes.insert(job.meshes.end(), job.expected->meshes.begin(), job.expected->meshes.end());
   for (const DeviceMesh& m : job.meshes) job.parts.push_back(mesh_parts(m));
-  // checks each rank runs: per mesh it belongs to, per dim, 3 checks.
-  for (const DeviceMesh& m : job.meshes) job.expected_checks += int64_t{3} * m.ndim() * m.rank_map_size();
+  job.expected_checks = checks::total(job.meshes);
 
   std::unique_ptr<TcpStoreServer> hosted;
   if (job.launched) {
@@ -702,7 +669,7 @@ int run(const Options& o, std::ostream& out) {
     // If this process dies, meshsim's store tells the others which rank it was.
     if (job.wills) job.wills->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
   }
-  Outcome r = o.backend == "local" ? run_local(job) : run_threaded(job);
+  Outcome r = o.backend == "local" ? run_local(job) : run_ranks(job);
   if (hosted && r.ok) {
     // Serve until every rank has seen the end (bounded: a rank that died meanwhile is not awaited).
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);

@@ -58,7 +58,7 @@ struct Shared {
 };
 
 void run_rank(const std::shared_ptr<Shared>& sh, int64_t r) {
-  RankReport rep{r, "ok", ""};
+  RankReport rep{r, RankStatus::kOk, ""};
   SpmdBackend& b = *sh->backend;
   bool exited = false;
   try {
@@ -66,26 +66,26 @@ void run_rank(const std::shared_ptr<Shared>& sh, int64_t r) {
     sh->fn(ctx);
   } catch (const RankExited&) {
     exited = true;
-    rep = {r, "failed", "rank " + std::to_string(r) + " exited abruptly"};
+    rep = {r, RankStatus::kFailed, "rank " + std::to_string(r) + " exited abruptly"};
   } catch (const Aborted& e) {
-    rep = {r, "aborted", e.what()};
+    rep = {r, RankStatus::kAborted, e.what()};
   } catch (const DeadlineExceeded& e) {
     Diagnosis d = stall_diagnosis(b, sh->timeout, e.what());
     if (d.ranks.empty()) d.ranks = {r};
     b.abort(std::move(d));
-    rep = {r, "failed", e.what()};
+    rep = {r, RankStatus::kFailed, e.what()};
   } catch (const Error& e) {
     const std::string msg = "rank " + std::to_string(r) + " failed: " + e.type_name() + ": " + e.what();
-    if (!b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}})) rep = {r, "aborted", e.what()};
-    else rep = {r, "failed", msg};
+    if (!b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}})) rep = {r, RankStatus::kAborted, e.what()};
+    else rep = {r, RankStatus::kFailed, msg};
   } catch (const std::exception& e) {
     const std::string msg = "rank " + std::to_string(r) + " failed: " + e.what();
     b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}});
-    rep = {r, "failed", msg};
+    rep = {r, RankStatus::kFailed, msg};
   } catch (...) {
     const std::string msg = "rank " + std::to_string(r) + " failed with an unknown exception";
     b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}});
-    rep = {r, "failed", msg};
+    rep = {r, RankStatus::kFailed, msg};
   }
   // A rank that exited abruptly does not depart: its peers find out as they would from a crash.
   if (!exited) b.depart(r);
@@ -211,6 +211,16 @@ void RankContext::check_mesh_agreement(const DeviceMesh& mesh, std::optional<Mes
   throw Aborted(backend_->diagnosis()->message);
 }
 
+std::string_view to_string(RankStatus status) {
+  switch (status) {
+    case RankStatus::kOk: return "ok";
+    case RankStatus::kFailed: return "failed";
+    case RankStatus::kAborted: return "aborted";
+    case RankStatus::kStuck: return "stuck";
+  }
+  return "unknown";
+}
+
 std::string RunReport::summary() const {
   if (ok) {
     return std::to_string(ranks.size()) + " ranks ok, " + std::to_string(collectives) +
@@ -295,7 +305,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
                                    std::to_string(r) + ": " + e.what(), {}, {}});
       std::lock_guard lk(sh->mu);
       for (int64_t q = r; q < first + count; ++q) {
-        sh->reports[static_cast<std::size_t>(q - first)] = {q, "failed", e.what()};
+        sh->reports[static_cast<std::size_t>(q - first)] = {q, RankStatus::kFailed, e.what()};
         sh->finished[static_cast<std::size_t>(q - first)] = true;
         ++sh->done;
       }
@@ -344,7 +354,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
         else threads[i].detach();
       }
       if (!sh->finished[i]) {
-        sh->reports[i] = {first + static_cast<int64_t>(i), "stuck",
+        sh->reports[i] = {first + static_cast<int64_t>(i), RankStatus::kStuck,
                           "still running " + std::to_string(options.grace.count()) +
                               " ms after the run was aborted (left detached)"};
       }
@@ -369,16 +379,16 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
       report.failures.push_back(std::move(one));
       if (r >= first && r < first + count) {
         auto& rr = report.ranks[static_cast<std::size_t>(r - first)];
-        if (rr.status != "stuck") rr = {r, "failed", d->message};
+        if (rr.status != RankStatus::kStuck) rr = {r, RankStatus::kFailed, d->message};
       }
     }
   }
-  for (const RankReport& r : report.ranks) report.ok = report.ok && r.status == "ok";
+  for (const RankReport& r : report.ranks) report.ok = report.ok && r.status == RankStatus::kOk;
   report.collectives = sh->backend->collectives();
   report.connect_seconds = sh->backend->connect_seconds();
   // The backend (its Gloo contexts) goes now, inside the timing, unless a stuck thread uses it.
   bool all_joined = true;
-  for (const RankReport& r : report.ranks) all_joined = all_joined && r.status != "stuck";
+  for (const RankReport& r : report.ranks) all_joined = all_joined && r.status != RankStatus::kStuck;
   if (!everyone_here) report.backend_keepalive = sh->backend;
   if (all_joined) sh->backend.reset();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();

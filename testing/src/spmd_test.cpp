@@ -83,7 +83,7 @@ RunReport report_results(int64_t world_size, std::string_view backend, RunReport
     if (!only_assertions || !failed) {
       std::string stuck;
       for (const RankReport& r : report.ranks) {
-        if (r.status == "stuck") stuck += " " + std::to_string(r.rank);
+        if (r.status == RankStatus::kStuck) stuck += " " + std::to_string(r.rank);
       }
       ADD_FAILURE() << "SPMD run over " << world_size << " " << backend << " ranks failed:\n"
                     << report.summary()

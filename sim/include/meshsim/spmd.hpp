@@ -111,11 +111,15 @@ class RankContext {
   MeshCommunicators comms_;
 };
 
-// RankReport is how one rank ended: "ok", "failed" (at fault), "aborted" (stopped because
-// another rank failed) or "stuck" (still running after the grace period).
+// RankStatus is how one rank ended: ok, failed (at fault), aborted (stopped because another
+// rank failed) or stuck (still running after the grace period). to_string: "ok", "failed",
+// "aborted", "stuck".
+enum class RankStatus { kOk, kFailed, kAborted, kStuck };
+std::string_view to_string(RankStatus status);
+
 struct RankReport {
   int64_t rank = 0;
-  std::string status;
+  RankStatus status = RankStatus::kOk;
   std::string message;
 };
 
@@ -136,5 +140,37 @@ struct RunReport {
 };
 
 RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn);
+
+// SpmdResults is a run whose ranks each produce a result: results[i] is rank first_rank + i's
+// (of the ranks run here), as far as it got: whole when the rank returned, partial when it
+// failed or was aborted midway; nullopt for a rank still running (stuck).
+template <class R>
+struct SpmdResults {
+  RunReport report;
+  std::vector<std::optional<R>> results;
+};
+
+// run_spmd_results runs fn(ctx, result) on every rank like run_spmd; each rank fills only its
+// own `result` (no lock, no table shared between ranks), and what it filled is kept even if the
+// rank fails later (a count of checks passed before a fault). A stuck rank's is never read.
+template <class R>
+SpmdResults<R> run_spmd_results(const SpmdOptions& options, std::function<void(RankContext&, R&)> fn) {
+  const int64_t first = options.first_rank;
+  const int64_t count = options.local_ranks == 0 && first == 0 ? options.world_size : options.local_ranks;
+  // Sized only for a count run_spmd accepts (it refuses the others before any rank runs). The
+  // slots are shared with the ranks: a stuck rank may still write its own after this returns.
+  const bool valid = count >= 1 && count <= options.world_size && options.world_size <= 16384;
+  auto slots = std::make_shared<std::vector<R>>(valid ? static_cast<std::size_t>(count) : 0);
+  SpmdResults<R> out;
+  out.report = run_spmd(options, [slots, first, fn = std::move(fn)](RankContext& ctx) {
+    fn(ctx, (*slots)[static_cast<std::size_t>(ctx.rank() - first)]);
+  });
+  out.results.resize(slots->size());
+  for (const RankReport& r : out.report.ranks) {
+    const auto i = static_cast<std::size_t>(r.rank - first);
+    if (r.status != RankStatus::kStuck) out.results[i] = std::move((*slots)[i]);
+  }
+  return out;
+}
 
 }  // namespace meshsim
