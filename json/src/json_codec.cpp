@@ -1,4 +1,5 @@
 #include "meshsim/json_codec.hpp"
+#include "meshsim/json_tape.hpp"
 
 #include <cmath>
 #include <string>

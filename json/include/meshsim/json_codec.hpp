@@ -17,7 +17,7 @@
 
 #include "meshsim/algebra.hpp"
 #include "meshsim/int_tuple.hpp"
-#include "meshsim/json_tape.hpp"
+#include "meshsim/inline_vector.hpp"
 #include "meshsim/layout.hpp"
 
 namespace meshsim::json {
@@ -37,13 +37,7 @@ std::vector<int64_t> to_int_list(const Json& j, std::string_view field);
 // to_short_int_list is to_int_list kept inline for up to 16 integers (a request's sizes, say).
 using ShortIntList = meshsim::detail::InlineVector<int64_t, 16>;
 ShortIntList to_short_int_list(const Json& j, std::string_view field);
-// The same readers over the fast reader's values (json_tape.hpp): the same rules and errors.
-int64_t to_int(const TapeValue& j, std::string_view field);
-IntTuple to_int_tuple(const TapeValue& j, std::string_view field, NullAs nulls = NullAs::kError);
-Layout to_layout(const TapeValue& j, std::string_view field);
-Tiler to_tiler(const TapeValue& j, std::string_view field);
-std::vector<int64_t> to_int_list(const TapeValue& j, std::string_view field);
-ShortIntList to_short_int_list(const TapeValue& j, std::string_view field);
+// The same readers over the query tool's fast reader (json_tape.hpp, not installed).
 // The field readers every JSON decoder of meshsim uses (query engine, recipe): find is null when
 // the key is absent (or `obj` is not an object); need throws InvalidArgument naming `where`.
 const Json* find(const Json& obj, std::string_view key);

@@ -3,8 +3,8 @@
 // JsonTape reads one JSON text with RapidJSON's SAX reader, in place on its own copy of the text,
 // into a flat, preorder array of nodes (a "tape"), with no allocation for typical requests (64
 // nodes and 256 bytes inline); strings point into the copy. TapeValue is a view of one node with the
-// subset of nlohmann::json's interface that meshsim's JSON readers use (json_codec.hpp has their
-// overloads), so one reader serves both.
+// subset of nlohmann::json's interface that meshsim's JSON readers use (their overloads are declared at
+// the end), so one reader serves both. Internal to the query tool: not installed.
 //
 //   JsonTape tape;
 //   if (tape.read(R"({"op":"size","layout":"(2,4):(4,1)"})")) {
@@ -30,6 +30,7 @@
 
 #include "meshsim/inline_vector.hpp"
 #include "meshsim/int_tuple.hpp"
+#include "meshsim/json_codec.hpp"
 
 namespace meshsim::json {
 
@@ -193,5 +194,13 @@ T TapeValue::get() const {
     return static_cast<T>(int_value());
   }
 }
+
+// The readers of json_codec.hpp over the tape's values: the same rules and errors.
+int64_t to_int(const TapeValue& j, std::string_view field);
+IntTuple to_int_tuple(const TapeValue& j, std::string_view field, NullAs nulls = NullAs::kError);
+Layout to_layout(const TapeValue& j, std::string_view field);
+Tiler to_tiler(const TapeValue& j, std::string_view field);
+std::vector<int64_t> to_int_list(const TapeValue& j, std::string_view field);
+ShortIntList to_short_int_list(const TapeValue& j, std::string_view field);
 
 }  // namespace meshsim::json
