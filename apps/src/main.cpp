@@ -7,23 +7,20 @@
 //   meshsim rendezvous                      meet every rank of a launched job through its store
 //   meshsim ops                             list the query ops
 #include <CLI/CLI.hpp>
-#include <csignal>
 #include <cstdlib>
-#include <unistd.h>
 #include <fstream>
 #include <iostream>
-#include <optional>
-#include <thread>
 
 #include "meshsim/backend_registry.hpp"
+#include "meshsim/cli_common.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/launch.hpp"
-#include "meshsim/launch_env.hpp"
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/query.hpp"
+#include "meshsim/rendezvous.hpp"
 #include "meshsim/run.hpp"
 #include "meshsim/show.hpp"
-#include "meshsim/store.hpp"
+#include "meshsim/store_command.hpp"
 
 namespace {
 
@@ -95,11 +92,10 @@ int main(int argc, char** argv) {
   run->add_option("--fault", ro.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit");
 
   auto* store = app.add_subcommand("store", "serve a TCP rendezvous store (for multi-process and multi-host jobs)");
-  meshsim::TcpStoreOptions sto;
-  std::string token_file;
-  store->add_option("--host", sto.host, "address to bind (default 127.0.0.1, loopback only)");
-  store->add_option("--port", sto.port, "port to bind (default 0: any free port, printed)");
-  store->add_option("--token-file", token_file, "file whose first line is the token clients must present");
+  meshsim::store_command::Options sto;
+  store->add_option("--host", sto.server.host, "address to bind (default 127.0.0.1, loopback only)");
+  store->add_option("--port", sto.server.port, "port to bind (default 0: any free port, printed)");
+  store->add_option("--token-file", sto.token_file, "file whose first line is the token clients must present");
 
   auto* launch = app.add_subcommand("launch", "start (or join) a store and N processes of a program");
   meshsim::launch::Options lo;
@@ -114,8 +110,8 @@ int main(int argc, char** argv) {
   launch->add_option("program", lo.program, "the program and its arguments (after --)")->expected(-1)->required();
 
   auto* rendezvous = app.add_subcommand("rendezvous", "meet every rank of a launched job through its store");
-  double rdv_timeout = 60;
-  rendezvous->add_option("--timeout", rdv_timeout, "seconds to wait for the other ranks");
+  meshsim::rendezvous::Options rdv;
+  rendezvous->add_option("--timeout", rdv.timeout_seconds, "seconds to wait for the other ranks");
 
   auto* ops = app.add_subcommand("ops", "list the ops `meshsim query` answers");
 
@@ -168,32 +164,12 @@ int main(int argc, char** argv) {
       }
       // A store or peer that cannot be reached, or a rank started twice, is the job failing (1),
       // not bad usage (2).
-      const std::string type = e.type_name();
-      return type == "Unavailable" || type == "DeadlineExceeded" || type == "AlreadyExists" ? 1 : 2;
+      return meshsim::cli::job_failed(e) ? 1 : 2;
     }
   }
   if (*store) {
     try {
-      if (!token_file.empty()) {
-        std::ifstream in(token_file);
-        if (!in || !std::getline(in, sto.token) || sto.token.empty()) {
-          throw meshsim::InvalidArgument("--token-file '" + token_file +
-                                         "' cannot be read or its first line is empty");
-        }
-      }
-      // Block the stop signals before the server thread starts, then wait for one here.
-      sigset_t stop;
-      sigemptyset(&stop);
-      sigaddset(&stop, SIGINT);
-      sigaddset(&stop, SIGTERM);
-      pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-      meshsim::TcpStoreServer server(sto);
-      std::cout << "meshsim store listening on " << server.address() << std::endl;
-      int sig = 0;
-      sigwait(&stop, &sig);
-      server.stop();
-      std::cout << "meshsim store stopped (signal " << sig << ")" << std::endl;
-      return 0;
+      return meshsim::store_command::run(sto, std::cout);
     } catch (const meshsim::Error& e) {
       std::cerr << "meshsim store: " << e.type_name() << ": " << e.what() << "\n";
       return 2;
@@ -209,47 +185,10 @@ int main(int argc, char** argv) {
   }
   if (*rendezvous) {
     try {
-      const auto env = meshsim::launch_env_from_environment();
-      if (!env || env->store_host.empty()) {
-        throw meshsim::FailedPrecondition("not launched: no MESHSIM_RANK/RANK/OMPI_COMM_WORLD_RANK "
-                                          "with a store (MESHSIM_STORE or MASTER_ADDR/MASTER_PORT)");
-      }
-      if (!(rdv_timeout > 0) || rdv_timeout > 86400) {
-        throw meshsim::InvalidArgument("--timeout " + std::to_string(rdv_timeout) + " is not in (0, 86400]");
-      }
-      const char* token = std::getenv("MESHSIM_STORE_TOKEN");
-      const std::chrono::milliseconds deadline(static_cast<int64_t>(rdv_timeout * 1000));
-      std::optional<meshsim::StoreProtocol> forced;
-      if (const char* p = std::getenv("MESHSIM_TORCH_STORE_PROTOCOL"); p && *p) forced = meshsim::parse_store_protocol(p);
-      meshsim::LaunchStore joined = meshsim::join_launch_store(*env, deadline, token ? token : "", forced);
-      meshsim::Store& store = *joined.store;
-      const std::string prefix = "rendezvous" + env->scope;
-      // One process per rank: a duplicate rank, or a store holding an earlier rendezvous, fails.
-      meshsim::claim_rank(store, prefix + "/" + std::to_string(env->rank), *env);
-      std::vector<std::string> keys;
-      for (int64_t r = 0; r < env->world_size; ++r) keys.push_back(prefix + "/" + std::to_string(r));
-      store.wait(keys, deadline);
-      const int64_t arrived = store.add(prefix + "/arrived", 1);
-      if (arrived > env->world_size) {
-        throw meshsim::AlreadyExists("arrival " + std::to_string(arrived) + " at " + env->store_host + ":" +
-                                     std::to_string(env->store_port) + " is above the world size " +
-                                     std::to_string(env->world_size) + ": extra processes, or an earlier rendezvous");
-      }
-      if (joined.hosted) {
-        // This process serves the store: it stays until every rank has arrived (bounded).
-        const auto until = std::chrono::steady_clock::now() + deadline;
-        while (store.add(prefix + "/arrived", 0) < env->world_size && std::chrono::steady_clock::now() < until) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-      }
-      std::cout << "rank " << env->rank << " of " << env->world_size << " (" << env->launcher
-                << "): met every rank through " << env->store_host << ":" << env->store_port
-                << " (arrival " << arrived << ")" << std::endl;
-      return 0;
+      return meshsim::rendezvous::run(rdv, std::cout);
     } catch (const meshsim::Error& e) {
       std::cerr << "meshsim rendezvous: " << e.type_name() << ": " << e.what() << "\n";
-      const std::string type = e.type_name();
-      return type == "DeadlineExceeded" || type == "Unavailable" || type == "AlreadyExists" ? 1 : 2;
+      return meshsim::cli::job_failed(e) ? 1 : 2;
     }
   }
   if (*ops) {

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "meshsim/cli_common.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/launch_env.hpp"
 #include "meshsim/local.hpp"
@@ -575,10 +576,7 @@ int run(const Options& o, std::ostream& out) {
   if (o.backend != "local" && entry == nullptr) {
     throw InvalidArgument("--backend '" + o.backend + "' is not available (known: " + backend_names_text() + ", local)");
   }
-  if (!(o.timeout_seconds > 0) || !std::isfinite(o.timeout_seconds) || o.timeout_seconds > 86400) {
-    throw InvalidArgument("--timeout " + std::to_string(o.timeout_seconds) +
-                          " is not in (0, 86400] seconds");
-  }
+  const std::chrono::milliseconds timeout = cli::timeout_flag(o.timeout_seconds);
   if (o.format != "text" && o.format != "json") {
     throw InvalidArgument("--format must be text or json, not " + o.format);
   }
@@ -590,18 +588,8 @@ int run(const Options& o, std::ostream& out) {
   if (entry && entry->spans_processes) job.launched = launch_env_from_environment();
   if (o.backend == "nccl") {
     // One GPU per rank: every rank here needs its own.
-    auto api = make_cuda_nccl_api();
-    if (!api) {
-      throw FailedPrecondition("--backend nccl: this build has no NCCL (configure with -DMESHSIM_WITH_NCCL=ON, "
-                               "e.g. cmake --preset nccl)");
-    }
-    const int64_t here = job.launched ? 1 : job.world;
-    const int64_t device = job.launched ? job.launched->local_rank : 0;
-    const int gpus = api->device_count();
-    if (device + here > gpus) {
-      throw FailedPrecondition("--backend nccl: " + std::to_string(here) + " rank" + (here == 1 ? "" : "s") +
-                               " from GPU " + std::to_string(device) + " need one GPU each; " + api->name() +
-                               " sees " + std::to_string(gpus));
+    if (auto why = gpu_shortfall(job.launched ? 1 : job.world, job.launched ? job.launched->local_rank : 0)) {
+      throw FailedPrecondition("--backend nccl: " + *why);
     }
   }
   if (job.launched) {
@@ -642,7 +630,7 @@ int run(const Options& o, std::ostream& out) {
       }
     }
   }
-  job.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(o.timeout_seconds * 1000)));
+  job.timeout = timeout;
   job.meshes.push_back(job.expected->root);
   job.meshes.insert(job.meshes.end(), job.expected->meshes.begin(), job.expected->meshes.end());
   for (const DeviceMesh& m : job.meshes) job.parts.push_back(mesh_parts(m));
@@ -653,10 +641,7 @@ int run(const Options& o, std::ostream& out) {
     const LaunchEnv& env = *job.launched;
     // meshsim launch serves its own store; under torchrun's agent the agent's PyTorch TCPStore
     // is joined; otherwise rank 0 serves one at MASTER_ADDR:MASTER_PORT (join_launch_store).
-    const char* token = std::getenv("MESHSIM_STORE_TOKEN");
-    std::optional<StoreProtocol> forced;
-    if (const char* p = std::getenv("MESHSIM_TORCH_STORE_PROTOCOL"); p && *p) forced = parse_store_protocol(p);
-    LaunchStore joined = join_launch_store(env, job.timeout, token ? token : "", forced);
+    LaunchStore joined = cli::join_store(env, job.timeout);
     hosted = std::move(joined.hosted);
     job.store = std::move(joined.store);
     job.wills = joined.meshsim;

@@ -11,6 +11,10 @@
 
 namespace meshsim {
 
+void check_timeout(const std::string& who, std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) throw InvalidArgument(who + ": timeout " + std::to_string(timeout.count()) + " ms is not > 0");
+}
+
 namespace {
 
 // spanning_options: a process-spanning backend's Options with the request's common fields.

@@ -503,4 +503,13 @@ int64_t NcclBackend::inits() const { return s_->inits.load(); }
 std::shared_ptr<NcclApi> make_cuda_nccl_api() { return nullptr; }
 #endif
 
+std::optional<std::string> gpu_shortfall(int64_t ranks, int64_t first_device) {
+  std::shared_ptr<NcclApi> api = make_cuda_nccl_api();
+  if (!api) return "this build has no NCCL (configure with -DMESHSIM_WITH_NCCL=ON, e.g. cmake --preset nccl)";
+  const int gpus = api->device_count();
+  if (first_device >= 0 && ranks <= gpus - first_device) return std::nullopt;
+  return std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s") + " from GPU " + std::to_string(first_device) +
+         " need one GPU each; " + api->name() + " sees " + std::to_string(gpus);
+}
+
 }  // namespace meshsim

@@ -150,7 +150,7 @@ void check_placement(const char* backend, int64_t world, int64_t first, int64_t*
     throw OutOfRange(who + "ranks [" + std::to_string(first) + ", " + std::to_string(first) + " + " +
                      std::to_string(*local) + ") are not within the world of " + std::to_string(world));
   }
-  if (timeout.count() <= 0) throw InvalidArgument(who + "timeout " + std::to_string(timeout.count()) + " ms is not > 0");
+  check_timeout(std::string(backend) + " backend", timeout);
   if (!*store) {
     if (*local != world) throw InvalidArgument(who + "ranks of several processes need a shared store (Options::store)");
     *store = std::make_shared<InProcessStore>();

@@ -32,7 +32,9 @@ struct GroupInfo {
 
 std::string rank_list(const std::vector<int64_t>& v, std::size_t limit = 16);
 
-// group_digest keys a group by its ranks (in order) and config, the same in every process.
+// group_digest keys a group by its ranks (in order) and config, the same in every process: the
+// one group digest of every backend (FNV-style, one step per rank rather than per byte: every
+// rank of a 16384-rank group hashes it).
 uint64_t group_digest(std::span<const int64_t> ranks, uint64_t config_fingerprint);
 
 // check_backend refuses a group config that names another backend than the run's.

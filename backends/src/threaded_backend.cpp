@@ -489,10 +489,7 @@ ThreadedBackend::ThreadedBackend(Options options) : s_(std::make_shared<detail::
     throw InvalidArgument("threaded backend: world size " + std::to_string(options.world_size) +
                           " is out of range [1, 2^20]");
   }
-  if (options.timeout.count() <= 0) {
-    throw InvalidArgument("threaded backend: timeout " + std::to_string(options.timeout.count()) +
-                          " ms is not > 0");
-  }
+  check_timeout("threaded backend", options.timeout);
   s_->options = options;
   const auto n = static_cast<std::size_t>(options.world_size);
   s_->departed = std::make_unique<std::atomic<bool>[]>(n);
@@ -531,9 +528,7 @@ std::shared_ptr<Communicator> ThreadedBackend::new_group(int64_t rank,
                           rank_list(ranks));
   }
   // The n-th creation of the same (ranks, config) by a rank meets the n-th by every other member.
-  uint64_t digest = 1469598103934665603ull ^ config.fingerprint();
-  for (int64_t r : ranks) digest = (digest ^ static_cast<uint64_t>(r)) * 1099511628211ull;
-  digest = (digest ^ ranks.size()) * 1099511628211ull;
+  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
   std::shared_ptr<Group> g;
   {
     std::lock_guard lk(s_->groups_mu);

@@ -1,28 +1,13 @@
 #include "meshsim/backend_config.hpp"
 
+#include "meshsim/digest.hpp"
+
 #include <cstdio>
 #include <string_view>
 
 namespace meshsim {
 
 namespace {
-
-// Fnv accumulates a stable FNV-1a digest; every field is length- or tag-prefixed so that
-// different field sequences never produce the same byte stream.
-struct Fnv {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  void byte(unsigned char b) {
-    h ^= b;
-    h *= 0x100000001b3ULL;
-  }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) byte(static_cast<unsigned char>(v >> (8 * i)));
-  }
-  void str(std::string_view s) {
-    u64(s.size());
-    for (char c : s) byte(static_cast<unsigned char>(c));
-  }
-};
 
 std::string hex(uint64_t v) {
   char buf[17];
@@ -33,7 +18,7 @@ std::string hex(uint64_t v) {
 }  // namespace
 
 uint64_t BackendConfig::fingerprint() const {
-  Fnv f;
+  Fnv1a f;
   f.str(backend);
   f.u64(static_cast<uint64_t>(timeout.count()));
   f.u64(options.index());
@@ -49,7 +34,7 @@ uint64_t BackendConfig::fingerprint() const {
     f.str(n->split_from.value_or(""));
     f.str(n->config_blob);
   }
-  return f.h;
+  return f.value();
 }
 
 std::string BackendConfig::to_string() const {

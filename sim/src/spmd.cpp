@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "meshsim/digest.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -16,22 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 
-struct Fnv {
-  uint64_t h = 1469598103934665603ull;
-  void add(uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xFF;
-      h *= 1099511628211ull;
-    }
-  }
-  void add(std::string_view s) {
-    add(s.size());
-    for (char c : s) {
-      h ^= static_cast<unsigned char>(c);
-      h *= 1099511628211ull;
-    }
-  }
-};
 
 Diagnosis stall_diagnosis(const SpmdBackend& backend, std::chrono::milliseconds timeout,
                           const std::string& extra) {
@@ -102,23 +87,23 @@ void run_rank(const std::shared_ptr<Shared>& sh, int64_t r) {
 
 MeshParts mesh_parts(const DeviceMesh& mesh) {
   MeshParts p;
-  Fnv shape, names, layout, ranks;
-  for (int64_t s : mesh.shape()) shape.add(static_cast<uint64_t>(s));
+  Fnv1a shape, names, layout, ranks;
+  for (int64_t s : mesh.shape()) shape.u64(static_cast<uint64_t>(s));
   if (mesh.names()) {
-    for (const auto& n : *mesh.names()) names.add(n);
+    for (const auto& n : *mesh.names()) names.str(n);
   } else {
-    names.add(uint64_t{0xFFFF});
+    names.u64(uint64_t{0xFFFF});
   }
-  layout.add(to_string(mesh.layout()));
+  layout.str(to_string(mesh.layout()));
   if (auto start = mesh.rank_map_start()) {
-    ranks.add(uint64_t{1});
-    ranks.add(static_cast<uint64_t>(*start));
-    ranks.add(static_cast<uint64_t>(mesh.rank_map_size()));
+    ranks.u64(uint64_t{1});
+    ranks.u64(static_cast<uint64_t>(*start));
+    ranks.u64(static_cast<uint64_t>(mesh.rank_map_size()));
   } else {
-    ranks.add(uint64_t{2});
-    for (int64_t r : mesh.rank_map()) ranks.add(static_cast<uint64_t>(r));
+    ranks.u64(uint64_t{2});
+    for (int64_t r : mesh.rank_map()) ranks.u64(static_cast<uint64_t>(r));
   }
-  return MeshParts{shape.h, names.h, layout.h, ranks.h};
+  return MeshParts{shape.value(), names.value(), layout.value(), ranks.value()};
 }
 
 RankContext::RankContext(std::shared_ptr<SpmdBackend> backend, int64_t rank, bool process_rank)
@@ -244,10 +229,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
     throw InvalidArgument("run_spmd: world size " + std::to_string(options.world_size) +
                           " is out of range [1, 16384] for rank threads");
   }
-  if (options.timeout.count() <= 0) {
-    throw InvalidArgument("run_spmd: timeout " + std::to_string(options.timeout.count()) +
-                          " ms is not > 0");
-  }
+  check_timeout("run_spmd", options.timeout);
   const int64_t first = options.first_rank;
   const int64_t count = options.local_ranks == 0 && first == 0 ? options.world_size : options.local_ranks;
   if (first < 0 || count < 1 || first > options.world_size || count > options.world_size - first) {

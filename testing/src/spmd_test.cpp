@@ -129,13 +129,10 @@ RunReport run_on_every_rank(int64_t world_size, std::string_view backend,
                             std::chrono::milliseconds timeout) {
   if (backend == "nccl") {
     // One GPU per rank: a world larger than the GPUs present is skipped, saying so.
-    auto api = make_cuda_nccl_api();
-    const int gpus = api ? api->device_count() : 0;
-    if (!api || gpus < world_size) {
+    if (auto why = gpu_shortfall(world_size)) {
       RunReport skipped_report;
       skipped_report.backend = "nccl";
-      skip("needs " + std::to_string(world_size) + " GPU" + (world_size == 1 ? "" : "s") + " (one per rank); " +
-           (api ? api->name() + " sees " + std::to_string(gpus) : std::string("this build has no NCCL")));
+      skip("needs one GPU per rank: " + *why);
       return skipped_report;
     }
   }

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "meshsim/communicator.hpp"
@@ -81,5 +82,10 @@ class NcclApi {
 // make_cuda_nccl_api is the real NCCL and CUDA runtime; nullptr in builds without
 // MESHSIM_WITH_NCCL.
 std::shared_ptr<NcclApi> make_cuda_nccl_api();
+
+// gpu_shortfall is the one GPU probe: why `ranks` ranks, from GPU `first_device` on, cannot each
+// have a GPU of their own here ("this build has no NCCL (...)", or "4 ranks from GPU 0 need one
+// GPU each; CUDA sees 1"); nullopt when they can.
+std::optional<std::string> gpu_shortfall(int64_t ranks, int64_t first_device = 0);
 
 }  // namespace meshsim

@@ -101,6 +101,10 @@ std::optional<Diagnosis> decode_diagnosis(const std::string& text);
 // ones).
 Diagnosis stall_diagnosis(const std::vector<WaitInfo>& waits, const std::string& why, const std::string& extra = "");
 
+// check_timeout is the one rule for a wait's deadline: InvalidArgument naming `who` unless the
+// timeout is > 0 ms.
+void check_timeout(const std::string& who, std::chrono::milliseconds timeout);
+
 class SpmdBackend : public Backend {
  public:
   // abort records `d` if no diagnosis was recorded before (returns whether it was) and wakes

@@ -1,0 +1,28 @@
+// meshsim/cli_common.hpp — what the `meshsim` subcommands share: the one --timeout rule and the
+// one exit-code rule, joining a launched job's store.
+#pragma once
+
+#include <chrono>
+
+#include "meshsim/error.hpp"
+#include "meshsim/launch_env.hpp"
+
+namespace meshsim::cli {
+
+// kMaxTimeoutSeconds bounds --timeout of run and rendezvous (a day).
+inline constexpr double kMaxTimeoutSeconds = 86400;
+
+// timeout_flag converts --timeout SECONDS to milliseconds (rounded up); InvalidArgument unless
+// the value is a finite number in (0, kMaxTimeoutSeconds].
+std::chrono::milliseconds timeout_flag(double seconds);
+
+// job_failed: an error that is the job failing (a store or peer that cannot be reached, a wait
+// past its deadline, a rank started twice), exit 1; any other Error is bad usage or input,
+// exit 2.
+bool job_failed(const Error& e);
+
+// join_store joins a launched job's store (join_launch_store) with the token and store protocol
+// the environment names (MESHSIM_STORE_TOKEN, MESHSIM_TORCH_STORE_PROTOCOL).
+LaunchStore join_store(const LaunchEnv& env, std::chrono::milliseconds timeout);
+
+}  // namespace meshsim::cli

@@ -1,0 +1,31 @@
+#include "meshsim/cli_common.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "meshsim/torch_store.hpp"
+
+namespace meshsim::cli {
+
+std::chrono::milliseconds timeout_flag(double seconds) {
+  if (!(seconds > 0) || !std::isfinite(seconds) || seconds > kMaxTimeoutSeconds) {
+    throw InvalidArgument("--timeout " + std::to_string(seconds) + " is not in (0, 86400] seconds");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+
+bool job_failed(const Error& e) {
+  return dynamic_cast<const Unavailable*>(&e) != nullptr || dynamic_cast<const DeadlineExceeded*>(&e) != nullptr ||
+         dynamic_cast<const AlreadyExists*>(&e) != nullptr;
+}
+
+LaunchStore join_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  const char* token = std::getenv("MESHSIM_STORE_TOKEN");
+  std::optional<StoreProtocol> forced;
+  if (const char* p = std::getenv("MESHSIM_TORCH_STORE_PROTOCOL"); p && *p) forced = parse_store_protocol(p);
+  return join_launch_store(env, timeout, token ? token : "", forced);
+}
+
+}  // namespace meshsim::cli
