@@ -43,6 +43,13 @@ TEST(RunSpmdResults, EveryRankFillsItsOwnAndAFailedRankKeepsWhatItGot) {
   EXPECT_EQ(run.report.failures[0].ranks, std::vector<int64_t>{2});
 }
 
+TEST(RunSpmdResults, RankStatusesHaveOneNameEach) {
+  EXPECT_EQ(to_string(RankStatus::kOk), "ok");
+  EXPECT_EQ(to_string(RankStatus::kFailed), "failed");
+  EXPECT_EQ(to_string(RankStatus::kAborted), "aborted");
+  EXPECT_EQ(to_string(RankStatus::kStuck), "stuck");
+}
+
 // processes runs finish_launched for `n` ranks at once (threads as processes), rank r with
 // report reports[r] and result "r<r>".
 std::vector<LaunchedEnd> processes(int64_t n, std::vector<RunReport> reports, std::shared_ptr<Store> store,

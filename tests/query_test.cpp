@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <atomic>
 #include <fstream>
+#include <thread>
+#include <vector>
 #include <sstream>
 
 #include "meshsim/error.hpp"
@@ -26,6 +29,35 @@ TEST(Query, ErrorsQuoteALongValueClippedWithItsLength) {
   Json a = Json::parse(answer);
   EXPECT_EQ(a["error"]["type"], "NotFound");
   EXPECT_EQ(a["error"]["message"], "unknown op '" + std::string(meshsim::kQuotedLimit, 'z') + "...' (1048576 bytes)");
+}
+
+TEST(Query, EachRequestCarriesItsOwnAnswerBudget) {
+  // The budget is an argument, not process state: calls with different budgets, at once, each
+  // answer by their own (mesh.program charges its rank_map as 8 elements).
+  const std::string all = R"J({"id": 1, "op": "mesh_all_ranks_from_zero", "layout": {"shape": 64, "stride": 1}})J";
+  const std::string prog = R"J({"id": 2, "op": "mesh.program", "world_size": 8,
+      "build": {"init_device_mesh": {"mesh_shape": [2, 4], "mesh_dim_names": ["dp", "tp"]}}, "want": ["rank_map"]})J";
+  std::vector<std::thread> ts;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&, t] {
+      const int64_t budget = t % 2 ? 63 : 64;
+      for (int i = 0; i < 200; ++i) {
+        const Json a = Json::parse(meshsim::query::answer_line(all, budget));
+        if (a["ok"] != (budget == 64)) ++wrong;
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(Json::parse(meshsim::query::answer_line(prog, 8))["ok"], true);
+  const Json small = Json::parse(meshsim::query::answer_line(prog, 7));
+  ASSERT_TRUE(small.contains("error")) << small.dump();
+  EXPECT_EQ(small["error"]["type"], "ResourceExhausted") << small.dump();
+  EXPECT_NE(small["error"]["message"].get<std::string>().find("budget of 7"), std::string::npos) << small.dump();
+  const Json none = Json::parse(meshsim::query::answer_line(all, 0));
+  ASSERT_TRUE(none.contains("error")) << none.dump();
+  EXPECT_EQ(none["error"]["type"], "InvalidArgument") << none.dump();
 }
 
 TEST(Query, ShapeDivAnswersAndRefuses) {

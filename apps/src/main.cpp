@@ -124,10 +124,9 @@ int main(int argc, char** argv) {
 
   std::ios::sync_with_stdio(false);
   if (*query) {
-    meshsim::query::set_max_answer_elements(max_elements);
     meshsim::query::RunResult r;
     if (file.empty()) {
-      r = meshsim::query::run_lines(std::cin, std::cout, flush);
+      r = meshsim::query::run_lines(std::cin, std::cout, flush, max_elements);
     } else {
       std::ifstream in(file);
       if (!in) {
@@ -135,7 +134,7 @@ int main(int argc, char** argv) {
         return 2;
       }
       in.exceptions(std::ios::badbit);
-      r = meshsim::query::run_lines(in, std::cout, flush);
+      r = meshsim::query::run_lines(in, std::cout, flush, max_elements);
     }
     if (!r.input_ok) std::cerr << "meshsim query: the input could not be read to its end\n";
     return std::cout.good() && r.input_ok ? 0 : 1;

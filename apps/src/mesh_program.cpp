@@ -1,7 +1,6 @@
 #include "meshsim/mesh_program.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <set>
 #include <map>
@@ -29,17 +28,17 @@ struct Program {
   int64_t world = 0;
   std::optional<int64_t> rank;
   BuiltMeshes built;
-  int64_t budget_left = 0;  // elements the answer may still hold
+  int64_t budget = kDefaultMaxAnswerElements;  // elements the answer may hold
+  int64_t budget_left = budget;                  // of which still unused
 };
 
-std::atomic<int64_t> g_max_answer_elements{kDefaultMaxAnswerElements};
-
-Program run(const Json& req, const std::optional<DeviceMesh>& shared_root = std::nullopt) {
+Program run(const Json& req, int64_t max_elements = kDefaultMaxAnswerElements,
+            const std::optional<DeviceMesh>& shared_root = std::nullopt) {
   MeshRecipe recipe = recipe_from_json(req);
   BuiltMeshes built = meshsim::apply(recipe, shared_root);
   int64_t world = recipe.world_size;
   if (world == 0) world = built.root.rank_map_size();
-  return Program{world, recipe.rank, std::move(built), g_max_answer_elements.load()};
+  return Program{world, recipe.rank, std::move(built), max_elements, max_elements};
 }
 
 // budget charges `keys` entries of `per_key` values each (plus the key) to the answer's one
@@ -49,7 +48,7 @@ void budget(Program& p, int64_t keys, int64_t per_key, const char* field) {
   if (keys > p.budget_left / (per_key + 1)) {
     throw ResourceExhausted("'" + std::string(field) + "' would list " + std::to_string(keys) +
                             " x " + std::to_string(per_key) + " values, over what is left of the "
-                            "answer's budget of " + std::to_string(g_max_answer_elements.load()) +
+                            "answer's budget of " + std::to_string(p.budget) +
                             " elements (ask for fewer fields with 'want', or raise the budget "
                             "with --max-elements)");
   }
@@ -187,29 +186,23 @@ Json nested(const MeshArray& a) {
   return rec(rec, 0);
 }
 
-void set_max_answer_elements(int64_t n) {
-  if (n < 1) throw InvalidArgument("the answer budget " + std::to_string(n) + " is not >= 1");
-  g_max_answer_elements.store(n);
-}
-int64_t max_answer_elements() { return g_max_answer_elements.load(); }
-
 DeviceMesh build_mesh_program(const Json& request) {
   Program p = run(request);
   return p.built.result;
 }
 
-Json describe(const MeshRecipe& recipe, const BuiltMeshes& built,
-              const std::vector<std::string>& want) {
+Json describe(const MeshRecipe& recipe, const BuiltMeshes& built, const std::vector<std::string>& want,
+              int64_t max_elements) {
   int64_t world = recipe.world_size;
   if (world == 0) world = built.root.rank_map_size();
-  Program p{world, recipe.rank, built, g_max_answer_elements.load()};
+  Program p{world, recipe.rank, built, max_elements, max_elements};
   Json out = Json::object();
   for (const std::string& f : want) out[f] = field(p, built.result, f);
   return out;
 }
 
-Json run_mesh_program(const Json& request) {
-  Program p = run(request);
+Json run_mesh_program(const Json& request, int64_t max_elements) {
+  Program p = run(request, max_elements);
   DeviceMesh m = p.built.result;
   std::vector<std::string> want;
   if (const Json* w = find(request, "want"); w && !w->is_null()) {
@@ -240,7 +233,7 @@ Json run_mesh_equal(const Json& request) {
   if (same_root) {
     if (!b_req.contains("world_size")) b_req["world_size"] = pa.world;
   }
-  Program pb = same_root ? run(b_req, pa.built.root) : run(b_req);
+  Program pb = same_root ? run(b_req, kDefaultMaxAnswerElements, pa.built.root) : run(b_req);
   DeviceMesh mb = pb.built.result;
   return Json{{"equal", ma == mb},
               {"hash_equal", ma.hash() == mb.hash()},

@@ -49,6 +49,7 @@ struct Args {
   const V& req;
   Convention conv;
   std::string_view op;
+  int64_t budget = kDefaultMaxAnswerElements;  // the answer's element budget
 
   // Fields are string_views: their lengths are known where the literals are written.
   Value at(std::string_view field) const {
@@ -239,18 +240,16 @@ Handler both(F f) {
 
 // charge refuses, before anything is built, an answer that would hold more than the one element
 // budget every answer has (mesh.program charges field by field; see mesh_program.hpp).
-void refuse(const std::string& size, const std::string& what) {
+void refuse(const std::string& size, const std::string& what, int64_t budget) {
   throw ResourceExhausted(what + " would hold " + size + " elements, over the answer's budget of " +
-                          std::to_string(max_answer_elements()) + " (raise it with --max-elements)");
+                          std::to_string(budget) + " (raise it with --max-elements)");
 }
-void charge(int64_t elements, const std::string& what) {
-  if (elements > max_answer_elements()) refuse(std::to_string(elements), what);
+void charge(int64_t elements, const std::string& what, int64_t budget) {
+  if (elements > budget) refuse(std::to_string(elements), what, budget);
 }
 // charge_product charges a * b (a, b >= 0) without forming a product that may overflow.
-void charge_product(int64_t a, int64_t b, const std::string& what) {
-  if (b > 0 && a > max_answer_elements() / b) {
-    refuse(std::to_string(a) + " x " + std::to_string(b), what);
-  }
+void charge_product(int64_t a, int64_t b, const std::string& what, int64_t budget) {
+  if (b > 0 && a > budget / b) refuse(std::to_string(a) + " x " + std::to_string(b), what, budget);
 }
 
 // IntList holds a request's short integer lists without touching the heap.
@@ -291,7 +290,8 @@ const HandlerTable& handlers() {
       IntTuple shape = a.tuple("shape");
       charge_product(static_cast<int64_t>(a.list("indices").size()), shape.leaf_count() + 1,
                      "idx2crd of " + std::to_string(a.list("indices").size()) + " indices over " +
-                         std::to_string(shape.leaf_count()) + " modes");
+                         std::to_string(shape.leaf_count()) + " modes",
+                     a.budget);
       const IntTuple stride = a.has("stride") ? a.tuple("stride") : compact_stride(shape, a.conv);
       std::vector<IntTuple> out;
       for (const auto& i : a.list("indices")) {
@@ -328,7 +328,7 @@ const HandlerTable& handlers() {
     });
     t["mesh_all_ranks_from_zero"] = both([](const auto& a, Out& o) {
       const Layout l = a.layout("layout");
-      charge(size(l), "the ranks of " + to_string(l));
+      charge(size(l), "the ranks of " + to_string(l), a.budget);
       o.ints(mesh_all_ranks_from_zero(l));
     });
     t["mesh_top_level_sizes"] = both([](const auto& a, Out& o) {
@@ -350,7 +350,7 @@ const HandlerTable& handlers() {
       // PyTorch answers layouts that reach past the world (the reference vectors pin it), so
       // only the size of the answer is bounded here.
       charge_product(size(complement(l, world, Convention::kTorch)), size(l),
-                     "the groups of " + to_string(l) + " in a world of " + std::to_string(world));
+                     "the groups of " + to_string(l) + " in a world of " + std::to_string(world), a.budget);
       const GroupTable groups = mesh_group_table(l, world);
       o.list(static_cast<std::size_t>(groups.count),
              [&](std::size_t g) { o.ints(groups.row(static_cast<int64_t>(g))); });
@@ -360,7 +360,7 @@ const HandlerTable& handlers() {
       const Layout l = a.layout("layout");
       if (cosize(l) <= static_cast<int64_t>(map.size())) {
         charge_product(size(complement(l, static_cast<int64_t>(map.size()), Convention::kTorch)),
-                       size(l), "the remapped tensor of " + to_string(l));
+                       size(l), "the remapped tensor of " + to_string(l), a.budget);
       }
       const RemappedTensor t = mesh_remap_to_tensor(l, map);
       // Nest the row-major values into lists along t.shape.
@@ -384,7 +384,7 @@ const HandlerTable& handlers() {
       o.boolean(mesh_disjoint(ls));
     });
     // DeviceMesh programs.
-    t["mesh.program"] = Handler{[](const Args<Json>& a, Out& o) { o.json(run_mesh_program(a.req)); },
+    t["mesh.program"] = Handler{[](const Args<Json>& a, Out& o) { o.json(run_mesh_program(a.req, a.budget)); },
                                 nullptr};
     t["mesh.equal"] =
         Handler{[](const Args<Json>& a, Out& o) { o.json(run_mesh_equal(a.req)); }, nullptr};
@@ -496,7 +496,7 @@ namespace detail {
 // absent, integers or plain strings).
 // fast_answer_into is fast_answer writing into `out` (kept by a caller that answers many lines,
 // so its storage is reused): false, with `out` unchanged, where fast_answer is nullopt.
-bool fast_answer_into(std::string_view line, std::string& out) {
+bool fast_answer_into(std::string_view line, std::string& out, int64_t max_elements) {
   json::JsonTape tape;
   if (!tape.read(line)) return false;
   const TapeValue req = tape.root();
@@ -541,7 +541,7 @@ bool fast_answer_into(std::string_view line, std::string& out) {
   if (h == handlers().end() || !h->second.tape) return false;
   if (name.starts_with("mesh_") && conv != Convention::kTorch) return false;
   o.lit(",\"ok\":true,\"result\":");
-  const Args<TapeValue> args{req, conv, name};
+  const Args<TapeValue> args{req, conv, name, max_elements};
   try {
     h->second.tape(args, o);
   } catch (const Error& e) {
@@ -562,9 +562,9 @@ bool fast_answer_into(std::string_view line, std::string& out) {
   return true;
 }
 
-std::optional<std::string> fast_answer(std::string_view line) {
+std::optional<std::string> fast_answer(std::string_view line, int64_t max_elements) {
   std::string out;
-  if (!fast_answer_into(line, out)) return std::nullopt;
+  if (!fast_answer_into(line, out, max_elements)) return std::nullopt;
   return out;
 }
 
@@ -572,15 +572,16 @@ std::optional<std::string> fast_answer(std::string_view line) {
 
 namespace {
 // answer is answer_line, with or without the fast reader, written into `out`.
-void answer(std::string_view line, bool fast, std::string& out) {
+void answer(std::string_view line, bool fast, std::string& out, int64_t max_elements) {
   Json id = nullptr;
   std::optional<std::string> raw;
   try {
     if (const auto nul = line.find('\0'); nul != std::string_view::npos) {
       throw ParseError("request holds a NUL byte at offset " + std::to_string(nul));
     }
+    if (max_elements < 1) throw InvalidArgument("the answer budget " + std::to_string(max_elements) + " is not >= 1");
     if (fast) {
-      if (detail::fast_answer_into(line, out)) return;
+      if (detail::fast_answer_into(line, out, max_elements)) return;
     }
     if (json::max_nesting(line) > 2 * kMaxDepth) {
       throw ParseError("request nests brackets deeper than " + std::to_string(2 * kMaxDepth));
@@ -617,7 +618,7 @@ void answer(std::string_view line, bool fast, std::string& out) {
     o.lit("{\"id\":");
     o.put(raw ? *raw : dump(id));
     o.lit(",\"ok\":true,\"result\":");
-    h->second.json(Args<Json>{req, conv, op}, o);
+    h->second.json(Args<Json>{req, conv, op, max_elements}, o);
     o.put('}');
     o.str_into(out);
   } catch (const Error& e) {
@@ -639,18 +640,18 @@ std::vector<std::string> ops() {
   return out;
 }
 
-std::string answer_line(std::string_view line) {
+std::string answer_line(std::string_view line, int64_t max_elements) {
   std::string out;
-  answer(line, true, out);
+  answer(line, true, out, max_elements);
   return out;
 }
-std::string answer_line_nlohmann(std::string_view line) {
+std::string answer_line_nlohmann(std::string_view line, int64_t max_elements) {
   std::string out;
-  answer(line, false, out);
+  answer(line, false, out, max_elements);
   return out;
 }
 
-RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
+RunResult run_lines(std::istream& in, std::ostream& out, bool flush, int64_t max_elements) {
   RunResult r;
   // emit writes an answer and its newline in one write (one sentry, one buffer copy).
   auto emit = [&](std::string& answer) {
@@ -711,7 +712,7 @@ RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
       break;
     }
     if (line.find_first_not_of(" \t\r") != std::string::npos) {
-      answer(line, true, reply);  // one string for every answer: its storage is reused
+      answer(line, true, reply, max_elements);  // one string for every answer: its storage is reused
       emit(reply);
     }
   }
@@ -724,8 +725,8 @@ RunResult run_lines(std::istream& in, std::ostream& out, bool flush) {
   return r;
 }
 
-std::size_t run(std::istream& in, std::ostream& out, bool flush) {
-  return run_lines(in, out, flush).answers;
+std::size_t run(std::istream& in, std::ostream& out, bool flush, int64_t max_elements) {
+  return run_lines(in, out, flush, max_elements).answers;
 }
 
 }  // namespace meshsim::query

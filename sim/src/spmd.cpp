@@ -197,13 +197,9 @@ void RankContext::check_mesh_agreement(const DeviceMesh& mesh, std::optional<Mes
 }
 
 std::string_view to_string(RankStatus status) {
-  switch (status) {
-    case RankStatus::kOk: return "ok";
-    case RankStatus::kFailed: return "failed";
-    case RankStatus::kAborted: return "aborted";
-    case RankStatus::kStuck: return "stuck";
-  }
-  return "unknown";
+  constexpr std::string_view kNames[] = {"ok", "failed", "aborted", "stuck"};  // in RankStatus's order
+  const auto i = static_cast<std::size_t>(status);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 std::string RunReport::summary() const {

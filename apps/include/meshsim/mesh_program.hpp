@@ -22,18 +22,17 @@
 namespace meshsim::query {
 
 // kDefaultMaxAnswerElements is the default budget of one answer, in elements (ranks, values and
-// per-rank keys): a larger answer is ResourceExhausted naming the size it would have had.
+// per-rank keys): a larger answer is ResourceExhausted naming the size it would have had. The
+// budget is passed with every request (meshsim query --max-elements); nothing is process-wide.
 inline constexpr int64_t kDefaultMaxAnswerElements = int64_t{1} << 21;
-// set_max_answer_elements sets the process-wide budget (meshsim query --max-elements).
-void set_max_answer_elements(int64_t n);
-int64_t max_answer_elements();
 
-// run_mesh_program answers a mesh.program request (the request object itself).
-nlohmann::json run_mesh_program(const nlohmann::json& request);
+// run_mesh_program answers a mesh.program request (the request object itself) within
+// max_elements.
+nlohmann::json run_mesh_program(const nlohmann::json& request, int64_t max_elements = kDefaultMaxAnswerElements);
 // describe answers the `want` fields of a built recipe's result (what `meshsim show --format
-// json` prints), under the answer budget.
-nlohmann::json describe(const MeshRecipe& recipe, const BuiltMeshes& built,
-                        const std::vector<std::string>& want);
+// json` prints), within max_elements.
+nlohmann::json describe(const MeshRecipe& recipe, const BuiltMeshes& built, const std::vector<std::string>& want,
+                        int64_t max_elements = kDefaultMaxAnswerElements);
 // run_mesh_equal answers {"a": program, "b": program, "same_root"?: bool}.
 nlohmann::json run_mesh_equal(const nlohmann::json& request);
 // build_mesh_program runs a program's build and ops and returns the result mesh (for tools).
