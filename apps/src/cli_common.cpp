@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -19,6 +20,15 @@ std::chrono::milliseconds timeout_flag(double seconds) {
 bool job_failed(const Error& e) {
   return dynamic_cast<const Unavailable*>(&e) != nullptr || dynamic_cast<const DeadlineExceeded*>(&e) != nullptr ||
          dynamic_cast<const AlreadyExists*>(&e) != nullptr;
+}
+
+std::string read_token_file(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  std::string token;
+  if (!in || !std::getline(in, token) || token.empty()) {
+    throw InvalidArgument(flag + " '" + path + "' cannot be read or its first line is empty");
+  }
+  return token;
 }
 
 LaunchStore join_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {

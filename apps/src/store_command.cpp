@@ -1,20 +1,14 @@
 #include "meshsim/store_command.hpp"
 
 #include <csignal>
-#include <fstream>
 #include <ostream>
 
-#include "meshsim/error.hpp"
+#include "meshsim/cli_common.hpp"
 
 namespace meshsim::store_command {
 
 int run(Options o, std::ostream& out) {
-  if (!o.token_file.empty()) {
-    std::ifstream in(o.token_file);
-    if (!in || !std::getline(in, o.server.token) || o.server.token.empty()) {
-      throw InvalidArgument("--token-file '" + o.token_file + "' cannot be read or its first line is empty");
-    }
-  }
+  if (!o.token_file.empty()) o.server.token = cli::read_token_file(o.token_file, "--token-file");
   // Block the stop signals before the server thread starts, then wait for one here.
   sigset_t stop;
   sigemptyset(&stop);

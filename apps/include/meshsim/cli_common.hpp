@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 
 #include "meshsim/error.hpp"
 #include "meshsim/launch_env.hpp"
@@ -20,6 +21,10 @@ std::chrono::milliseconds timeout_flag(double seconds);
 // past its deadline, a rank started twice), exit 1; any other Error is bad usage or input,
 // exit 2.
 bool job_failed(const Error& e);
+
+// read_token_file is the first line of the store's token file; InvalidArgument "<flag> 'PATH'
+// cannot be read or its first line is empty" otherwise.
+std::string read_token_file(const std::string& path, const std::string& flag);
 
 // join_store joins a launched job's store (join_launch_store) with the token and store protocol
 // the environment names (MESHSIM_STORE_TOKEN, MESHSIM_TORCH_STORE_PROTOCOL).
