@@ -387,21 +387,8 @@ Outcome run_local(const Job& job) {
       agree.count = 9;
       w.all_reduce(w.world_groups(), rank_value, ReduceOp::kMin, agree);
       if (!odd_mesh.empty() && !(odd_parts[i] == job.parts[i])) {
-        const MeshParts& p = odd_parts[i];
-        const MeshParts& ref = job.parts[i];
-        std::string what;
-        if (p.shape != ref.shape) what += "shape, ";
-        if (p.names != ref.names) what += "names, ";
-        if (p.layout != ref.layout) what += "layout, ";
-        if (p.rank_map != ref.rank_map) what += "rank map, ";
-        what.resize(what.size() - 2);
-        std::vector<int64_t> odd(odd_mesh.begin(), odd_mesh.end());
-        throw LocalFailure(Diagnosis{DiagnosisKind::kMesh, odd,
-                                     (odd.size() == 1 ? "rank " + std::to_string(odd[0]) : "ranks " + format_ranks(odd)) +
-                                         " built a different mesh than the recipe's: its " + what +
-                                         (what.find(',') == std::string::npos ? " differs" : " differ") +
-                                         " (this rank built " + odd_text[i] + ")",
-                                     {}, {}});
+        throw LocalFailure(mesh_diagnosis(std::vector<int64_t>(odd_mesh.begin(), odd_mesh.end()),
+                                          differing_parts(odd_parts[i], job.parts[i]), true, odd_text[i]));
       }
     }
     for (std::size_t i = 0; i < job.meshes.size(); ++i) {

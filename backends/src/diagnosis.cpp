@@ -67,6 +67,16 @@ Diagnosis departed_diagnosis(std::vector<int64_t> gone, const std::string& colle
   return Diagnosis{DiagnosisKind::kDeparted, std::move(gone), std::move(msg), {}, {}};
 }
 
+Diagnosis mesh_diagnosis(std::vector<int64_t> odd, const std::vector<std::string>& parts, bool against_recipe,
+                         const std::string& built) {
+  std::sort(odd.begin(), odd.end());
+  std::string what;
+  for (const std::string& p : parts) what += (what.empty() ? "" : ", ") + p;
+  std::string msg = ranks_phrase(odd) + " built a different mesh than " + (against_recipe ? "the recipe's" : "the other ranks'") +
+                    ": its " + what + (parts.size() == 1 ? " differs" : " differ") + " (this rank built " + built + ")";
+  return Diagnosis{DiagnosisKind::kMesh, std::move(odd), std::move(msg), {}, {}};
+}
+
 Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> group,
                              std::vector<std::pair<std::string, std::vector<int64_t>>> calls) {
   // One order whoever writes it: each call's ranks sorted, the calls by their lowest rank.

@@ -173,27 +173,28 @@ void RankContext::check_mesh_agreement(const DeviceMesh& mesh, std::optional<Mes
                            [](const auto& a, const auto& b) { return a.second < b.second; })->first;
   }
   std::vector<int64_t> odd;
-  std::set<std::string> what;
+  MeshParts differs;  // every part any odd rank differs in
   for (std::size_t r = 0; r < n; ++r) {
     const MeshParts& p = parts[r];
     if (p == ref) continue;
     odd.push_back(world_->global_ranks()[r]);
-    if (p.shape != ref.shape) what.insert("shape");
-    if (p.names != ref.names) what.insert("names");
-    if (p.layout != ref.layout) what.insert("layout");
-    if (p.rank_map != ref.rank_map) what.insert("rank map");
+    differs.shape |= p.shape != ref.shape;
+    differs.names |= p.names != ref.names;
+    differs.layout |= p.layout != ref.layout;
+    differs.rank_map |= p.rank_map != ref.rank_map;
   }
   if (odd.empty()) return;
-  std::string parts_text;
-  for (const auto& w : what) parts_text += (parts_text.empty() ? "" : ", ") + w;
-  const std::string msg =
-      std::string(odd.size() == 1 ? "rank " : "ranks ") +
-      (odd.size() == 1 ? std::to_string(odd[0]) : format_ranks(odd, 32)) + " built a different mesh than " +
-      (expected ? std::string("the recipe's") : std::string("the other ranks'")) + ": its " +
-      parts_text + " differ" + (what.size() == 1 ? "s" : "") + " (this rank built " +
-      mesh.to_string() + ")";
-  backend_->abort(Diagnosis{DiagnosisKind::kMesh, odd, msg, {}, {}});
+  backend_->abort(mesh_diagnosis(odd, differing_parts(differs, MeshParts{}), expected.has_value(), mesh.to_string()));
   throw Aborted(backend_->diagnosis()->message);
+}
+
+std::vector<std::string> differing_parts(const MeshParts& a, const MeshParts& ref) {
+  std::vector<std::string> out;
+  if (a.shape != ref.shape) out.push_back("shape");
+  if (a.names != ref.names) out.push_back("names");
+  if (a.layout != ref.layout) out.push_back("layout");
+  if (a.rank_map != ref.rank_map) out.push_back("rank map");
+  return out;
 }
 
 std::string_view to_string(RankStatus status) {
@@ -215,7 +216,10 @@ std::string RunReport::summary() const {
   return s;
 }
 
-RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn) {
+namespace {
+
+// check_options validates a run's options; returns its backend and how many ranks run here.
+std::pair<const BackendEntry*, int64_t> check_options(const SpmdOptions& options) {
   const BackendEntry* entry = find_backend(options.backend);
   if (entry == nullptr) {
     throw InvalidArgument("run_spmd: backend '" + options.backend + "' is not available (known: " +
@@ -232,8 +236,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
     throw OutOfRange("run_spmd: ranks [" + std::to_string(first) + ", " + std::to_string(first) + " + " +
                      std::to_string(count) + ") are not within the world of " + std::to_string(options.world_size));
   }
-  const bool everyone_here = count == options.world_size;
-  if (!everyone_here && !entry->spans_processes) {
+  if (count != options.world_size && !entry->spans_processes) {
     std::string spanning;
     for (const std::string& name : backend_names()) {
       if (find_backend(name)->spans_processes) spanning += (spanning.empty() ? "" : " or ") + name;
@@ -241,41 +244,21 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
     throw InvalidArgument("run_spmd: ranks spread over processes need a backend that spans them (" + spanning +
                           "); the " + options.backend + " backend runs every rank in one process");
   }
-  const auto start = Clock::now();
-  const auto period = std::clamp(options.timeout / 8, std::chrono::milliseconds(5),
-                                 std::chrono::milliseconds(250));
-  // With every rank here a watchdog sees them all, so the collectives' own deadlines come later
-  // and the watchdog writes the diagnosis. Across processes only the deadlines can.
-  const bool watchdog = options.watchdog && everyone_here;
-  const auto op_timeout = watchdog ? options.timeout + period * 4 + std::chrono::milliseconds(500) : options.timeout;
-  auto sh = std::make_shared<Shared>();
-  sh->first = first;
-  sh->process_rank = !everyone_here && count == 1;
-  BackendRequest request;
-  request.world_size = options.world_size;
-  request.first_rank = first;
-  request.local_ranks = count;
-  request.store = options.store;
-  request.store_prefix = options.store_prefix;
-  request.local_rank = options.local_rank;
-  request.timeout = op_timeout;
-  request.options = options.backend_options;
-  sh->backend = entry->create(request);
-  const bool fibers = sh->backend->runs_ranks();
-  sh->fn = std::move(fn);
-  sh->timeout = options.timeout;
-  const auto n = static_cast<std::size_t>(count);
-  sh->reports.resize(n);
-  sh->finished.assign(n, false);
-  sh->exited.assign(n, false);
+  return {entry, count};
+}
 
+// start_ranks starts a thread per rank here (or one that runs every rank as a fiber); a rank
+// whose thread cannot start ends the run naming it.
+std::vector<std::thread> start_ranks(const std::shared_ptr<Shared>& sh, int64_t count) {
+  const int64_t first = sh->first;
   std::vector<std::thread> threads;
-  threads.reserve(n);
-  if (fibers) {
-    // The backend runs every rank (fibers of one thread); the watchdog below works as for threads.
+  threads.reserve(static_cast<std::size_t>(count));
+  if (sh->backend->runs_ranks()) {
+    // The backend runs every rank (fibers of one thread); the watchdog works as for threads.
     threads.emplace_back([sh] { sh->backend->run_ranks([&sh](int64_t r) { run_rank(sh, r); }); });
+    return threads;
   }
-  for (int64_t r = first; r < first + count && !fibers; ++r) {
+  for (int64_t r = first; r < first + count; ++r) {
     try {
       threads.emplace_back([sh, r] { run_rank(sh, r); });
     } catch (const std::system_error& e) {
@@ -290,77 +273,129 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
       break;
     }
   }
+  return threads;
+}
 
+// watch waits until every rank here returned, or the grace after an abort ran out; with a
+// watchdog, a collective waiting past the timeout becomes a stall diagnosis.
+void watch(const std::shared_ptr<Shared>& sh, const SpmdOptions& options, int64_t count, bool watchdog,
+           std::chrono::milliseconds period) {
   std::optional<Clock::time_point> aborted_at;
-  {
-    std::unique_lock lk(sh->mu);
-    while (sh->done < count) {
-      sh->cv.wait_for(lk, period);
-      if (sh->done == count) break;
-      lk.unlock();
-      if (sh->backend->aborted()) {
-        if (!aborted_at) aborted_at = Clock::now();
-        if (Clock::now() - *aborted_at > options.grace) {
-          lk.lock();
-          break;
-        }
-      } else if (watchdog) {
-        double oldest = 0;
-        for (const WaitInfo& w : sh->backend->waits()) oldest = std::max(oldest, w.seconds);
-        if (oldest * 1000.0 > static_cast<double>(options.timeout.count())) {
-          sh->backend->abort(stall_diagnosis(*sh->backend, options.timeout, ""));
-        }
+  std::unique_lock lk(sh->mu);
+  while (sh->done < count) {
+    sh->cv.wait_for(lk, period);
+    if (sh->done == count) break;
+    lk.unlock();
+    if (sh->backend->aborted()) {
+      if (!aborted_at) aborted_at = Clock::now();
+      if (Clock::now() - *aborted_at > options.grace) {
+        lk.lock();
+        break;
       }
-      lk.lock();
+    } else if (watchdog) {
+      double oldest = 0;
+      for (const WaitInfo& w : sh->backend->waits()) oldest = std::max(oldest, w.seconds);
+      if (oldest * 1000.0 > static_cast<double>(options.timeout.count())) {
+        sh->backend->abort(stall_diagnosis(*sh->backend, options.timeout, ""));
+      }
     }
+    lk.lock();
   }
+}
 
-  RunReport report;
-  report.backend = options.backend;
+// join_ranks joins the ranks that returned and leaves the others detached (reported stuck);
+// returns the ranks that exited abruptly.
+std::vector<int64_t> join_ranks(const std::shared_ptr<Shared>& sh, std::vector<std::thread>& threads,
+                                const SpmdOptions& options, RunReport& report) {
+  const bool fibers = sh->backend->runs_ranks();
+  const int64_t first = sh->first;
   std::vector<int64_t> exited;
-  {
-    std::lock_guard lk(sh->mu);
-    bool all_finished = true;
-    for (std::size_t i = 0; i < n; ++i) all_finished = all_finished && sh->finished[i];
-    if (fibers && !threads.empty()) {
-      if (all_finished) threads[0].join();
-      else threads[0].detach();
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!fibers && i < threads.size()) {
-        if (sh->finished[i]) threads[i].join();
-        else threads[i].detach();
-      }
-      if (!sh->finished[i]) {
-        sh->reports[i] = {first + static_cast<int64_t>(i), RankStatus::kStuck,
-                          "still running " + std::to_string(options.grace.count()) +
-                              " ms after the run was aborted (left detached)"};
-      }
-      if (sh->exited[i]) exited.push_back(first + static_cast<int64_t>(i));
-    }
-    report.ranks = sh->reports;
+  std::lock_guard lk(sh->mu);
+  const std::size_t n = sh->reports.size();
+  bool all_finished = true;
+  for (std::size_t i = 0; i < n; ++i) all_finished = all_finished && sh->finished[i];
+  if (fibers && !threads.empty()) {
+    if (all_finished) threads[0].join();
+    else threads[0].detach();
   }
-  for (std::size_t r = threads.size(); r-- > 0;) {
-    if (threads[r].joinable()) threads[r].join();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!fibers && i < threads.size()) {
+      if (sh->finished[i]) threads[i].join();
+      else threads[i].detach();
+    }
+    if (!sh->finished[i]) {
+      sh->reports[i] = {first + static_cast<int64_t>(i), RankStatus::kStuck,
+                        "still running " + std::to_string(options.grace.count()) +
+                            " ms after the run was aborted (left detached)"};
+    }
+    if (sh->exited[i]) exited.push_back(first + static_cast<int64_t>(i));
   }
-  std::optional<Diagnosis> d = sh->backend->diagnosis();
+  report.ranks = sh->reports;
+  return exited;
+}
+
+// record_diagnosis puts the run's diagnosis (or, when no peer noticed, the ranks that exited)
+// into the report, one failure per rank it names.
+void record_diagnosis(const Shared& sh, const std::vector<int64_t>& exited, int64_t count, RunReport& report) {
+  std::optional<Diagnosis> d = sh.backend->diagnosis();
   if (!d && !exited.empty()) {
     // No peer noticed (the rank exited after its last collective): the runner names it.
     d = Diagnosis{DiagnosisKind::kExit, exited, "rank " + std::to_string(exited[0]) + " exited abruptly", {}, {}};
   }
-  if (d) {
-    report.ok = false;
-    if (d->ranks.empty()) report.failures.push_back(*d);  // no rank at fault (a lost store)
-    for (int64_t r : d->ranks) {
-      Diagnosis one = *d;
-      one.ranks = {r};
-      report.failures.push_back(std::move(one));
-      if (r >= first && r < first + count) {
-        auto& rr = report.ranks[static_cast<std::size_t>(r - first)];
-        if (rr.status != RankStatus::kStuck) rr = {r, RankStatus::kFailed, d->message};
-      }
+  if (!d) return;
+  report.ok = false;
+  if (d->ranks.empty()) report.failures.push_back(*d);  // no rank at fault (a lost store)
+  for (int64_t r : d->ranks) {
+    Diagnosis one = *d;
+    one.ranks = {r};
+    report.failures.push_back(std::move(one));
+    if (r >= sh.first && r < sh.first + count) {
+      auto& rr = report.ranks[static_cast<std::size_t>(r - sh.first)];
+      if (rr.status != RankStatus::kStuck) rr = {r, RankStatus::kFailed, d->message};
     }
   }
+}
+
+}  // namespace
+
+RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn) {
+  const auto [entry, count] = check_options(options);
+  const bool everyone_here = count == options.world_size;
+  const auto start = Clock::now();
+  const auto period = std::clamp(options.timeout / 8, std::chrono::milliseconds(5), std::chrono::milliseconds(250));
+  // With every rank here a watchdog sees them all, so the collectives' own deadlines come later
+  // and the watchdog writes the diagnosis. Across processes only the deadlines can.
+  const bool watchdog = options.watchdog && everyone_here;
+  const auto op_timeout = watchdog ? options.timeout + period * 4 + std::chrono::milliseconds(500) : options.timeout;
+  auto sh = std::make_shared<Shared>();
+  sh->first = options.first_rank;
+  sh->process_rank = !everyone_here && count == 1;
+  BackendRequest request;
+  request.world_size = options.world_size;
+  request.first_rank = options.first_rank;
+  request.local_ranks = count;
+  request.store = options.store;
+  request.store_prefix = options.store_prefix;
+  request.local_rank = options.local_rank;
+  request.timeout = op_timeout;
+  request.options = options.backend_options;
+  sh->backend = entry->create(request);
+  sh->fn = std::move(fn);
+  sh->timeout = options.timeout;
+  const auto n = static_cast<std::size_t>(count);
+  sh->reports.resize(n);
+  sh->finished.assign(n, false);
+  sh->exited.assign(n, false);
+
+  std::vector<std::thread> threads = start_ranks(sh, count);
+  watch(sh, options, count, watchdog, period);
+  RunReport report;
+  report.backend = options.backend;
+  const std::vector<int64_t> exited = join_ranks(sh, threads, options, report);
+  for (std::size_t r = threads.size(); r-- > 0;) {
+    if (threads[r].joinable()) threads[r].join();
+  }
+  record_diagnosis(*sh, exited, count, report);
   for (const RankReport& r : report.ranks) report.ok = report.ok && r.status == RankStatus::kOk;
   report.collectives = sh->backend->collectives();
   report.connect_seconds = sh->backend->connect_seconds();

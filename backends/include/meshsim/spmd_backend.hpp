@@ -89,6 +89,12 @@ Diagnosis departed_diagnosis(std::vector<int64_t> gone, const std::string& colle
 // `at`: the collective's number ("#0"), or its name where the caller does not count (local mode).
 Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> group,
                              std::vector<std::pair<std::string, std::vector<int64_t>>> calls);
+// mesh_diagnosis: ranks `odd` built a different mesh than the recipe's (against_recipe) or than
+// the other ranks': "rank 2 built a different mesh than the recipe's: its rank map differs (this
+// rank built DeviceMesh(...))"; `parts` are the parts that differ, in the order shape, names,
+// layout, rank map; `built` is the odd rank's mesh as text.
+Diagnosis mesh_diagnosis(std::vector<int64_t> odd, const std::vector<std::string>& parts, bool against_recipe,
+                         const std::string& built);
 
 // encode_diagnosis / decode_diagnosis: the store form of a Diagnosis (kind, ranks, message), how
 // processes of one run tell each other why it stopped; decode is nullopt on malformed text.

@@ -71,6 +71,9 @@ struct MeshParts {
   friend bool operator==(const MeshParts&, const MeshParts&) = default;
 };
 MeshParts mesh_parts(const DeviceMesh& mesh);
+// differing_parts names the parts of `a` that differ from `ref`: "shape", "names", "layout",
+// "rank map", in that order (what mesh_diagnosis lists).
+std::vector<std::string> differing_parts(const MeshParts& a, const MeshParts& ref);
 
 // RankContext is what each rank's function gets. Thread safety: a context belongs to its rank's
 // thread (or fiber); use it only from there (its communicators and group cache are that rank's).
