@@ -344,6 +344,48 @@ Outcome run_ranks(const Job& job) {
                                "rank " + std::to_string(rank) + " failed: Internal: " + checks::planted_throw(rank), {}, {}});
 }
 
+// local_dim_checks runs the checks of dim d of mesh i for every rank at once; returns the dim's
+// groups as all_gather returned them.
+std::vector<std::vector<int64_t>> local_dim_checks(LocalWorld& w, const DeviceMesh& m, std::size_t i, int d,
+                                                    Outcome& out) {
+  const int64_t world = w.size();
+  const auto rank_value = LocalValue<int64_t>::affine(world, 0, 1);
+  auto groups = std::make_shared<const LocalGroups>(m, d);
+  const std::string where = checks::where(i, m, d);
+  // Each rank's own view of its group (its coordinate) against the dim's groups.
+  for (int64_t g = 0; g < groups->count(); ++g) {
+    std::span<const int64_t> members = groups->group(g);
+    std::vector<int64_t> anchor = *m.coordinate(members[0]);
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      std::vector<int64_t> c = *m.coordinate(members[k]);
+      const bool same_line = c[static_cast<std::size_t>(d)] == static_cast<int64_t>(k) &&
+                             [&] {
+                               for (std::size_t e = 0; e < c.size(); ++e) {
+                                 if (e != static_cast<std::size_t>(d) && c[e] != anchor[e]) return false;
+                               }
+                               return true;
+                             }();
+      if (!same_line) fail_check(members[k], checks::members_wrong(where, members, *m.group_of(members[k], d)));
+    }
+  }
+  auto rows = w.all_gather(*groups, rank_value);
+  for (int64_t g = 0; g < groups->count(); ++g) {
+    std::span<const int64_t> members = groups->group(g);
+    const std::vector<int64_t>& got = rows[static_cast<std::size_t>(g)];
+    if (!std::equal(members.begin(), members.end(), got.begin(), got.end())) {
+      fail_check(members[0], checks::gathered_wrong(where, got, members));
+    }
+  }
+  const LocalValue<int64_t> sums = w.all_reduce(groups, LocalValue<int64_t>::affine(world, 1, 1), ReduceOp::kSum);
+  for (int64_t g = 0; g < groups->count(); ++g) {
+    std::span<const int64_t> members = groups->group(g);
+    const int64_t want = checks::group_sum(members);
+    if (sums.at(members[0]) != want) fail_check(members[0], checks::sum_wrong(where, sums.at(members[0]), want));
+  }
+  out.checks += checks::kPerDim * groups->count() * groups->size();
+  return rows;
+}
+
 // run_local evaluates every rank at once (local mode): the same program, checks and faults as
 // the threaded run, each collective computed group by group.
 Outcome run_local(const Job& job) {
@@ -394,42 +436,7 @@ Outcome run_local(const Job& job) {
     for (std::size_t i = 0; i < job.meshes.size(); ++i) {
       const DeviceMesh& m = job.meshes[i];
       std::vector<std::vector<std::vector<int64_t>>> dims;
-      for (int d = 0; d < m.ndim(); ++d) {
-        auto groups = std::make_shared<const LocalGroups>(m, d);
-        const std::string where = checks::where(i, m, d);
-        // Each rank's own view of its group (its coordinate) against the dim's groups.
-        for (int64_t g = 0; g < groups->count(); ++g) {
-          std::span<const int64_t> members = groups->group(g);
-          std::vector<int64_t> anchor = *m.coordinate(members[0]);
-          for (std::size_t k = 0; k < members.size(); ++k) {
-            std::vector<int64_t> c = *m.coordinate(members[k]);
-            const bool same_line = c[static_cast<std::size_t>(d)] == static_cast<int64_t>(k) &&
-                                   [&] {
-                                     for (std::size_t e = 0; e < c.size(); ++e) {
-                                       if (e != static_cast<std::size_t>(d) && c[e] != anchor[e]) return false;
-                                     }
-                                     return true;
-                                   }();
-            if (!same_line) fail_check(members[k], checks::members_wrong(where, members, *m.group_of(members[k], d)));
-          }
-        }
-        auto rows = w.all_gather(*groups, rank_value);
-        for (int64_t g = 0; g < groups->count(); ++g) {
-          std::span<const int64_t> members = groups->group(g);
-          const std::vector<int64_t>& got = rows[static_cast<std::size_t>(g)];
-          if (!std::equal(members.begin(), members.end(), got.begin(), got.end())) {
-            fail_check(members[0], checks::gathered_wrong(where, got, members));
-          }
-        }
-        const LocalValue<int64_t> sums = w.all_reduce(groups, LocalValue<int64_t>::affine(world, 1, 1), ReduceOp::kSum);
-        for (int64_t g = 0; g < groups->count(); ++g) {
-          std::span<const int64_t> members = groups->group(g);
-          const int64_t want = checks::group_sum(members);
-          if (sums.at(members[0]) != want) fail_check(members[0], checks::sum_wrong(where, sums.at(members[0]), want));
-        }
-        out.checks += checks::kPerDim * groups->count() * groups->size();
-        dims.push_back(std::move(rows));
-      }
+      for (int d = 0; d < m.ndim(); ++d) dims.push_back(local_dim_checks(w, m, i, d, out));
       out.seen.push_back(std::move(dims));
       // A planted throw happens after the root's checks, as in the threaded run.
       if (i == 0 && !throwing.empty()) planted_throw(*throwing.begin());
@@ -557,16 +564,11 @@ void write_error_file(const std::string& path, const std::string& message, std::
   if (!f) std::cerr << "meshsim run: cannot write the error file " << quote_input(path) << " for the launcher\n";
 }
 
-int run(const Options& o, std::ostream& out) {
-  const auto started = std::chrono::system_clock::now();
-  const BackendEntry* entry = o.backend == "local" ? nullptr : find_backend(o.backend);
-  if (o.backend != "local" && entry == nullptr) {
-    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: " + backend_names_text() + ", local)");
-  }
-  const std::chrono::milliseconds timeout = cli::timeout_flag(o.timeout_seconds);
-  if (o.format != "text" && o.format != "json") {
-    throw InvalidArgument("--format must be text or json, not " + o.format);
-  }
+namespace {
+
+// make_job checks the flags (InvalidArgument naming the flag or value, exit 2) and builds what
+// both programs run: the recipe's meshes, their fingerprints, the faults, the launch.
+Job make_job(const Options& o, const BackendEntry* entry, std::chrono::milliseconds timeout) {
   Job job;
   job.backend = o.backend;
   job.recipe = recipe_from_flags(o.recipe);
@@ -623,24 +625,70 @@ int run(const Options& o, std::ostream& out) {
   for (const DeviceMesh& m : job.meshes) job.parts.push_back(mesh_parts(m));
   job.expected_checks = checks::total(job.meshes);
 
-  std::unique_ptr<TcpStoreServer> hosted;
-  if (job.launched) {
-    const LaunchEnv& env = *job.launched;
-    // meshsim launch serves its own store; under torchrun's agent the agent's PyTorch TCPStore
-    // is joined; otherwise rank 0 serves one at MASTER_ADDR:MASTER_PORT (join_launch_store).
-    LaunchStore joined = cli::join_store(env, job.timeout);
-    hosted = std::move(joined.hosted);
-    job.store = std::move(joined.store);
-    job.wills = joined.meshsim;
-    job.prefix += env.scope;  // one namespace per run (and, under torchrun, per attempt)
-    // One process per rank and run: a second process with this rank (a duplicate RANK), or a
-    // store that still holds this run's keys from an earlier job, is refused at once. The claim
-    // ("<host> <pid>") also lets peers on this host name this rank if its process dies, on a
-    // store without wills (PyTorch's) too.
-    claim_rank(*job.store, job.prefix + "/rank/" + std::to_string(env.rank), env);
-    // If this process dies, meshsim's store tells the others which rank it was.
-    if (job.wills) job.wills->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
+  return job;
+}
+
+// join_job_store joins (or, as rank 0 under torchrun-style variables, serves) a launched job's
+// store and claims this process's rank in it; returns the store this process serves, if any.
+std::unique_ptr<TcpStoreServer> join_job_store(Job& job) {
+  const LaunchEnv& env = *job.launched;
+  // meshsim launch serves its own store; under torchrun's agent the agent's PyTorch TCPStore
+  // is joined; otherwise rank 0 serves one at MASTER_ADDR:MASTER_PORT (join_launch_store).
+  LaunchStore joined = cli::join_store(env, job.timeout);
+  job.store = std::move(joined.store);
+  job.wills = joined.meshsim;
+  job.prefix += env.scope;  // one namespace per run (and, under torchrun, per attempt)
+  // One process per rank and run: a second process with this rank (a duplicate RANK), or a
+  // store that still holds this run's keys from an earlier job, is refused at once. The claim
+  // ("<host> <pid>") also lets peers on this host name this rank if its process dies, on a
+  // store without wills (PyTorch's) too.
+  claim_rank(*job.store, job.prefix + "/rank/" + std::to_string(env.rank), env);
+  // If this process dies, meshsim's store tells the others which rank it was.
+  if (job.wills) job.wills->set_will(job.prefix + "/exit/" + std::to_string(env.rank), "its process ended");
+  return std::move(joined.hosted);
+}
+
+// report_to_launcher writes a failed launched rank's diagnosis where torchrun's agent reads it.
+void report_to_launcher(const Job& job, const Outcome& r, std::chrono::system_clock::time_point started) {
+  std::string text;
+  bool culprit = false;  // this rank is one the diagnosis names
+  for (const Diagnosis& d : r.failures) {
+    text += (text.empty() ? "" : "\n") + std::string("rank ") + (d.ranks.empty() ? "?" : std::to_string(d.ranks[0])) +
+            " [" + std::string(to_string(d.kind)) + "]: " + d.message;
+    culprit = culprit || std::find(d.ranks.begin(), d.ranks.end(), job.launched->rank) != d.ranks.end();
   }
+  for (const RankReport& s : r.stuck) text += "\nrank " + std::to_string(s.rank) + " [stuck]: " + s.message;
+  // torchrun's Root Cause is the failure with the earliest timestamp (whole seconds, ties to
+  // the lowest local rank), and a faulty rank may learn of its own fault after its peers (a
+  // rank that skipped a collective hears it from them). So a faulty rank dates its report at
+  // the start of its run, and a rank that only observed another's fault at least two seconds
+  // after the start of its own: ranks start within a second of each other under a launcher,
+  // so the report torchrun shows first is the faulty rank's own.
+  const auto secs = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+  };
+  const int64_t stamp = culprit ? secs(started) : std::max(secs(std::chrono::system_clock::now()), secs(started) + 2);
+  write_error_file(job.launched->error_file,
+                   "meshsim run: rank " + std::to_string(job.launched->rank) + " of " + std::to_string(job.world) +
+                       " failed: " + text,
+                   stamp);
+}
+
+}  // namespace
+
+int run(const Options& o, std::ostream& out) {
+  const auto started = std::chrono::system_clock::now();
+  const BackendEntry* entry = o.backend == "local" ? nullptr : find_backend(o.backend);
+  if (o.backend != "local" && entry == nullptr) {
+    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: " + backend_names_text() + ", local)");
+  }
+  const std::chrono::milliseconds timeout = cli::timeout_flag(o.timeout_seconds);
+  if (o.format != "text" && o.format != "json") {
+    throw InvalidArgument("--format must be text or json, not " + o.format);
+  }
+  Job job = make_job(o, entry, timeout);
+  std::unique_ptr<TcpStoreServer> hosted;
+  if (job.launched) hosted = join_job_store(job);
   Outcome r = o.backend == "local" ? run_local(job) : run_ranks(job);
   if (hosted && r.ok) {
     // Serve until every rank has seen the end (bounded: a rank that died meanwhile is not awaited).
@@ -650,30 +698,7 @@ int run(const Options& o, std::ostream& out) {
     }
   }
   print(o, job, r, out);
-  if (!r.ok && job.launched && !job.launched->error_file.empty()) {
-    std::string text;
-    bool culprit = false;  // this rank is one the diagnosis names
-    for (const Diagnosis& d : r.failures) {
-      text += (text.empty() ? "" : "\n") + std::string("rank ") + (d.ranks.empty() ? "?" : std::to_string(d.ranks[0])) +
-              " [" + std::string(to_string(d.kind)) + "]: " + d.message;
-      culprit = culprit || std::find(d.ranks.begin(), d.ranks.end(), job.launched->rank) != d.ranks.end();
-    }
-    for (const RankReport& s : r.stuck) text += "\nrank " + std::to_string(s.rank) + " [stuck]: " + s.message;
-    // torchrun's Root Cause is the failure with the earliest timestamp (whole seconds, ties to
-    // the lowest local rank), and a faulty rank may learn of its own fault after its peers (a
-    // rank that skipped a collective hears it from them). So a faulty rank dates its report at
-    // the start of its run, and a rank that only observed another's fault at least two seconds
-    // after the start of its own: ranks start within a second of each other under a launcher,
-    // so the report torchrun shows first is the faulty rank's own.
-    const auto secs = [](std::chrono::system_clock::time_point t) {
-      return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
-    };
-    const int64_t stamp = culprit ? secs(started) : std::max(secs(std::chrono::system_clock::now()), secs(started) + 2);
-    write_error_file(job.launched->error_file,
-                     "meshsim run: rank " + std::to_string(job.launched->rank) + " of " + std::to_string(job.world) +
-                         " failed: " + text,
-                     stamp);
-  }
+  if (!r.ok && job.launched && !job.launched->error_file.empty()) report_to_launcher(job, r, started);
   const int code = r.ok ? 0 : 1;
   if (!r.stuck.empty()) std::_Exit(code);  // detached rank threads must not outlive main's destructors
   return code;
