@@ -53,6 +53,20 @@ struct RecipeOptions {
   }
 };
 
+// guarded runs a subcommand: a meshsim::Error is printed as "meshsim NAME: Type: message" and
+// exits 2 (bad usage or input), or 1 where `job_errors` and the error is the job failing (a store
+// or peer that cannot be reached, a rank started twice: cli::job_failed); on_error runs first.
+template <class F>
+int guarded(const char* name, bool job_errors, F&& f, void (*on_error)(const meshsim::Error&) = nullptr) {
+  try {
+    return f();
+  } catch (const meshsim::Error& e) {
+    std::cerr << "meshsim " << name << ": " << e.type_name() << ": " << e.what() << "\n";
+    if (on_error) on_error(e);
+    return job_errors && meshsim::cli::job_failed(e) ? 1 : 2;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,55 +155,25 @@ int main(int argc, char** argv) {
   }
   if (*show) {
     show_recipe.collect(show, so.recipe);  // transformations in command-line order
-    try {
+    return guarded("show", false, [&] {
       meshsim::show::run(so, std::cout);
-    } catch (const meshsim::Error& e) {
-      std::cerr << "meshsim show: " << e.type_name() << ": " << e.what() << "\n";
-      return 2;
-    }
-    return 0;
+      return 0;
+    });
   }
   if (*run) {
     run_recipe.collect(run, ro.recipe);
-    try {
-      return meshsim::run::run(ro, std::cout);
-    } catch (const meshsim::Error& e) {
-      std::cerr << "meshsim run: " << e.type_name() << ": " << e.what() << "\n";
+    return guarded("run", true, [&] { return meshsim::run::run(ro, std::cout); }, [](const meshsim::Error& e) {
       // Under torchrun, say why in the file its agent reads (the rank is named when known).
       if (const char* f = std::getenv("TORCHELASTIC_ERROR_FILE"); f && *f) {
         const char* rank = std::getenv("RANK");
         meshsim::run::write_error_file(f, std::string("meshsim run") + (rank ? " on rank " + std::string(rank) : "") +
                                               ": " + e.type_name() + ": " + e.what());
       }
-      // A store or peer that cannot be reached, or a rank started twice, is the job failing (1),
-      // not bad usage (2).
-      return meshsim::cli::job_failed(e) ? 1 : 2;
-    }
+    });
   }
-  if (*store) {
-    try {
-      return meshsim::store_command::run(sto, std::cout);
-    } catch (const meshsim::Error& e) {
-      std::cerr << "meshsim store: " << e.type_name() << ": " << e.what() << "\n";
-      return 2;
-    }
-  }
-  if (*launch) {
-    try {
-      return meshsim::launch::run(lo, std::cout, std::cerr);
-    } catch (const meshsim::Error& e) {
-      std::cerr << "meshsim launch: " << e.type_name() << ": " << e.what() << "\n";
-      return 2;
-    }
-  }
-  if (*rendezvous) {
-    try {
-      return meshsim::rendezvous::run(rdv, std::cout);
-    } catch (const meshsim::Error& e) {
-      std::cerr << "meshsim rendezvous: " << e.type_name() << ": " << e.what() << "\n";
-      return meshsim::cli::job_failed(e) ? 1 : 2;
-    }
-  }
+  if (*store) return guarded("store", false, [&] { return meshsim::store_command::run(sto, std::cout); });
+  if (*launch) return guarded("launch", false, [&] { return meshsim::launch::run(lo, std::cout, std::cerr); });
+  if (*rendezvous) return guarded("rendezvous", true, [&] { return meshsim::rendezvous::run(rdv, std::cout); });
   if (*ops) {
     for (const auto& name : meshsim::query::ops()) std::cout << name << '\n';
   }
