@@ -11,6 +11,9 @@
 // diagnosis naming the rank), then are stopped (SIGTERM, then SIGKILL after a grace period);
 // the launcher exits non-zero naming the first rank that failed.
 // Without --store, the launcher serves the store itself on 127.0.0.1 for the job's lifetime.
+//
+// Thread safety: run installs process-wide handlers for SIGINT, SIGTERM and SIGHUP while it runs
+// (restored on return): one run per process at a time.
 #pragma once
 
 #include <cstdint>

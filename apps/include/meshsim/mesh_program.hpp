@@ -12,6 +12,8 @@
 // for a root and every rank of the root's rank map for a derived mesh. With an explicit `rank`,
 // the program runs as that rank: a derived mesh with several copies that does not hold it is an
 // error, as in PyTorch. Answers larger than kMaxEnumeration elements are ResourceExhausted.
+//
+// Thread safety: every function is safe from any thread (no process-wide state).
 #pragma once
 
 #include <nlohmann/json.hpp>

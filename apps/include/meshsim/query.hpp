@@ -7,6 +7,9 @@
 //
 //   std::string a = meshsim::query::answer_line(R"({"op":"size","layout":"(2,4):(4,1)"})");
 //   // {"id":null,"ok":true,"result":8}
+//
+// Thread safety: every function is safe from any thread; nothing is process-wide (each call's
+// answer budget is its argument).
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,9 @@
 // throws mid-run), skip (the rank skips its last collective), mismatch (the rank issues a
 // different count), mesh (the rank builds a different mesh), stall (the rank sleeps past the
 // timeout outside any collective).
+//
+// Thread safety: run may be called from any thread, one at a time per process when launched (it
+// claims the process's rank in the store); a run with a stuck rank ends the process (_Exit).
 #pragma once
 
 #include <cstdint>

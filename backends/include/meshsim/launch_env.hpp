@@ -19,6 +19,9 @@
 // naming the variable and its value; none present is nullopt (not launched), except that
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT, GROUP_RANK or LOCAL_WORLD_SIZE without a rank is
 // InvalidArgument naming it (a launcher that left this process without its place).
+//
+// Thread safety: launch_env_from_environment reads the environment (getenv): call it where no
+// thread changes the environment; the rest is safe from any thread.
 #pragma once
 
 #include <chrono>

@@ -26,6 +26,9 @@
 //   - GTEST_SKIP() skips the test when every rank skips before its first collective.
 //
 // The per-wait timeout is 30 s unless the environment sets MESHSIM_TEST_TIMEOUT (seconds).
+//
+// Thread safety: a test body runs on every rank's thread (or fiber) at once; use `ctx` only from
+// its own rank, and guard anything the body shares between ranks.
 #pragma once
 
 #include <gtest/gtest.h>
