@@ -893,3 +893,71 @@ TEST(CliLaunch, AStoreKilledMidRunIsNamedByEveryRankNotTheOtherRanks) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string joined(const Result& r) {
+  std::string out;
+  for (const auto& l : r.lines) out += l + "\n";
+  return out;
+}
+
+TEST(CliPlacement, ShowReportsWhereEachDimsGroupsLandAndRequireBreaksNamingTheGroup) {
+  Result ok = run("show --mesh dp=4,tp=8 --gpus-per-host 8 --require tp=host --format json");
+  ASSERT_EQ(ok.status, 0) << joined(ok);
+  const Json j = Json::parse(joined(ok));
+  EXPECT_EQ(j["placement"]["tp"]["max_hosts"], 1);
+  EXPECT_EQ(j["placement"]["tp"]["groups_crossing_hosts"], 0);
+  EXPECT_EQ(j["placement"]["dp"]["max_hosts"], 4);
+  EXPECT_EQ(j["placement"]["dp"]["groups_crossing_hosts"], 8);
+  EXPECT_EQ(j["placement"]["dp"]["max_domains"], 4);
+  EXPECT_TRUE(j["placement_failures"].empty());
+
+  Result bad = run("show --mesh dp=4,tp=8 --gpus-per-host 8 --require dp=host");
+  EXPECT_EQ(bad.status, 1);
+  const std::string text = joined(bad);
+  EXPECT_NE(text.find("dp: a group spans at most 4 hosts (4 domains); 8 of 8 groups cross a host"), std::string::npos) << text;
+  EXPECT_NE(text.find("FAILED placement: dim dp of"), std::string::npos) << text;
+  EXPECT_NE(text.find("group [0, 8, 16, 24] spans hosts [0, 1, 2, 3]"), std::string::npos) << text;
+
+  // The rank map is honoured: ranks 2048..4095 live on hosts 256..511.
+  Result mapped = run("show --mesh dp=256,tp=8 --rank-map 2048..4095 --gpus-per-host 8 --nvlink-domain 64 "
+                      "--require tp=host --require dp=domain --max-rows 0");
+  EXPECT_EQ(mapped.status, 1);
+  const std::string mt = joined(mapped);
+  EXPECT_NE(mt.find("group [2048, 2056, 2064"), std::string::npos) << mt;
+  EXPECT_NE(mt.find("spans domains [32, 33, 34"), std::string::npos) << mt;
+  EXPECT_EQ(mt.find("dim tp of"), std::string::npos) << mt;
+}
+
+TEST(CliPlacement, RunChecksTheGroupsAndFailsABrokenRequirementOnEveryBackend) {
+  for (const std::string backend : {"threaded", "local"}) {
+    int status = -1;
+    Json j = run_json("--backend " + backend + " --mesh dp=2,tp=4 --slice tp --gpus-per-host 4 --require tp=host", &status);
+    ASSERT_EQ(status, 0) << backend << j;
+    ASSERT_EQ(j["meshes"].size(), 2u);
+    for (const Json& m : j["meshes"]) EXPECT_EQ(m["placement"]["tp"]["max_hosts"], 1) << backend << m;
+    EXPECT_EQ(j["meshes"][0]["placement"]["dp"]["groups_crossing_hosts"], 4) << backend;
+    Result bad = run("run --backend " + backend + " --mesh dp=2,tp=4 --gpus-per-host 2 --require tp=host");
+    EXPECT_EQ(bad.status, 1) << backend;
+    const std::string text = joined(bad);
+    EXPECT_NE(text.find("OK: every rank's groups match"), std::string::npos) << text;  // the groups are right
+    EXPECT_NE(text.find("FAILED placement: dim tp of"), std::string::npos) << text;
+    EXPECT_NE(text.find("group [0, 1, 2, 3] spans hosts [0, 1]"), std::string::npos) << text;
+  }
+}
+
+TEST(CliPlacement, HostileFlagsAreRefusedWithExitTwo) {
+  for (const std::string flags : {"--gpus-per-host 0", "--gpus-per-host -3", "--gpus-per-host 99999999999999999999",
+                                  "--gpus-per-host 4611686018427387904", "--gpus-per-host x",
+                                  "--gpus-per-host 8 --require tp=rack", "--gpus-per-host 8 --require nope=host",
+                                  "--gpus-per-host 8 --require =host", "--nvlink-domain 4", "--require tp=host",
+                                  "--gpus-per-host 8 --nvlink-domain 0"}) {
+    for (const std::string cmd : {"show", "run"}) {
+      Result r = run(cmd + " --mesh dp=2,tp=4 " + flags);
+      EXPECT_EQ(r.status, 2) << cmd << " " << flags << "\n" << joined(r);
+    }
+  }
+}
+
+}  // namespace

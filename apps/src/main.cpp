@@ -67,6 +67,13 @@ int guarded(const char* name, bool job_errors, F&& f, void (*on_error)(const mes
   }
 }
 
+// add_placement adds the placement flags `show` and `run` share.
+void add_placement(CLI::App* sub, meshsim::placement::Flags& f) {
+  sub->add_option("--gpus-per-host", f.gpus_per_host, "GPUs per host: rank r lives on host r / G (reports placement)");
+  sub->add_option("--nvlink-domain", f.nvlink_domain, "GPUs per NVLink domain (default: --gpus-per-host)");
+  sub->add_option("--require", f.require, "DIM=host or DIM=domain: every group of DIM on one host (repeatable)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,6 +97,7 @@ int main(int argc, char** argv) {
   show->add_option("--rank", so.recipe.rank, "the rank whose view and groups to show");
   show->add_option("--format", so.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   show->add_option("--max-rows", so.max_rows, "rows printed per table (text)");
+  add_placement(show, so.placement);
 
   auto* run = app.add_subcommand("run", "simulate every rank over a backend and check the mesh's groups");
   meshsim::run::Options ro;
@@ -104,6 +112,7 @@ int main(int argc, char** argv) {
   run->add_option("--timeout", ro.timeout_seconds, "seconds every wait may take (default 30)");
   run->add_option("--format", ro.format, "text or json");
   run->add_option("--fault", ro.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit");
+  add_placement(run, ro.placement);
 
   auto* store = app.add_subcommand("store", "serve a TCP rendezvous store (for multi-process and multi-host jobs)");
   meshsim::store_command::Options sto;
@@ -155,10 +164,7 @@ int main(int argc, char** argv) {
   }
   if (*show) {
     show_recipe.collect(show, so.recipe);  // transformations in command-line order
-    return guarded("show", false, [&] {
-      meshsim::show::run(so, std::cout);
-      return 0;
-    });
+    return guarded("show", false, [&] { return meshsim::show::run(so, std::cout); });
   }
   if (*run) {
     run_recipe.collect(run, ro.recipe);

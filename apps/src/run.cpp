@@ -126,6 +126,8 @@ struct Job {
   std::shared_ptr<Store> store;
   TcpStoreClient* wills = nullptr;  // the store when it is meshsim's: it publishes a crashed rank
   std::string prefix = "meshsim/run";
+  std::optional<placement::Hosts> hosts;  // --gpus-per-host
+  std::vector<std::string> misplaced;     // broken --require, one line each
 };
 
 // The checks of a run, written once: what each expects and how its failure reads. The per-rank
@@ -472,6 +474,10 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     j["backend"] = o.backend;
     j["world_size"] = world;
     if (r.own) j["rank"] = job.launched->rank;  // one launched rank's report: its own groups only
+    if (job.hosts) {
+      j["ok"] = r.ok && job.misplaced.empty();
+      j["placement_failures"] = job.misplaced;
+    }
     Json ms = Json::array();
     for (std::size_t i = 0; i < meshes.size(); ++i) {
       const DeviceMesh& m = meshes[i];
@@ -483,6 +489,15 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
         g[m.dim_name(d)] = r.ok ? Json(r.seen[i][static_cast<std::size_t>(d)]) : Json(nullptr);
       }
       md["groups_by_dim"] = g;
+      if (job.hosts) {
+        Json pl = Json::object();
+        for (int d = 0; d < m.ndim(); ++d) {
+          const placement::DimPlacement p = placement::place(m, d, *job.hosts);
+          pl[m.dim_name(d)] = {{"groups", p.groups}, {"max_hosts", p.max_hosts},
+                               {"groups_crossing_hosts", p.groups_crossing_hosts}, {"max_domains", p.max_domains}};
+        }
+        md["placement"] = pl;
+      }
       ms.push_back(md);
     }
     j["meshes"] = ms;
@@ -525,6 +540,12 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
           for (std::size_t k = 0; k < rows.size() && k < 8; ++k) out << " " << format_ranks(rows[k]);
           if (rows.size() > 8) out << " ...";
         }
+        if (job.hosts) {
+          const placement::DimPlacement p = placement::place(m, d, *job.hosts);
+          out << "; spans <= " << p.max_hosts << (p.max_hosts == 1 ? " host" : " hosts") << " (" << p.max_domains
+              << (p.max_domains == 1 ? " domain" : " domains") << "), " << p.groups_crossing_hosts
+              << " groups cross a host";
+        }
         out << "\n";
       }
     }
@@ -544,6 +565,7 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
       }
       for (const RankReport& s : r.stuck) out << "STUCK rank " << s.rank << ": " << s.message << "\n";
     }
+    for (const std::string& b : job.misplaced) out << "FAILED placement: " << b << "\n";
   }
   out.flush();
 }
@@ -624,6 +646,11 @@ Job make_job(const Options& o, const BackendEntry* entry, std::chrono::milliseco
   job.meshes.insert(job.meshes.end(), job.expected->meshes.begin(), job.expected->meshes.end());
   for (const DeviceMesh& m : job.meshes) job.parts.push_back(mesh_parts(m));
   job.expected_checks = checks::total(job.meshes);
+  job.hosts = placement::from_flags(o.placement);
+  if (job.hosts) {
+    placement::check_required(*job.hosts, job.meshes);
+    job.misplaced = placement::violations(*job.hosts, job.meshes);
+  }
 
   return job;
 }
@@ -699,7 +726,7 @@ int run(const Options& o, std::ostream& out) {
   }
   print(o, job, r, out);
   if (!r.ok && job.launched && !job.launched->error_file.empty()) report_to_launcher(job, r, started);
-  const int code = r.ok ? 0 : 1;
+  const int code = r.ok && job.misplaced.empty() ? 0 : 1;
   if (!r.stuck.empty()) std::_Exit(code);  // detached rank threads must not outlive main's destructors
   return code;
 }

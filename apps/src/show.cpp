@@ -9,6 +9,7 @@
 #include "meshsim/json_codec.hpp"
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/error.hpp"
+#include "meshsim/placement.hpp"
 
 namespace meshsim::show {
 
@@ -25,22 +26,54 @@ std::string join_ints(const Json& a) {
   return s;
 }
 
+// placement_json is {dim: {groups, max_hosts, groups_crossing_hosts, max_domains}} of a mesh.
+Json placement_json(const DeviceMesh& m, const placement::Hosts& h) {
+  Json j = Json::object();
+  for (int d = 0; d < m.ndim(); ++d) {
+    const placement::DimPlacement p = placement::place(m, d, h);
+    j[m.dim_name(d)] = {{"groups", p.groups}, {"max_hosts", p.max_hosts},
+                        {"groups_crossing_hosts", p.groups_crossing_hosts}, {"max_domains", p.max_domains}};
+  }
+  return j;
+}
+
+// print_placement writes one line per dim: how far its widest group spreads, how many cross a host.
+void print_placement(const DeviceMesh& m, const placement::Hosts& h, std::ostream& out) {
+  out << "\nplacement (" << h.gpus_per_host << " GPUs per host, NVLink domains of " << h.nvlink_domain << "):\n";
+  for (int d = 0; d < m.ndim(); ++d) {
+    const placement::DimPlacement p = placement::place(m, d, h);
+    out << "  " << m.dim_name(d) << ": a group spans at most " << p.max_hosts << (p.max_hosts == 1 ? " host" : " hosts")
+        << " (" << p.max_domains << (p.max_domains == 1 ? " domain" : " domains") << "); " << p.groups_crossing_hosts
+        << " of " << p.groups << " groups cross a host\n";
+  }
+}
+
 }  // namespace
 
-void run(const Options& o, std::ostream& out) {
+int run(const Options& o, std::ostream& out) {
   if (o.max_rows < 0 || o.max_rows > INT32_MAX) {
     throw OutOfRange("--max-rows " + std::to_string(o.max_rows) + " is out of range [0, 2^31)");
   }
   if (o.format != "text" && o.format != "json") {
     throw InvalidArgument("--format must be text or json, not " + o.format);
   }
+  const std::optional<placement::Hosts> hosts = placement::from_flags(o.placement);
   const MeshRecipe recipe = recipe_from_flags(o.recipe);
   BuiltMeshes built = meshsim::apply(recipe);
+  std::vector<std::string> broken;
+  if (hosts) {
+    placement::check_required(*hosts, {built.result});
+    broken = placement::violations(*hosts, {built.result});
+  }
   if (o.format == "json") {
     std::vector<std::string> want{"mesh_dim_names", "layout", "shape", "size", "groups_by_dim",
                                   "coordinate_by_rank", "mesh_by_rank"};
     if (recipe.rank) want.insert(want.end(), {"coordinate", "my_groups"});
     Json result = query::describe(recipe, built, want);
+    if (hosts) {
+      result["placement"] = placement_json(built.result, *hosts);
+      result["placement_failures"] = broken;
+    }
     out << "{\n";
     std::size_t i = 0;
     for (const auto& [k, v] : result.items()) {
@@ -48,7 +81,7 @@ void run(const Options& o, std::ostream& out) {
           << (++i < result.size() ? ",\n" : "\n");
     }
     out << "}\n";
-    return;
+    return broken.empty() ? 0 : 1;
   }
   const DeviceMesh& m = built.result;
   if (m.rank_map_size() > kMaxEnumeration) {
@@ -143,6 +176,9 @@ void run(const Options& o, std::ostream& out) {
     for (int d = 0; d < m.ndim(); ++d) out << " " << std::setw(6) << (*c)[static_cast<std::size_t>(d)];
     out << "\n";
   }
+  if (hosts) print_placement(m, *hosts, out);
+  for (const std::string& b : broken) out << "FAILED placement: " << b << "\n";
+  return broken.empty() ? 0 : 1;
 }
 
 }  // namespace meshsim::show

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "meshsim/placement.hpp"
 #include "meshsim/recipe.hpp"
 
 namespace meshsim::run {
@@ -29,10 +30,12 @@ struct Options {
   double timeout_seconds = 30;
   std::string format = "text";
   std::vector<std::string> faults;  // "KIND@RANK"
+  placement::Flags placement;       // --gpus-per-host, --nvlink-domain, --require
 };
 
 // run executes the job and prints its report on `out`; returns the exit code (0 every check
-// passed, 1 a check or a rank failed). Bad usage or input throws meshsim::Error (exit 2).
+// passed, 1 a check or a rank failed, or a --require placement is broken: "FAILED placement:
+// ..."). Bad usage or input throws meshsim::Error (exit 2).
 int run(const Options& o, std::ostream& out);
 
 // write_error_file writes `message` to `path` in the JSON form torchrun reads from

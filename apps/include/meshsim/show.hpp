@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "meshsim/placement.hpp"
 #include "meshsim/recipe.hpp"
 
 namespace meshsim::show {
@@ -18,9 +19,12 @@ struct Options {
   RecipeFlags recipe;
   std::string format = "text";
   int64_t max_rows = 256;  // rows per table (text); must be in [0, 2^31)
+  placement::Flags placement;  // --gpus-per-host, --nvlink-domain, --require
 };
 
-// run prints the mesh; throws meshsim::Error on bad options or recipes.
-void run(const Options& o, std::ostream& out);
+// run prints the mesh (and, with --gpus-per-host, where its groups land); returns 0, or 1 when a
+// --require is broken (each broken one printed as "FAILED placement: ..."). Throws meshsim::Error
+// on bad options or recipes.
+int run(const Options& o, std::ostream& out);
 
 }  // namespace meshsim::show
