@@ -961,3 +961,90 @@ TEST(CliPlacement, HostileFlagsAreRefusedWithExitTwo) {
 }
 
 }  // namespace
+
+namespace {
+
+// write_file writes `text` to a file under the test's temp dir and returns its path.
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kViewsRecipe = R"J({"world_size": 16,
+  "build": {"init_device_mesh": {"mesh_shape": [16], "mesh_dim_names": ["world"]}},
+  "ops": [{"on": "root", "unflatten": {"dim": "world", "sizes": [2, 2, 4], "names": ["pp", "dp", "tp"]}, "let": "dense"},
+          {"on": "root", "unflatten": {"dim": "world", "sizes": [2, 4, 2], "names": ["pp", "ep", "etp"]}, "let": "sparse"},
+          {"on": "dense", "slice": ["dp", "tp"], "let": "dp_tp"}]})J";
+
+// groups_of is the groups of `dim` of a row-major mesh of `sizes` over ranks 0..n-1, in the
+// order of their smallest rank (an independent enumeration).
+std::vector<std::vector<int64_t>> groups_of(const std::vector<int64_t>& sizes, std::size_t dim) {
+  int64_t n = 1, stride = 1;
+  for (int64_t s : sizes) n *= s;
+  for (std::size_t k = dim + 1; k < sizes.size(); ++k) stride *= sizes[k];
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t r = 0; r < n; ++r) {
+    if ((r / stride) % sizes[dim] != 0) continue;  // r is its group's first member
+    std::vector<int64_t> g;
+    for (int64_t i = 0; i < sizes[dim]; ++i) g.push_back(r + i * stride);
+    out.push_back(g);
+  }
+  return out;
+}
+
+TEST(CliRecipe, ShowAndRunTakeSeveralViewsOfOneRootFromAFile) {
+  const std::string path = write_file("meshsim_views.json", kViewsRecipe);
+  Result shown = run("show --recipe " + path + " --format json");
+  ASSERT_EQ(shown.status, 0) << joined(shown);
+  const Json s = Json::parse(joined(shown));
+  ASSERT_EQ(s["views"].size(), 4u) << s["views"];
+  const std::vector<std::string> names{"root", "dense", "sparse", "dp_tp"};
+  for (std::size_t i = 0; i < names.size(); ++i) EXPECT_EQ(s["views"][i]["name"], names[i]);
+  for (std::size_t d = 0; d < 3; ++d) {
+    const std::string dim = std::vector<std::string>{"pp", "dp", "tp"}[d];
+    auto want = groups_of({2, 2, 4}, d);
+    auto got = s["views"][1]["groups_by_dim"][dim].get<std::vector<std::vector<int64_t>>>();
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, want) << dim;
+  }
+  auto ep = s["views"][2]["groups_by_dim"]["ep"].get<std::vector<std::vector<int64_t>>>();
+  std::sort(ep.begin(), ep.end());
+  EXPECT_EQ(ep, groups_of({2, 4, 2}, 1));
+  for (const std::string backend : {"threaded", "local"}) {
+    int status = -1;
+    Json j = run_json("--backend " + backend + " --recipe " + path, &status);
+    ASSERT_EQ(status, 0) << backend << j;
+    EXPECT_EQ(j["meshes"].size(), 4u);  // the root and every step, each checked over the backend
+    ASSERT_EQ(j["views"].size(), 4u);
+    EXPECT_EQ(j["views"][2]["name"], "sparse");
+    EXPECT_EQ(j["views"][2]["groups_by_dim"], s["views"][2]["groups_by_dim"]) << backend;
+  }
+}
+
+TEST(CliRecipe, BadRecipeFilesAreRefusedNamingTheFile) {
+  const std::map<std::string, std::string> bad{
+      {"not_json", "{\"world_size\": 4,"},
+      {"not_object", "[1, 2]"},
+      {"bad_field", R"({"world_size": 4, "build": 7})"},
+      {"deep", std::string(200, '[') + std::string(200, ']')},
+      {"huge", R"({"world_size": 4, "build": {"init_device_mesh": {"mesh_shape": [9223372036854775807, 2]}}})"},
+  };
+  for (const auto& [name, text] : bad) {
+    const std::string path = write_file("meshsim_bad_" + name + ".json", text);
+    for (const std::string cmd : {"show", "run"}) {
+      Result r = run_shell(std::string(MESHSIM_EXE) + " " + cmd + " --recipe " + path + " 2>&1");
+      EXPECT_EQ(r.status, 2) << cmd << " " << name << "\n" << joined(r);
+      EXPECT_NE(joined(r).find(path), std::string::npos) << cmd << " " << name << "\n" << joined(r);
+    }
+  }
+  Result missing = run_shell(std::string(MESHSIM_EXE) + " show --recipe /nonexistent/recipe.json 2>&1");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(joined(missing).find("cannot be read"), std::string::npos) << joined(missing);
+  const std::string path = write_file("meshsim_views2.json", kViewsRecipe);
+  Result mixed = run_shell(std::string(MESHSIM_EXE) + " show --recipe " + path + " --mesh dp=2 2>&1");
+  EXPECT_EQ(mixed.status, 2);
+  EXPECT_NE(joined(mixed).find("is the whole recipe"), std::string::npos) << joined(mixed);
+}
+
+}  // namespace

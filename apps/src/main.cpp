@@ -36,6 +36,8 @@ struct RecipeOptions {
     sub->add_option("--names", f.names, "dim names for --shape, e.g. dp,cp,tp");
     sub->add_option("--rank-map", f.rank_map, "global ranks: a range 8..23 or a list 8,9,...");
     sub->add_option("--world-size", f.world_size, "world size (default: enough for the ranks)");
+    sub->add_option("--recipe", f.recipe_file,
+                    "a mesh.program JSON file: world size, root, ops with on/let (several views of one root)");
     slice = sub->add_option("--slice", slices, "slice dims, e.g. dp,tp (repeatable)");
     flatten = sub->add_option("--flatten", flattens, "flatten (optional name)")
                   ->expected(0, 1)

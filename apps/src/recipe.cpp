@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -444,7 +445,66 @@ MeshRecipe recipe_from_json(const Json& req) {
   return r;
 }
 
+namespace {
+
+// rethrow_in_file rethrows the decoder's error `e` with the file's name in front, as its type.
+[[noreturn]] void rethrow_in_file(const Error& e, const std::string& where) {
+  const std::string m = where + ": " + e.what();
+  if (dynamic_cast<const ParseError*>(&e)) throw ParseError(m);
+  if (dynamic_cast<const InvalidArgument*>(&e)) throw InvalidArgument(m);
+  if (dynamic_cast<const OverflowError*>(&e)) throw OverflowError(m);
+  if (dynamic_cast<const OutOfRange*>(&e)) throw OutOfRange(m);
+  if (dynamic_cast<const ResourceExhausted*>(&e)) throw ResourceExhausted(m);
+  if (dynamic_cast<const FailedPrecondition*>(&e)) throw FailedPrecondition(m);
+  if (dynamic_cast<const NotFound*>(&e)) throw NotFound(m);
+  throw InvalidArgument(m);
+}
+
+MeshRecipe recipe_from_file(const RecipeFlags& f) {
+  const std::string where = "--recipe " + quote_input(f.recipe_file);
+  if (!f.mesh.empty() || !f.shape.empty() || !f.names.empty() || !f.rank_map.empty() || f.world_size ||
+      !f.steps.empty()) {
+    throw InvalidArgument(where + " is the whole recipe: give no --mesh, --shape, --names, --rank-map, "
+                          "--world-size or transformations with it");
+  }
+  std::ifstream in(f.recipe_file, std::ios::binary);
+  if (!in) throw InvalidArgument(where + " cannot be read");
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxRecipeFileBytes) {
+      throw ResourceExhausted(where + " is over " + std::to_string(kMaxRecipeFileBytes) + " bytes");
+    }
+  }
+  if (json::max_nesting(text) > 64) throw ParseError(where + ": the JSON nests deeper than 64 levels");
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw ParseError(where + " is not valid JSON");
+  if (!j.is_object()) throw ParseError(where + " must hold a JSON object (a mesh.program request)");
+  MeshRecipe r;
+  try {
+    r = recipe_from_json(j);
+  } catch (const Error& e) {
+    rethrow_in_file(e, where);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(where + ": " + e.what());
+  }
+  if (f.rank) r.rank = f.rank;
+  return r;
+}
+
+}  // namespace
+
+std::vector<View> views(const MeshRecipe& recipe) {
+  std::vector<View> out{{"root", 0}};
+  for (std::size_t k = 0; k < recipe.steps.size(); ++k) {
+    if (recipe.steps[k].let) out.push_back({*recipe.steps[k].let, k + 1});
+  }
+  return out;
+}
+
 MeshRecipe recipe_from_flags(const RecipeFlags& f) {
+  if (!f.recipe_file.empty()) return recipe_from_file(f);
   MeshRecipe r;
   RootSpec& root = r.root;
   if (!f.mesh.empty()) {
@@ -555,6 +615,15 @@ BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& sha
   }
   DeviceMesh result = recipe.result ? h.get(*recipe.result) : *h.last;
   return BuiltMeshes{*h.root, std::move(meshes), std::move(h.named), std::move(result)};
+}
+
+BuiltMeshes apply_flags(const MeshRecipe& recipe, const RecipeFlags& flags) {
+  if (flags.recipe_file.empty()) return apply(recipe);
+  try {
+    return apply(recipe);
+  } catch (const Error& e) {
+    rethrow_in_file(e, "--recipe " + quote_input(flags.recipe_file));
+  }
 }
 
 }  // namespace meshsim

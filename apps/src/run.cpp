@@ -501,6 +501,15 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
       ms.push_back(md);
     }
     j["meshes"] = ms;
+    // The views the recipe names: the root and every mesh bound by `let`, in recipe order.
+    Json vs = Json::array();
+    for (const View& v : views(job.recipe)) {
+      Json view = ms[v.step];
+      view.erase("placement");
+      view["name"] = v.name;
+      vs.push_back(std::move(view));
+    }
+    j["views"] = vs;
     j["checks"] = r.checks;
     j["collectives"] = r.collectives;
     j["seconds"] = r.seconds;
@@ -530,7 +539,9 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     out << "\n";
     for (std::size_t i = 0; i < meshes.size(); ++i) {
       const DeviceMesh& m = meshes[i];
-      out << (i == 0 ? "  root " : "  step " + std::to_string(i) + " ") << m.to_string() << "\n";
+      const auto& let = i == 0 ? std::optional<std::string>() : job.recipe.steps[i - 1].let;
+      out << (i == 0 ? "  root " : "  step " + std::to_string(i) + (let ? " (" + *let + ")" : std::string()) + " ")
+          << m.to_string() << "\n";
       for (int d = 0; d < m.ndim(); ++d) {
         // The first groups only: listing every group of a 2^24-rank dim is not a summary.
         const int64_t count = m.rank_map_size() / m.size(d);
@@ -594,7 +605,7 @@ Job make_job(const Options& o, const BackendEntry* entry, std::chrono::milliseco
   Job job;
   job.backend = o.backend;
   job.recipe = recipe_from_flags(o.recipe);
-  job.expected = meshsim::apply(job.recipe);  // bad recipes stop here (exit 2)
+  job.expected = apply_flags(job.recipe, o.recipe);  // bad recipes stop here (exit 2)
   job.world = job.recipe.world_size;
   if (entry && entry->spans_processes) job.launched = launch_env_from_environment();
   if (o.backend == "nccl") {

@@ -10,6 +10,7 @@
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/placement.hpp"
+#include "meshsim/spmd_backend.hpp"
 
 namespace meshsim::show {
 
@@ -48,6 +49,57 @@ void print_placement(const DeviceMesh& m, const placement::Hosts& h, std::ostrea
   }
 }
 
+// view_mesh is the mesh of a view (the root, or the mesh of its step).
+const DeviceMesh& view_mesh(const BuiltMeshes& built, const View& v) {
+  return v.step == 0 ? built.root : built.meshes[v.step - 1];
+}
+
+// views_json lists the recipe's views: name, mesh_dim_names, shape, groups_by_dim, within the
+// answer budget.
+Json views_json(const MeshRecipe& recipe, const BuiltMeshes& built) {
+  int64_t left = query::kDefaultMaxAnswerElements;
+  Json out = Json::array();
+  for (const View& v : views(recipe)) {
+    const DeviceMesh& m = view_mesh(built, v);
+    Json g = Json::object();
+    for (int d = 0; d < m.ndim(); ++d) {
+      if (m.rank_map_size() > left) {
+        throw ResourceExhausted("the groups of view " + quote_input(v.name) + " would list " + std::to_string(m.rank_map_size()) +
+                                " ranks, over what is left of the budget of " +
+                                std::to_string(query::kDefaultMaxAnswerElements) + " elements");
+      }
+      left -= m.rank_map_size();
+      const GroupTable t = m.group_table(d);
+      Json rows = Json::array();
+      for (int64_t k = 0; k < t.count; ++k) rows.push_back(std::vector<int64_t>(t.row(k).begin(), t.row(k).end()));
+      g[m.dim_name(d)] = std::move(rows);
+    }
+    out.push_back({{"name", v.name}, {"mesh_dim_names", m.names() ? Json(*m.names()) : Json(nullptr)},
+                   {"shape", m.shape()}, {"groups_by_dim", std::move(g)}});
+  }
+  return out;
+}
+
+// print_views lists each view the recipe names (when it names more than the root), its first
+// groups per dim.
+void print_views(const MeshRecipe& recipe, const BuiltMeshes& built, std::ostream& out) {
+  const std::vector<View> vs = views(recipe);
+  if (vs.size() < 2) return;
+  out << "\nviews:\n";
+  for (const View& v : vs) {
+    const DeviceMesh& m = view_mesh(built, v);
+    out << "  " << v.name << ": " << m.to_string() << "\n";
+    for (int d = 0; d < m.ndim(); ++d) {
+      const GroupTable g = m.group_table_prefix(d, 8, kMaxRowValues);
+      const int64_t count = m.rank_map_size() / m.size(d);
+      out << "    " << m.dim_name(d) << " (" << count << " groups of " << m.size(d) << "):";
+      for (int64_t k = 0; k < g.count; ++k) out << " " << format_ranks(g.row(k));
+      if (count > g.count) out << " ...";
+      out << "\n";
+    }
+  }
+}
+
 }  // namespace
 
 int run(const Options& o, std::ostream& out) {
@@ -59,7 +111,7 @@ int run(const Options& o, std::ostream& out) {
   }
   const std::optional<placement::Hosts> hosts = placement::from_flags(o.placement);
   const MeshRecipe recipe = recipe_from_flags(o.recipe);
-  BuiltMeshes built = meshsim::apply(recipe);
+  BuiltMeshes built = apply_flags(recipe, o.recipe);
   std::vector<std::string> broken;
   if (hosts) {
     placement::check_required(*hosts, {built.result});
@@ -70,6 +122,7 @@ int run(const Options& o, std::ostream& out) {
                                   "coordinate_by_rank", "mesh_by_rank"};
     if (recipe.rank) want.insert(want.end(), {"coordinate", "my_groups"});
     Json result = query::describe(recipe, built, want);
+    result["views"] = views_json(recipe, built);
     if (hosts) {
       result["placement"] = placement_json(built.result, *hosts);
       result["placement_failures"] = broken;
@@ -176,6 +229,7 @@ int run(const Options& o, std::ostream& out) {
     for (int d = 0; d < m.ndim(); ++d) out << " " << std::setw(6) << (*c)[static_cast<std::size_t>(d)];
     out << "\n";
   }
+  print_views(recipe, built, out);
   if (hosts) print_placement(m, *hosts, out);
   for (const std::string& b : broken) out << "FAILED placement: " << b << "\n";
   return broken.empty() ? 0 : 1;

@@ -94,13 +94,27 @@ struct RecipeFlags {
   std::optional<int64_t> world_size;
   std::optional<int64_t> rank;
   std::vector<Step> steps;  // each applies to the previous result
+  // recipe_file: a mesh.program JSON file (world_size, build, ops with on/let, result) that is
+  // the whole recipe; only --rank may be given with it.
+  std::string recipe_file;
 };
 
 // recipe_from_json decodes a mesh.program request object (fields world_size, rank, build, ops,
 // result; other fields are ignored). ParseError/InvalidArgument/OutOfRange name the field.
 MeshRecipe recipe_from_json(const nlohmann::json& program);
-// recipe_from_flags decodes the command-line form; errors name the flag and value.
+// recipe_from_flags decodes the command-line form; errors name the flag and value (with
+// --recipe, the file's name and the decoder's error, of the decoder's type).
 MeshRecipe recipe_from_flags(const RecipeFlags& flags);
+// kMaxRecipeFileBytes bounds a --recipe file.
+inline constexpr std::size_t kMaxRecipeFileBytes = std::size_t{16} << 20;
+
+// View is one mesh a recipe names: the root ("root") and every mesh bound by `let`, in recipe
+// order; step is its index in BuiltMeshes::meshes + 1 (0: the root).
+struct View {
+  std::string name;
+  std::size_t step = 0;
+};
+std::vector<View> views(const MeshRecipe& recipe);
 
 // BuiltMeshes are the meshes a recipe makes: the root, one mesh per step in order, the handles
 // bound by `let`, and the result.
@@ -115,6 +129,8 @@ struct BuiltMeshes {
 // one. With `recipe.rank`, a derived mesh with several copies must hold that rank (PyTorch's
 // rule for a rank's view), else FailedPrecondition.
 BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& shared_root = {});
+// apply_flags is apply for a recipe decoded from `flags`: with --recipe, its errors name the file.
+BuiltMeshes apply_flags(const MeshRecipe& recipe, const RecipeFlags& flags);
 
 // resolve_backend_override turns per-dim override entries into one config per dim (empty when
 // none is set), with PyTorch's errors for redundant and invalid keys.
