@@ -1047,4 +1047,110 @@ TEST(CliRecipe, BadRecipeFilesAreRefusedNamingTheFile) {
   EXPECT_NE(joined(mixed).find("is the whole recipe"), std::string::npos) << joined(mixed);
 }
 
+// The done-when configurations: a torchtitan and a Megatron job of 64 ranks, 8 GPUs per host,
+// tp required on one host, every view's groups checked over the threaded and the local backend.
+TEST(CliPreset, SixtyFourRankFrameworkJobsRunWithTpOnOneHost) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> jobs{
+      {"torchtitan:pp=2,dp_replicate=2,dp_shard=4,cp=2,tp=2,ep=4",
+       {"root", "dataloading", "loss", "dense", "spmd_dense_for_fwdbwd", "sparse", "spmd_sparse_for_fwdbwd"}},
+      {"megatron:tp=4,pp=2,cp=2,ep=2,etp=2,order=tp-cp-ep-dp-pp", {"root", "dense", "dp_cp", "mp", "expert"}},
+  };
+  for (const auto& [preset, names] : jobs) {
+    const std::string flags = "--preset " + preset + " --world-size 64 --gpus-per-host 8 --require tp=host";
+    Result shown = run("show " + flags + " --format json");
+    ASSERT_EQ(shown.status, 0) << preset << joined(shown);
+    const Json s = Json::parse(joined(shown));
+    ASSERT_EQ(s["views"].size(), names.size()) << preset;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      EXPECT_EQ(s["views"][i]["name"], names[i]) << preset;
+      if (s["views"][i]["placement"].contains("tp")) {
+        EXPECT_EQ(s["views"][i]["placement"]["tp"]["max_hosts"], 1) << preset << " " << names[i];
+      }
+    }
+    for (const std::string backend : {"threaded", "local"}) {
+      int status = -1;
+      Json j = run_json("--backend " + backend + " " + flags, &status);
+      ASSERT_EQ(status, 0) << preset << " " << backend << j;
+      EXPECT_EQ(j["ok"], true) << preset << " " << backend;
+      EXPECT_EQ(j["meshes"].size(), names[1] == "dataloading" ? 9u : 7u) << preset;  // every step, unbound ones too
+      ASSERT_EQ(j["views"].size(), names.size());
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        EXPECT_EQ(j["views"][i]["groups_by_dim"], s["views"][i]["groups_by_dim"]) << preset << " " << backend;
+      }
+    }
+    // tp across hosts: with 1 GPU per host every tp group of 2+ ranks breaks the requirement.
+    Result broken = run_shell(std::string(MESHSIM_EXE) + " run --preset " + preset +
+                              " --world-size 64 --gpus-per-host 1 --require tp=host 2>&1");
+    EXPECT_EQ(broken.status, 1) << joined(broken);
+    EXPECT_NE(joined(broken).find("FAILED placement: dim tp"), std::string::npos) << joined(broken);
+  }
+}
+
+TEST(CliPreset, TorchtitanJobFileGivesTheSameViewsAsTheKeys) {
+  const std::string toml = write_file("meshsim_train.toml", R"([job]
+description = "llama3 8b"
+
+[parallelism]
+data_parallel_replicate_degree = 2
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 2
+context_parallel_degree = 2
+pipeline_parallel_degree = 2
+expert_parallel_degree = 4
+pipeline_parallel_schedule = "1F1B"
+spmd_backend = "partial_dtensor"
+)");
+  Result from_file = run("show --preset torchtitan:" + toml + " --world-size 64 --format json");
+  Result from_keys = run("show --preset torchtitan:pp=2,dp_replicate=2,cp=2,tp=2,ep=4,spmd_backend=partial_dtensor "
+                         "--world-size 64 --format json");
+  ASSERT_EQ(from_file.status, 0) << joined(from_file);
+  ASSERT_EQ(from_keys.status, 0) << joined(from_keys);
+  const Json f = Json::parse(joined(from_file)), k = Json::parse(joined(from_keys));
+  EXPECT_EQ(f["views"], k["views"]);
+  EXPECT_EQ(f["views"][3]["mesh_dim_names"], Json({"pp", "dp_replicate", "fsdp", "tp"}));
+  EXPECT_EQ(f["views"][3]["shape"], Json({2, 2, 8, 2}));  // dp_shard inferred as 4, fsdp = 4 * 2
+
+  const std::map<std::string, std::pair<std::string, std::string>> bad{
+      {"not_toml", {"[parallelism\ntensor_parallel_degree = ", "is not TOML"}},
+      {"string_degree", {"[parallelism]\ntensor_parallel_degree = \"2\"\n", "tensor_parallel_degree"}},
+      {"etp", {"[parallelism]\nexpert_tensor_parallel_degree = 2\n", "expert_tensor_parallel_degree"}},
+      {"zero", {"[parallelism]\npipeline_parallel_degree = 0\n", "pp=0"}},
+      {"huge", {"[parallelism]\ntensor_parallel_degree = 9223372036854775807\npipeline_parallel_degree = 2\n",
+                "overflows"}},
+  };
+  for (const auto& [name, file] : bad) {
+    const std::string path = write_file("meshsim_bad_" + name + ".toml", file.first);
+    Result r = run_shell(std::string(MESHSIM_EXE) + " show --preset torchtitan:" + path + " --world-size 8 2>&1");
+    EXPECT_EQ(r.status, 2) << name << "\n" << joined(r);
+    EXPECT_NE(joined(r).find(file.second), std::string::npos) << name << "\n" << joined(r);
+  }
+  Result missing = run_shell(std::string(MESHSIM_EXE) + " show --preset torchtitan:/nonexistent/train.toml 2>&1");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(joined(missing).find("cannot be read"), std::string::npos) << joined(missing);
+}
+
+TEST(CliPreset, HostileFlagsExitTwoNamingTheKey) {
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"--preset torchtitan:tp=0 --world-size 8", "tp=0"},
+      {"--preset torchtitan:tp=-1 --world-size 8", "tp=-1"},
+      {"--preset torchtitan:tp=3 --world-size 8", "WORLD_SIZE(8)"},
+      {"--preset torchtitan:tp=9223372036854775807,pp=2,dp_shard=1", "overflows"},
+      {"--preset torchtitan:tpp=2 --world-size 8", "unknown key 'tpp'"},
+      {"--preset torchtitan:ep=3 --world-size 8", "ep=3 must divide"},
+      {"--preset megatron:tp=3 --world-size 8", "world_size (8) is not divisible"},
+      {"--preset megatron:tp=2,order=tp-dp-pp-tp --world-size 8", "names tp twice"},
+      {"--preset megatron:tp=2,pp=2,ep=2,order=tp-pp-ep-dp --world-size 16", "data parallel size"},
+      {"--preset megatron:tp=2 --world-size 8 --mesh dp=8", "is the whole recipe"},
+      {"--preset megatron:tp=2 --world-size -4", "--world-size -4"},
+      {"--preset megatron:tp=2,dp=3 --world-size 8", "dp=3"},
+  };
+  for (const auto& [flags, needle] : bad) {
+    for (const std::string cmd : {"show", "run"}) {
+      Result r = run_shell(std::string(MESHSIM_EXE) + " " + cmd + " " + flags + " 2>&1");
+      EXPECT_EQ(r.status, 2) << cmd << " " << flags << "\n" << joined(r);
+      EXPECT_NE(joined(r).find(needle), std::string::npos) << cmd << " " << flags << "\n" << joined(r);
+    }
+  }
+}
+
 }  // namespace

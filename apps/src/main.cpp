@@ -38,6 +38,9 @@ struct RecipeOptions {
     sub->add_option("--world-size", f.world_size, "world size (default: enough for the ranks)");
     sub->add_option("--recipe", f.recipe_file,
                     "a mesh.program JSON file: world size, root, ops with on/let (several views of one root)");
+    sub->add_option("--preset", f.preset,
+                    "a framework's meshes: torchtitan:pp=2,dp_shard=4,tp=2,ep=2 | torchtitan:FILE.toml | "
+                    "megatron:tp=2,pp=2,ep=2,order=tp-cp-ep-dp-pp");
     slice = sub->add_option("--slice", slices, "slice dims, e.g. dp,tp (repeatable)");
     flatten = sub->add_option("--flatten", flattens, "flatten (optional name)")
                   ->expected(0, 1)

@@ -6,8 +6,10 @@
 #include <set>
 #include <sstream>
 
+#include "meshsim/cli_common.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/json_codec.hpp"
+#include "meshsim/preset.hpp"
 
 namespace meshsim {
 
@@ -179,30 +181,8 @@ StepSpec step_from_json(const Json& s, std::size_t index) {
 
 // ---- command-line spelling ----
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep)) out.push_back(cur);
-  if (!s.empty() && s.back() == sep) out.emplace_back();
-  return out;
-}
-
-int64_t parse_int(const std::string& s, const std::string& what) {
-  std::size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::out_of_range&) {
-    throw OverflowError(what + ": " + quote_input(s) + " does not fit in a 64-bit signed integer");
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (s.empty() || used != s.size() || std::isspace(static_cast<unsigned char>(s[0]))) {
-    throw InvalidArgument(what + ": " + quote_input(s) + " is not an integer");
-  }
-  return v;
-}
+using cli::parse_int;
+using cli::split;
 
 std::vector<int64_t> parse_ints(const std::string& s, const std::string& what) {
   std::vector<int64_t> out;
@@ -503,7 +483,24 @@ std::vector<View> views(const MeshRecipe& recipe) {
   return out;
 }
 
+MeshRecipe recipe_from_preset(const RecipeFlags& f) {
+  if (!f.mesh.empty() || !f.shape.empty() || !f.names.empty() || !f.rank_map.empty() || !f.recipe_file.empty() ||
+      !f.steps.empty()) {
+    throw InvalidArgument("--preset " + quote_input(f.preset) + " is the whole recipe: give no --mesh, --shape, "
+                          "--names, --rank-map, --recipe or transformations with it");
+  }
+  MeshRecipe r = preset::recipe(f.preset, f.world_size);
+  if (f.rank) {
+    if (*f.rank < 0 || *f.rank >= r.world_size) {
+      throw OutOfRange("--rank " + std::to_string(*f.rank) + " is out of range [0, " + std::to_string(r.world_size) + ")");
+    }
+    r.rank = f.rank;
+  }
+  return r;
+}
+
 MeshRecipe recipe_from_flags(const RecipeFlags& f) {
+  if (!f.preset.empty()) return recipe_from_preset(f);
   if (!f.recipe_file.empty()) return recipe_from_file(f);
   MeshRecipe r;
   RootSpec& root = r.root;
@@ -618,11 +615,12 @@ BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& sha
 }
 
 BuiltMeshes apply_flags(const MeshRecipe& recipe, const RecipeFlags& flags) {
-  if (flags.recipe_file.empty()) return apply(recipe);
+  if (flags.recipe_file.empty() && flags.preset.empty()) return apply(recipe);
   try {
     return apply(recipe);
   } catch (const Error& e) {
-    rethrow_in_file(e, "--recipe " + quote_input(flags.recipe_file));
+    rethrow_in_file(e, flags.preset.empty() ? "--recipe " + quote_input(flags.recipe_file)
+                                            : "--preset " + quote_input(flags.preset));
   }
 }
 

@@ -545,7 +545,7 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
       for (int d = 0; d < m.ndim(); ++d) {
         // The first groups only: listing every group of a 2^24-rank dim is not a summary.
         const int64_t count = m.rank_map_size() / m.size(d);
-        out << "    " << m.dim_name(d) << ": " << count << " groups of " << m.size(d);
+        out << "    " << m.dim_name(d) << ": " << count << (count == 1 ? " group of " : " groups of ") << m.size(d);
         if (r.ok) {
           const auto& rows = r.seen[i][static_cast<std::size_t>(d)];
           for (std::size_t k = 0; k < rows.size() && k < 8; ++k) out << " " << format_ranks(rows[k]);
@@ -555,7 +555,7 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
           const placement::DimPlacement p = placement::place(m, d, *job.hosts);
           out << "; spans <= " << p.max_hosts << (p.max_hosts == 1 ? " host" : " hosts") << " (" << p.max_domains
               << (p.max_domains == 1 ? " domain" : " domains") << "), " << p.groups_crossing_hosts
-              << " groups cross a host";
+              << (p.groups_crossing_hosts == 1 ? " group crosses a host" : " groups cross a host");
         }
         out << "\n";
       }

@@ -39,14 +39,18 @@ Json placement_json(const DeviceMesh& m, const placement::Hosts& h) {
 }
 
 // print_placement writes one line per dim: how far its widest group spreads, how many cross a host.
-void print_placement(const DeviceMesh& m, const placement::Hosts& h, std::ostream& out) {
-  out << "\nplacement (" << h.gpus_per_host << " GPUs per host, NVLink domains of " << h.nvlink_domain << "):\n";
+void print_placement(const DeviceMesh& m, const placement::Hosts& h, const std::string& indent, std::ostream& out) {
   for (int d = 0; d < m.ndim(); ++d) {
     const placement::DimPlacement p = placement::place(m, d, h);
-    out << "  " << m.dim_name(d) << ": a group spans at most " << p.max_hosts << (p.max_hosts == 1 ? " host" : " hosts")
+    out << indent << m.dim_name(d) << ": a group spans at most " << p.max_hosts << (p.max_hosts == 1 ? " host" : " hosts")
         << " (" << p.max_domains << (p.max_domains == 1 ? " domain" : " domains") << "); " << p.groups_crossing_hosts
         << " of " << p.groups << " groups cross a host\n";
   }
+}
+
+std::string placement_title(const placement::Hosts& h) {
+  return "placement (" + std::to_string(h.gpus_per_host) + " GPUs per host, NVLink domains of " +
+         std::to_string(h.nvlink_domain) + ")";
 }
 
 // view_mesh is the mesh of a view (the root, or the mesh of its step).
@@ -56,7 +60,7 @@ const DeviceMesh& view_mesh(const BuiltMeshes& built, const View& v) {
 
 // views_json lists the recipe's views: name, mesh_dim_names, shape, groups_by_dim, within the
 // answer budget.
-Json views_json(const MeshRecipe& recipe, const BuiltMeshes& built) {
+Json views_json(const MeshRecipe& recipe, const BuiltMeshes& built, const std::optional<placement::Hosts>& hosts) {
   int64_t left = query::kDefaultMaxAnswerElements;
   Json out = Json::array();
   for (const View& v : views(recipe)) {
@@ -76,15 +80,23 @@ Json views_json(const MeshRecipe& recipe, const BuiltMeshes& built) {
     }
     out.push_back({{"name", v.name}, {"mesh_dim_names", m.names() ? Json(*m.names()) : Json(nullptr)},
                    {"shape", m.shape()}, {"groups_by_dim", std::move(g)}});
+    if (hosts) out.back()["placement"] = placement_json(m, *hosts);
   }
   return out;
 }
 
 // print_views lists each view the recipe names (when it names more than the root), its first
-// groups per dim.
-void print_views(const MeshRecipe& recipe, const BuiltMeshes& built, std::ostream& out) {
+// groups per dim, and where they land on hosts.
+void print_views(const MeshRecipe& recipe, const BuiltMeshes& built, const std::optional<placement::Hosts>& hosts,
+                 std::ostream& out) {
   const std::vector<View> vs = views(recipe);
-  if (vs.size() < 2) return;
+  if (vs.size() < 2) {
+    if (hosts) {
+      out << "\n" << placement_title(*hosts) << ":\n";
+      print_placement(built.result, *hosts, "  ", out);
+    }
+    return;
+  }
   out << "\nviews:\n";
   for (const View& v : vs) {
     const DeviceMesh& m = view_mesh(built, v);
@@ -92,10 +104,15 @@ void print_views(const MeshRecipe& recipe, const BuiltMeshes& built, std::ostrea
     for (int d = 0; d < m.ndim(); ++d) {
       const GroupTable g = m.group_table_prefix(d, 8, kMaxRowValues);
       const int64_t count = m.rank_map_size() / m.size(d);
-      out << "    " << m.dim_name(d) << " (" << count << " groups of " << m.size(d) << "):";
+      out << "    " << m.dim_name(d) << " (" << count << (count == 1 ? " group of " : " groups of ") << m.size(d)
+          << "):";
       for (int64_t k = 0; k < g.count; ++k) out << " " << format_ranks(g.row(k));
       if (count > g.count) out << " ...";
       out << "\n";
+    }
+    if (hosts) {
+      out << "    " << placement_title(*hosts) << ":\n";
+      print_placement(m, *hosts, "      ", out);
     }
   }
 }
@@ -114,15 +131,18 @@ int run(const Options& o, std::ostream& out) {
   BuiltMeshes built = apply_flags(recipe, o.recipe);
   std::vector<std::string> broken;
   if (hosts) {
-    placement::check_required(*hosts, {built.result});
-    broken = placement::violations(*hosts, {built.result});
+    // Every view is placed, not only the result: a recipe's views share the hosts.
+    std::vector<DeviceMesh> all{built.root};
+    all.insert(all.end(), built.meshes.begin(), built.meshes.end());
+    placement::check_required(*hosts, all);
+    broken = placement::violations(*hosts, all);
   }
   if (o.format == "json") {
     std::vector<std::string> want{"mesh_dim_names", "layout", "shape", "size", "groups_by_dim",
                                   "coordinate_by_rank", "mesh_by_rank"};
     if (recipe.rank) want.insert(want.end(), {"coordinate", "my_groups"});
     Json result = query::describe(recipe, built, want);
-    result["views"] = views_json(recipe, built);
+    result["views"] = views_json(recipe, built, hosts);
     if (hosts) {
       result["placement"] = placement_json(built.result, *hosts);
       result["placement_failures"] = broken;
@@ -229,8 +249,7 @@ int run(const Options& o, std::ostream& out) {
     for (int d = 0; d < m.ndim(); ++d) out << " " << std::setw(6) << (*c)[static_cast<std::size_t>(d)];
     out << "\n";
   }
-  print_views(recipe, built, out);
-  if (hosts) print_placement(m, *hosts, out);
+  print_views(recipe, built, hosts, out);
   for (const std::string& b : broken) out << "FAILED placement: " << b << "\n";
   return broken.empty() ? 0 : 1;
 }

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "meshsim/error.hpp"
 #include "meshsim/launch_env.hpp"
@@ -29,5 +31,12 @@ std::string read_token_file(const std::string& path, const std::string& flag);
 // join_store joins a launched job's store (join_launch_store) with the token and store protocol
 // the environment names (MESHSIM_STORE_TOKEN, MESHSIM_TORCH_STORE_PROTOCOL).
 LaunchStore join_store(const LaunchEnv& env, std::chrono::milliseconds timeout);
+
+// split cuts `s` at every `sep` (a trailing separator gives a last empty part).
+std::vector<std::string> split(const std::string& s, char sep);
+
+// parse_int reads a whole decimal int64: InvalidArgument "<what>: 'S' is not an integer", or
+// OverflowError when it does not fit.
+int64_t parse_int(const std::string& s, const std::string& what);
 
 }  // namespace meshsim::cli

@@ -97,6 +97,9 @@ struct RecipeFlags {
   // recipe_file: a mesh.program JSON file (world_size, build, ops with on/let, result) that is
   // the whole recipe; only --rank may be given with it.
   std::string recipe_file;
+  // preset: a framework's layout (meshsim/preset.hpp), e.g. "megatron:tp=2,pp=2"; only
+  // --world-size and --rank may be given with it.
+  std::string preset;
 };
 
 // recipe_from_json decodes a mesh.program request object (fields world_size, rank, build, ops,

@@ -1,0 +1,68 @@
+// meshsim/preset.hpp — the meshes the frameworks build, as a recipe of named views over the 1-D
+// world mesh, so `meshsim show --preset ...` and `meshsim run --preset ...` check exactly them.
+//
+//   torchtitan (ParallelDims.build_mesh, newest version): every view is its own row-major
+//   unflatten of the world 0..W-1 (the last name varies fastest); degree-1 dims stay.
+//     dataloading  pp, batch, cp, tp                 (batch = dp_replicate * dp_shard)
+//     loss         loss_mesh                         (dataloading["batch", "cp"] flattened)
+//     dense        pp, dp_replicate, dp_shard, cp, tp           (spmd_backend spmd_types)
+//                  pp, dp_replicate, fsdp, tp  (fsdp = dp_shard * cp; partial_dtensor)
+//     spmd_dense_for_fwdbwd   dp, cp, tp of the view pp, dp, cp, tp  (spmd_types only)
+//     sparse       pp, dp_replicate, efsdp, ep       (efsdp = dp_shard * cp * tp / ep)
+//     spmd_sparse_for_fwdbwd  dp_replicate, efsdp, ep of sparse (spmd_types, ep > 1)
+//   World = pp * dp_replicate * dp_shard * cp * tp; dp_shard = -1 is inferred from the world
+//   size; ep must divide dp_shard * cp * tp; etp is accepted only as 1 (torchtitan removed it).
+//
+//   Megatron-core (initialize_model_parallel's two RankGenerators): in the order string the
+//   first name varies fastest, so a view's dims are the order's names reversed.
+//     dense   the order's tp, cp, dp, pp (ep is 1 here); dp = W / (tp * cp * pp)
+//     dp_cp   Megatron's data-parallel-with-cp group: dense["dp", "cp"] flattened
+//     mp      Megatron's model-parallel group (tp-pp): dense["tp", "pp"] flattened
+//     expert  the order's etp, ep, edp, pp (cp is 1 here); edp = W / (etp * ep * pp)
+//
+//   MeshRecipe r = preset::recipe("megatron:tp=2,pp=2,ep=2,order=tp-cp-ep-dp-pp", 16);
+//
+// Errors (InvalidArgument, OverflowError) start with "--preset FRAMEWORK:" and name the key and
+// the value or rule (the framework's own rule where it has one).
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "meshsim/recipe.hpp"
+
+namespace meshsim::preset {
+
+// Torchtitan holds the `[parallelism]` degrees as torchtitan names them (short keys in the
+// preset: pp, dp_replicate, dp_shard, cp, tp, ep, etp, spmd_backend).
+struct Torchtitan {
+  int64_t pp = 1, dp_replicate = 1, dp_shard = -1, cp = 1, tp = 1, ep = 1;
+  std::string spmd_backend = "spmd_types";  // or "partial_dtensor"
+};
+
+// Megatron holds initialize_model_parallel's sizes (keys tp, pp, cp, ep, etp, dp, order); etp
+// defaults to tp, dp is inferred from the world size when not given.
+struct Megatron {
+  int64_t tp = 1, pp = 1, cp = 1, ep = 1;
+  std::optional<int64_t> etp, dp;
+  std::string order = "tp-cp-ep-dp-pp";
+};
+
+// recipe decodes "torchtitan:KEY=V,...", "torchtitan:FILE.toml" (the job's TOML file, its
+// [parallelism] table) or "megatron:KEY=V,..." and builds its recipe; `world_size` is
+// --world-size (default: the product of the degrees).
+MeshRecipe recipe(const std::string& spec, std::optional<int64_t> world_size);
+
+MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size);
+MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size);
+
+// torchtitan_from_toml reads a torchtitan job file: the [parallelism] table's
+// data_parallel_replicate_degree, data_parallel_shard_degree, context_parallel_degree,
+// tensor_parallel_degree, pipeline_parallel_degree, expert_parallel_degree,
+// expert_tensor_parallel_degree and spmd_backend (other keys are the job's own and are left
+// alone). ParseError for a file that is not TOML, InvalidArgument for a value of the wrong type.
+Torchtitan torchtitan_from_toml(const std::string& path);
+
+}  // namespace meshsim::preset
