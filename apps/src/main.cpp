@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
   show->add_option("--format", so.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   show->add_option("--max-rows", so.max_rows, "rows printed per table (text)");
   add_placement(show, so.placement);
+  show->add_option("--svg", so.svg_file, "also draw the mesh to this SVG file (ranks, groups as colours, hosts)");
+  show->add_option("--color-dim", so.color_dim, "with --svg: the dim whose groups are coloured (default: the last)");
 
   auto* run = app.add_subcommand("run", "simulate every rank over a backend and check the mesh's groups");
   meshsim::run::Options ro;

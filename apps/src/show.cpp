@@ -1,6 +1,7 @@
 #include "meshsim/show.hpp"
 
 #include <algorithm>
+#include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -11,6 +12,7 @@
 #include "meshsim/error.hpp"
 #include "meshsim/placement.hpp"
 #include "meshsim/spmd_backend.hpp"
+#include "meshsim/svg.hpp"
 
 namespace meshsim::show {
 
@@ -129,6 +131,14 @@ int run(const Options& o, std::ostream& out) {
   const std::optional<placement::Hosts> hosts = placement::from_flags(o.placement);
   const MeshRecipe recipe = recipe_from_flags(o.recipe);
   BuiltMeshes built = apply_flags(recipe, o.recipe);
+  if (o.color_dim && o.svg_file.empty()) throw InvalidArgument("--color-dim needs --svg FILE");
+  if (!o.svg_file.empty()) {
+    const std::string text = svg::draw(built.result, {.color_dim = o.color_dim, .hosts = hosts, .rank = recipe.rank.value_or(0)});
+    std::ofstream f(o.svg_file, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.close();
+    if (!f) throw InvalidArgument("--svg " + quote_input(o.svg_file) + " cannot be written");
+  }
   std::vector<std::string> broken;
   if (hosts) {
     // Every view is placed, not only the result: a recipe's views share the hosts.

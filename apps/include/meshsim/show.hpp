@@ -20,6 +20,8 @@ struct Options {
   std::string format = "text";
   int64_t max_rows = 256;  // rows per table (text); must be in [0, 2^31)
   placement::Flags placement;  // --gpus-per-host, --nvlink-domain, --require
+  std::string svg_file;                  // --svg FILE: draw the result mesh (meshsim/svg.hpp)
+  std::optional<std::string> color_dim;  // --color-dim: whose groups are the colours
 };
 
 // run prints the mesh (and, with --gpus-per-host, where its groups land); returns 0, or 1 when a
