@@ -320,7 +320,8 @@ DeviceMesh DeviceMesh::make_root(const char* what, std::span<const int64_t> shap
   auto configs = checked_configs(std::move(options.backend_override), layout.rank());
   RankMap map = ranks ? RankMap::explicit_ranks(*ranks, options.world_size) : RankMap::affine(0, n);
   auto u = std::make_shared<const Universe>(options.device_type, options.world_size, std::move(map),
-                                            layout, names, configs);
+                                            layout, names, configs, options.init_backend,
+                                            std::move(options.default_backend));
   return DeviceMesh(std::move(u), layout, std::move(names), true, configs);
 }
 
@@ -817,6 +818,117 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes,
 
 DeviceMesh DeviceMesh::with_backend_configs(std::vector<BackendConfig> configs) const {
   return DeviceMesh(u_, layout_, names_, is_root_, checked_configs(std::move(configs), ndim()));
+}
+
+DeviceMesh DeviceMesh::transpose(std::span<const int> order) const {
+  std::vector<bool> seen(static_cast<std::size_t>(ndim()), false);
+  bool identity = static_cast<int>(order.size()) == ndim();
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const int d = order[i];
+    if (d < 0 || d >= ndim() || seen[static_cast<std::size_t>(d)] || static_cast<int>(order.size()) != ndim()) {
+      throw InvalidArgument("transpose: " + int_list(std::vector<int64_t>(order.begin(), order.end())) +
+                            " is not a permutation of the " + std::to_string(ndim()) + " dims of " + to_string());
+    }
+    seen[static_cast<std::size_t>(d)] = true;
+    identity = identity && d == static_cast<int>(i);
+  }
+  if (order.size() != static_cast<std::size_t>(ndim())) {
+    throw InvalidArgument("transpose: " + int_list(std::vector<int64_t>(order.begin(), order.end())) +
+                          " is not a permutation of the " + std::to_string(ndim()) + " dims of " + to_string());
+  }
+  if (identity) return *this;
+  std::vector<Layout> modes;
+  std::vector<std::string> names;
+  std::vector<BackendConfig> configs;
+  for (int d : order) {
+    modes.push_back(layout_[d]);
+    if (names_) names.push_back((*names_)[static_cast<std::size_t>(d)]);
+    if (!configs_.empty()) configs.push_back(configs_[static_cast<std::size_t>(d)]);
+  }
+  MeshNames out_names;
+  if (names_) out_names = std::move(names);
+  return DeviceMesh(u_, make_layout(std::span<const Layout>(modes.data(), modes.size())), std::move(out_names), false,
+                    std::move(configs));
+}
+
+DeviceMesh DeviceMesh::transpose(std::span<const std::string> order) const {
+  if (!names_) {
+    throw FailedPrecondition("Cannot transpose a DeviceMesh by names without mesh_dim_names! (" + to_string() + ")");
+  }
+  std::vector<int> idx;
+  for (const std::string& n : order) {
+    auto it = std::find(names_->begin(), names_->end(), n);
+    if (it == names_->end()) {
+      throw NotFound("transpose: " + quote_input(n) + " is not a dim of " + to_string() +
+                     "; valid mesh_dim_names are " + py_tuple(*names_));
+    }
+    idx.push_back(static_cast<int>(it - names_->begin()));
+  }
+  return transpose(std::span<const int>(idx.data(), idx.size()));
+}
+
+DeviceMesh DeviceMesh::reshape(std::span<const int64_t> sizes, std::span<const std::string> names) const {
+  // The flattened layout, without registering a name on the root (unlike flatten).
+  const Layout flat = mesh_flatten(layout_);
+  const DeviceMesh one(u_, flat, canonical_of(flat), std::vector<std::string>{"reshape"}, false, {});
+  return one.unflatten(0, sizes, names);
+}
+
+bool DeviceMesh::init_backend() const { return u_->init_backend; }
+const std::string& DeviceMesh::default_backend() const { return u_->default_backend; }
+
+GroupHandle DeviceMesh::get_group(int64_t rank) const {
+  if (!u_->init_backend) throw FailedPrecondition("DeviceMesh process groups not initialized!");
+  if (ndim() > 1) {
+      throw FailedPrecondition("Found the DeviceMesh have " + std::to_string(ndim()) +
+                               " dimensions. Optional kwarg `mesh_dim` needs to be specified when "
+                               "device_mesh.ndim > 1. If you want to get the list of all the ProcessGroups in "
+                               "the DeviceMesh, please use `get_all_groups()` instead.");
+  }
+  return get_group(rank, 0);
+}
+
+GroupHandle DeviceMesh::get_group(int64_t rank, int d) const {
+  if (!u_->init_backend) throw FailedPrecondition("DeviceMesh process groups not initialized!");
+  const std::optional<int> dim = d;
+  if (*dim < 0 || *dim >= ndim()) {
+    throw OutOfRange("get_group: mesh_dim " + std::to_string(*dim) + " is out of range [0, " +
+                     std::to_string(ndim()) + ") of " + to_string());
+  }
+  std::optional<std::vector<int64_t>> ranks = group_of(rank, *dim);
+  if (!ranks) {
+    throw FailedPrecondition("get_group: rank " + std::to_string(rank) + " is not in " + to_string() +
+                             " (a rank outside the mesh has no groups)");
+  }
+  GroupHandle h;
+  h.ranks = std::move(*ranks);
+  h.config = backend_config(*dim);
+  h.backend = h.config.backend.empty() ? u_->default_backend : h.config.backend;
+  h.group_desc = names_ ? "mesh_" + (*names_)[static_cast<std::size_t>(*dim)] : "mesh_dim_" + std::to_string(*dim);
+  h.record = group_record(*dim);
+  return h;
+}
+
+GroupHandle DeviceMesh::get_group(int64_t rank, std::string_view dim) const {
+  if (!u_->init_backend) throw FailedPrecondition("DeviceMesh process groups not initialized!");
+  const bool own = names_ && std::find(names_->begin(), names_->end(), dim) != names_->end();
+  if (!own) {
+    // PyTorch looks a name up in the root's flatten mapping first (root.get_group("dp_cp")).
+    if (std::optional<Universe::Flattened> f = u_->find_flattened(std::string(dim))) {
+      const DeviceMesh flat(u_, f->layout, f->canonical, std::vector<std::string>{f->name}, false, {f->config});
+      return flat.get_group(rank, 0);
+    }
+    if (!names_) throw FailedPrecondition("No `mesh_dim_names` found. (" + to_string() + ")");
+    throw NotFound("Mesh dimension '" + std::string(dim) + "' does not exist. Available mesh dimensions are: "
+                   "mesh_dim_names=" + py_tuple(*names_));
+  }
+  return get_group(rank, dim_index(dim));
+}
+
+std::vector<GroupHandle> DeviceMesh::get_all_groups(int64_t rank) const {
+  std::vector<GroupHandle> out;
+  for (int d = 0; d < ndim(); ++d) out.push_back(get_group(rank, d));
+  return out;
 }
 
 DeviceMesh DeviceMesh::concatenate(std::span<const DeviceMesh> meshes) {

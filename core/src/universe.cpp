@@ -15,14 +15,17 @@ uint64_t next_id() {
 }  // namespace
 
 Universe::Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks,
-                   Layout root_layout, MeshNames root_names, std::vector<BackendConfig> root_configs)
+                   Layout root_layout, MeshNames root_names, std::vector<BackendConfig> root_configs,
+                   bool init_backend, std::string default_backend)
     : id(next_id()),
       device_type(std::move(device_type)),
       world_size(world),
       rank_map(std::move(ranks)),
       root_layout(std::move(root_layout)),
       root_names(std::move(root_names)),
-      root_configs(std::move(root_configs)) {}
+      root_configs(std::move(root_configs)),
+      init_backend(init_backend),
+      default_backend(std::move(default_backend)) {}
 
 std::size_t Universe::GroupKeyHash::operator()(const GroupKey& k) const {
   const std::size_t seed = k.layout.hash();

@@ -23,7 +23,8 @@ namespace meshsim {
 class Universe {
  public:
   Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks, Layout root_layout,
-           MeshNames root_names, std::vector<BackendConfig> root_configs);
+           MeshNames root_names, std::vector<BackendConfig> root_configs, bool init_backend = true,
+           std::string default_backend = {});
 
   const uint64_t id;  // unique within the process
   const std::string device_type;
@@ -32,6 +33,8 @@ class Universe {
   const Layout root_layout;
   const MeshNames root_names;
   const std::vector<BackendConfig> root_configs;
+  const bool init_backend;             // PyTorch's _init_backend: false means no process groups
+  const std::string default_backend;   // the world's default backend ("" = the run's own)
 
   // Flattened is one flatten registration: its name, layout as written, the layout's canonical
   // form (what identity compares) and backend config.

@@ -91,6 +91,23 @@ struct RootOptions {
   std::string device_type = "cpu";         // letters only
   std::optional<int64_t> world_size;       // unset: the rank map's largest rank + 1 is allowed
   std::vector<BackendConfig> backend_override;  // empty, or one per dim
+  // init_backend is PyTorch's _init_backend: false builds the mesh without process groups
+  // (from_group and from_logical meshes), so get_group fails as PyTorch's does.
+  bool init_backend = true;
+  // default_backend is init_process_group's choice: the backend of every group whose config
+  // names none ("" = the run's own backend).
+  std::string default_backend;
+};
+
+// GroupHandle is what PyTorch's get_group(dim) hands a rank: its group along the dim and how the
+// group is made. The record is the universe's cached group (its name is the cache identity);
+// asking again is a cache hit.
+struct GroupHandle {
+  std::vector<int64_t> ranks;  // the rank's group, in mesh order
+  std::string backend;         // the config's backend, else the world's default ("" = the run's)
+  BackendConfig config;        // as configured: timeout and options travel with the group
+  std::string group_desc;      // PyTorch's description: "mesh_" + the dim's name ("mesh_dp_cp")
+  std::shared_ptr<const GroupRecord> record;
 };
 
 // CacheStats counts group-cache lookups of a universe.
@@ -144,6 +161,15 @@ class DeviceMesh {
   DeviceMesh with_backend_configs(std::vector<BackendConfig> configs) const;
   // concatenate joins the dims of meshes of one universe; they must not overlap.
   static DeviceMesh concatenate(std::span<const DeviceMesh> meshes);
+  // transpose is the same ranks with the dims permuted (`order` lists the old dims in their new
+  // positions, by index or by name): PyTorch's slice refuses names out of stride order, this
+  // is how that view is asked for; flattening a transposed mesh gives the column-major orders
+  // Megatron's RankGenerator uses. InvalidArgument unless `order` is a permutation.
+  DeviceMesh transpose(std::span<const int> order) const;
+  DeviceMesh transpose(std::span<const std::string> order) const;
+  // reshape is flatten + unflatten in one call, without registering a flattened name: the mesh's
+  // ranks in row-major order, regrouped into `sizes` named `names`.
+  DeviceMesh reshape(std::span<const int64_t> sizes, std::span<const std::string> names) const;
 
   // device_type is the root's device ("cpu", "cuda", ...); names are the dim names, if any.
   const std::string& device_type() const;
@@ -202,6 +228,20 @@ class DeviceMesh {
   // omitted), created on first use.
   std::shared_ptr<const GroupRecord> group_record(int dim) const;
   std::shared_ptr<const GroupRecord> group_record(int dim, const BackendConfig& config) const;
+  // get_group is PyTorch's get_group for `rank`: by dim index, by name (a dim of this mesh or a
+  // name flattened on the root), or none on a 1-D mesh; with PyTorch's errors: FailedPrecondition
+  // "DeviceMesh process groups not initialized!" (a mesh built with init_backend false) and
+  // "... `mesh_dim` needs to be specified when device_mesh.ndim > 1 ..." (no dim on ndim > 1),
+  // NotFound "Mesh dimension 'x' does not exist." / FailedPrecondition "No `mesh_dim_names`
+  // found." for names, OutOfRange for an index, FailedPrecondition for a rank not in the mesh.
+  GroupHandle get_group(int64_t rank) const;
+  GroupHandle get_group(int64_t rank, int dim) const;
+  GroupHandle get_group(int64_t rank, std::string_view dim) const;
+  // get_all_groups is get_group of every dim, in order.
+  std::vector<GroupHandle> get_all_groups(int64_t rank) const;
+  // init_backend and default_backend are the root's (RootOptions).
+  bool init_backend() const;
+  const std::string& default_backend() const;
   // cache_stats are the universe's group-cache counters (shared by every mesh of the root).
   CacheStats cache_stats() const;
   // flattened_names are the names registered on the root by flatten, in registration order;
