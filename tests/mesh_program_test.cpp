@@ -160,4 +160,122 @@ TEST(MeshProgram, BackendOverrideByIndexOrNameWithPyTorchErrors) {
   EXPECT_EQ(error_type(build(R"({"0": {"timeout_ms": -1}})")), "InvalidArgument");
 }
 
+// PyTorch's get_group through the query: every dim by name, a root's flattened names, and the
+// group cache counting each request (a slice reuses its parent's groups).
+TEST(MeshProgramGroups, GetGroupAnswersEveryDimAndTheRootsFlattenedNames) {
+  Json req = program(Json::array({{{"slice", {"dp", "cp"}}}, {{"on", "_last"}, {"flatten", nullptr}}}),
+                     {"get_group", "get_all_groups", "cache_stats"});
+  req["rank"] = 5;
+  req["result"] = "root";
+  Json a = ask(req);
+  ASSERT_TRUE(a["ok"].get<bool>()) << a.dump();
+  const Json& g = a["result"]["get_group"];
+  EXPECT_EQ(g["dp"]["ranks"], Json({1, 5}));
+  EXPECT_EQ(g["cp"]["ranks"], Json({5, 7}));
+  EXPECT_EQ(g["tp"]["ranks"], Json({4, 5}));
+  EXPECT_EQ(g["dp_cp"]["ranks"], Json({1, 3, 5, 7}));
+  EXPECT_EQ(g["dp_cp"]["group_desc"], "mesh_dp_cp");
+  EXPECT_EQ(g["tp"]["group_desc"], "mesh_tp");
+  ASSERT_EQ(a["result"]["get_all_groups"].size(), 3u);  // the dims only, in order
+  EXPECT_EQ(a["result"]["get_all_groups"][2], g["tp"]);
+  // get_group built 4 records; get_all_groups found 3 of them again.
+  EXPECT_EQ(a["result"]["cache_stats"], Json({{"hits", 3}, {"misses", 4}, {"size", 4}}));
+
+  Json views = program(Json::array({{{"slice", {"dp", "tp"}}, {"let", "s"}}}), {"get_group_by_view", "cache_stats"});
+  Json v = ask(views);
+  ASSERT_TRUE(v["ok"].get<bool>()) << v.dump();
+  EXPECT_EQ(v["result"]["get_group_by_view"]["s"]["tp"]["name"], v["result"]["get_group_by_view"]["root"]["tp"]["name"]);
+  EXPECT_EQ(v["result"]["cache_stats"], Json({{"hits", 2}, {"misses", 3}, {"size", 3}}));
+}
+
+TEST(MeshProgramGroups, PyTorchsErrorsAndTheWorldsDefaultBackend) {
+  Json no_dim = program(Json::array(), {"get_group"});
+  no_dim["build"]["init_device_mesh"]["_init_backend"] = false;
+  Json a = ask(no_dim);
+  EXPECT_EQ(error_type(a), "FailedPrecondition");
+  EXPECT_EQ(a["error"]["message"], "DeviceMesh process groups not initialized!");
+  Json gloo = program(Json::array(), {"get_group"});
+  gloo["build"]["init_device_mesh"]["default_backend"] = "gloo";
+  gloo["build"]["init_device_mesh"]["backend_override"] = {{"tp", {{"timeout_ms", 1500}}}, {"cp", "nccl"}};
+  Json b = ask(gloo);
+  ASSERT_TRUE(b["ok"].get<bool>()) << b.dump();
+  EXPECT_EQ(b["result"]["get_group"]["dp"]["backend"], "gloo");
+  EXPECT_EQ(b["result"]["get_group"]["cp"]["backend"], "nccl");
+  EXPECT_EQ(b["result"]["get_group"]["tp"]["backend"], "gloo");  // options alone keep the default
+  EXPECT_EQ(b["result"]["get_group"]["tp"]["timeout_ms"], 1500);
+  Json bad = program(Json::array(), {"get_group"});
+  bad["build"]["init_device_mesh"]["_init_backend"] = "yes";
+  EXPECT_EQ(error_type(ask(bad)), "InvalidArgument");
+}
+
+// from_logical as PyTorch builds it: on 'meta', without process groups.
+TEST(MeshProgramGroups, FromLogicalIsMetaWithoutGroups) {
+  const Json logical = {{"world_size", 4}, {"build", {{"from_logical", {{"mesh_shape", {4}}}}}}};
+  Json meta = logical;
+  meta["build"]["from_logical"]["device_type"] = "meta";
+  Json eq = ask({{"op", "mesh.equal"}, {"a", logical}, {"b", meta}});
+  EXPECT_EQ(eq["result"]["equivalent"], true) << eq.dump();
+  Json req = logical;
+  req["op"] = "mesh.program";
+  req["want"] = {"device_type", "coordinate"};
+  Json a = ask(req);
+  EXPECT_EQ(a["result"]["device_type"], "meta") << a.dump();
+  EXPECT_EQ(a["result"]["coordinate"], Json({0}));
+  req["want"] = {"get_group"};
+  Json g = ask(req);
+  EXPECT_EQ(error_type(g), "FailedPrecondition");
+  EXPECT_EQ(g["error"]["message"], "DeviceMesh process groups not initialized!");
+  req["build"]["from_logical"]["_init_backend"] = true;
+  EXPECT_EQ(error_type(ask(req)), "InvalidArgument");
+}
+
+TEST(MeshProgramGroups, TransposeAndReshapeOps) {
+  Json t = program(Json::array({{{"transpose", {"tp", "dp", "cp"}}}, {{"on", "_last"}, {"flatten", nullptr}}}),
+                   {"groups_by_dim"});
+  Json a = ask(t);
+  ASSERT_TRUE(a["ok"].get<bool>()) << a.dump();
+  EXPECT_EQ(a["result"]["groups_by_dim"]["tp_dp_cp"], Json({{0, 2, 4, 6, 1, 3, 5, 7}}));  // cp fastest, then dp, then tp
+  Json byidx = program(Json::array({{{"transpose", {2, 0, 1}}}}), {"mesh_dim_names"});
+  EXPECT_EQ(ask(byidx)["result"]["mesh_dim_names"], Json({"tp", "dp", "cp"}));
+  Json r = program(Json::array({{{"reshape", {{"sizes", {4, 2}}, {"names", {"a", "b"}}}}}}), {"groups_by_dim", "shape"});
+  Json b = ask(r);
+  ASSERT_TRUE(b["ok"].get<bool>()) << b.dump();
+  EXPECT_EQ(b["result"]["groups_by_dim"]["b"], Json({{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(error_type(ask(program(Json::array({{{"transpose", {0, 0, 1}}}})))), "InvalidArgument");
+  EXPECT_EQ(error_type(ask(program(Json::array({{{"transpose", {"tp", "ep", "dp"}}}})))), "NotFound");
+  EXPECT_EQ(error_type(ask(program(Json::array({{{"transpose", {7, 0, 1}}}})))), "InvalidArgument");
+  EXPECT_EQ(error_type(ask(program(Json::array({{{"reshape", {{"sizes", {3, 3}}, {"names", {"a", "b"}}}}}})))),
+            "InvalidArgument");
+}
+
+// test_from_group_with_invalid_mesh and test_from_group_with_mesh_shape_2d, through the query.
+TEST(MeshProgramGroups, FromGroupAsPyTorchSpellsIt) {
+  auto build = [](Json body, Json want = {"groups_by_dim"}) {
+    return ask({{"op", "mesh.program"}, {"world_size", 4}, {"build", {{"from_group", std::move(body)}}}, {"want", want}});
+  };
+  const std::vector<std::pair<Json, std::string>> refused{
+      {{{"group", {0, 1, 2, 3}}, {"mesh", {{0, 1}, {2, 3}}}}, "Invalid mesh [[0, 1], [2, 3]] for ProcessGroup with ranks [0, 1, 2, 3]"},
+      {{{"groups", Json::array()}}, "Expects at least one ProcessGroup to be passed"},
+      {{{"groups", {{0, 2}, {0, 1}}}}, "Must pass mesh if passing multiple ProcessGroups"},
+      {{{"groups", {{0, 2}, {0, 1}}}, {"mesh", {{0, 1}, {2, 3}}}}, "Must pass mesh_dim_names if passing multiple ProcessGroups"},
+      {{{"groups", {{0, 2}, {0, 1}}}, {"mesh", {0, 1, 2, 3}}, {"mesh_dim_names", {"dp", "tp"}}},
+       "Expects mesh with ndim equal to number of ProcessGroups but got mesh [0, 1, 2, 3] and 2 ProcessGroups"},
+  };
+  for (const auto& [body, message] : refused) {
+    Json a = build(body);
+    EXPECT_EQ(error_type(a), "InvalidArgument") << body;
+    EXPECT_EQ(a["error"]["message"], message) << body;
+  }
+  Json one = build({{"group", {3, 1, 2, 0}}, {"mesh", {3, 1, 2, 0}}}, {"groups_by_dim", "get_group"});
+  ASSERT_TRUE(one["ok"].get<bool>()) << one.dump();
+  EXPECT_EQ(one["result"]["groups_by_dim"]["0"], Json({{3, 1, 2, 0}}));
+  Json two = build({{"groups", {{0, 2}, {0, 1}}}, {"mesh", {{0, 1}, {2, 3}}}, {"mesh_dim_names", {"dp", "tp"}}});
+  ASSERT_TRUE(two["ok"].get<bool>()) << two.dump();
+  EXPECT_EQ(two["result"]["groups_by_dim"], Json::parse(R"({"dp": [[0, 2], [1, 3]], "tp": [[0, 1], [2, 3]]})"));
+  // meshsim checks what PyTorch skips: each group is the rank's group along its dim.
+  Json wrong = build({{"groups", {{0, 3}, {0, 1}}}, {"mesh", {{0, 1}, {2, 3}}}, {"mesh_dim_names", {"dp", "tp"}}});
+  EXPECT_EQ(error_type(wrong), "InvalidArgument");
+  EXPECT_EQ(error_type(build({{"group", {0}}, {"groups", {{0}}}})), "InvalidArgument");
+}
+
 }  // namespace

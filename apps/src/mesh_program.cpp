@@ -81,8 +81,55 @@ const std::vector<std::string>& all_fields() {
   return f;
 }
 
+// handle_json is one GroupHandle: the rank's group, its backend, config, description and the
+// cache identity of its record.
+Json handle_json(const GroupHandle& h) {
+  return Json{{"ranks", h.ranks},
+              {"backend", h.backend.empty() ? Json(nullptr) : Json(h.backend)},
+              {"timeout_ms", h.config.timeout.count()},
+              {"config", h.config.to_string()},
+              {"group_desc", h.group_desc},
+              {"name", h.record->name}};
+}
+
 Json field(Program& p, const DeviceMesh& m, const std::string& name) {
   const int64_t me = p.rank.value_or(0);
+  if (name == "device_type") return Json(m.device_type());
+  if (name == "get_group_by_view") {
+    // get_group of the root, then of every handle bound by `let` (by name): the cache counts
+    // each, so a following cache_stats shows which views reused another's groups.
+    std::vector<std::pair<std::string, const DeviceMesh*>> views{{"root", &p.built.root}};
+    for (const auto& [h, mesh] : p.built.handles) views.emplace_back(h, &mesh);
+    Json out = Json::object();
+    for (const auto& [h, mesh] : views) {
+      budget(p, mesh->ndim(), mesh->size() + 6, "get_group_by_view");
+      Json dims = Json::object();
+      for (int d = 0; d < mesh->ndim(); ++d) dims[mesh->dim_name(d)] = handle_json(mesh->get_group(me, d));
+      out[h] = std::move(dims);
+    }
+    return out;
+  }
+  if (name == "get_group" || name == "get_all_groups") {
+    // get_group: the rank's handle for every dim by name (on a root, its flattened names too);
+    // get_all_groups: the list PyTorch's get_all_groups returns. PyTorch's errors where its
+    // call fails (no process groups, a rank outside the mesh).
+    std::vector<std::string> extra;
+    if (name == "get_group" && m.is_root()) {
+      for (const std::string& f : m.flattened_names()) {
+        if (!m.names() || std::find(m.names()->begin(), m.names()->end(), f) == m.names()->end()) extra.push_back(f);
+      }
+    }
+    budget(p, m.ndim() + static_cast<int64_t>(extra.size()), m.size() + 6, name.c_str());
+    if (name == "get_all_groups") {
+      Json out = Json::array();
+      for (const GroupHandle& h : m.get_all_groups(me)) out.push_back(handle_json(h));
+      return out;
+    }
+    Json out = Json::object();
+    for (int d = 0; d < m.ndim(); ++d) out[m.dim_name(d)] = handle_json(m.get_group(me, d));
+    for (const std::string& f : extra) out[f] = handle_json(m.get_group(me, std::string_view(f)));
+    return out;
+  }
   if (name == "mesh_dim_names") return m.names() ? Json(*m.names()) : Json(nullptr);
   if (name == "layout") return json::from_layout(m.layout());
   if (name == "shape") return Json(m.shape());
@@ -165,7 +212,8 @@ Json field(Program& p, const DeviceMesh& m, const std::string& name) {
   throw InvalidArgument("unknown result field " + quote_input(name) + "; known fields: mesh_dim_names, "
                         "layout, shape, ndim, size, rank_map, mesh_by_rank, coordinate_by_rank, "
                         "groups_by_dim, local_rank_by_rank, backend_by_dim, coordinate, local_rank, my_groups, "
-                        "get_local_rank, root, root_dim_index, flattened, cache_stats");
+                        "get_local_rank, root, root_dim_index, flattened, cache_stats, device_type, get_group, "
+                        "get_all_groups");
 }
 
 }  // namespace

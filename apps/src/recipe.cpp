@@ -107,37 +107,74 @@ RootSpec root_from_json(const Json& build) {
   need_object(body, "'" + kind + "'");
   if (kind == "init_device_mesh" || kind == "from_logical") {
     r.kind = kind == "init_device_mesh" ? RootSpec::Kind::kInit : RootSpec::Kind::kLogical;
-    check_keys(body, {"mesh_shape", "mesh_dim_names", "device_type", "backend_override"}, kind);
+    check_keys(body, {"mesh_shape", "mesh_dim_names", "device_type", "backend_override", "_init_backend", "default_backend"}, kind);
     r.shape = json::to_int_list(need(body, "mesh_shape", kind), "mesh_shape");
   } else if (kind == "DeviceMesh") {
     r.kind = RootSpec::Kind::kRanks;
-    check_keys(body, {"mesh", "mesh_dim_names", "device_type", "backend_override"}, kind);
+    check_keys(body, {"mesh", "mesh_dim_names", "device_type", "backend_override", "_init_backend", "default_backend"}, kind);
     const Json& mesh = need(body, "mesh", kind);
     if (!mesh.is_array()) throw InvalidArgument("'mesh' must be a (nested) list of ranks");
     read_nested(mesh, 0, r.shape, r.ranks);
   } else if (kind == "from_group") {
     r.kind = RootSpec::Kind::kGroup;
-    check_keys(body, {"group", "mesh_dim_names", "device_type", "backend_override"}, kind);
-    r.ranks = json::to_int_list(need(body, "group", kind), "group");
-    r.shape = {static_cast<int64_t>(r.ranks.size())};
+    check_keys(body, {"group", "groups", "mesh", "mesh_dim_names", "device_type", "backend_override", "_init_backend",
+                      "default_backend"}, kind);
+    // PyTorch's from_group(group | [groups], device_type, mesh=None, mesh_dim_names=None).
+    if (body.contains("group") == body.contains("groups")) {
+      throw InvalidArgument("'from_group' takes exactly one of 'group' (one group's ranks) or 'groups' (a list)");
+    }
+    if (const Json* one = find(body, "group")) {
+      r.ranks = json::to_int_list(*one, "group");
+      r.groups = {r.ranks};
+      r.shape = {static_cast<int64_t>(r.ranks.size())};
+    } else {
+      const Json& list = body.at("groups");
+      if (!list.is_array()) throw InvalidArgument("'groups' must be a list of groups (lists of ranks)");
+      if (list.size() > static_cast<std::size_t>(kMaxMeshDims)) {
+        throw InvalidArgument("'groups' lists " + std::to_string(list.size()) + " groups, over the limit of " +
+                              std::to_string(kMaxMeshDims) + " dims");
+      }
+      for (const Json& g : list) r.groups.push_back(json::to_int_list(g, "groups"));
+      r.group_list = true;
+    }
+    if (const Json* m = present(body, "mesh")) {
+      if (!m->is_array()) throw InvalidArgument("'mesh' must be a (nested) list of ranks");
+      MeshArray a;
+      read_nested(*m, 0, a.shape, a.values);
+      r.mesh_arg = std::move(a);
+      if (r.group_list) {
+        r.shape = r.mesh_arg->shape;
+        r.ranks = r.mesh_arg->values;
+      }
+    }
   } else {
     throw InvalidArgument("'build' must hold 'init_device_mesh', 'DeviceMesh', 'from_group' or "
                           "'from_logical', got " + quote_input(kind));
   }
   r.names = optional_names(body, "mesh_dim_names");
+  // PyTorch's from_logical builds on 'meta', without process groups.
+  if (r.kind == RootSpec::Kind::kLogical) r.device_type = "meta";
   if (const Json* dt = find(body, "device_type")) r.device_type = to_str(*dt, "device_type");
   if (const Json* bo = present(body, "backend_override")) r.backend_override = overrides_from_json(*bo);
+  if (const Json* ib = present(body, "_init_backend")) {
+    if (!ib->is_boolean()) throw InvalidArgument("'_init_backend' must be a boolean, got " + json::short_dump(*ib));
+    r.init_backend = ib->get<bool>();
+  }
+  if (r.kind == RootSpec::Kind::kLogical && r.init_backend.value_or(false)) {
+    throw InvalidArgument("from_logical builds no process groups: '_init_backend' cannot be true");
+  }
+  if (const Json* db = present(body, "default_backend")) r.default_backend = to_str(*db, "default_backend");
   return r;
 }
 
 StepSpec step_from_json(const Json& s, std::size_t index) {
   const std::string where = "ops[" + std::to_string(index) + "]";
   need_object(s, where);
-  check_keys(s, {"slice", "flatten", "unflatten", "concatenate", "on", "let", "backend"}, where);
+  check_keys(s, {"slice", "flatten", "unflatten", "concatenate", "transpose", "reshape", "on", "let", "backend"}, where);
   int kinds = 0;
-  for (const char* k : {"slice", "flatten", "unflatten", "concatenate"}) kinds += s.contains(k);
+  for (const char* k : {"slice", "flatten", "unflatten", "concatenate", "transpose", "reshape"}) kinds += s.contains(k);
   if (kinds != 1) {
-    throw InvalidArgument(where + " must hold exactly one of slice, flatten, unflatten, concatenate");
+    throw InvalidArgument(where + " must hold exactly one of slice, flatten, unflatten, concatenate, transpose, reshape");
   }
   StepSpec st;
   if (const Json* on = present(s, "on")) st.on = to_str(*on, "on");
@@ -170,6 +207,24 @@ StepSpec step_from_json(const Json& s, std::size_t index) {
     st.sizes = json::to_int_list(need(*u, "sizes", "unflatten"), "sizes");
     st.names = to_names(need(*u, "names", "unflatten"), "names");
     if (const Json* bo = present(*u, "backend_override")) st.backend_override = overrides_from_json(*bo);
+  } else if (const Json* t = find(s, "transpose")) {
+    st.kind = StepSpec::Kind::kTranspose;
+    if (!t->is_array() || t->empty()) throw InvalidArgument("'transpose' must be a non-empty list of dim names or indices");
+    if ((*t)[0].is_string()) {
+      st.names = to_names(*t, "transpose");
+    } else {
+      for (const Json& d : *t) {
+        const int64_t v = json::to_int(d, "transpose");
+        if (v < 0 || v > kMaxMeshDims) throw OutOfRange("transpose: dim " + std::to_string(v) + " is out of range");
+        st.order.push_back(static_cast<int>(v));
+      }
+    }
+  } else if (const Json* r = find(s, "reshape")) {
+    st.kind = StepSpec::Kind::kReshape;
+    need_object(*r, "'reshape'");
+    check_keys(*r, {"sizes", "names"}, "reshape");
+    st.sizes = json::to_int_list(need(*r, "sizes", "reshape"), "sizes");
+    st.names = to_names(need(*r, "names", "reshape"), "names");
   } else {
     st.kind = StepSpec::Kind::kConcatenate;
     const Json& list = s.at("concatenate");
@@ -284,9 +339,11 @@ struct Handles {
   }
 };
 
-DeviceMesh build_root(const RootSpec& r, int64_t world) {
+DeviceMesh build_root(const RootSpec& r, int64_t world, std::optional<int64_t> rank) {
   RootOptions opts;
   opts.device_type = r.device_type;
+  opts.init_backend = r.init_backend.value_or(r.kind != RootSpec::Kind::kLogical);
+  opts.default_backend = r.default_backend;
   if (world > 0 && r.kind != RootSpec::Kind::kLogical) opts.world_size = world;
   if (!r.backend_override.empty()) {
     opts.backend_override =
@@ -299,7 +356,7 @@ DeviceMesh build_root(const RootSpec& r, int64_t world) {
     case RootSpec::Kind::kRanks:
       return DeviceMesh::from_ranks(r.shape, r.ranks, r.names, opts);
     case RootSpec::Kind::kGroup:
-      return DeviceMesh::from_group(r.ranks, r.names, opts);
+      return DeviceMesh::from_group(r.groups, r.group_list, r.mesh_arg, r.names, rank, opts);
   }
   throw Internal("unknown root kind");
 }
@@ -311,6 +368,10 @@ DeviceMesh apply_step(const StepSpec& s, const Handles& h) {
       return src.slice(s.names);
     case StepSpec::Kind::kFlatten:
       return src.flatten(s.flatten_name, s.flatten_config);
+    case StepSpec::Kind::kTranspose:
+      return s.names.empty() ? src.transpose(std::span<const int>(s.order)) : src.transpose(std::span<const std::string>(s.names));
+    case StepSpec::Kind::kReshape:
+      return src.reshape(s.sizes, s.names);
     case StepSpec::Kind::kUnflatten: {
       DeviceMesh out = s.dim_name ? src.unflatten(*s.dim_name, s.sizes, s.names)
                                   : src.unflatten(s.dim_index, s.sizes, s.names);
@@ -599,7 +660,7 @@ MeshRecipe recipe_from_flags(const RecipeFlags& f) {
 
 BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& shared_root) {
   Handles h;
-  h.root = shared_root ? *shared_root : build_root(recipe.root, recipe.world_size);
+  h.root = shared_root ? *shared_root : build_root(recipe.root, recipe.world_size, recipe.rank);
   h.last = h.root;
   std::vector<DeviceMesh> meshes;
   meshes.reserve(recipe.steps.size());

@@ -351,6 +351,64 @@ DeviceMesh DeviceMesh::from_group(std::span<const int64_t> group_ranks, MeshName
                     std::move(options));
 }
 
+namespace {
+// nested_text is a mesh argument as Python prints a nested list: [[0, 1], [2, 3]].
+std::string nested_text(const MeshArray& m) {
+  std::size_t pos = 0;
+  auto rec = [&](auto&& self, std::size_t dim) -> std::string {
+    std::string out = "[";
+    for (int64_t i = 0; i < m.shape[dim]; ++i) {
+      if (i) out += ", ";
+      out += dim + 1 == m.shape.size() ? std::to_string(m.values[pos++]) : self(self, dim + 1);
+    }
+    return out + "]";
+  };
+  return m.shape.empty() ? "[]" : rec(rec, 0);
+}
+std::string py_ints(std::span<const int64_t> v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+}  // namespace
+
+DeviceMesh DeviceMesh::from_group(std::span<const std::vector<int64_t>> groups, bool is_list,
+                                  const std::optional<MeshArray>& mesh, MeshNames names,
+                                  std::optional<int64_t> rank, RootOptions options) {
+  if (!is_list) {
+    if (groups.size() != 1) throw InvalidArgument("from_group: one group, or a list of groups");
+    const std::vector<int64_t>& g = groups.front();
+    if (mesh && (mesh->shape.size() != 1 || mesh->values != g)) {
+      throw InvalidArgument("Invalid mesh " + nested_text(*mesh) + " for ProcessGroup with ranks " + py_ints(g));
+    }
+    return from_group(g, std::move(names), std::move(options));
+  }
+  if (groups.empty()) throw InvalidArgument("Expects at least one ProcessGroup to be passed");
+  if (!mesh) throw InvalidArgument("Must pass mesh if passing multiple ProcessGroups");
+  if (!names) throw InvalidArgument("Must pass mesh_dim_names if passing multiple ProcessGroups");
+  if (mesh->shape.size() != groups.size()) {
+    throw InvalidArgument("Expects mesh with ndim equal to number of ProcessGroups but got mesh " +
+                          nested_text(*mesh) + " and " + std::to_string(groups.size()) + " ProcessGroups");
+  }
+  if (!rank) {
+    // The rank whose groups these are: the one rank every group holds.
+    std::vector<int64_t> common = groups.front();
+    std::sort(common.begin(), common.end());
+    for (const std::vector<int64_t>& g : groups) {
+      std::vector<int64_t> sorted = g, keep;
+      std::sort(sorted.begin(), sorted.end());
+      std::set_intersection(common.begin(), common.end(), sorted.begin(), sorted.end(), std::back_inserter(keep));
+      common = std::move(keep);
+    }
+    if (common.size() != 1) {
+      throw InvalidArgument("from_group: the " + std::to_string(groups.size()) + " groups share " +
+                            std::to_string(common.size()) + " ranks, not exactly one; give the rank whose groups they are");
+    }
+    rank = common.front();
+  }
+  return from_groups(groups, mesh->shape, mesh->values, *names, *rank, std::move(options));
+}
+
 DeviceMesh DeviceMesh::from_groups(std::span<const std::vector<int64_t>> groups,
                                    std::span<const int64_t> shape, std::span<const int64_t> ranks,
                                    std::vector<std::string> names, int64_t rank,

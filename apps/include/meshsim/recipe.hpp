@@ -48,25 +48,32 @@ struct RootSpec {
   };
   Kind kind = Kind::kInit;
   std::vector<int64_t> shape;
-  std::vector<int64_t> ranks;  // kRanks and kGroup
+  std::vector<int64_t> ranks;  // kRanks and kGroup (one group)
+  // kGroup with a list of groups ("groups"), and the optional "mesh" argument (shape, ranks).
+  std::vector<std::vector<int64_t>> groups;
+  bool group_list = false;
+  std::optional<MeshArray> mesh_arg;
   MeshNames names;
-  std::string device_type = "cpu";
+  std::string device_type = "cpu";           // from_logical: "meta" unless given
   std::vector<DimOverride> backend_override;
+  std::optional<bool> init_backend;          // PyTorch's _init_backend (from_logical: false)
+  std::string default_backend;               // init_process_group's backend ("" = the run's)
 };
 
 // StepSpec is one transformation. `on` names the input mesh (a handle; "root" or "_last"),
 // `let` binds the result to a handle.
 struct StepSpec {
-  enum class Kind { kSlice, kFlatten, kUnflatten, kConcatenate };
+  enum class Kind { kSlice, kFlatten, kUnflatten, kConcatenate, kTranspose, kReshape };
   Kind kind = Kind::kSlice;
   std::string on = "root";
   std::optional<std::string> let;
-  std::vector<std::string> names;            // slice: dims; unflatten: new names
+  std::vector<std::string> names;            // slice, transpose: dims; unflatten, reshape: new names
+  std::vector<int> order;                    // transpose by indices
   std::optional<std::string> flatten_name;   // flatten
   std::optional<BackendConfig> flatten_config;
   std::optional<std::string> dim_name;       // unflatten by name ...
   int64_t dim_index = 0;                     // ... or by index
-  std::vector<int64_t> sizes;                // unflatten
+  std::vector<int64_t> sizes;                // unflatten, reshape
   std::vector<DimOverride> backend_override; // unflatten: per new dim
   std::vector<std::string> handles;          // concatenate
 };

@@ -134,6 +134,17 @@ class DeviceMesh {
   // from_group is a 1-D mesh over an existing group's ranks, in the group's order.
   static DeviceMesh from_group(std::span<const int64_t> group_ranks, MeshNames names = std::nullopt,
                                RootOptions options = {});
+  // from_group with PyTorch's whole signature: from_group(group | [groups], device_type, mesh,
+  // mesh_dim_names). One group (`is_list` false): the mesh is its ranks; a `mesh` given must
+  // equal them (a 2-D mesh is InvalidArgument "Invalid mesh [[0, 1], [2, 3]] for ProcessGroup
+  // with ranks [0, 1, 2, 3]"). A list: PyTorch's "Expects at least one ProcessGroup to be
+  // passed", "Must pass mesh if passing multiple ProcessGroups", "Must pass mesh_dim_names if
+  // passing multiple ProcessGroups", "Expects mesh with ndim equal to number of ProcessGroups
+  // ..."; then from_groups as `rank` (default: the one rank every group holds), which also
+  // checks what PyTorch skips (each group is rank's group along its dim).
+  static DeviceMesh from_group(std::span<const std::vector<int64_t>> groups, bool is_list,
+                               const std::optional<MeshArray>& mesh, MeshNames names,
+                               std::optional<int64_t> rank, RootOptions options = {});
   // from_groups builds the mesh of `shape`/`ranks` from one group per dim as seen by `rank`
   // and checks what PyTorch skips: each group must hold exactly the ranks of rank's group along
   // that dim (in any order).
