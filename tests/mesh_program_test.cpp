@@ -203,6 +203,21 @@ TEST(MeshProgramGroups, PyTorchsErrorsAndTheWorldsDefaultBackend) {
   EXPECT_EQ(b["result"]["get_group"]["cp"]["backend"], "nccl");
   EXPECT_EQ(b["result"]["get_group"]["tp"]["backend"], "gloo");  // options alone keep the default
   EXPECT_EQ(b["result"]["get_group"]["tp"]["timeout_ms"], 1500);
+  // An options object alone keeps the default backend; its keys, unknown ones too, come back.
+  Json opts = program(Json::array(), {"get_group", "backend_by_dim"});
+  opts["build"]["init_device_mesh"]["default_backend"] = "gloo";
+  opts["build"]["init_device_mesh"]["backend_override"] = {
+      {"dp", {{"options", {{"timeout_ms", 2500}, {"fake_option", 42}, {"name", "x"}, {"f", 0.25}, {"b", true}}}}}};
+  Json c = ask(opts);
+  ASSERT_TRUE(c["ok"].get<bool>()) << c.dump();
+  const Json& dp = c["result"]["get_group"]["dp"];
+  EXPECT_EQ(dp["backend"], "gloo");
+  EXPECT_EQ(dp["timeout_ms"], 2500);
+  EXPECT_EQ(dp["options"], Json::parse(R"({"fake_option": 42, "name": "x", "f": 0.25, "b": true})"));
+  EXPECT_EQ(c["result"]["get_group"]["tp"]["options"], Json::object());
+  Json nested = opts;
+  nested["build"]["init_device_mesh"]["backend_override"]["dp"]["options"]["deep"] = Json::array({1});
+  EXPECT_EQ(error_type(ask(nested)), "InvalidArgument");
   Json bad = program(Json::array(), {"get_group"});
   bad["build"]["init_device_mesh"]["_init_backend"] = "yes";
   EXPECT_EQ(error_type(ask(bad)), "InvalidArgument");

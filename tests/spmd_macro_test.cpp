@@ -51,6 +51,24 @@ MESHSIM_SPMD_TEST(SpmdMacro, PermutedRankMapSlicedAndFlattened, 12) {
   check_every_dim(ctx, mesh.slice({"cp", "tp"}).flatten());
 }
 
+// PyTorch's backend_override options object: the timeout and every key, unknown ones
+// included, travel into group creation on every backend and come back from the group.
+MESHSIM_SPMD_TEST(SpmdMacro, BackendOptionsTravelWithTheGroup, 4) {
+  BackendConfig with_options;
+  with_options.timeout = std::chrono::milliseconds(20000);
+  with_options.extras = {{"fake_option", int64_t{42}}, {"label", std::string("dp")}, {"ratio", 0.5}, {"on", true}};
+  const DeviceMesh mesh = DeviceMesh::init(std::vector<int64_t>{2, 2}, Names{"dp", "tp"},
+                                           {.backend_override = {with_options, BackendConfig{}}});
+  Communicator& dp = ctx.comm(mesh, 0);
+  EXPECT_EQ(dp.config(), with_options);
+  EXPECT_EQ(std::get<int64_t>(dp.config().extras.at("fake_option")), 42);
+  EXPECT_EQ(ctx.comm(mesh, 1).config(), BackendConfig{});
+  EXPECT_EQ(mesh.get_group(ctx.rank(), "dp").config, with_options);
+  int64_t one = 1;
+  dp.all_reduce(std::span<int64_t>(&one, 1), ReduceOp::kSum);
+  EXPECT_EQ(one, 2);
+}
+
 MESHSIM_SPMD_TEST(SpmdMacro, UnflattenedWorldOfFive, 5) {
   check_every_dim(ctx, DeviceMesh::init(std::vector<int64_t>{5}, Names{"world"}));
   // A world of 5 with a mesh of 4: rank 4 is outside and holds no group.

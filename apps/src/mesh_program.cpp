@@ -81,6 +81,13 @@ const std::vector<std::string>& all_fields() {
   return f;
 }
 
+// options_json is a config's options object: its extras, as given.
+Json options_json(const BackendConfig& c) {
+  Json out = Json::object();
+  for (const auto& [k, v] : c.extras) std::visit([&](const auto& x) { out[k] = x; }, v);
+  return out;
+}
+
 // handle_json is one GroupHandle: the rank's group, its backend, config, description and the
 // cache identity of its record.
 Json handle_json(const GroupHandle& h) {
@@ -88,6 +95,7 @@ Json handle_json(const GroupHandle& h) {
               {"backend", h.backend.empty() ? Json(nullptr) : Json(h.backend)},
               {"timeout_ms", h.config.timeout.count()},
               {"config", h.config.to_string()},
+              {"options", options_json(h.config)},
               {"group_desc", h.group_desc},
               {"name", h.record->name}};
 }

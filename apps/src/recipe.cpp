@@ -73,12 +73,35 @@ BackendConfig config_from_json(const Json& v, std::string_view where) {
     throw InvalidArgument(std::string(where) + " must be a backend name, an object or null, got " +
                           json::short_dump(v));
   }
-  check_keys(v, {"backend", "timeout_ms"}, where);
+  check_keys(v, {"backend", "timeout_ms", "options"}, where);
   if (const Json* b = present(v, "backend")) c.backend = to_str(*b, "backend");
-  if (const Json* t = present(v, "timeout_ms")) {
-    const int64_t ms = json::to_int(*t, "timeout_ms");
+  auto set_timeout = [&](const Json& t) {
+    const int64_t ms = json::to_int(t, "timeout_ms");
     if (ms < 0) throw InvalidArgument("timeout_ms " + std::to_string(ms) + " is negative");
     c.timeout = std::chrono::milliseconds(ms);
+  };
+  if (const Json* t = present(v, "timeout_ms")) set_timeout(*t);
+  // PyTorch's Options object: string keys, scalar values; timeout_ms sets the group's timeout,
+  // every other key is kept as given (unknown keys are not rejected).
+  if (const Json* o = present(v, "options")) {
+    if (!o->is_object()) throw InvalidArgument(std::string(where) + ": 'options' must be an object of key -> scalar");
+    if (o->size() > 256) throw InvalidArgument(std::string(where) + ": 'options' holds over 256 keys");
+    for (const auto& [k, val] : o->items()) {
+      if (k == "timeout_ms") {
+        set_timeout(val);
+      } else if (val.is_boolean()) {
+        c.extras[k] = val.get<bool>();
+      } else if (val.is_number_integer()) {
+        c.extras[k] = json::to_int(val, "options." + k);
+      } else if (val.is_number_float()) {
+        c.extras[k] = val.get<double>();
+      } else if (val.is_string()) {
+        c.extras[k] = val.get<std::string>();
+      } else {
+        throw InvalidArgument(std::string(where) + ": option " + quote_input(k) + " must be a boolean, number or string, got " +
+                              json::short_dump(val));
+      }
+    }
   }
   return c;
 }

@@ -111,6 +111,11 @@ Float16 to_float16(float f) {
   return Float16{static_cast<uint16_t>(sign | (exp << 10) | man)};
 }
 
+const BackendConfig& Communicator::config() const {
+  static const BackendConfig kDefault;
+  return kDefault;
+}
+
 void Communicator::check_blocks(const char* what, std::size_t block, std::size_t whole) const {
   if (block * static_cast<std::size_t>(size()) != whole) {
     throw InvalidArgument(std::string(what) + ": a buffer of " + std::to_string(whole) +

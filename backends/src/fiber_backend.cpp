@@ -431,7 +431,9 @@ std::shared_ptr<Communicator> FiberBackend::new_group(int64_t rank, std::span<co
     g->info = info;
   }
   const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
-  return std::make_shared<FiberCommunicator>(s_, this, g, me);
+  auto comm = std::make_shared<FiberCommunicator>(s_, this, g, me);
+  comm->set_config(config);  // the group hands its config back
+  return comm;
 }
 
 bool FiberBackend::abort(Diagnosis d) {

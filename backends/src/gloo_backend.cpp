@@ -564,7 +564,11 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
   int64_t instance = 0;
   std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);
   const std::string prefix = "g" + hex(digest) + "." + std::to_string(instance);
-  if (n == 1) return std::make_shared<GlooCommunicator>(s_, this, nullptr, info, 0, prefix, timeout);
+  if (n == 1) {
+    auto comm = std::make_shared<GlooCommunicator>(s_, this, nullptr, info, 0, prefix, timeout);
+    comm->set_config(config);
+    return comm;
+  }
 
   auto ctx = std::make_shared<gloo::rendezvous::Context>(sub, n);
   ctx->setTimeout(timeout);
@@ -664,7 +668,9 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
     s_->close_rank(rank);
     s_->reg.throw_aborted();
   }
-  return std::make_shared<GlooCommunicator>(s_, this, ctx, info, sub, prefix, timeout);
+  auto comm = std::make_shared<GlooCommunicator>(s_, this, ctx, info, sub, prefix, timeout);
+  comm->set_config(config);  // the group hands its config back
+  return comm;
 }
 
 bool GlooBackend::abort(Diagnosis d) {

@@ -21,11 +21,16 @@ class MemberCommunicator : public Communicator {
   int size() const final { return static_cast<int>(ranks_->size()); }
   const std::vector<int64_t>& global_ranks() const final { return *ranks_; }
   std::string backend() const final { return backend_; }
+  const BackendConfig& config() const final { return config_; }
+  // set_config records the config the group was made with (new_group calls it once, before the
+  // communicator is handed out).
+  void set_config(const BackendConfig& c) { config_ = c; }
 
  private:
   std::shared_ptr<const std::vector<int64_t>> ranks_;
   int rank_;
   const char* backend_;
+  BackendConfig config_;
 };
 
 }  // namespace meshsim::detail

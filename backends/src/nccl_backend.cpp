@@ -451,7 +451,9 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
     auto& w = s_->world[static_cast<std::size_t>(rank - o.first_rank)];
     if (!w) w = h;
   }
-  return std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout);
+  auto comm = std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout);
+  comm->set_config(config);  // the group hands its config back
+  return comm;
 }
 
 std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<const int64_t> ranks,
@@ -484,7 +486,9 @@ std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<c
   }
   s_->reg.leave(rank);
   s_->splits.fetch_add(1);
-  return std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout);
+  auto comm = std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout);
+  comm->set_config(config);  // the group hands its config back
+  return comm;
 }
 
 bool NcclBackend::abort(Diagnosis d) {

@@ -558,7 +558,9 @@ std::shared_ptr<Communicator> ThreadedBackend::new_group(int64_t rank,
     }
     g = ref;
   }
-  return std::make_shared<ThreadedCommunicator>(s_, this, g, static_cast<int>(pos - ranks.begin()));
+  auto comm = std::make_shared<ThreadedCommunicator>(s_, this, g, static_cast<int>(pos - ranks.begin()));
+  comm->set_config(config);  // the group hands its config back
+  return comm;
 }
 
 bool ThreadedBackend::abort(Diagnosis d) {

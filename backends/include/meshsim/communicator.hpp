@@ -121,6 +121,9 @@ class Communicator {
   virtual const std::vector<int64_t>& global_ranks() const = 0;
   // backend names the backend ("threaded", "gloo", "nccl").
   virtual std::string backend() const = 0;
+  // config is the BackendConfig the group was made with (timeout, options, extras), as given to
+  // new_group; a world communicator's is the default.
+  virtual const BackendConfig& config() const;
 
   // The untyped collectives (count in elements; see CollectiveDesc for what count means).
   // all_reduce is in place; all_gather writes size*count elements; reduce_scatter reads

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -40,12 +41,19 @@ struct NcclOptions {
   friend bool operator==(const NcclOptions&, const NcclOptions&) = default;
 };
 
+// OptionValue is one value of a backend's options object (a JSON scalar: PyTorch's Options
+// attributes, e.g. `fake_option: 42`).
+using OptionValue = std::variant<bool, int64_t, double, std::string>;
+
 // BackendConfig selects and configures the backend of one group. An empty `backend` means the
 // universe's default backend; a zero `timeout` means the backend's default timeout.
 struct BackendConfig {
   std::string backend;
   std::chrono::milliseconds timeout{0};
   std::variant<std::monostate, GlooOptions, NcclOptions> options;
+  // extras are the options object's other keys, kept as given (unknown keys are not rejected):
+  // every backend receives them with the group and hands them back (Communicator::config).
+  std::map<std::string, OptionValue> extras;
 
   friend bool operator==(const BackendConfig&, const BackendConfig&) = default;
   // hash is consistent with ==. fingerprint is a stable 64-bit FNV-1a digest of every field
