@@ -125,7 +125,7 @@ TEST(SpmdMacroReports, RegistersOneInstancePerBackend) {
 #endif
   EXPECT_EQ(testing::spmd_backends(), backends);
   std::vector<std::string> want;
-  for (const char* t : {"GroupsOfA3dMeshMatchAllGather", "OneRank", "PermutedRankMapSlicedAndFlattened",
+  for (const char* t : {"BackendOptionsTravelWithTheGroup", "GroupsOfA3dMeshMatchAllGather", "OneRank", "PermutedRankMapSlicedAndFlattened",
                         "UnflattenedWorldOfFive"}) {
     for (const std::string& b : backends) want.push_back(std::string(t) + "/" + b);
   }
