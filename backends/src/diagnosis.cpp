@@ -140,6 +140,26 @@ bool holds(const CensusFacts& f, const std::string& key) { return lookup_key(*f.
 
 }  // namespace
 
+std::optional<Diagnosis> lost_store_diagnosis(Store& store, const std::string& prefix, int64_t me,
+                                              const std::string& where, const std::string& what) {
+  try {
+    store.set(prefix + "/probe/" + std::to_string(me), "");
+    return std::nullopt;
+  } catch (const Unavailable& e) {
+    return Diagnosis{DiagnosisKind::kStore, {},
+                     "the store was lost: rank " + std::to_string(me) + " failed in " + where + " (" + what +
+                         ") and could not reach the store: " + e.what(),
+                     {}, {}};
+  } catch (const DeadlineExceeded& e) {
+    return Diagnosis{DiagnosisKind::kStore, {},
+                     "the store was lost: rank " + std::to_string(me) + " failed in " + where + " (" + what +
+                         ") and could not reach the store: " + e.what(),
+                     {}, {}};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 std::optional<Diagnosis> census_diagnosis(const CensusFacts& f, const std::string& what, bool timed_out, bool late,
                                           const std::function<std::optional<Diagnosis>()>& recorded,
                                           const std::function<void()>& close) {

@@ -655,6 +655,13 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
       if (Clock::now() >= settle) break;
       std::this_thread::sleep_for(milliseconds(20));
     }
+    // The store died under the connect: the pairs' failure is its consequence, not a stall.
+    if (auto dg = detail::lost_store_diagnosis(*o.store, o.prefix, rank, "connecting group " + rank_list(info->ranks),
+                                               failure)) {
+      abort(*dg);
+      s_->close_rank(rank);
+      s_->reg.throw_aborted();
+    }
     if (failure.find("Timed out") != std::string::npos || failure.find("timeout") != std::string::npos ||
         waited >= timeout) {
       throw DeadlineExceeded("gloo backend: rank " + std::to_string(rank) + " could not connect group " +

@@ -24,6 +24,13 @@ namespace meshsim::detail {
 std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
                                          int64_t me, const std::string& where);
 
+// lost_store_diagnosis probes the store (one write of "<prefix>/probe/<me>"): when it cannot be
+// reached, a "store" diagnosis saying `me` failed in `where` (`what`: its error) and could not
+// reach the store; nullopt when the store answers. A transport whose own failure (a connect
+// timeout) hides that the store died under it names the store this way.
+std::optional<Diagnosis> lost_store_diagnosis(Store& store, const std::string& prefix, int64_t me,
+                                              const std::string& where, const std::string& what);
+
 // CensusFacts: one collective that failed under rank `me`.
 struct CensusFacts {
   Store* store = nullptr;
