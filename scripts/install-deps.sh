@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(g++ cmake ninja-build libgtest-dev librapidcheck-dev libgloo-dev libboost-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev rapidjson-dev libtomlplusplus-dev
-      libxml2-utils librsvg2-bin)
+      libxml2-utils librsvg2-bin
+      pybind11-dev python3-dev python3-pytest python3-hypothesis)
 # The launchers the `launchers` tests run for real: torchrun and torch.distributed.TCPStore
 # (python3-torch), mpirun (openmpi-bin). MESHSIM_NO_LAUNCHERS=1 leaves them out (those tests
 # then skip, saying why).

@@ -1,0 +1,233 @@
+// meshsim._meshsim — the C++ library under `import meshsim` (pybind11). The Python package
+// (python/meshsim/__init__.py) wraps it: errors become meshsim.errors classes by their C++
+// class name, with the C++ message unchanged.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <sstream>
+
+#include "meshsim/device_mesh.hpp"
+#include "meshsim/error.hpp"
+#include "meshsim/layout.hpp"
+#include "meshsim/mesh_json.hpp"
+#include "meshsim/preset.hpp"
+#include "meshsim/query.hpp"
+#include "meshsim/recipe.hpp"
+#include "meshsim/run.hpp"
+
+namespace py = pybind11;
+using meshsim::DeviceMesh;
+
+namespace {
+
+using Names = std::optional<std::vector<std::string>>;
+
+// nested turns a row-major array into nested Python lists.
+py::list nested(const std::vector<int64_t>& shape, const std::vector<int64_t>& values) {
+  std::size_t pos = 0;
+  auto rec = [&](auto&& self, std::size_t dim) -> py::list {
+    py::list out;
+    for (int64_t i = 0; i < shape[dim]; ++i) {
+      if (dim + 1 == shape.size()) {
+        out.append(values[pos++]);
+      } else {
+        out.append(self(self, dim + 1));
+      }
+    }
+    return out;
+  };
+  return shape.empty() ? py::list() : rec(rec, 0);
+}
+
+int dim_of(const DeviceMesh& m, const py::object& dim) {
+  if (py::isinstance<py::str>(dim)) return m.dim_index(dim.cast<std::string>());
+  const int64_t d = dim.cast<int64_t>();
+  if (d < 0 || d >= m.ndim()) {
+    throw meshsim::OutOfRange("dim " + std::to_string(d) + " is out of range [0, " + std::to_string(m.ndim()) + ")");
+  }
+  return static_cast<int>(d);
+}
+
+py::dict handle_dict(const meshsim::GroupHandle& h) {
+  py::dict d;
+  d["ranks"] = h.ranks;
+  d["backend"] = h.backend.empty() ? py::none() : py::object(py::str(h.backend));
+  d["timeout_ms"] = h.config.timeout.count();
+  py::dict options;
+  for (const auto& [k, v] : h.config.extras) std::visit([&](const auto& x) { options[py::str(k)] = x; }, v);
+  d["options"] = options;
+  d["group_desc"] = h.group_desc;
+  d["name"] = h.record->name;
+  return d;
+}
+
+std::vector<std::string> names_of(const py::object& o) {
+  if (py::isinstance<py::str>(o)) return {o.cast<std::string>()};
+  return o.cast<std::vector<std::string>>();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_meshsim, m) {
+  m.doc() = "meshsim: PyTorch's DeviceMesh bookkeeping and its CuTe layout algebra, exactly, in C++";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const meshsim::Error& e) {
+      py::object errors = py::module_::import("meshsim.errors");
+      py::object cls = py::hasattr(errors, e.type_name()) ? errors.attr(e.type_name()) : errors.attr("Error");
+      PyErr_SetString(cls.ptr(), e.what());
+    }
+  });
+
+  py::class_<DeviceMesh>(m, "DeviceMesh")
+      .def_static("init", [](std::vector<int64_t> shape, Names names, std::string device_type,
+                             std::optional<int64_t> world_size) {
+        meshsim::RootOptions o;
+        o.device_type = std::move(device_type);
+        o.world_size = world_size;
+        return DeviceMesh::init(shape, std::move(names), o);
+      }, py::arg("shape"), py::arg("mesh_dim_names") = py::none(), py::arg("device_type") = "cpu",
+         py::arg("world_size") = py::none())
+      .def_static("from_ranks", [](std::vector<int64_t> shape, std::vector<int64_t> ranks, Names names) {
+        return DeviceMesh::from_ranks(shape, ranks, std::move(names));
+      }, py::arg("shape"), py::arg("ranks"), py::arg("mesh_dim_names") = py::none())
+      .def_static("from_group", [](std::vector<int64_t> ranks, Names names) {
+        return DeviceMesh::from_group(ranks, std::move(names));
+      }, py::arg("ranks"), py::arg("mesh_dim_names") = py::none())
+      .def_static("from_logical", [](std::vector<int64_t> shape, Names names) {
+        meshsim::RootOptions o;
+        o.device_type = "meta";  // PyTorch's from_logical: no world, no process groups
+        o.init_backend = false;
+        return DeviceMesh::init(shape, std::move(names), o);
+      }, py::arg("shape"), py::arg("mesh_dim_names") = py::none())
+      .def("__getitem__", [](const DeviceMesh& self, const py::object& key) {
+        const std::vector<std::string> n = names_of(key);
+        return self.slice(std::span<const std::string>(n));
+      })
+      .def("flatten", [](const DeviceMesh& self, std::optional<std::string> name) { return self.flatten(name); },
+           py::arg("name") = py::none())
+      .def("unflatten", [](const DeviceMesh& self, const py::object& dim, std::vector<int64_t> sizes,
+                           std::vector<std::string> names) {
+        if (py::isinstance<py::str>(dim)) return self.unflatten(dim.cast<std::string>(), sizes, names);
+        return self.unflatten(dim.cast<int64_t>(), sizes, names);
+      }, py::arg("dim"), py::arg("sizes"), py::arg("names"))
+      .def("transpose", [](const DeviceMesh& self, const py::sequence& order) {
+        if (py::len(order) > 0 && py::isinstance<py::str>(order[0])) {
+          const std::vector<std::string> n = order.cast<std::vector<std::string>>();
+          return self.transpose(std::span<const std::string>(n));
+        }
+        const std::vector<int> idx = order.cast<std::vector<int>>();
+        return self.transpose(std::span<const int>(idx));
+      })
+      .def("reshape", [](const DeviceMesh& self, std::vector<int64_t> sizes, std::vector<std::string> names) {
+        return self.reshape(sizes, names);
+      })
+      .def_property_readonly("shape", [](const DeviceMesh& self) { return py::tuple(py::cast(self.shape())); })
+      .def_property_readonly("ndim", &DeviceMesh::ndim)
+      .def("size", [](const DeviceMesh& self, const py::object& dim) {
+        return dim.is_none() ? self.size() : self.size(dim_of(self, dim));
+      }, py::arg("mesh_dim") = py::none())
+      .def_property_readonly("mesh_dim_names", [](const DeviceMesh& self) -> py::object {
+        if (!self.names()) return py::none();
+        return py::tuple(py::cast(*self.names()));
+      })
+      .def_property_readonly("device_type", &DeviceMesh::device_type)
+      .def("mesh_for", [](const DeviceMesh& self, int64_t rank) -> py::object {
+        auto a = self.mesh_for(rank);
+        if (!a) return py::none();
+        return nested(a->shape, a->values);
+      }, py::arg("rank"))
+      .def_property_readonly("layout", [](const DeviceMesh& self) { return meshsim::to_string(self.layout()); })
+      .def_property_readonly("canonical_layout",
+                             [](const DeviceMesh& self) { return meshsim::to_string(self.canonical_layout()); })
+      .def_property_readonly("rank_map", &DeviceMesh::rank_map)
+      .def_property_readonly("copies", &DeviceMesh::copies)
+      .def("get_coordinate", [](const DeviceMesh& self, int64_t rank) -> py::object {
+        auto c = self.coordinate(rank);
+        if (!c) return py::none();
+        return py::tuple(py::cast(*c));
+      }, py::arg("rank"))
+      .def("get_local_rank", [](const DeviceMesh& self, const py::object& dim, int64_t rank) -> py::object {
+        if (dim.is_none() && self.ndim() > 1) {
+          throw meshsim::FailedPrecondition("Optional kwarg `mesh_dim` needs to be specified when device_mesh.ndim > 1.");
+        }
+        auto r = self.local_rank(rank, dim.is_none() ? 0 : dim_of(self, dim));
+        if (!r) return py::none();
+        return py::int_(*r);
+      }, py::arg("mesh_dim") = py::none(), py::arg("rank") = 0)
+      .def("groups", [](const DeviceMesh& self, const py::object& dim) { return self.groups(dim_of(self, dim)); },
+           py::arg("mesh_dim"))
+      .def("group_of", [](const DeviceMesh& self, int64_t rank, const py::object& dim) {
+        return self.group_of(rank, dim_of(self, dim));
+      }, py::arg("rank"), py::arg("mesh_dim"))
+      .def("get_group", [](const DeviceMesh& self, const py::object& dim, int64_t rank) {
+        if (dim.is_none()) return handle_dict(self.get_group(rank));
+        if (py::isinstance<py::str>(dim)) return handle_dict(self.get_group(rank, std::string_view(dim.cast<std::string>())));
+        return handle_dict(self.get_group(rank, static_cast<int>(dim.cast<int64_t>())));
+      }, py::arg("mesh_dim") = py::none(), py::arg("rank") = 0)
+      .def("get_all_groups", [](const DeviceMesh& self, int64_t rank) {
+        py::list out;
+        for (const auto& h : self.get_all_groups(rank)) out.append(handle_dict(h));
+        return out;
+      }, py::arg("rank") = 0)
+      .def("get_root_mesh", &DeviceMesh::root)
+      .def_property_readonly("is_root", &DeviceMesh::is_root)
+      .def("cache_stats", [](const DeviceMesh& self) {
+        const meshsim::CacheStats c = self.cache_stats();
+        py::dict d;
+        d["hits"] = c.hits;
+        d["misses"] = c.misses;
+        d["size"] = c.size;
+        return d;
+      })
+      .def("__eq__", [](const DeviceMesh& a, const DeviceMesh& b) { return a == b; })
+      .def("__hash__", [](const DeviceMesh& self) { return static_cast<py::ssize_t>(self.hash()); })
+      .def("__repr__", &DeviceMesh::to_string);
+
+  m.def("concatenate", [](const std::vector<DeviceMesh>& meshes) { return DeviceMesh::concatenate(meshes); });
+  m.def("equivalent", [](const DeviceMesh& a, const DeviceMesh& b) { return equivalent(a, b); });
+  m.def("save", [](const DeviceMesh& mesh) { return meshsim::save_mesh(mesh); });
+  m.def("load", [](const std::string& text) { return meshsim::load_mesh(text); });
+  // query answers one `meshsim query` request line (the layout algebra goes through it).
+  m.def("query", [](const std::string& line) { return meshsim::query::answer_line(line); });
+  // views builds a recipe (a mesh.program JSON text, or a preset spec) and returns its views
+  // in recipe order: [(name, DeviceMesh)].
+  m.def("recipe_views", [](const std::string& program_json) {
+    const meshsim::MeshRecipe r = meshsim::recipe_from_json(nlohmann::json::parse(program_json));
+    const meshsim::BuiltMeshes b = meshsim::apply(r);
+    std::vector<std::pair<std::string, DeviceMesh>> out;
+    for (const meshsim::View& v : meshsim::views(r)) out.emplace_back(v.name, v.step == 0 ? b.root : b.meshes[v.step - 1]);
+    return out;
+  });
+  m.def("preset_views", [](const std::string& spec, std::optional<int64_t> world_size) {
+    const meshsim::MeshRecipe r = meshsim::preset::recipe(spec, world_size);
+    const meshsim::BuiltMeshes b = meshsim::apply(r);
+    std::vector<std::pair<std::string, DeviceMesh>> out;
+    for (const meshsim::View& v : meshsim::views(r)) out.emplace_back(v.name, v.step == 0 ? b.root : b.meshes[v.step - 1]);
+    return out;
+  }, py::arg("spec"), py::arg("world_size") = py::none());
+  // run is `meshsim run --format json` in this process: (exit status, the JSON report text).
+  // The GIL is released while the ranks run.
+  m.def("run", [](const std::string& mesh, const std::string& recipe_file, const std::string& preset,
+                  std::optional<int64_t> world_size, const std::string& backend, std::vector<std::string> faults,
+                  double timeout) {
+    meshsim::run::Options o;
+    o.recipe.mesh = mesh;
+    o.recipe.recipe_file = recipe_file;
+    o.recipe.preset = preset;
+    o.recipe.world_size = world_size;
+    o.backend = backend;
+    o.faults = std::move(faults);
+    o.timeout_seconds = timeout;
+    o.format = "json";
+    std::ostringstream out;
+    int status = 0;
+    {
+      py::gil_scoped_release release;
+      status = meshsim::run::run(o, out);
+    }
+    return std::make_pair(status, out.str());
+  });
+}

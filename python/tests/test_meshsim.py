@@ -1,0 +1,198 @@
+"""`import meshsim` against meshsim's own query engine (an independent path through the same
+rules as `meshsim query`) and PyTorch's documented behaviour."""
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import meshsim
+from meshsim.testing import layouts, meshes
+
+EXE = os.environ.get("MESHSIM_EXE")
+
+
+def cli_query(request):
+    """The `meshsim query` process: the answer to one request."""
+    out = subprocess.run([EXE, "query"], input=json.dumps(request) + "\n", capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    return json.loads(out)
+
+
+def test_the_done_when_line():
+    mesh = meshsim.init_device_mesh((2, 2, 4), ("dp", "cp", "tp"))
+    assert mesh["dp", "tp"].groups(0) == [[0, 8], [1, 9], [2, 10], [3, 11], [4, 12], [5, 13], [6, 14], [7, 15]]
+
+
+def test_device_mesh_api_as_pytorch_names_it():
+    mesh = meshsim.init_device_mesh((2, 4), ("dp", "tp"))
+    assert mesh.shape == (2, 4) and mesh.ndim == 2 and mesh.size() == 8 and mesh.size(1) == 4
+    assert mesh.mesh_dim_names == ("dp", "tp")
+    assert mesh.mesh_for(0) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert mesh.get_coordinate(6) == (1, 2)
+    assert mesh.get_local_rank("tp", rank=6) == 2
+    with pytest.raises(meshsim.FailedPrecondition, match="needs to be specified"):
+        mesh.get_local_rank()
+    assert mesh.groups("dp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert mesh.group_of(6, "tp") == [4, 5, 6, 7]
+    assert repr(mesh) == "DeviceMesh((dp=2, tp=4), 'cpu', stride=(4,1))"
+    assert mesh["tp"] == mesh["tp"] and hash(mesh["tp"]) == hash(mesh["tp"])
+    assert mesh["dp"].get_root_mesh() == mesh
+    flat = mesh.flatten()
+    assert flat.mesh_dim_names == ("dp_tp",) and flat.groups(0) == [list(range(8))]
+    un = mesh.unflatten("tp", [2, 2], ["a", "b"])
+    assert un.shape == (2, 2, 2) and un.groups("b") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    both = meshsim.concatenate([mesh["dp"], mesh["tp"]])
+    assert both == mesh
+    assert mesh.transpose(["tp", "dp"]).flatten("col").groups(0) == [[0, 4, 1, 5, 2, 6, 3, 7]]
+    assert mesh.reshape([4, 2], ["x", "y"]).groups("y") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    back = meshsim.load(meshsim.save(mesh["dp", "tp"]))
+    assert back != mesh["dp", "tp"] and meshsim.equivalent(back, mesh["dp", "tp"])
+    assert meshsim.DeviceMesh.from_ranks([2], [7, 3]).groups(0) == [[7, 3]]
+    assert meshsim.DeviceMesh.from_group([5, 1, 3]).groups(0) == [[5, 1, 3]]
+    logical = meshsim.DeviceMesh.from_logical([4], ["x"])
+    assert logical.device_type == "meta"
+    with pytest.raises(meshsim.FailedPrecondition, match="DeviceMesh process groups not initialized!"):
+        logical.get_group()
+
+
+def test_group_handles_and_the_cache():
+    mesh = meshsim.init_device_mesh((2, 2, 2), ("dp", "cp", "tp"))
+    mesh["dp", "cp"].flatten()
+    g = mesh.get_group("dp_cp", rank=1)
+    assert g["ranks"] == [1, 3, 5, 7] and g["group_desc"] == "mesh_dp_cp"
+    assert [h["ranks"] for h in mesh.get_all_groups(rank=5)] == [[1, 5], [5, 7], [4, 5]]
+    before = mesh.cache_stats()
+    mesh["tp"].get_group(rank=5)
+    after = mesh.cache_stats()
+    assert after["hits"] == before["hits"] + 1 and after["misses"] == before["misses"]
+    with pytest.raises(meshsim.FailedPrecondition, match="`mesh_dim` needs to be specified"):
+        mesh.get_group()
+    with pytest.raises(meshsim.NotFound) as e:
+        mesh.get_group("ep")
+    assert str(e.value) == e.value.args[0]  # the C++ message, unquoted
+
+
+@pytest.mark.parametrize("make, cls, builtin", [
+    (lambda: meshsim.init_device_mesh((2, 2), ("a", "a")), meshsim.InvalidArgument, ValueError),
+    (lambda: meshsim.Layout("(2,2:(1,2)"), meshsim.ParseError, ValueError),
+    (lambda: meshsim.init_device_mesh((2, 2), ("a", "b")).groups(5), meshsim.OutOfRange, IndexError),
+    (lambda: meshsim.init_device_mesh((2 ** 62, 4)), meshsim.OverflowError, OverflowError),
+    (lambda: meshsim.init_device_mesh((2, 2))["a"], meshsim.FailedPrecondition, RuntimeError),
+    (lambda: meshsim.init_device_mesh((2, 2), ("a", "b"))["c"], meshsim.NotFound, KeyError),
+    (lambda: meshsim.init_device_mesh((2, 2), ("a", "b"))["b"].flatten("a"), meshsim.AlreadyExists, ValueError),
+    (lambda: meshsim.query({"op": "mesh.program", "world_size": 2 ** 30,
+                            "build": {"init_device_mesh": {"mesh_shape": [2 ** 30]}}, "want": ["rank_map"]}),
+     meshsim.ResourceExhausted, MemoryError),
+])
+def test_every_error_class_is_its_python_builtin_too(make, cls, builtin):
+    with pytest.raises(cls) as e:
+        make()
+    assert isinstance(e.value, meshsim.Error) and isinstance(e.value, builtin)
+    assert type(e.value).__name__ == cls.__name__
+
+
+def test_the_error_tree():
+    for name, builtin in [("InvalidArgument", ValueError), ("OutOfRange", IndexError), ("NotFound", KeyError),
+                          ("FailedPrecondition", RuntimeError), ("DeadlineExceeded", TimeoutError),
+                          ("Unavailable", ConnectionError), ("Aborted", RuntimeError), ("Internal", RuntimeError),
+                          ("ResourceExhausted", MemoryError), ("AlreadyExists", ValueError)]:
+        cls = getattr(meshsim, name)
+        assert issubclass(cls, meshsim.Error) and issubclass(cls, builtin)
+    assert issubclass(meshsim.ParseError, meshsim.InvalidArgument)
+    assert issubclass(meshsim.MismatchError, meshsim.InvalidArgument)
+    assert issubclass(meshsim.OverflowError, meshsim.OutOfRange)
+
+
+def test_layout_algebra_in_both_conventions():
+    a = meshsim.Layout("(2,2):(4,1)")
+    assert a == meshsim.Layout((2, 2), (4, 1)) and str(a) == "(2,2):(4,1)"
+    assert a.size() == 4 and a.cosize() == 6
+    assert a.crd2idx([[1, 1]]) == [5]
+
+    def same(layout, answer):
+        assert answer["ok"], answer
+        assert layout == meshsim.Layout(answer["result"]["shape"], answer["result"]["stride"])
+
+    text = {"shape": [2, 2], "stride": [4, 1]}
+    same(a.complement(16), cli_query({"op": "complement_bound", "layout": text, "bound": 16}))
+    for conv in ("torch", "cute"):
+        same(a.coalesce(convention=conv), cli_query({"op": "coalesce", "layout": text, "convention": conv}))
+        same(a.composition(meshsim.Layout("4:1"), convention=conv),
+             cli_query({"op": "composition", "a": text, "b": "4:1", "convention": conv}))
+        same(a.logical_divide(meshsim.Layout("2:1"), convention=conv),
+             cli_query({"op": "logical_divide", "a": text, "b": "2:1", "convention": conv}))
+    same(meshsim.Layout("8:2").right_inverse(), cli_query({"op": "right_inverse", "layout": "8:2"}))
+    same(meshsim.Layout("(2,4):(4,1)").left_inverse(), cli_query({"op": "left_inverse", "layout": "(2,4):(4,1)"}))
+
+
+@settings(max_examples=60, deadline=None)
+@given(meshes(), st.data())
+def test_groups_match_meshsim_query(mesh, data):
+    names = list(mesh.mesh_dim_names)
+    keep = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
+    keep = [n for n in names if n in keep]  # stride order, as PyTorch slices
+    ranks = sorted(mesh.rank_map)
+    request = {"op": "mesh.program", "world_size": max(ranks) + 1,
+               "build": {"DeviceMesh": {"mesh": mesh.mesh_for(mesh.rank_map[0]), "mesh_dim_names": names}},
+               "ops": [{"slice": keep}], "want": ["groups_by_dim"]}
+    answer = cli_query(request)
+    assert answer["ok"], answer
+    sub = mesh[tuple(keep)]
+    for n in keep:
+        assert sub.groups(n) == answer["result"]["groups_by_dim"][n]
+
+
+@settings(max_examples=40, deadline=None)
+@given(layouts())
+def test_layout_sizes_match_the_query(layout):
+    assert layout.size() == cli_query({"op": "size", "layout": {"shape": layout.shape, "stride": layout.stride}})["result"]
+
+
+def test_presets_and_recipes_are_named_views(tmp_path):
+    views = meshsim.preset("megatron:tp=2,pp=2,ep=2", world_size=16)
+    assert list(views) == ["root", "dense", "dp_cp", "mp", "expert"]
+    assert views["dense"].groups("tp")[0] == [0, 1]
+    program = {"world_size": 8, "build": {"init_device_mesh": {"mesh_shape": [8], "mesh_dim_names": ["world"]}},
+               "ops": [{"unflatten": {"dim": "world", "sizes": [2, 4], "names": ["dp", "tp"]}, "let": "dense"}]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(program))
+    for r in (meshsim.recipe(program), meshsim.recipe(str(path))):
+        assert r["dense"].groups("tp") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_run_reports_and_a_planted_fault_names_the_rank():
+    ok = meshsim.run("dp=2,tp=2")
+    assert ok["ok"] and ok["exit_status"] == 0
+    bad = meshsim.run("dp=2,tp=2", faults=["throw@3"], timeout=5)
+    assert not bad["ok"] and bad["exit_status"] == 1
+    assert [f["rank"] for f in bad["failures"]] == [3], bad["failures"]
+    local = meshsim.run(preset="torchtitan:tp=2,dp_shard=2", backend="local")
+    assert local["ok"]
+    with pytest.raises(meshsim.InvalidArgument):
+        meshsim.run("dp=0")
+
+
+def test_run_releases_the_gil():
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        start = time.monotonic()
+        report = meshsim.run("dp=2,tp=2", faults=["stall@1"], timeout=1.5)
+        took = time.monotonic() - start
+    finally:
+        stop.set()
+        t.join()
+    assert not report["ok"] and took >= 1.0
+    assert ticks[0] > 10000, ticks[0]  # the other thread ran while the ranks waited
