@@ -5,23 +5,43 @@
 #   - `meshsim run --backend nccl` as rank threads over every GPU, and as one process per GPU
 #     under `meshsim launch`.
 # Needs the CUDA toolkit with NCCL in /usr/local/cuda and at least one GPU with a driver.
+#
+# MESHSIM_GPU_PREBUILT=DIR runs the same checks on a GPU machine that cannot build (no package
+# registry): DIR holds `meshsim`, `meshsim_nccl_tests` and `meshsim_spmd_tests` built elsewhere
+# with the nccl preset, and the test binaries run directly instead of under ctest. The shared
+# libraries they need must be on the loader's path (LD_LIBRARY_PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-cmake --preset nccl
-cmake --build --preset nccl --target meshsim meshsim_spmd_tests meshsim_nccl_tests
+if [ -n "${MESHSIM_GPU_PREBUILT:-}" ]; then
+  bin="${MESHSIM_GPU_PREBUILT}"
+  meshsim="${bin}/meshsim"
+else
+  scripts/install-deps.sh
+  cmake --preset nccl
+  cmake --build --preset nccl --target meshsim meshsim_spmd_tests meshsim_nccl_tests
+  meshsim=build/nccl/apps/meshsim
+fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "== GPUs: ${gpus}"
 if [ "${gpus}" -lt 1 ]; then
   echo "no GPU visible (nvidia-smi -L lists none): only the fake-backed tests can run" >&2
 fi
-ctest --test-dir build/nccl -L "nccl" --output-on-failure
+if [ -n "${MESHSIM_GPU_PREBUILT:-}" ]; then
+  echo "== nccl_fake: the backend's logic over the fake NCCL"
+  "${bin}/meshsim_nccl_tests"
+  echo "== nccl: every SPMD test's /nccl instance on the real NCCL"
+  "${bin}/meshsim_spmd_tests" --gtest_filter='*/nccl'
+else
+  ctest --test-dir build/nccl -L "nccl" --output-on-failure
+fi
 if [ "${gpus}" -ge 1 ]; then
-  build/nccl/apps/meshsim run --backend nccl --mesh "tp=${gpus}"
+  echo "== meshsim run --backend nccl, rank threads over ${gpus} GPU(s)"
+  "${meshsim}" run --backend nccl --mesh "tp=${gpus}"
   if [ $((gpus % 2)) -eq 0 ]; then
-    build/nccl/apps/meshsim run --backend nccl --mesh "dp=2,tp=$((gpus / 2))" --fault mismatch@1 && exit 1 || true
-    build/nccl/apps/meshsim run --backend nccl --mesh "dp=2,tp=$((gpus / 2))"
+    "${meshsim}" run --backend nccl --mesh "dp=2,tp=$((gpus / 2))" --fault mismatch@1 && exit 1 || true
+    "${meshsim}" run --backend nccl --mesh "dp=2,tp=$((gpus / 2))"
   fi
-  build/nccl/apps/meshsim launch -n "${gpus}" -- build/nccl/apps/meshsim run --backend nccl --mesh "tp=${gpus}"
+  echo "== meshsim launch: one process per GPU"
+  "${meshsim}" launch -n "${gpus}" -- "${meshsim}" run --backend nccl --mesh "tp=${gpus}"
 fi
 echo "== GPU tests passed"

@@ -111,7 +111,13 @@ TEST(NcclBackend, MismatchAndDepartureAreNamed) {
 
 TEST(NcclBackend, RefusesTooFewGpusAndABuildWithoutNccl) {
   auto fake = std::make_shared<testing::FakeNccl>(2);
-  EXPECT_THROW(run_spmd(nccl(4, fake), [](RankContext&) {}), FailedPrecondition);
+  try {
+    run_spmd(nccl(4, fake), [](RankContext&) {});
+    ADD_FAILURE() << "4 ranks over 2 GPUs ran";
+  } catch (const FailedPrecondition& e) {
+    EXPECT_NE(std::string(e.what()).find("4 ranks need GPUs 0..3, one each;"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sees 2"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(NcclBackend({.world_size = 2}), FailedPrecondition);  // no api
   NcclBackend b({.world_size = 2, .api = fake});
   EXPECT_THROW(b.new_group(0, std::vector<int64_t>{1}, {}), InvalidArgument);

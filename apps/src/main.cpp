@@ -11,8 +11,8 @@
 #include <fstream>
 #include <iostream>
 
-#include "meshsim/backend_registry.hpp"
 #include "meshsim/cli_common.hpp"
+#include "meshsim/cli_flags.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/launch.hpp"
 #include "meshsim/mesh_program.hpp"
@@ -24,39 +24,8 @@
 
 namespace {
 
-// RecipeOptions are the recipe flags `show` and `run` share; steps() returns the
-// transformations in command-line order.
-struct RecipeOptions {
-  std::vector<std::string> slices, flattens, unflattens;
-  CLI::Option *slice = nullptr, *flatten = nullptr, *unflatten = nullptr;
-
-  void add(CLI::App* sub, meshsim::RecipeFlags& f) {
-    sub->add_option("--mesh", f.mesh, "named sizes, e.g. dp=2,cp=2,tp=4");
-    sub->add_option("--shape", f.shape, "sizes, e.g. 2,2,4 (with --names)");
-    sub->add_option("--names", f.names, "dim names for --shape, e.g. dp,cp,tp");
-    sub->add_option("--rank-map", f.rank_map, "global ranks: a range 8..23 or a list 8,9,...");
-    sub->add_option("--world-size", f.world_size, "world size (default: enough for the ranks)");
-    sub->add_option("--recipe", f.recipe_file,
-                    "a mesh.program JSON file: world size, root, ops with on/let (several views of one root)");
-    sub->add_option("--preset", f.preset,
-                    "a framework's meshes: torchtitan:pp=2,dp_shard=4,tp=2,ep=2 | torchtitan:FILE.toml | "
-                    "megatron:tp=2,pp=2,ep=2,order=tp-cp-ep-dp-pp");
-    slice = sub->add_option("--slice", slices, "slice dims, e.g. dp,tp (repeatable)");
-    flatten = sub->add_option("--flatten", flattens, "flatten (optional name)")
-                  ->expected(0, 1)
-                  ->default_str("");
-    unflatten = sub->add_option("--unflatten", unflattens, "unflatten dim:sizes:names, e.g. tp:2,2:a,b");
-  }
-
-  void collect(CLI::App* sub, meshsim::RecipeFlags& f) const {
-    std::size_t si = 0, fi = 0, ui = 0;
-    for (CLI::Option* opt : sub->parse_order()) {
-      if (opt == slice) f.steps.push_back({"slice", slices.at(si++)});
-      if (opt == flatten) f.steps.push_back({"flatten", fi < flattens.size() ? flattens[fi++] : ""});
-      if (opt == unflatten) f.steps.push_back({"unflatten", unflattens.at(ui++)});
-    }
-  }
-};
+using meshsim::cli::add_placement;
+using meshsim::cli::RecipeOptions;
 
 // guarded runs a subcommand: a meshsim::Error is printed as "meshsim NAME: Type: message" and
 // exits 2 (bad usage or input), or 1 where `job_errors` and the error is the job failing (a store
@@ -70,13 +39,6 @@ int guarded(const char* name, bool job_errors, F&& f, void (*on_error)(const mes
     if (on_error) on_error(e);
     return job_errors && meshsim::cli::job_failed(e) ? 1 : 2;
   }
-}
-
-// add_placement adds the placement flags `show` and `run` share.
-void add_placement(CLI::App* sub, meshsim::placement::Flags& f) {
-  sub->add_option("--gpus-per-host", f.gpus_per_host, "GPUs per host: rank r lives on host r / G (reports placement)");
-  sub->add_option("--nvlink-domain", f.nvlink_domain, "GPUs per NVLink domain (default: --gpus-per-host)");
-  sub->add_option("--require", f.require, "DIM=host or DIM=domain: every group of DIM on one host (repeatable)");
 }
 
 }  // namespace
@@ -109,17 +71,7 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "simulate every rank over a backend and check the mesh's groups");
   meshsim::run::Options ro;
   RecipeOptions run_recipe;
-  run_recipe.add(run, ro.recipe);
-  std::string backends_help;
-  for (const std::string& name : meshsim::backend_names()) {
-    backends_help += name + " (" + meshsim::find_backend(name)->description + (name == "threaded" ? ", the default" : "") + "), ";
-  }
-  run->add_option("--backend", ro.backend,
-                  backends_help + "or local (LocalWorld: every rank at once in one thread, up to 2^24 ranks)");
-  run->add_option("--timeout", ro.timeout_seconds, "seconds every wait may take (default 30)");
-  run->add_option("--format", ro.format, "text or json");
-  run->add_option("--fault", ro.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit");
-  add_placement(run, ro.placement);
+  meshsim::cli::add_run_flags(run, ro, run_recipe);
 
   auto* store = app.add_subcommand("store", "serve a TCP rendezvous store (for multi-process and multi-host jobs)");
   meshsim::store_command::Options sto;

@@ -46,6 +46,14 @@ using std::chrono::milliseconds;
 using detail::GroupInfo;
 using detail::rank_list;
 
+// gpus_needed says which GPUs `ranks` ranks starting at `first` use, one each: "2 ranks need
+// GPUs 0..1, one each", "1 rank needs GPU 1".
+std::string gpus_needed(int64_t ranks, int64_t first) {
+  if (ranks == 1) return "1 rank needs GPU " + std::to_string(first);
+  return std::to_string(ranks) + " ranks need GPUs " + std::to_string(first) + ".." + std::to_string(first + ranks - 1) +
+         ", one each";
+}
+
 // DeviceBuffer is scratch device memory that grows as needed.
 struct DeviceBuffer {
   std::shared_ptr<NcclApi> api;
@@ -403,9 +411,8 @@ NcclBackend::NcclBackend(Options options) {
                           &options.store);
   const int devices = options.api->device_count();
   if (options.first_device < 0 || options.local_ranks > devices - options.first_device) {
-    throw FailedPrecondition("nccl backend: " + std::to_string(options.local_ranks) + " rank" +
-                             (options.local_ranks == 1 ? "" : "s") + " from GPU " + std::to_string(options.first_device) +
-                             " need one GPU each; " + options.api->name() + " sees " + std::to_string(devices));
+    throw FailedPrecondition("nccl backend: " + gpus_needed(options.local_ranks, options.first_device) + "; " +
+                             options.api->name() + " sees " + std::to_string(devices));
   }
   s_ = std::make_shared<detail::NcclState>(options);
   attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
@@ -512,8 +519,7 @@ std::optional<std::string> gpu_shortfall(int64_t ranks, int64_t first_device) {
   if (!api) return "this build has no NCCL (configure with -DMESHSIM_WITH_NCCL=ON, e.g. cmake --preset nccl)";
   const int gpus = api->device_count();
   if (first_device >= 0 && ranks <= gpus - first_device) return std::nullopt;
-  return std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s") + " from GPU " + std::to_string(first_device) +
-         " need one GPU each; " + api->name() + " sees " + std::to_string(gpus);
+  return gpus_needed(ranks, first_device) + "; " + api->name() + " sees " + std::to_string(gpus);
 }
 
 }  // namespace meshsim

@@ -10,20 +10,132 @@ import json as _json
 import os as _os
 
 from . import errors
-from ._meshsim import DeviceMesh, concatenate, equivalent, load, save
+from ._meshsim import DeviceMesh, GroupTable, concatenate, equivalent, load, save
 from . import _meshsim
 from .errors import *  # noqa: F401,F403 - the error classes are part of the API
 
 __all__ = [
-    "DeviceMesh", "Layout", "init_device_mesh", "concatenate", "equivalent", "save", "load",
+    "DeviceMesh", "GroupTable", "Layout", "init_device_mesh", "concatenate", "equivalent", "save", "load",
     "preset", "recipe", "run", "query", "errors",
 ] + errors.__all__
 
 
-def init_device_mesh(shape, mesh_dim_names=None, device_type="cpu", world_size=None):
-    """PyTorch's init_device_mesh: a row-major mesh of `shape` over ranks 0..n-1."""
-    return DeviceMesh.init(list(shape), None if mesh_dim_names is None else list(mesh_dim_names),
-                           device_type, world_size)
+def init_device_mesh(shape, mesh_dim_names=None, device_type="cpu", world_size=None, *, backend_override=None,
+                     default_backend=None):
+    """PyTorch's init_device_mesh: a row-major mesh of `shape` over ranks 0..n-1.
+
+    backend_override is PyTorch's: {dim index or name: backend}, a backend being a name
+    ("gloo"), a (name, options) tuple, an options dict ({"timeout_ms": 600000, ...}) or a dict
+    {"backend": ..., "timeout_ms": ..., "options": {...}}. default_backend is the backend
+    init_process_group chose (the one every group without an override uses). get_group hands
+    both back."""
+    shape = list(shape)
+    names = None if mesh_dim_names is None else list(mesh_dim_names)
+    if backend_override is None and default_backend is None:
+        return DeviceMesh.init(shape, names, device_type, world_size)
+    body = {"mesh_shape": shape, "device_type": device_type}
+    return _build("init_device_mesh", body, names, backend_override, default_backend,
+                  world_size if world_size is not None else _product(shape))
+
+
+def _from_ranks(shape, ranks, mesh_dim_names=None, *, device_type="cpu", backend_override=None,
+                default_backend=None, world_size=None):
+    """PyTorch's DeviceMesh(device_type, mesh): `ranks` are the global ranks of an array of
+    `shape`, row-major (any distinct non-negative integers)."""
+    names = None if mesh_dim_names is None else list(mesh_dim_names)
+    shape, ranks = list(shape), list(ranks)
+    if (backend_override is None and default_backend is None and device_type == "cpu" and world_size is None) \
+            or _product(shape) != len(ranks):
+        return DeviceMesh._from_ranks(shape, ranks, names)  # (a shape that does not hold the ranks raises)
+    ranks = [int(r) for r in ranks]
+    body = {"mesh": _nest(list(shape), ranks), "device_type": device_type}
+    return _build("DeviceMesh", body, names, backend_override, default_backend,
+                  world_size if world_size is not None else max(ranks, default=-1) + 1)
+
+
+def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, rank=None, backend_override=None,
+                default_backend=None, world_size=None):
+    """PyTorch's DeviceMesh.from_group(group | [groups], device_type, mesh, mesh_dim_names): a
+    group is a list of ranks. One group gives a 1-D mesh over its ranks; a list of groups (one
+    per dim, as `rank` sees them; default: the one rank they all hold) needs `mesh` and
+    `mesh_dim_names`, and each group must be `rank`'s group along its dim."""
+    group = list(group)
+    is_list = len(group) == 0 or all(isinstance(g, (list, tuple)) for g in group)
+    names = None if mesh_dim_names is None else list(mesh_dim_names)
+    if not is_list and mesh is None and rank is None and backend_override is None and default_backend is None \
+            and device_type == "cpu" and world_size is None:
+        return DeviceMesh._from_group(group, names)
+    body = {"device_type": device_type}
+    if is_list:
+        body["groups"] = [[int(r) for r in g] for g in group]
+    else:
+        body["group"] = [int(r) for r in group]
+    if mesh is not None:
+        body["mesh"] = mesh
+    if world_size is None:
+        every = [r for g in body.get("groups", [body.get("group", [])]) for r in g] + _flat(mesh)
+        world_size = max(every, default=-1) + 1
+    return _build("from_group", body, names, backend_override, default_backend, world_size, rank)
+
+
+DeviceMesh.from_ranks = staticmethod(_from_ranks)
+DeviceMesh.from_group = staticmethod(_from_group)
+
+
+def _build(kind, body, names, backend_override, default_backend, world_size, rank=None):
+    # Builds with options go through meshsim's recipe reader, PyTorch's checks and errors included.
+    if names is not None:
+        body["mesh_dim_names"] = names
+    if backend_override is not None:
+        body["backend_override"] = {_override_key(k): _backend_json(v) for k, v in dict(backend_override).items()}
+    if default_backend is not None:
+        body["default_backend"] = default_backend
+    program = {"world_size": max(int(world_size), 1), "build": {kind: body}}
+    if rank is not None:
+        program["rank"] = rank
+    return _meshsim.recipe_views(_json.dumps(program))[0][1]
+
+
+def _override_key(k):
+    if isinstance(k, bool) or not isinstance(k, (int, str)):
+        raise errors.InvalidArgument("backend_override keys are dim indices or names, got " + repr(k))
+    return str(k)
+
+
+def _backend_json(v):
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, tuple) and len(v) == 2:
+        name, options = v
+        return {"backend": name, "options": dict(options)}
+    if isinstance(v, dict):
+        if set(v) <= {"backend", "timeout_ms", "options"}:
+            return dict(v)
+        return {"options": dict(v)}  # a bare options object, PyTorch's Options
+    raise errors.InvalidArgument("a backend_override value is a name, (name, options), an options dict or "
+                                 "None, got " + repr(v))
+
+
+def _product(shape):
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _nest(shape, values):
+    if len(shape) <= 1:
+        return list(values)
+    step = len(values) // shape[0] if shape[0] else 0
+    return [_nest(shape[1:], values[i * step:(i + 1) * step]) for i in range(shape[0])]
+
+
+def _flat(x):
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return [r for e in x for r in _flat(e)]
+    return [int(x)]
 
 
 def query(request):
@@ -48,13 +160,21 @@ def recipe(program):
     return dict(_meshsim.recipe_views(_json.dumps(program)))
 
 
-def run(mesh=None, *, recipe=None, preset=None, world_size=None, backend="threaded", faults=(), timeout=30.0):
+def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threaded", faults=(), timeout=30.0):
     """`meshsim run --format json` in this process: every rank of the mesh checks its groups over
-    the backend. Give the mesh as "dp=2,tp=4", a recipe file path, or a preset spec. Returns the
-    report as a dict (its "ok" says whether the run passed); bad input raises. The GIL is
-    released while the ranks run."""
-    status, text = _meshsim.run(mesh or "", _os.fspath(recipe) if recipe else "", preset or "", world_size,
-                                backend, list(faults), float(timeout))
+    the backend. Give the job as a mesh "dp=2,tp=4", a recipe file path (recipe=), a preset spec
+    (preset=), or as `meshsim run`'s flags list, e.g. ["--mesh", "dp=2,tp=2", "--slice", "tp",
+    "--backend", "gloo", "--fault", "stall@1"], which then stands alone. Returns the report as a
+    dict (its "ok" says whether the run passed; "exit_status" is the tool's exit code); bad input
+    raises. The GIL is released while the ranks run."""
+    if isinstance(job, (list, tuple)):
+        if recipe is not None or preset is not None or world_size is not None or backend != "threaded" \
+                or tuple(faults) or timeout != 30.0:
+            raise errors.InvalidArgument("meshsim.run(flags): give every option in the flags list, not as keywords")
+        status, text = _meshsim.run_flags([str(f) for f in job])
+    else:
+        status, text = _meshsim.run(job or "", _os.fspath(recipe) if recipe else "", preset or "", world_size,
+                                    backend, list(faults), float(timeout))
     report = _json.loads(text)
     report["exit_status"] = status
     return report

@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "meshsim/cli_flags.hpp"
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/layout.hpp"
@@ -61,6 +62,37 @@ py::dict handle_dict(const meshsim::GroupHandle& h) {
   return d;
 }
 
+// rows_as_lists builds groups(dim)'s list of lists straight from the flat table (one Python int
+// per rank, no intermediate vectors).
+py::list rows_as_lists(const meshsim::GroupTable& t) {
+  PyObject* outer = PyList_New(static_cast<Py_ssize_t>(t.count));
+  if (!outer) throw py::error_already_set();
+  py::list out = py::reinterpret_steal<py::list>(outer);
+  const int64_t* p = t.ranks.data();
+  for (int64_t g = 0; g < t.count; ++g) {
+    PyObject* row = PyList_New(static_cast<Py_ssize_t>(t.size));
+    if (!row) throw py::error_already_set();
+    PyList_SET_ITEM(outer, static_cast<Py_ssize_t>(g), row);  // owned by `out` from here on
+    for (int64_t i = 0; i < t.size; ++i) {
+      PyObject* v = PyLong_FromLongLong(*p++);
+      if (!v) throw py::error_already_set();
+      PyList_SET_ITEM(row, static_cast<Py_ssize_t>(i), v);
+    }
+  }
+  return out;
+}
+
+// run_json runs the job with the GIL released: (exit status, the JSON report text).
+std::pair<int, std::string> run_json(const meshsim::run::Options& o) {
+  std::ostringstream out;
+  int status = 0;
+  {
+    py::gil_scoped_release release;
+    status = meshsim::run::run(o, out);
+  }
+  return {status, out.str()};
+}
+
 std::vector<std::string> names_of(const py::object& o) {
   if (py::isinstance<py::str>(o)) return {o.cast<std::string>()};
   return o.cast<std::vector<std::string>>();
@@ -81,6 +113,32 @@ PYBIND11_MODULE(_meshsim, m) {
     }
   });
 
+  // GroupTable: every group of a dim in one int64 buffer of shape (count, size), readable without
+  // copying through the buffer protocol (memoryview, numpy.asarray, torch.frombuffer).
+  py::class_<meshsim::GroupTable>(m, "GroupTable", py::buffer_protocol())
+      .def_buffer([](meshsim::GroupTable& t) {
+        return py::buffer_info(t.ranks.data(), static_cast<py::ssize_t>(sizeof(int64_t)),
+                               py::format_descriptor<int64_t>::format(), 2,
+                               {static_cast<py::ssize_t>(t.count), static_cast<py::ssize_t>(t.size)},
+                               {static_cast<py::ssize_t>(t.size * sizeof(int64_t)), static_cast<py::ssize_t>(sizeof(int64_t))},
+                               /*readonly=*/true);
+      })
+      .def_readonly("count", &meshsim::GroupTable::count)
+      .def_readonly("size", &meshsim::GroupTable::size)
+      .def("__len__", [](const meshsim::GroupTable& t) { return t.count; })
+      .def("__getitem__", [](const meshsim::GroupTable& t, int64_t g) {
+        if (g < 0) g += t.count;
+        if (g < 0 || g >= t.count) {
+          throw meshsim::OutOfRange("group " + std::to_string(g) + " is out of range [0, " + std::to_string(t.count) + ")");
+        }
+        const auto row = t.row(g);
+        return std::vector<int64_t>(row.begin(), row.end());
+      })
+      .def("tolist", [](const meshsim::GroupTable& t) { return rows_as_lists(t); })
+      .def("__repr__", [](const meshsim::GroupTable& t) {
+        return "GroupTable(count=" + std::to_string(t.count) + ", size=" + std::to_string(t.size) + ")";
+      });
+
   py::class_<DeviceMesh>(m, "DeviceMesh")
       .def_static("init", [](std::vector<int64_t> shape, Names names, std::string device_type,
                              std::optional<int64_t> world_size) {
@@ -90,10 +148,10 @@ PYBIND11_MODULE(_meshsim, m) {
         return DeviceMesh::init(shape, std::move(names), o);
       }, py::arg("shape"), py::arg("mesh_dim_names") = py::none(), py::arg("device_type") = "cpu",
          py::arg("world_size") = py::none())
-      .def_static("from_ranks", [](std::vector<int64_t> shape, std::vector<int64_t> ranks, Names names) {
+      .def_static("_from_ranks", [](std::vector<int64_t> shape, std::vector<int64_t> ranks, Names names) {
         return DeviceMesh::from_ranks(shape, ranks, std::move(names));
       }, py::arg("shape"), py::arg("ranks"), py::arg("mesh_dim_names") = py::none())
-      .def_static("from_group", [](std::vector<int64_t> ranks, Names names) {
+      .def_static("_from_group", [](std::vector<int64_t> ranks, Names names) {
         return DeviceMesh::from_group(ranks, std::move(names));
       }, py::arg("ranks"), py::arg("mesh_dim_names") = py::none())
       .def_static("from_logical", [](std::vector<int64_t> shape, Names names) {
@@ -157,8 +215,13 @@ PYBIND11_MODULE(_meshsim, m) {
         if (!r) return py::none();
         return py::int_(*r);
       }, py::arg("mesh_dim") = py::none(), py::arg("rank") = 0)
-      .def("groups", [](const DeviceMesh& self, const py::object& dim) { return self.groups(dim_of(self, dim)); },
+      .def("groups", [](const DeviceMesh& self, const py::object& dim) { return rows_as_lists(self.group_table(dim_of(self, dim))); },
            py::arg("mesh_dim"))
+      .def("group_table", [](const DeviceMesh& self, const py::object& dim) {
+        const int d = dim_of(self, dim);
+        py::gil_scoped_release release;
+        return self.group_table(d);
+      }, py::arg("mesh_dim"))
       .def("group_of", [](const DeviceMesh& self, int64_t rank, const py::object& dim) {
         return self.group_of(rank, dim_of(self, dim));
       }, py::arg("rank"), py::arg("mesh_dim"))
@@ -222,12 +285,18 @@ PYBIND11_MODULE(_meshsim, m) {
     o.faults = std::move(faults);
     o.timeout_seconds = timeout;
     o.format = "json";
-    std::ostringstream out;
-    int status = 0;
-    {
-      py::gil_scoped_release release;
-      status = meshsim::run::run(o, out);
+    return run_json(o);
+  });
+  // run_flags is `meshsim run FLAGS... --format json`: the flags as the tool reads them.
+  m.def("run_flags", [](const std::vector<std::string>& flags) {
+    for (const std::string& f : flags) {
+      if (f == "--format" || f.rfind("--format=", 0) == 0) {
+        throw meshsim::InvalidArgument("meshsim.run returns the JSON report: drop the flag '" + f + "'");
+      }
     }
-    return std::make_pair(status, out.str());
+    meshsim::run::Options o = meshsim::cli::parse_run_flags(flags);
+    o.format = "json";
+    return run_json(o);
   });
 }
+

@@ -196,3 +196,92 @@ def test_run_releases_the_gil():
         t.join()
     assert not report["ok"] and took >= 1.0
     assert ticks[0] > 10000, ticks[0]  # the other thread ran while the ranks waited
+
+
+@settings(max_examples=60, deadline=None)
+@given(meshes(max_dims=3), st.data())
+def test_transformation_chains_match_meshsim_query(root, data):
+    from meshsim.testing import transformed
+    mesh, steps = data.draw(transformed(root))
+    names = list(root.mesh_dim_names)
+    request = {"op": "mesh.program", "world_size": max(root.rank_map) + 1,
+               "build": {"DeviceMesh": {"mesh": root.mesh_for(root.rank_map[0]), "mesh_dim_names": names}},
+               "ops": steps, "want": ["groups_by_dim", "shape"]}
+    answer = cli_query(request)
+    assert answer["ok"], (steps, answer)
+    assert tuple(answer["result"]["shape"]) == mesh.shape, steps
+    for n in mesh.mesh_dim_names:
+        assert mesh.groups(n) == answer["result"]["groups_by_dim"][n], (steps, n)
+
+
+def test_from_group_with_a_list_of_groups_and_a_mesh():
+    world = meshsim.init_device_mesh((2, 4), ("dp", "tp"))
+    rows = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    for rank in range(8):
+        groups = [world.group_of(rank, "dp"), world.group_of(rank, "tp")]
+        mesh = meshsim.DeviceMesh.from_group(groups, "cpu", mesh=rows, mesh_dim_names=("dp", "tp"), rank=rank)
+        assert meshsim.equivalent(mesh, world) and mesh.groups("tp") == world.groups("tp")
+    # the one rank both groups hold is the default
+    mesh = meshsim.DeviceMesh.from_group([[1, 5], [4, 5, 6, 7]], mesh=rows, mesh_dim_names=["dp", "tp"])
+    assert mesh.get_coordinate(5) == (1, 1)
+    one = meshsim.DeviceMesh.from_group([6, 2], "cpu", mesh=[6, 2])
+    assert one.groups(0) == [[6, 2]]
+    with pytest.raises(meshsim.InvalidArgument, match="Must pass mesh if passing multiple ProcessGroups"):
+        meshsim.DeviceMesh.from_group([[1, 5], [4, 5, 6, 7]], mesh_dim_names=["dp", "tp"])
+    with pytest.raises(meshsim.InvalidArgument, match="Invalid mesh"):
+        meshsim.DeviceMesh.from_group([0, 1, 2, 3], mesh=[[0, 1], [2, 3]])
+    with pytest.raises(ValueError):  # tp's group of rank 5 is [4, 5, 6, 7], not [0, 1, 2, 3]
+        meshsim.DeviceMesh.from_group([[1, 5], [0, 1, 2, 3]], mesh=rows, mesh_dim_names=["dp", "tp"], rank=5)
+
+
+def test_backend_override_and_options_travel_with_the_groups():
+    mesh = meshsim.init_device_mesh((2, 4), ("dp", "tp"), default_backend="gloo",
+                                    backend_override={"tp": ("nccl", {"timeout_ms": 1500, "is_high_priority_stream": True})})
+    tp = mesh.get_group("tp", rank=6)
+    assert tp["ranks"] == [4, 5, 6, 7] and tp["backend"] == "nccl"
+    assert tp["timeout_ms"] == 1500 and tp["options"] == {"is_high_priority_stream": True}
+    dp = mesh.get_group("dp", rank=6)
+    assert dp["backend"] == "gloo" and dp["options"] == {}
+    by_index = meshsim.init_device_mesh((2, 4), ("dp", "tp"), backend_override={1: {"timeout_ms": 99}})
+    assert by_index.get_group(1, rank=0)["timeout_ms"] == 99
+    explicit = meshsim.DeviceMesh.from_ranks([2, 2], [3, 1, 2, 0], ["a", "b"], backend_override={"b": "gloo"})
+    assert explicit.get_group("b", rank=2)["backend"] == "gloo" and explicit.groups("b") == [[3, 1], [2, 0]]
+    with pytest.raises(meshsim.InvalidArgument, match="Found invalid keys in backend_override"):
+        meshsim.init_device_mesh((2, 4), ("dp", "tp"), backend_override={"ep": "gloo"})
+    with pytest.raises(meshsim.InvalidArgument, match="Found redundant dim index 1 and name tp"):
+        meshsim.init_device_mesh((2, 4), ("dp", "tp"), backend_override={1: "gloo", "tp": "nccl"})
+    with pytest.raises(meshsim.InvalidArgument):
+        meshsim.init_device_mesh((2, 4), ("dp", "tp"), backend_override={1.5: "gloo"})
+    with pytest.raises(meshsim.InvalidArgument):
+        meshsim.DeviceMesh.from_ranks([2, 2], [0, 1, 2], backend_override={0: "gloo"})
+
+
+def test_run_takes_the_tools_flags():
+    flags = ["--mesh", "dp=2,tp=2", "--slice", "tp", "--fault", "throw@2", "--timeout", "5"]
+    report = meshsim.run(flags)
+    tool = subprocess.run([EXE, "run", *flags, "--format", "json"], capture_output=True, text=True, timeout=60)
+    expected = json.loads(tool.stdout)
+    assert report["exit_status"] == tool.returncode == 1
+    assert not report["ok"] and report["ok"] == expected["ok"]
+    assert [f["rank"] for f in report["failures"]] == [f["rank"] for f in expected["failures"]] == [2]
+    assert meshsim.run(["--mesh", "dp=2,tp=2", "--backend", "gloo", "--timeout", "20"])["ok"]
+    for bad, match in [(["--bogus"], "--bogus"), (["--mesh"], "--mesh"), (["--timeout", "soon"], "soon"),
+                       (["--mesh", "dp=2", "--format", "text"], "--format"), (["--help"], "--help")]:
+        with pytest.raises(meshsim.InvalidArgument, match=match):
+            meshsim.run(bad)
+    with pytest.raises(meshsim.InvalidArgument, match="flags list"):
+        meshsim.run(["--mesh", "dp=2"], backend="gloo")
+
+
+def test_group_table_is_a_zero_copy_buffer():
+    mesh = meshsim.init_device_mesh((4, 2, 8), ("dp", "cp", "tp"))
+    for dim in ("dp", "cp", "tp"):
+        table = mesh.group_table(dim)
+        view = memoryview(table)
+        assert view.format == "q" and view.readonly and view.shape == (table.count, table.size)
+        assert view.tolist() == table.tolist() == mesh.groups(dim)
+        assert len(table) == table.count and table[-1] == mesh.groups(dim)[-1]
+    with pytest.raises(meshsim.OutOfRange):
+        mesh.group_table("tp")[8]
+    with pytest.raises(meshsim.NotFound):
+        mesh.group_table("ep")
