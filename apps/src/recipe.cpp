@@ -402,14 +402,8 @@ DeviceMesh apply_step(const StepSpec& s, const Handles& h) {
       // Overrides name the new dims; they replace the default configs of those dims.
       const int first = s.dim_name ? src.dim_index(*s.dim_name) : static_cast<int>(s.dim_index);
       MeshNames new_names(s.names);
-      std::vector<BackendConfig> inner =
-          resolve_backend_override(s.backend_override, new_names, static_cast<int>(s.sizes.size()));
-      std::vector<BackendConfig> all;
-      for (int d = 0; d < out.ndim(); ++d) {
-        const bool is_new = d >= first && d < first + static_cast<int>(s.sizes.size());
-        all.push_back(is_new ? inner[static_cast<std::size_t>(d - first)] : out.backend_config(d));
-      }
-      return out.with_backend_configs(std::move(all));
+      return with_new_dim_configs(
+          out, first, resolve_backend_override(s.backend_override, new_names, static_cast<int>(s.sizes.size())));
     }
     case StepSpec::Kind::kConcatenate: {
       std::vector<DeviceMesh> meshes;
@@ -474,6 +468,23 @@ std::vector<BackendConfig> resolve_backend_override(const std::vector<DimOverrid
                           ") or one of " + valid);
   }
   return out;
+}
+
+BackendConfig backend_config_from_json(const Json& v, std::string_view where) {
+  return v.is_null() ? BackendConfig{} : config_from_json(v, where);
+}
+
+std::vector<BackendConfig> backend_override_from_json(const Json& j, const MeshNames& names, int ndim) {
+  return resolve_backend_override(overrides_from_json(j), names, ndim);
+}
+
+DeviceMesh with_new_dim_configs(const DeviceMesh& out, int first, const std::vector<BackendConfig>& inner) {
+  std::vector<BackendConfig> all;
+  for (int d = 0; d < out.ndim(); ++d) {
+    const bool is_new = d >= first && d < first + static_cast<int>(inner.size());
+    all.push_back(is_new ? inner[static_cast<std::size_t>(d - first)] : out.backend_config(d));
+  }
+  return out.with_backend_configs(std::move(all));
 }
 
 MeshRecipe recipe_from_json(const Json& req) {

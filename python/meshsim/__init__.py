@@ -78,8 +78,25 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
     return _build("from_group", body, names, backend_override, default_backend, world_size, rank)
 
 
+def _flatten(self, name=None, backend_override=None):
+    """PyTorch's _flatten: every dim merged into one named dim (default: the names joined by
+    "_"), registered on the root; backend_override is one backend for the new dim's groups."""
+    return self._flatten_impl(name, None if backend_override is None else _json.dumps(_backend_json(backend_override)))
+
+
+def _unflatten(self, dim, sizes, names, backend_override=None):
+    """PyTorch's _unflatten: dim (index or name) split row-major into `sizes` named `names`;
+    backend_override ({new dim index or name: backend}) configures the new dims' groups."""
+    override = None
+    if backend_override is not None:
+        override = _json.dumps({_override_key(k): _backend_json(v) for k, v in dict(backend_override).items()})
+    return self._unflatten_impl(dim, list(sizes), list(names), override)
+
+
 DeviceMesh.from_ranks = staticmethod(_from_ranks)
 DeviceMesh.from_group = staticmethod(_from_group)
+DeviceMesh.flatten = _flatten
+DeviceMesh.unflatten = _unflatten
 
 
 def _build(kind, body, names, backend_override, default_backend, world_size, rank=None):

@@ -164,13 +164,25 @@ PYBIND11_MODULE(_meshsim, m) {
         const std::vector<std::string> n = names_of(key);
         return self.slice(std::span<const std::string>(n));
       })
-      .def("flatten", [](const DeviceMesh& self, std::optional<std::string> name) { return self.flatten(name); },
-           py::arg("name") = py::none())
-      .def("unflatten", [](const DeviceMesh& self, const py::object& dim, std::vector<int64_t> sizes,
-                           std::vector<std::string> names) {
-        if (py::isinstance<py::str>(dim)) return self.unflatten(dim.cast<std::string>(), sizes, names);
-        return self.unflatten(dim.cast<int64_t>(), sizes, names);
-      }, py::arg("dim"), py::arg("sizes"), py::arg("names"))
+      // The Python package wraps these two as flatten/unflatten: backends arrive as recipe JSON.
+      .def("_flatten_impl", [](const DeviceMesh& self, std::optional<std::string> name,
+                               std::optional<std::string> backend_json) {
+        std::optional<meshsim::BackendConfig> config;
+        if (backend_json) config = meshsim::backend_config_from_json(nlohmann::json::parse(*backend_json), "backend_override");
+        return self.flatten(name, config);
+      })
+      .def("_unflatten_impl", [](const DeviceMesh& self, const py::object& dim, std::vector<int64_t> sizes,
+                                 std::vector<std::string> names, std::optional<std::string> override_json) {
+        const bool by_name = py::isinstance<py::str>(dim);
+        DeviceMesh out = by_name ? self.unflatten(dim.cast<std::string>(), sizes, names)
+                                 : self.unflatten(dim.cast<int64_t>(), sizes, names);
+        if (!override_json) return out;
+        const int first = by_name ? self.dim_index(dim.cast<std::string>()) : static_cast<int>(dim.cast<int64_t>());
+        return meshsim::with_new_dim_configs(
+            out, first,
+            meshsim::backend_override_from_json(nlohmann::json::parse(*override_json), meshsim::MeshNames(names),
+                                                static_cast<int>(sizes.size())));
+      })
       .def("transpose", [](const DeviceMesh& self, const py::sequence& order) {
         if (py::len(order) > 0 && py::isinstance<py::str>(order[0])) {
           const std::vector<std::string> n = order.cast<std::vector<std::string>>();
@@ -197,6 +209,16 @@ PYBIND11_MODULE(_meshsim, m) {
         if (!a) return py::none();
         return nested(a->shape, a->values);
       }, py::arg("rank"))
+      // mesh is PyTorch's `mesh` property: the nested global ranks. A mesh with several copies
+      // (a slice) has one per rank: mesh_for(rank) says which.
+      .def_property_readonly("mesh", [](const DeviceMesh& self) -> py::object {
+        if (self.copies() != 1) {
+          throw meshsim::FailedPrecondition("this mesh is one of " + std::to_string(self.copies()) +
+                                            " copies over the rank map, each rank sees its own: use mesh_for(rank)");
+        }
+        const auto a = self.mesh_for(self.rank_map().front());
+        return nested(a->shape, a->values);
+      })
       .def_property_readonly("layout", [](const DeviceMesh& self) { return meshsim::to_string(self.layout()); })
       .def_property_readonly("canonical_layout",
                              [](const DeviceMesh& self) { return meshsim::to_string(self.canonical_layout()); })

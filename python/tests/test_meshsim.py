@@ -32,7 +32,11 @@ def test_device_mesh_api_as_pytorch_names_it():
     mesh = meshsim.init_device_mesh((2, 4), ("dp", "tp"))
     assert mesh.shape == (2, 4) and mesh.ndim == 2 and mesh.size() == 8 and mesh.size(1) == 4
     assert mesh.mesh_dim_names == ("dp", "tp")
-    assert mesh.mesh_for(0) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert mesh.mesh_for(0) == mesh.mesh == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert mesh["tp"].mesh_for(6) == [4, 5, 6, 7]
+    with pytest.raises(meshsim.FailedPrecondition, match="mesh_for"):
+        mesh["tp"].mesh  # two copies: each rank sees its own
+    assert meshsim.DeviceMesh.from_ranks([2, 2], [9, 3, 5, 1]).mesh == [[9, 3], [5, 1]]
     assert mesh.get_coordinate(6) == (1, 2)
     assert mesh.get_local_rank("tp", rank=6) == 2
     with pytest.raises(meshsim.FailedPrecondition, match="needs to be specified"):
@@ -246,6 +250,14 @@ def test_backend_override_and_options_travel_with_the_groups():
     assert by_index.get_group(1, rank=0)["timeout_ms"] == 99
     explicit = meshsim.DeviceMesh.from_ranks([2, 2], [3, 1, 2, 0], ["a", "b"], backend_override={"b": "gloo"})
     assert explicit.get_group("b", rank=2)["backend"] == "gloo" and explicit.groups("b") == [[3, 1], [2, 0]]
+    flat = mesh.flatten("dp_tp", backend_override=("gloo", {"timeout_ms": 7}))
+    assert flat.get_group("dp_tp", rank=3)["backend"] == "gloo" and flat.get_group(rank=3)["timeout_ms"] == 7
+    split = mesh.unflatten("tp", [2, 2], ["ep", "etp"], backend_override={"etp": "nccl", 0: {"timeout_ms": 5}})
+    assert [h["backend"] for h in split.get_all_groups(rank=0)] == ["gloo", "gloo", "nccl"]
+    assert split.get_group("ep", rank=0)["timeout_ms"] == 5 and split.get_group("dp", rank=0)["timeout_ms"] == 0
+    assert split.get_group("dp", rank=0)["backend"] == "gloo"
+    with pytest.raises(meshsim.InvalidArgument, match="Found invalid keys in backend_override"):
+        mesh.unflatten("tp", [2, 2], ["ep", "etp"], backend_override={"tp": "nccl"})
     with pytest.raises(meshsim.InvalidArgument, match="Found invalid keys in backend_override"):
         meshsim.init_device_mesh((2, 4), ("dp", "tp"), backend_override={"ep": "gloo"})
     with pytest.raises(meshsim.InvalidArgument, match="Found redundant dim index 1 and name tp"):

@@ -147,4 +147,14 @@ BuiltMeshes apply_flags(const MeshRecipe& recipe, const RecipeFlags& flags);
 std::vector<BackendConfig> resolve_backend_override(const std::vector<DimOverride>& entries,
                                                     const MeshNames& names, int ndim);
 
+// backend_config_from_json reads one backend as recipes spell it: a name, null (the default),
+// or {"backend", "timeout_ms", "options"}; errors name `where`.
+BackendConfig backend_config_from_json(const nlohmann::json& v, std::string_view where);
+// backend_override_from_json reads PyTorch's backend_override object (dim index or name ->
+// backend) for a mesh of `names`/`ndim`: one config per dim, with PyTorch's errors.
+std::vector<BackendConfig> backend_override_from_json(const nlohmann::json& j, const MeshNames& names, int ndim);
+// with_new_dim_configs is `out` (a mesh unflattened at dim `first` into inner.size() new dims)
+// with the new dims' configs replaced by `inner` and the other dims' configs kept.
+DeviceMesh with_new_dim_configs(const DeviceMesh& out, int first, const std::vector<BackendConfig>& inner);
+
 }  // namespace meshsim
