@@ -6,6 +6,8 @@ exactly by meshsim's C++ library, for tests that need an oracle or a simulator.
     >>> mesh["dp", "tp"].groups(0)[:2]
     [[0, 8], [1, 9]]
 """
+import functools as _functools
+from collections.abc import Mapping as _Mapping
 import json as _json
 import os as _os
 
@@ -89,10 +91,51 @@ def _unflatten(self, dim, sizes, names, backend_override=None):
     backend_override ({new dim index or name: backend}) configures the new dims' groups."""
     override = None
     if backend_override is not None:
-        override = _json.dumps({_override_key(k): _backend_json(v) for k, v in dict(backend_override).items()})
+        override = _json.dumps(_overrides_json(backend_override))
     return self._unflatten_impl(dim, list(sizes), list(names), override)
 
 
+def _leaves(value, depth=0):
+    if depth < 8 and isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _leaves(v, depth + 1)
+    elif depth < 8 and isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v, depth + 1)
+    else:
+        yield value
+
+
+def _typed_arguments(fn, qualname):
+    """fn with the binding's argument errors as meshsim's: an int beyond int64 is OverflowError
+    naming it; any other argument of the wrong type is ArgumentTypeError (also a TypeError), with
+    the accepted signatures and the call as the binding lists them."""
+    @_functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            if isinstance(e, errors.Error) or "incompatible function arguments" not in str(e):
+                raise
+            for v in _leaves((args, kwargs)):
+                if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:
+                    raise errors.OverflowError(f"{qualname}: {v} does not fit in a 64-bit signed integer") from None
+            raise errors.ArgumentTypeError(f"{qualname}: {e}") from None
+    return call
+
+
+for _name in ("__getitem__", "_flatten_impl", "_unflatten_impl", "transpose", "reshape", "size", "mesh_for",
+              "get_coordinate", "get_local_rank", "groups", "group_table", "group_of", "get_group", "get_all_groups"):
+    setattr(DeviceMesh, _name, _typed_arguments(DeviceMesh.__dict__[_name],
+                                                "DeviceMesh." + _name.replace("_impl", "").strip("_")))
+for _name in ("init", "_from_ranks", "_from_group", "from_logical"):
+    setattr(DeviceMesh, _name, staticmethod(_typed_arguments(getattr(DeviceMesh, _name), "DeviceMesh." + _name.strip("_"))))
+for _name in ("run", "run_flags", "preset_views", "recipe_views", "query"):
+    setattr(_meshsim, _name, _typed_arguments(getattr(_meshsim, _name), "meshsim." + _name))
+concatenate = _typed_arguments(concatenate, "meshsim.concatenate")
+equivalent = _typed_arguments(equivalent, "meshsim.equivalent")
+save = _typed_arguments(save, "meshsim.save")
+load = _typed_arguments(load, "meshsim.load")
 DeviceMesh.from_ranks = staticmethod(_from_ranks)
 DeviceMesh.from_group = staticmethod(_from_group)
 DeviceMesh.flatten = _flatten
@@ -104,7 +147,7 @@ def _build(kind, body, names, backend_override, default_backend, world_size, ran
     if names is not None:
         body["mesh_dim_names"] = names
     if backend_override is not None:
-        body["backend_override"] = {_override_key(k): _backend_json(v) for k, v in dict(backend_override).items()}
+        body["backend_override"] = _overrides_json(backend_override)
     if default_backend is not None:
         body["default_backend"] = default_backend
     program = {"world_size": max(int(world_size), 1), "build": {kind: body}}
@@ -113,9 +156,16 @@ def _build(kind, body, names, backend_override, default_backend, world_size, ran
     return _meshsim.recipe_views(_json.dumps(program))[0][1]
 
 
+def _overrides_json(backend_override):
+    if not isinstance(backend_override, _Mapping):
+        raise errors.ArgumentTypeError("backend_override is a dict of dim index or name -> backend, got "
+                                       + repr(backend_override))
+    return {_override_key(k): _backend_json(v) for k, v in backend_override.items()}
+
+
 def _override_key(k):
     if isinstance(k, bool) or not isinstance(k, (int, str)):
-        raise errors.InvalidArgument("backend_override keys are dim indices or names, got " + repr(k))
+        raise errors.ArgumentTypeError("backend_override keys are dim indices or names, got " + repr(k))
     return str(k)
 
 

@@ -2,7 +2,7 @@ from os import PathLike
 from typing import Any, Iterable, Literal, Optional, Sequence, Union
 
 from . import errors as errors
-from .errors import (Aborted as Aborted, AlreadyExists as AlreadyExists, DeadlineExceeded as DeadlineExceeded,
+from .errors import (Aborted as Aborted, AlreadyExists as AlreadyExists, ArgumentTypeError as ArgumentTypeError, DeadlineExceeded as DeadlineExceeded,
                      Error as Error, FailedPrecondition as FailedPrecondition, Internal as Internal,
                      InvalidArgument as InvalidArgument, MismatchError as MismatchError, NotFound as NotFound,
                      OutOfRange as OutOfRange, OverflowError as OverflowError, ParseError as ParseError,

@@ -21,6 +21,10 @@ class MismatchError(InvalidArgument):
     """Ranks met at one collective with different op, dtype, count or root."""
 
 
+class ArgumentTypeError(InvalidArgument, TypeError):
+    """An argument of the wrong type (a string where a size belongs, say): also a TypeError."""
+
+
 class OutOfRange(Error, IndexError):
     """An index, dim, rank or count outside its range."""
 
@@ -62,7 +66,7 @@ class Internal(Error, RuntimeError):
 
 
 __all__ = [
-    "Error", "InvalidArgument", "ParseError", "MismatchError", "OutOfRange", "OverflowError",
+    "Error", "InvalidArgument", "ParseError", "MismatchError", "ArgumentTypeError", "OutOfRange", "OverflowError",
     "FailedPrecondition", "NotFound", "AlreadyExists", "ResourceExhausted", "DeadlineExceeded",
     "Aborted", "Unavailable", "Internal",
 ]

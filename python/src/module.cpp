@@ -40,9 +40,28 @@ py::list nested(const std::vector<int64_t>& shape, const std::vector<int64_t>& v
   return shape.empty() ? py::list() : rec(rec, 0);
 }
 
+// int64_of reads a Python int as int64: OverflowError naming it beyond int64, ArgumentTypeError
+// (meshsim.errors; also a TypeError) for anything but an int.
+int64_t int64_of(const py::handle& o, const char* what) {
+  if (!PyLong_Check(o.ptr()) || PyBool_Check(o.ptr())) {
+    py::object cls = py::module_::import("meshsim.errors").attr("ArgumentTypeError");
+    PyErr_SetString(cls.ptr(), (std::string(what) + " must be an int or a name, got " +
+                                py::repr(o).cast<std::string>()).c_str());
+    throw py::error_already_set();
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
+  if (overflow != 0) {
+    throw meshsim::OverflowError(std::string(what) + " " + py::str(o).cast<std::string>() +
+                                 " does not fit in a 64-bit signed integer");
+  }
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
 int dim_of(const DeviceMesh& m, const py::object& dim) {
   if (py::isinstance<py::str>(dim)) return m.dim_index(dim.cast<std::string>());
-  const int64_t d = dim.cast<int64_t>();
+  const int64_t d = int64_of(dim, "dim");
   if (d < 0 || d >= m.ndim()) {
     throw meshsim::OutOfRange("dim " + std::to_string(d) + " is out of range [0, " + std::to_string(m.ndim()) + ")");
   }
@@ -93,9 +112,27 @@ std::pair<int, std::string> run_json(const meshsim::run::Options& o) {
   return {status, out.str()};
 }
 
+// names_of reads mesh[...]'s key: a name or a sequence of names (ArgumentTypeError otherwise).
 std::vector<std::string> names_of(const py::object& o) {
   if (py::isinstance<py::str>(o)) return {o.cast<std::string>()};
-  return o.cast<std::vector<std::string>>();
+  std::vector<std::string> out;
+  const bool sequence = py::isinstance<py::sequence>(o);
+  if (sequence) {
+    for (const py::handle n : o.cast<py::sequence>()) {
+      if (!py::isinstance<py::str>(n)) {
+        out.clear();
+        break;
+      }
+      out.push_back(n.cast<std::string>());
+    }
+  }
+  if (!sequence || out.size() != py::len(o) || out.empty()) {
+    py::object cls = py::module_::import("meshsim.errors").attr("ArgumentTypeError");
+    PyErr_SetString(cls.ptr(), ("mesh[...] takes a dim name or a non-empty tuple of names, got " +
+                                py::repr(o).cast<std::string>()).c_str());
+    throw py::error_already_set();
+  }
+  return out;
 }
 
 }  // namespace
@@ -175,9 +212,9 @@ PYBIND11_MODULE(_meshsim, m) {
                                  std::vector<std::string> names, std::optional<std::string> override_json) {
         const bool by_name = py::isinstance<py::str>(dim);
         DeviceMesh out = by_name ? self.unflatten(dim.cast<std::string>(), sizes, names)
-                                 : self.unflatten(dim.cast<int64_t>(), sizes, names);
+                                 : self.unflatten(int64_of(dim, "dim"), sizes, names);
         if (!override_json) return out;
-        const int first = by_name ? self.dim_index(dim.cast<std::string>()) : static_cast<int>(dim.cast<int64_t>());
+        const int first = dim_of(self, dim);
         return meshsim::with_new_dim_configs(
             out, first,
             meshsim::backend_override_from_json(nlohmann::json::parse(*override_json), meshsim::MeshNames(names),
@@ -188,7 +225,15 @@ PYBIND11_MODULE(_meshsim, m) {
           const std::vector<std::string> n = order.cast<std::vector<std::string>>();
           return self.transpose(std::span<const std::string>(n));
         }
-        const std::vector<int> idx = order.cast<std::vector<int>>();
+        std::vector<int> idx;
+        for (const py::handle d : order) {
+          const int64_t v = int64_of(d, "transpose dim");
+          if (v < 0 || v >= self.ndim()) {
+            throw meshsim::OutOfRange("transpose: dim " + std::to_string(v) + " is out of range [0, " +
+                                      std::to_string(self.ndim()) + ")");
+          }
+          idx.push_back(static_cast<int>(v));
+        }
         return self.transpose(std::span<const int>(idx));
       })
       .def("reshape", [](const DeviceMesh& self, std::vector<int64_t> sizes, std::vector<std::string> names) {
@@ -250,7 +295,7 @@ PYBIND11_MODULE(_meshsim, m) {
       .def("get_group", [](const DeviceMesh& self, const py::object& dim, int64_t rank) {
         if (dim.is_none()) return handle_dict(self.get_group(rank));
         if (py::isinstance<py::str>(dim)) return handle_dict(self.get_group(rank, std::string_view(dim.cast<std::string>())));
-        return handle_dict(self.get_group(rank, static_cast<int>(dim.cast<int64_t>())));
+        return handle_dict(self.get_group(rank, dim_of(self, dim)));
       }, py::arg("mesh_dim") = py::none(), py::arg("rank") = 0)
       .def("get_all_groups", [](const DeviceMesh& self, int64_t rank) {
         py::list out;
@@ -267,7 +312,10 @@ PYBIND11_MODULE(_meshsim, m) {
         d["size"] = c.size;
         return d;
       })
-      .def("__eq__", [](const DeviceMesh& a, const DeviceMesh& b) { return a == b; })
+      .def("__eq__", [](const DeviceMesh& a, const py::object& b) -> py::object {
+        if (!py::isinstance<DeviceMesh>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+        return py::bool_(a == b.cast<const DeviceMesh&>());
+      })
       .def("__hash__", [](const DeviceMesh& self) { return static_cast<py::ssize_t>(self.hash()); })
       .def("__repr__", &DeviceMesh::to_string);
 

@@ -110,6 +110,45 @@ def test_the_error_tree():
     assert issubclass(meshsim.ParseError, meshsim.InvalidArgument)
     assert issubclass(meshsim.MismatchError, meshsim.InvalidArgument)
     assert issubclass(meshsim.OverflowError, meshsim.OutOfRange)
+    assert issubclass(meshsim.ArgumentTypeError, meshsim.InvalidArgument)
+    assert issubclass(meshsim.ArgumentTypeError, TypeError)
+
+
+@pytest.mark.parametrize("call, cls, named", [
+    (lambda m: meshsim.init_device_mesh((2 ** 64,)), meshsim.OverflowError, "18446744073709551616"),
+    (lambda m: meshsim.init_device_mesh((2 ** 63 - 1, 2)), meshsim.OverflowError, "9223372036854775807"),
+    (lambda m: meshsim.init_device_mesh("22"), meshsim.ArgumentTypeError, "shape"),
+    (lambda m: meshsim.init_device_mesh((2.5,)), meshsim.ArgumentTypeError, "2.5"),
+    (lambda m: m.groups(2 ** 70), meshsim.OverflowError, "1180591620717411303424"),
+    (lambda m: m.groups(1.0), meshsim.ArgumentTypeError, "1.0"),
+    (lambda m: m.get_coordinate(2 ** 63), meshsim.OverflowError, "9223372036854775808"),
+    (lambda m: m.get_group(2 ** 40, rank=0), meshsim.OutOfRange, "1099511627776"),
+    (lambda m: m.transpose([2 ** 40, 0]), meshsim.OutOfRange, "1099511627776"),
+    (lambda m: m.transpose([2 ** 70, 0]), meshsim.OverflowError, "1180591620717411303424"),
+    (lambda m: m[0], meshsim.ArgumentTypeError, "0"),
+    (lambda m: m[("a", 1)], meshsim.ArgumentTypeError, "('a', 1)"),
+    (lambda m: m.unflatten("a", [2 ** 64], ["x"]), meshsim.OverflowError, "18446744073709551616"),
+    (lambda m: meshsim.DeviceMesh.from_ranks([2], [2 ** 64, 1]), meshsim.OverflowError, "18446744073709551616"),
+    (lambda m: meshsim.run("dp=2", world_size=2 ** 64), meshsim.OverflowError, "18446744073709551616"),
+    (lambda m: meshsim.init_device_mesh((2, 2), backend_override=[1]), meshsim.ArgumentTypeError, "[1]"),
+    (lambda m: meshsim.load(5), meshsim.ArgumentTypeError, "5"),
+    (lambda m: meshsim.load("[" * 100000), meshsim.ParseError, "deeper"),
+    (lambda m: meshsim.load("\x00\xff garbage"), meshsim.ParseError, "JSON"),
+    (lambda m: meshsim.Layout("(" * 10000 + "2" + ")" * 10000 + ":1"), meshsim.ParseError, "((("),
+    (lambda m: meshsim.concatenate([1]), meshsim.ArgumentTypeError, "concatenate"),
+    (lambda m: meshsim.run("dp=2", timeout=float("nan")), meshsim.InvalidArgument, "nan"),
+])
+def test_hostile_arguments_get_typed_errors_naming_the_value(call, cls, named):
+    mesh = meshsim.init_device_mesh((2, 2), ("a", "b"))
+    with pytest.raises(cls) as e:
+        call(mesh)
+    assert type(e.value) is cls, type(e.value)
+    assert named in str(e.value), str(e.value)
+
+
+def test_equality_with_anything_else_is_false():
+    mesh = meshsim.init_device_mesh((2, 2), ("a", "b"))
+    assert (mesh == 5) is False and (mesh != "x") is True and mesh != None  # noqa: E711
 
 
 def test_layout_algebra_in_both_conventions():
