@@ -33,6 +33,9 @@ class FakeNccl final : public NcclApi {
   // swallow(rank_in_comm, comm_size) -> true: that member's collectives never complete (a hung
   // kernel), until the communicator is aborted.
   std::function<bool(int, int)> swallow;
+  // blocking_init: init_rank waits, as ncclCommInitRank does, until every member of the
+  // communicator called it, or its timeout passes (DeadlineExceeded).
+  bool blocking_init = false;
 
   int64_t aborts() const { return aborts_.load(); }
   int64_t splits_made() const { return splits_.load(); }
@@ -50,11 +53,25 @@ class FakeNccl final : public NcclApi {
     id.bytes[100] = 0xAB;  // not all zeros: the hex round trip is exercised
     return id;
   }
-  Comm init_rank(int nranks, const NcclId& id, int rank, std::chrono::milliseconds) override {
+  Comm init_rank(int nranks, const NcclId& id, int rank, std::chrono::milliseconds timeout) override {
+    std::shared_ptr<Group> g;
+    {
+      std::lock_guard lk(mu_);
+      auto& slot = groups_[id.to_hex()];
+      if (!slot) slot = make_group(nranks);
+      g = slot;
+      ++inits_;
+    }
+    if (blocking_init) {
+      std::unique_lock lk(g->mu);
+      ++g->joined;
+      g->cv.notify_all();
+      if (!g->cv.wait_for(lk, timeout, [&] { return g->joined == g->n; })) {
+        throw DeadlineExceeded("ncclCommInitRankConfig (fake): " + std::to_string(g->n - g->joined) +
+                               " ranks did not join");
+      }
+    }
     std::lock_guard lk(mu_);
-    auto& g = groups_[id.to_hex()];
-    if (!g) g = make_group(nranks);
-    ++inits_;
     return make_member(g, rank);
   }
   Comm split(Comm parent, int color, int key, std::chrono::milliseconds timeout) override {
@@ -174,6 +191,7 @@ class FakeNccl final : public NcclApi {
   };
   struct Group {
     int n = 0;
+    int joined = 0;  // init_rank calls (blocking_init)
     std::shared_ptr<ThreadedBackend> tb;
     std::mutex mu;
     std::condition_variable cv;

@@ -3,10 +3,13 @@
 // store; an async error, a hung collective and too few GPUs each end in a diagnosis, never a hang.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "fake_nccl.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/nccl_backend.hpp"
 #include "meshsim/spmd.hpp"
+#include "meshsim/store.hpp"
 
 namespace meshsim {
 namespace {
@@ -107,6 +110,39 @@ TEST(NcclBackend, MismatchAndDepartureAreNamed) {
   ASSERT_EQ(rep.failures.size(), 1u) << rep.summary();
   EXPECT_EQ(to_string(rep.failures[0].kind), "departed");
   EXPECT_EQ(rep.failures[0].ranks, std::vector<int64_t>{0});
+}
+
+// Two "processes" (one backend each, one rank each) over one store: NCCL's init waits for every
+// member, as the real one does. When one never comes, the other names it within its timeout.
+TEST(NcclBackend, AMemberThatNeverJoinsTheCommunicatorIsNamedAcrossProcesses) {
+  auto fake = std::make_shared<testing::FakeNccl>(2);
+  fake->blocking_init = true;
+  auto store = std::make_shared<InProcessStore>();
+  auto process = [&](int64_t rank, const std::string& prefix) {
+    return std::make_unique<NcclBackend>(NcclBackend::Options{.world_size = 2, .first_rank = rank, .local_ranks = 1,
+                                                              .store = store, .prefix = prefix, .timeout = 300ms,
+                                                              .api = fake, .first_device = static_cast<int>(rank)});
+  };
+  const std::vector<int64_t> both{0, 1};
+  {  // both come: the communicator is made
+    auto a = process(0, "ok"), b = process(1, "ok");
+    std::thread t([&] { b->new_group(1, both, {}); });
+    EXPECT_NO_THROW(a->new_group(0, both, {}));
+    t.join();
+  }
+  for (int64_t alone : {0, 1}) {  // rank `alone` comes, the other never does
+    const std::string prefix = "lonely" + std::to_string(alone);
+    auto p = process(alone, prefix);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(p->new_group(alone, both, {}), Aborted);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+    const auto dg = p->diagnosis();
+    ASSERT_TRUE(dg.has_value());
+    EXPECT_EQ(to_string(dg->kind), "stall");
+    EXPECT_EQ(dg->ranks, std::vector<int64_t>{1 - alone}) << dg->message;
+    EXPECT_NE(dg->message.find("rank " + std::to_string(1 - alone) + " never joined"), std::string::npos) << dg->message;
+    EXPECT_NE(dg->message.find("creating the NCCL communicator of group [0, 1]"), std::string::npos) << dg->message;
+  }
 }
 
 TEST(NcclBackend, RefusesTooFewGpusAndABuildWithoutNccl) {

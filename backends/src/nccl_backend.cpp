@@ -155,6 +155,40 @@ struct detail::NcclState {
 
 namespace {
 
+// join_diagnosis: rank `me` failed (`what`, after `waited`) creating the communicator of
+// `ranks`, whose members count themselves in at "<key>.joined/<index>". Across processes, say
+// why: the run's diagnosis or a dead member's will in the store, a lost store, or the members
+// that never joined (a stall naming them); nullopt when every member joined (NCCL's own error
+// then stands).
+std::optional<Diagnosis> join_diagnosis(detail::NcclState& st, const std::string& key, std::span<const int64_t> ranks, int64_t me,
+                                                     const std::string& what, milliseconds waited) {
+  Store& store = *st.opt.store;
+  const std::vector<int64_t> group(ranks.begin(), ranks.end());
+  const std::string where = "creating the NCCL communicator of group " + rank_list(group);
+  // A member whose process ended, or the run's diagnosis, may reach the store a moment later.
+  const auto settle = Clock::now() + std::min<milliseconds>(milliseconds(1000), st.opt.timeout);
+  for (;;) {
+    if (auto dg = detail::store_diagnosis(store, st.opt.prefix, group, me, where)) return dg;
+    if (Clock::now() >= settle) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  if (auto dg = detail::lost_store_diagnosis(store, st.opt.prefix, me, where, what)) return dg;
+  std::vector<int64_t> missing;
+  try {
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      if (group[i] != me && store.add(key + ".joined/" + std::to_string(i), 0) == 0) missing.push_back(group[i]);
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (missing.empty()) return std::nullopt;  // every member came: NCCL's own error says why
+  return Diagnosis{DiagnosisKind::kStall, missing,
+                   "stall: rank " + std::to_string(me) + " waited " + std::to_string(waited.count()) + " ms " + where +
+                       "; " + (missing.size() == 1 ? "rank " + std::to_string(missing[0]) : "ranks " + rank_list(missing)) +
+                       " never joined (" + what + ")",
+                   {me}, missing};
+}
+
 class NcclCommunicator final : public detail::MemberCommunicator {
  public:
   NcclCommunicator(std::shared_ptr<detail::NcclState> s, NcclBackend* owner, std::shared_ptr<Handle> h,
@@ -436,8 +470,13 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
   std::shared_ptr<NcclApi> api = o.api;
   s_->reg.enter_connect(rank, info);
   std::shared_ptr<Handle> h;
+  const auto start = Clock::now();
   try {
     api->set_device(device);
+    // The join census: each member counts itself in before it waits for the others, so a
+    // member that times out can name those that never came (across processes its registry
+    // sees only its own ranks).
+    o.store->add(key + ".joined/" + std::to_string(sub), 1);
     NcclId id;
     if (sub == 0) {
       id = api->unique_id();
@@ -446,9 +485,15 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
       id = NcclId::from_hex(o.store->get(key, timeout));
     }
     h = std::make_shared<Handle>(api, api->init_rank(static_cast<int>(ranks.size()), id, sub, timeout), device);
-  } catch (...) {
+  } catch (const std::exception& e) {
     s_->reg.leave(rank);
     if (s_->reg.aborted()) s_->reg.throw_aborted();
+    if (!s_->reg.all_local()) {
+      if (auto dg = join_diagnosis(*s_, key, ranks, rank, e.what(), std::chrono::duration_cast<milliseconds>(Clock::now() - start))) {
+        abort(*dg);
+        s_->reg.throw_aborted();
+      }
+    }
     throw;
   }
   s_->reg.leave(rank);
