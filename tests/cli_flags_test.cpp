@@ -1,6 +1,7 @@
 // `meshsim run`'s flags as parse_run_flags reads them (the tool and meshsim.run([...]) share it).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ TEST(RunFlags, EveryFlagLandsInItsFieldAndStepsKeepCommandLineOrder) {
   ASSERT_EQ(two.recipe.steps.size(), 3u);
   EXPECT_EQ(two.recipe.steps[0].arg, "");
   EXPECT_EQ(two.recipe.steps[2].arg, "d");
+  // the limits themselves are values like any other (the run then judges them)
+  EXPECT_EQ(cli::parse_run_flags({"--world-size", "9223372036854775807"}).recipe.world_size, INT64_MAX);
+  EXPECT_EQ(cli::parse_run_flags({"--world-size", "+5"}).recipe.world_size, 5);
   const run::Options defaults = cli::parse_run_flags({});
   EXPECT_EQ(defaults.backend, "threaded");
   EXPECT_DOUBLE_EQ(defaults.timeout_seconds, 30);
@@ -47,6 +51,10 @@ TEST(RunFlags, WhatTheToolRefusesIsInvalidArgumentNamingIt) {
       {{"--timeout", "soon"}, "soon"},
       {{"--help"}, "--help"},
       {{"stray"}, "stray"},
+      // beyond int64: refused as typed, never clamped to the limit
+      {{"--world-size", "9223372036854775808"}, "9223372036854775808 does not fit in a 64-bit signed integer"},
+      {{"--gpus-per-host", "99999999999999999999"}, "99999999999999999999 does not fit"},
+      {{"--nvlink-domain", "-9223372036854775809"}, "-9223372036854775809 does not fit"},
   };
   for (const auto& [args, named] : cases) {
     try {

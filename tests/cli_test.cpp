@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "meshsim/store.hpp"
@@ -955,6 +956,25 @@ TEST(CliPlacement, RunChecksTheGroupsAndFailsABrokenRequirementOnEveryBackend) {
     EXPECT_NE(text.find("OK: every rank's groups match"), std::string::npos) << text;  // the groups are right
     EXPECT_NE(text.find("FAILED placement: dim tp of"), std::string::npos) << text;
     EXPECT_NE(text.find("group [0, 1, 2, 3] spans hosts [0, 1]"), std::string::npos) << text;
+  }
+}
+
+// CLI11 alone clamps an integer beyond int64 to the limit and goes on (show accepted
+// --world-size 9223372036854775808 as 2^63 - 1): every integer flag refuses it as typed.
+TEST(Cli, IntegersBeyondInt64AreRefusedAsTyped) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"show --mesh dp=2 --world-size 9223372036854775808", "9223372036854775808"},
+      {"show --mesh dp=2 --rank 99999999999999999999", "99999999999999999999"},
+      {"show --mesh dp=2 --max-rows -99999999999999999999", "-99999999999999999999"},
+      {"run --mesh dp=2 --gpus-per-host 18446744073709551617", "18446744073709551617"},
+      {"launch -n 99999999999999999999 -- true", "99999999999999999999"},
+      {"launch -n 2 --rank-offset 9223372036854775808 -- true", "9223372036854775808"},
+  };
+  for (const auto& [args, typed] : cases) {
+    Result r = run_shell(std::string(MESHSIM_EXE) + " " + args + " 2>&1");
+    EXPECT_EQ(r.status, 2) << args << "\n" << joined(r);
+    EXPECT_NE(joined(r).find(typed + " does not fit in a 64-bit signed integer"), std::string::npos)
+        << args << "\n" << joined(r);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "meshsim/cli_flags.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 #include "meshsim/backend_registry.hpp"
 #include "meshsim/error.hpp"
@@ -43,6 +44,24 @@ void add_placement(CLI::App* sub, placement::Flags& f) {
   sub->add_option("--require", f.require, "DIM=host or DIM=domain: every group of DIM on one host (repeatable)");
 }
 
+void guard_integers(CLI::App& app) {
+  static const CLI::Validator fits_int64(
+      [](std::string& value) -> std::string {
+        const char* first = value.data();
+        const char* last = value.data() + value.size();
+        if (first != last && *first == '+') ++first;
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(first, last, v);
+        if (ec == std::errc::result_out_of_range) return value + " does not fit in a 64-bit signed integer";
+        return "";  // anything else: CLI11's own conversion says what is wrong
+      },
+      "", "INT64");
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_name() == "INT") opt->check(fits_int64);
+  }
+  for (CLI::App* sub : app.get_subcommands({})) guard_integers(*sub);
+}
+
 void add_run_flags(CLI::App* sub, run::Options& o, RecipeOptions& recipe) {
   recipe.add(sub, o.recipe);
   std::string backends_help;
@@ -64,6 +83,7 @@ run::Options parse_run_flags(std::vector<std::string> args) {
   run::Options o;
   RecipeOptions recipe;
   add_run_flags(&app, o, recipe);
+  guard_integers(app);
   std::reverse(args.begin(), args.end());  // CLI11 takes a vector with the last argument first
   try {
     app.parse(args);

@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
 
   auto* ops = app.add_subcommand("ops", "list the ops `meshsim query` answers");
 
+  meshsim::cli::guard_integers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -317,7 +317,8 @@ def test_run_takes_the_tools_flags():
     assert [f["rank"] for f in report["failures"]] == [f["rank"] for f in expected["failures"]] == [2]
     assert meshsim.run(["--mesh", "dp=2,tp=2", "--backend", "gloo", "--timeout", "20"])["ok"]
     for bad, match in [(["--bogus"], "--bogus"), (["--mesh"], "--mesh"), (["--timeout", "soon"], "soon"),
-                       (["--mesh", "dp=2", "--format", "text"], "--format"), (["--help"], "--help")]:
+                       (["--mesh", "dp=2", "--format", "text"], "--format"), (["--help"], "--help"),
+                       (["--mesh", "dp=2", "--world-size", "9223372036854775808"], "9223372036854775808 does not fit")]:
         with pytest.raises(meshsim.InvalidArgument, match=match):
             meshsim.run(bad)
     with pytest.raises(meshsim.InvalidArgument, match="flags list"):

@@ -26,6 +26,11 @@ struct RecipeOptions {
 // add_placement adds the placement flags `show` and `run` share.
 void add_placement(CLI::App* sub, placement::Flags& f);
 
+// guard_integers makes every integer flag of `app` and its subcommands refuse a value beyond
+// int64 naming it as typed ("--world-size: 9223372036854775808 does not fit in a 64-bit signed
+// integer"), where CLI11 alone would clamp it to the nearest limit and go on.
+void guard_integers(CLI::App& app);
+
 // add_run_flags adds every flag of `meshsim run` to `sub`, reading into `o` (call
 // recipe.collect(sub, o.recipe) after parsing).
 void add_run_flags(CLI::App* sub, run::Options& o, RecipeOptions& recipe);
