@@ -130,6 +130,18 @@ TEST(NcclBackend, AMemberThatNeverJoinsTheCommunicatorIsNamedAcrossProcesses) {
     EXPECT_NO_THROW(a->new_group(0, both, {}));
     t.join();
   }
+  {  // both made the world communicator; only rank 0 splits it (rank 1 stalls elsewhere)
+    auto a = process(0, "split"), b = process(1, "split");
+    std::thread t([&] { b->new_group(1, both, {}); });
+    a->new_group(0, both, {});
+    t.join();
+    EXPECT_THROW(a->split_group(0, std::vector<int64_t>{0}, {}), Aborted);
+    const auto dg = a->diagnosis();
+    ASSERT_TRUE(dg.has_value());
+    EXPECT_EQ(dg->ranks, std::vector<int64_t>{1}) << dg->message;
+    EXPECT_NE(dg->message.find("splitting the world's NCCL communicator (split 0, for group [0]); rank 1 never joined"),
+              std::string::npos) << dg->message;
+  }
   for (int64_t alone : {0, 1}) {  // rank `alone` comes, the other never does
     const std::string prefix = "lonely" + std::to_string(alone);
     auto p = process(alone, prefix);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "meshsim/error.hpp"
@@ -148,6 +149,7 @@ struct detail::NcclState {
   std::atomic<int64_t> splits{0}, inits{0};
   std::mutex mu;
   std::vector<std::shared_ptr<Handle>> world;  // each rank's first world communicator (split parent)
+  std::vector<int64_t> split_rounds;            // each local rank's splits so far
 
   std::string key(const std::string& k) const { return opt.prefix + "/" + k; }
   int device_of(int64_t rank) const { return opt.first_device + static_cast<int>(rank - opt.first_rank); }
@@ -155,16 +157,16 @@ struct detail::NcclState {
 
 namespace {
 
-// join_diagnosis: rank `me` failed (`what`, after `waited`) creating the communicator of
-// `ranks`, whose members count themselves in at "<key>.joined/<index>". Across processes, say
+// join_diagnosis: rank `me` failed (`what`, after `waited`) `where` (creating a communicator
+// of `ranks`, or splitting one), whose members count themselves in at "<key>.joined/<index in
+// ranks>". Across processes, say
 // why: the run's diagnosis or a dead member's will in the store, a lost store, or the members
 // that never joined (a stall naming them); nullopt when every member joined (NCCL's own error
 // then stands).
 std::optional<Diagnosis> join_diagnosis(detail::NcclState& st, const std::string& key, std::span<const int64_t> ranks, int64_t me,
-                                                     const std::string& what, milliseconds waited) {
+                                        const std::string& what, milliseconds waited, const std::string& where) {
   Store& store = *st.opt.store;
   const std::vector<int64_t> group(ranks.begin(), ranks.end());
-  const std::string where = "creating the NCCL communicator of group " + rank_list(group);
   // A member whose process ended, or the run's diagnosis, may reach the store a moment later.
   const auto settle = Clock::now() + std::min<milliseconds>(milliseconds(1000), st.opt.timeout);
   for (;;) {
@@ -451,6 +453,7 @@ NcclBackend::NcclBackend(Options options) {
   s_ = std::make_shared<detail::NcclState>(options);
   attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
   s_->world.resize(static_cast<std::size_t>(options.local_ranks));
+  s_->split_rounds.resize(static_cast<std::size_t>(options.local_ranks));
 }
 
 NcclBackend::~NcclBackend() = default;
@@ -489,7 +492,8 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
     s_->reg.leave(rank);
     if (s_->reg.aborted()) s_->reg.throw_aborted();
     if (!s_->reg.all_local()) {
-      if (auto dg = join_diagnosis(*s_, key, ranks, rank, e.what(), std::chrono::duration_cast<milliseconds>(Clock::now() - start))) {
+      if (auto dg = join_diagnosis(*s_, key, ranks, rank, e.what(), std::chrono::duration_cast<milliseconds>(Clock::now() - start),
+                                   "creating the NCCL communicator of group " + rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())))) {
         abort(*dg);
         s_->reg.throw_aborted();
       }
@@ -528,12 +532,32 @@ std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<c
   std::shared_ptr<NcclApi> api = o.api;
   s_->reg.enter_connect(rank, info);
   std::shared_ptr<Handle> h;
+  // Every world rank splits the world communicator in the same order (SPMD): the n-th split of
+  // each rank is one collective, whose members count themselves in as new_group's do.
+  int64_t round = 0;
+  {
+    std::lock_guard lk(s_->mu);
+    round = s_->split_rounds[static_cast<std::size_t>(rank - o.first_rank)]++;
+  }
+  const std::string key = s_->key("nccl-split/" + std::to_string(round));
+  const auto start = Clock::now();
   try {
     api->set_device(parent->device);
+    o.store->add(key + ".joined/" + std::to_string(rank), 1);
     h = std::make_shared<Handle>(api, api->split(parent->comm, color, sub, timeout), parent->device);
-  } catch (...) {
+  } catch (const std::exception& e) {
     s_->reg.leave(rank);
     if (s_->reg.aborted()) s_->reg.throw_aborted();
+    if (!s_->reg.all_local()) {
+      std::vector<int64_t> world(static_cast<std::size_t>(o.world_size));
+      std::iota(world.begin(), world.end(), int64_t{0});
+      if (auto dg = join_diagnosis(*s_, key, world, rank, e.what(), std::chrono::duration_cast<milliseconds>(Clock::now() - start),
+                                   "splitting the world's NCCL communicator (split " + std::to_string(round) + ", for group " +
+                                       rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())) + ")")) {
+        abort(*dg);
+        s_->reg.throw_aborted();
+      }
+    }
     throw;
   }
   s_->reg.leave(rank);

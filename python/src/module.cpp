@@ -101,6 +101,14 @@ py::list rows_as_lists(const meshsim::GroupTable& t) {
   return out;
 }
 
+// named_views builds a recipe: its views in recipe order, [(name, DeviceMesh)].
+std::vector<std::pair<std::string, DeviceMesh>> named_views(const meshsim::MeshRecipe& r) {
+  const meshsim::BuiltMeshes b = meshsim::apply(r);
+  std::vector<std::pair<std::string, DeviceMesh>> out;
+  for (const meshsim::View& v : meshsim::views(r)) out.emplace_back(v.name, v.step == 0 ? b.root : b.meshes[v.step - 1]);
+  return out;
+}
+
 // run_json runs the job with the GIL released: (exit status, the JSON report text).
 std::pair<int, std::string> run_json(const meshsim::run::Options& o) {
   std::ostringstream out;
@@ -328,18 +336,10 @@ PYBIND11_MODULE(_meshsim, m) {
   // views builds a recipe (a mesh.program JSON text, or a preset spec) and returns its views
   // in recipe order: [(name, DeviceMesh)].
   m.def("recipe_views", [](const std::string& program_json) {
-    const meshsim::MeshRecipe r = meshsim::recipe_from_json(nlohmann::json::parse(program_json));
-    const meshsim::BuiltMeshes b = meshsim::apply(r);
-    std::vector<std::pair<std::string, DeviceMesh>> out;
-    for (const meshsim::View& v : meshsim::views(r)) out.emplace_back(v.name, v.step == 0 ? b.root : b.meshes[v.step - 1]);
-    return out;
+    return named_views(meshsim::recipe_from_json(nlohmann::json::parse(program_json)));
   });
   m.def("preset_views", [](const std::string& spec, std::optional<int64_t> world_size) {
-    const meshsim::MeshRecipe r = meshsim::preset::recipe(spec, world_size);
-    const meshsim::BuiltMeshes b = meshsim::apply(r);
-    std::vector<std::pair<std::string, DeviceMesh>> out;
-    for (const meshsim::View& v : meshsim::views(r)) out.emplace_back(v.name, v.step == 0 ? b.root : b.meshes[v.step - 1]);
-    return out;
+    return named_views(meshsim::preset::recipe(spec, world_size));
   }, py::arg("spec"), py::arg("world_size") = py::none());
   // run is `meshsim run --format json` in this process: (exit status, the JSON report text).
   // The GIL is released while the ranks run.
