@@ -593,7 +593,7 @@ void answer(std::string_view line, bool fast, std::string& out, int64_t max_elem
       const std::string why = r.error.substr(r.error.find(' ') + 1);  // past "[json.exception.x]"
       throw ParseError("request is not valid JSON" + (why.empty() ? std::string() : ": " + why));
     }
-    if (!req.is_object()) throw ParseError("request must be a JSON object, got " + req.dump());
+    if (!req.is_object()) throw ParseError("request must be a JSON object, got " + json::short_dump(req));
     if (req.contains("id")) id = req["id"];
     if (id.is_number_float()) raw = raw_id(line).raw;
     auto op_it = req.find("op");

@@ -20,6 +20,13 @@ std::optional<TapeValue> member_of(const TapeValue& j, std::string_view key) {
 }
 std::string_view text_of(const Json& j) { return j.get_ref<const std::string&>(); }
 std::string_view text_of(const TapeValue& j) { return j.string_value(); }
+// shown is a value for an error message, cut to ~200 characters (short_dump's rule).
+std::string shown(const Json& j) { return short_dump(j); }
+std::string shown(const TapeValue& j) {
+  std::string s = j.dump();
+  if (s.size() > 200) s = s.substr(0, 200) + "...";
+  return s;
+}
 
 template <typename V>
 int64_t int_of(const V& j, std::string_view field) {
@@ -36,10 +43,10 @@ int64_t int_of(const V& j, std::string_view field) {
     // Integers beyond uint64 reach us as doubles: an overflow, not a type error.
     const double d = j.template get<double>();
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) >= 9.2233720368547758e18) {
-      throw OverflowError(name(field) + ": " + j.dump() + " does not fit in a 64-bit signed integer");
+      throw OverflowError(name(field) + ": " + shown(j) + " does not fit in a 64-bit signed integer");
     }
   }
-  throw InvalidArgument(name(field) + ": expected an integer, got " + j.dump());
+  throw InvalidArgument(name(field) + ": expected an integer, got " + shown(j));
 }
 
 template <typename V>

@@ -83,7 +83,7 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
 def _flatten(self, name=None, backend_override=None):
     """PyTorch's _flatten: every dim merged into one named dim (default: the names joined by
     "_"), registered on the root; backend_override is one backend for the new dim's groups."""
-    return self._flatten_impl(name, None if backend_override is None else _json.dumps(_backend_json(backend_override)))
+    return self._flatten_impl(name, None if backend_override is None else _dumps(_backend_json(backend_override), "backend_override"))
 
 
 def _unflatten(self, dim, sizes, names, backend_override=None):
@@ -91,8 +91,25 @@ def _unflatten(self, dim, sizes, names, backend_override=None):
     backend_override ({new dim index or name: backend}) configures the new dims' groups."""
     override = None
     if backend_override is not None:
-        override = _json.dumps(_overrides_json(backend_override))
+        override = _dumps(_overrides_json(backend_override), "backend_override")
     return self._unflatten_impl(dim, list(sizes), list(names), override)
+
+
+_INF = float("inf")
+
+
+def _dumps(value, what):
+    """JSON text of what Python hands meshsim's readers, which judge it; what JSON cannot say is
+    refused here with meshsim's errors (a value JSON has no form for, nesting Python cannot walk)."""
+    try:
+        return _json.dumps(value, allow_nan=False)
+    except RecursionError:
+        raise errors.ParseError(what + " nests deeper than Python can encode") from None
+    except TypeError as e:
+        raise errors.ArgumentTypeError(what + ": " + str(e)) from None
+    except ValueError:  # NaN or infinity, which JSON has no form for
+        bad = next((v for v in _leaves(value) if isinstance(v, float) and v != v or v in (_INF, -_INF)), "a value")
+        raise errors.InvalidArgument(what + ": " + repr(bad) + " has no JSON form (NaN and infinity have none)") from None
 
 
 def _leaves(value, depth=0):
@@ -153,7 +170,7 @@ def _build(kind, body, names, backend_override, default_backend, world_size, ran
     program = {"world_size": max(int(world_size), 1), "build": {kind: body}}
     if rank is not None:
         program["rank"] = rank
-    return _meshsim.recipe_views(_json.dumps(program))[0][1]
+    return _meshsim.recipe_views(_dumps(program, "the build"))[0][1]
 
 
 def _overrides_json(backend_override):
@@ -207,7 +224,7 @@ def _flat(x):
 
 def query(request):
     """Answer one `meshsim query` request (a dict); returns the result, raises the error."""
-    answer = _json.loads(_meshsim.query(_json.dumps(request)))
+    answer = _json.loads(_meshsim.query(_dumps(request, "the request")))
     if not answer.get("ok"):
         err = answer["error"]
         raise getattr(errors, err["type"], errors.Error)(err["message"])
@@ -224,7 +241,7 @@ def recipe(program):
     if isinstance(program, (str, _os.PathLike)):
         with open(program, encoding="utf-8") as f:
             program = _json.load(f)
-    return dict(_meshsim.recipe_views(_json.dumps(program)))
+    return dict(_meshsim.recipe_views(_dumps(program, "the recipe")))
 
 
 def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threaded", faults=(), timeout=30.0):

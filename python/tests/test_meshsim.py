@@ -114,6 +114,13 @@ def test_the_error_tree():
     assert issubclass(meshsim.ArgumentTypeError, TypeError)
 
 
+def _nested(depth):
+    value = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize("call, cls, named", [
     (lambda m: meshsim.init_device_mesh((2 ** 64,)), meshsim.OverflowError, "18446744073709551616"),
     (lambda m: meshsim.init_device_mesh((2 ** 63 - 1, 2)), meshsim.OverflowError, "9223372036854775807"),
@@ -137,6 +144,13 @@ def test_the_error_tree():
     (lambda m: meshsim.Layout("(" * 10000 + "2" + ")" * 10000 + ":1"), meshsim.ParseError, "((("),
     (lambda m: meshsim.concatenate([1]), meshsim.ArgumentTypeError, "concatenate"),
     (lambda m: meshsim.run("dp=2", timeout=float("nan")), meshsim.InvalidArgument, "nan"),
+    (lambda m: meshsim.recipe(_nested(100000)), meshsim.ParseError, "nests deeper"),
+    (lambda m: meshsim.recipe({"world_size": 4, "build": {"init_device_mesh": {"mesh_shape": [_nested(500)]}}}),
+     meshsim.InvalidArgument, "'mesh_shape': expected an integer, got [[[[[[[[[["),
+    (lambda m: meshsim.query({"op": "size", "layout": {1, 2}}), meshsim.ArgumentTypeError, "set"),
+    (lambda m: meshsim.recipe({"world_size": float("inf"), "build": {}}), meshsim.InvalidArgument, "inf"),
+    (lambda m: meshsim.init_device_mesh((2, 2), ("a", "b"), backend_override={"a": ("gloo", {"x": object()})}),
+     meshsim.ArgumentTypeError, "object"),
 ])
 def test_hostile_arguments_get_typed_errors_naming_the_value(call, cls, named):
     mesh = meshsim.init_device_mesh((2, 2), ("a", "b"))
@@ -144,6 +158,7 @@ def test_hostile_arguments_get_typed_errors_naming_the_value(call, cls, named):
         call(mesh)
     assert type(e.value) is cls, type(e.value)
     assert named in str(e.value), str(e.value)
+    assert len(str(e.value)) < 1000, str(e.value)  # a hostile value is named, not copied whole
 
 
 def test_equality_with_anything_else_is_false():
