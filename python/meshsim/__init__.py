@@ -31,8 +31,8 @@ def init_device_mesh(shape, mesh_dim_names=None, device_type="cpu", world_size=N
     {"backend": ..., "timeout_ms": ..., "options": {...}}. default_backend is the backend
     init_process_group chose (the one every group without an override uses). get_group hands
     both back."""
-    shape = list(shape)
-    names = None if mesh_dim_names is None else list(mesh_dim_names)
+    shape = _listed(shape, "shape")
+    names = None if mesh_dim_names is None else _listed(mesh_dim_names, "mesh_dim_names")
     if backend_override is None and default_backend is None:
         return DeviceMesh.init(shape, names, device_type, world_size)
     body = {"mesh_shape": shape, "device_type": device_type}
@@ -44,8 +44,8 @@ def _from_ranks(shape, ranks, mesh_dim_names=None, *, device_type="cpu", backend
                 default_backend=None, world_size=None):
     """PyTorch's DeviceMesh(device_type, mesh): `ranks` are the global ranks of an array of
     `shape`, row-major (any distinct non-negative integers)."""
-    names = None if mesh_dim_names is None else list(mesh_dim_names)
-    shape, ranks = list(shape), list(ranks)
+    names = None if mesh_dim_names is None else _listed(mesh_dim_names, "mesh_dim_names")
+    shape, ranks = _listed(shape, "shape"), _listed(ranks, "ranks")
     if (backend_override is None and default_backend is None and device_type == "cpu" and world_size is None) \
             or _product(shape) != len(ranks):
         return DeviceMesh._from_ranks(shape, ranks, names)  # (a shape that does not hold the ranks raises)
@@ -61,7 +61,7 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
     group is a list of ranks. One group gives a 1-D mesh over its ranks; a list of groups (one
     per dim, as `rank` sees them; default: the one rank they all hold) needs `mesh` and
     `mesh_dim_names`, and each group must be `rank`'s group along its dim."""
-    group = list(group)
+    group = _listed(group, "group")
     is_list = len(group) == 0 or all(isinstance(g, (list, tuple)) for g in group)
     names = None if mesh_dim_names is None else list(mesh_dim_names)
     if not is_list and mesh is None and rank is None and backend_override is None and default_backend is None \
@@ -92,10 +92,17 @@ def _unflatten(self, dim, sizes, names, backend_override=None):
     override = None
     if backend_override is not None:
         override = _dumps(_overrides_json(backend_override), "backend_override")
-    return self._unflatten_impl(dim, list(sizes), list(names), override)
+    return self._unflatten_impl(dim, _listed(sizes, "sizes"), _listed(names, "names"), override)
 
 
 _INF = float("inf")
+
+
+def _listed(value, what):
+    """A sequence argument as a list; a string or a non-iterable is ArgumentTypeError naming it."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise errors.ArgumentTypeError(what + " must be a sequence, got " + repr(value)[:200])
+    return list(value)
 
 
 def _dumps(value, what):
@@ -258,7 +265,7 @@ def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threade
         status, text = _meshsim.run_flags([str(f) for f in job])
     else:
         status, text = _meshsim.run(job or "", _os.fspath(recipe) if recipe else "", preset or "", world_size,
-                                    backend, list(faults), float(timeout))
+                                    backend, _listed(faults, "faults"), float(timeout))
     report = _json.loads(text)
     report["exit_status"] = status
     return report

@@ -124,7 +124,10 @@ def _nested(depth):
 @pytest.mark.parametrize("call, cls, named", [
     (lambda m: meshsim.init_device_mesh((2 ** 64,)), meshsim.OverflowError, "18446744073709551616"),
     (lambda m: meshsim.init_device_mesh((2 ** 63 - 1, 2)), meshsim.OverflowError, "9223372036854775807"),
-    (lambda m: meshsim.init_device_mesh("22"), meshsim.ArgumentTypeError, "shape"),
+    (lambda m: meshsim.init_device_mesh("22"), meshsim.ArgumentTypeError, "shape must be a sequence, got '22'"),
+    (lambda m: meshsim.init_device_mesh(4), meshsim.ArgumentTypeError, "shape must be a sequence, got 4"),
+    (lambda m: meshsim.init_device_mesh((2, 2), "ab"), meshsim.ArgumentTypeError, "mesh_dim_names"),
+    (lambda m: meshsim.run("dp=2", faults="stall@1"), meshsim.ArgumentTypeError, "faults"),
     (lambda m: meshsim.init_device_mesh((2.5,)), meshsim.ArgumentTypeError, "2.5"),
     (lambda m: m.groups(2 ** 70), meshsim.OverflowError, "1180591620717411303424"),
     (lambda m: m.groups(1.0), meshsim.ArgumentTypeError, "1.0"),
