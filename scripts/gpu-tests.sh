@@ -43,5 +43,18 @@ if [ "${gpus}" -ge 1 ]; then
   fi
   echo "== meshsim launch: one process per GPU"
   "${meshsim}" launch -n "${gpus}" -- "${meshsim}" run --backend nccl --mesh "tp=${gpus}"
+  if [ "${gpus}" -ge 2 ]; then
+    # Planted faults across GPUs and processes: each must end (exit 1 or 2, never a hang or a
+    # success) with a diagnostic naming rank 1.
+    for fault in stall@1 mismatch@1 throw@1 exit@1; do
+      echo "== planted ${fault}, one process per GPU"
+      status=0
+      out=$(timeout 120 "${meshsim}" launch -n "${gpus}" --timeout 90 -- "${meshsim}" run --backend nccl \
+            --mesh "tp=${gpus}" --timeout 10 --fault "${fault}" 2>&1) || status=$?
+      echo "${out}" | grep -E "FAILED|launch:" || true
+      if [ "${status}" -eq 0 ] || [ "${status}" -eq 124 ]; then echo "${fault}: exit ${status}" >&2; exit 1; fi
+      echo "${out}" | grep -q "FAILED rank 1" || { echo "${fault}: rank 1 not named" >&2; exit 1; }
+    done
+  fi
 fi
 echo "== GPU tests passed"
