@@ -355,3 +355,23 @@ def test_group_table_is_a_zero_copy_buffer():
         mesh.group_table("tp")[8]
     with pytest.raises(meshsim.NotFound):
         mesh.group_table("ep")
+
+
+def test_runs_from_several_threads_each_get_their_own_report():
+    backends = ["threaded", "gloo", "local", "fiber"]
+    reports = {}
+
+    def go(i):
+        reports[i] = meshsim.run("dp=2,tp=2", backend=backends[i % 4], faults=["throw@1"] if i % 3 == 0 else [],
+                                 timeout=20)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(reports) == list(range(8))
+    for i, r in reports.items():
+        assert r["backend"] == backends[i % 4]
+        assert r["ok"] == (i % 3 != 0), (i, r["failures"])
+        assert [f["rank"] for f in r["failures"]] == ([1] if i % 3 == 0 else []), (i, r["failures"])
