@@ -1,7 +1,8 @@
 #include "meshsim/preset.hpp"
 
 #include <algorithm>
-#include <fstream>
+#include <cctype>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <toml++/toml.h>
@@ -9,6 +10,7 @@
 
 #include "meshsim/cli_common.hpp"
 #include "meshsim/error.hpp"
+#include "meshsim/text_file.hpp"
 
 namespace meshsim::preset {
 
@@ -188,18 +190,143 @@ Megatron megatron_from_items(const std::string& body) {
   return m;
 }
 
-std::string read_bounded(const std::string& path, const std::string& where) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidArgument(where + quote_input(path) + " cannot be read");
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (text.size() > kMaxRecipeFileBytes) {
-      throw ResourceExhausted(where + quote_input(path) + " is over " + std::to_string(kMaxRecipeFileBytes) + " bytes");
+// kMaxJobFileBytes bounds a torchtitan job file (torchtitan's own are a few KB).
+constexpr std::size_t kMaxJobFileBytes = std::size_t{1} << 20;
+// kMaxKeyParts bounds the parts of one dotted key or table header: toml++ nests a table per
+// part and frees them recursively, so 40,000 parts overflow the stack (its own nesting limit
+// covers arrays and inline tables only).
+constexpr std::size_t kMaxKeyParts = 64;
+
+// check_key_parts refuses, before the TOML parser sees it, a dotted key or a table header of
+// more than kMaxKeyParts parts. It follows TOML's lexical structure only as far as it must:
+// strings (all four kinds), comments, and whether a position holds a key (a statement's start,
+// a header, an inline table's key) or a value (where a float's dot is not a key's).
+void check_key_parts(const std::string& text, const std::string& where) {
+  std::size_t parts = 1, line = 1;
+  bool in_value = false;                    // after a top-level '=', until the end of the line
+  std::vector<std::pair<char, bool>> open;  // '[' or '{' of a value, and whether a key comes next
+  auto key_position = [&] { return open.empty() ? !in_value : open.back().first == '{' && open.back().second; };
+  auto counted_dot = [&] {
+    if (++parts > kMaxKeyParts) {
+      throw InvalidArgument(where + ": the key or table header at line " + std::to_string(line) + " has over " +
+                            std::to_string(kMaxKeyParts) + " dotted parts");
+    }
+  };
+  const std::size_t n = text.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    if (c == '"' || c == '\'') {
+      const bool triple = i + 2 < n && text[i + 1] == c && text[i + 2] == c;
+      std::size_t j = i + (triple ? 3 : 1);
+      for (; j < n; ++j) {
+        if (text[j] == '\n') ++line;
+        if (c == '"' && text[j] == '\\') {
+          if (j + 1 < n && text[j + 1] == '\n') ++line;
+          ++j;
+          continue;
+        }
+        if (text[j] == c && (!triple || (j + 2 < n && text[j + 1] == c && text[j + 2] == c))) break;
+        if (!triple && text[j] == '\n') break;  // an unterminated one-line string: the parser says so
+      }
+      i = triple ? std::min(n, j + 2) : j;
+      continue;
+    }
+    if (c == '#') {
+      while (i + 1 < n && text[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (c == '\n') {
+      ++line;
+      if (open.empty()) in_value = false;
+      parts = 1;
+      continue;
+    }
+    if (open.empty() && !in_value && c == '[') {
+      // A table header: [a.b] or [[a.b]], to its closing bracket (quoted parts skipped above
+      // only between statements, so they are skipped here too).
+      parts = 1;
+      for (++i; i < n && text[i] != ']' && text[i] != '\n'; ++i) {
+        if (text[i] == '"' || text[i] == '\'') {
+          const char q = text[i];
+          for (++i; i < n && text[i] != q && text[i] != '\n'; ++i) {
+            if (q == '"' && text[i] == '\\') ++i;
+          }
+        } else if (text[i] == '.') {
+          counted_dot();
+        }
+      }
+      while (i + 1 < n && text[i + 1] == ']') ++i;
+      parts = 1;
+      continue;
+    }
+    if (key_position()) {
+      if (c == '.') counted_dot();
+      if (c == '=') {
+        parts = 1;
+        if (open.empty()) in_value = true;
+        else open.back().second = false;
+      }
+      continue;
+    }
+    if (c == '[' || c == '{') open.emplace_back(c, c == '{');
+    else if ((c == ']' || c == '}') && !open.empty()) open.pop_back();
+    else if (c == ',' && !open.empty() && open.back().first == '{') open.back().second = true;
+  }
+}
+
+// edit_distance is Levenshtein's, for naming the known key nearest a misspelled one.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
+      diag = up;
     }
   }
-  return text;
+  return row[b.size()];
+}
+
+// did_you_mean is " (did you mean 'K'?)" for the known name K nearest `name`, when it is near
+// (at most a third of its letters differ), else "".
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_d = SIZE_MAX;
+  for (const std::string& k : known) {
+    const std::size_t d = edit_distance(name.substr(0, 256), k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  if (best_d > std::max<std::size_t>(2, best.size() / 3)) return "";
+  return " (did you mean '" + best + "'?)";
+}
+
+// The tables and [parallelism] keys torchtitan's JobConfig declares (torchtitan/config/
+// job_config.py at 9810191bb^, the last TOML-era config, plus the keys ParallelismConfig added
+// since, configs.py at b5bcd76c): torchtitan refuses any other ("Invalid field names").
+const std::vector<std::string>& titan_tables() {
+  static const std::vector<std::string> t{"job",        "profiling",  "metrics",  "model",
+                                          "optimizer",  "lr_scheduler", "training", "parallelism",
+                                          "checkpoint", "activation_checkpoint", "compile", "quantize",
+                                          "comm",       "memory_estimation", "fault_tolerance", "experimental",
+                                          "validation", "debug"};
+  return t;
+}
+const std::vector<std::string>& titan_parallelism_keys() {
+  static const std::vector<std::string> k{
+      "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+      "enable_fsdp_symm_mem", "tensor_parallel_degree", "enable_sequence_parallel", "disable_loss_parallel",
+      "enable_async_tensor_parallel", "spmd_backend", "pipeline_parallel_degree", "module_fqns_per_model_part",
+      "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
+      "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
+      "pipeline_parallel_microbatch_size", "num_pp_microbatches", "pipeline_parallel_expert_parallel_overlap",
+      "context_parallel_degree", "context_parallel_load_balancer", "context_parallel_rotate_method",
+      "context_parallel_ptrr_mask_key", "expert_parallel_degree", "expert_tensor_parallel_degree",
+      "expert_parallel_comm_backend"};
+  return k;
 }
 
 }  // namespace
@@ -332,7 +459,8 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
 
 Torchtitan torchtitan_from_toml(const std::string& path) {
   const std::string where = kTitan + quote_input(path);
-  const std::string text = read_bounded(path, kTitan);
+  const std::string text = read_text_file(path, kMaxJobFileBytes, kTitan.substr(0, kTitan.size() - 1));
+  check_key_parts(text, where);
   toml::table doc;
   try {
     doc = toml::parse(text, path);
@@ -340,10 +468,31 @@ Torchtitan torchtitan_from_toml(const std::string& path) {
     throw ParseError(where + " is not TOML: " + std::string(e.description()) + " at line " +
                      std::to_string(e.source().begin.line) + ", column " + std::to_string(e.source().begin.column));
   }
+  // A misspelled table or key would leave its degrees at their defaults and the job would run
+  // as another: refuse it as torchtitan does. A job that extends the config with its own module
+  // (experimental.custom_args_module) may add tables; its [parallelism] is still checked.
+  const bool extended = static_cast<bool>(doc["experimental"]["custom_args_module"]);
+  if (!extended) {
+    for (const auto& [key, node] : doc) {
+      const std::string k(key.str());
+      const auto& known = titan_tables();
+      if (std::find(known.begin(), known.end(), k) == known.end()) {
+        throw InvalidArgument(where + ": unknown table " + quote_input(k) + ": torchtitan's job config has no such "
+                              "section" + did_you_mean(k, known));
+      }
+    }
+  }
   Torchtitan t;
   const toml::node_view<toml::node> section = doc["parallelism"];
   if (!section) return t;
   if (!section.is_table()) throw InvalidArgument(where + ": 'parallelism' is not a table");
+  for (const auto& [key, node] : *section.as_table()) {
+    const std::string k(key.str());
+    const auto& known = titan_parallelism_keys();
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      throw InvalidArgument(where + ": unknown key parallelism." + quote_input(k) + did_you_mean(k, known));
+    }
+  }
   auto read = [&](const char* key, int64_t& into) {
     const toml::node_view<toml::node> v = section[key];
     if (!v) return;

@@ -1,4 +1,5 @@
 #include "meshsim/recipe.hpp"
+#include "meshsim/text_file.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -542,16 +543,7 @@ MeshRecipe recipe_from_file(const RecipeFlags& f) {
     throw InvalidArgument(where + " is the whole recipe: give no --mesh, --shape, --names, --rank-map, "
                           "--world-size or transformations with it");
   }
-  std::ifstream in(f.recipe_file, std::ios::binary);
-  if (!in) throw InvalidArgument(where + " cannot be read");
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (text.size() > kMaxRecipeFileBytes) {
-      throw ResourceExhausted(where + " is over " + std::to_string(kMaxRecipeFileBytes) + " bytes");
-    }
-  }
+  const std::string text = read_text_file(f.recipe_file, kMaxRecipeFileBytes, "--recipe");
   if (json::max_nesting(text) > 64) throw ParseError(where + ": the JSON nests deeper than 64 levels");
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw ParseError(where + " is not valid JSON");
@@ -693,6 +685,18 @@ MeshRecipe recipe_from_flags(const RecipeFlags& f) {
 }
 
 BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& shared_root) {
+  // A view is known by its name: one name, one view (a second binding would leave two views of
+  // one name in every report, and a lookup by name would find only the last).
+  std::set<std::string> bound;
+  for (std::size_t k = 0; k < recipe.steps.size(); ++k) {
+    const std::optional<std::string>& let = recipe.steps[k].let;
+    if (!let) continue;
+    if (let->empty()) throw InvalidArgument("ops[" + std::to_string(k) + "]: 'let' names no view (an empty name)");
+    if (!bound.insert(*let).second) {
+      throw InvalidArgument("ops[" + std::to_string(k) + "]: 'let' binds " + quote_input(*let) +
+                          " a second time (each view has one name; give this one another)");
+    }
+  }
   Handles h;
   h.root = shared_root ? *shared_root : build_root(recipe.root, recipe.world_size, recipe.rank);
   h.last = h.root;

@@ -13,6 +13,7 @@
 #include "meshsim/placement.hpp"
 #include "meshsim/spmd_backend.hpp"
 #include "meshsim/svg.hpp"
+#include "meshsim/text_file.hpp"
 
 namespace meshsim::show {
 
@@ -132,13 +133,6 @@ int run(const Options& o, std::ostream& out) {
   const MeshRecipe recipe = recipe_from_flags(o.recipe);
   BuiltMeshes built = apply_flags(recipe, o.recipe);
   if (o.color_dim && o.svg_file.empty()) throw InvalidArgument("--color-dim needs --svg FILE");
-  if (!o.svg_file.empty()) {
-    const std::string text = svg::draw(built.result, {.color_dim = o.color_dim, .hosts = hosts, .rank = recipe.rank.value_or(0)});
-    std::ofstream f(o.svg_file, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.close();
-    if (!f) throw InvalidArgument("--svg " + quote_input(o.svg_file) + " cannot be written");
-  }
   std::vector<std::string> broken;
   if (hosts) {
     // Every view is placed, not only the result: a recipe's views share the hosts.
@@ -146,6 +140,18 @@ int run(const Options& o, std::ostream& out) {
     all.insert(all.end(), built.meshes.begin(), built.meshes.end());
     placement::check_required(*hosts, all);
     broken = placement::violations(*hosts, all);
+  }
+  const DeviceMesh& m = built.result;
+  if (o.format == "text" && m.rank_map_size() > kMaxEnumeration) {
+    throw ResourceExhausted("the rank map holds " + std::to_string(m.rank_map_size()) +
+                            " ranks, over the limit of " + std::to_string(kMaxEnumeration) +
+                            " that meshsim show lists");
+  }
+  // The picture is written once every input has been accepted, and whole or not at all: a
+  // refused command leaves an existing file as it was.
+  if (!o.svg_file.empty()) {
+    write_file_whole(o.svg_file, svg::draw(built.result, {.color_dim = o.color_dim, .hosts = hosts,
+                                                          .rank = recipe.rank.value_or(0)}), "--svg");
   }
   if (o.format == "json") {
     std::vector<std::string> want{"mesh_dim_names", "layout", "shape", "size", "groups_by_dim",
@@ -165,12 +171,6 @@ int run(const Options& o, std::ostream& out) {
     }
     out << "}\n";
     return broken.empty() ? 0 : 1;
-  }
-  const DeviceMesh& m = built.result;
-  if (m.rank_map_size() > kMaxEnumeration) {
-    throw ResourceExhausted("the rank map holds " + std::to_string(m.rank_map_size()) +
-                            " ranks, over the limit of " + std::to_string(kMaxEnumeration) +
-                            " that meshsim show lists");
   }
   const std::optional<int64_t> rank = recipe.rank;
   const int64_t me = rank.value_or(0);

@@ -1,0 +1,93 @@
+#include "meshsim/text_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "meshsim/error.hpp"
+
+namespace meshsim {
+
+namespace {
+
+// Fd closes the descriptor on every path out.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+std::string read_text_file(const std::string& path, std::size_t max_bytes, const std::string& what) {
+  const std::string where = what + " " + quote_input(path);
+  auto refuse = [&](const std::string& why) { return InvalidArgument(where + " cannot be read: " + why); };
+  if (path.empty()) throw refuse("the path is empty");
+  if (path.find('\0') != std::string::npos) throw refuse("the path holds a NUL byte");
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY)};
+  if (f.fd < 0) throw refuse(std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw refuse(std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw refuse("it is a directory");
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > max_bytes) {
+    throw ResourceExhausted(where + " is over " + std::to_string(max_bytes) + " bytes (it holds " +
+                            std::to_string(st.st_size) + ")");
+  }
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(f.fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw refuse(std::string(std::strerror(errno)) + " after " + std::to_string(text.size()) + " bytes");
+    }
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > max_bytes) {
+      throw ResourceExhausted(where + " is over " + std::to_string(max_bytes) + " bytes");
+    }
+  }
+  return text;
+}
+
+void write_file_whole(const std::string& path, const std::string& text, const std::string& what) {
+  const std::string where = what + " " + quote_input(path);
+  auto refuse = [&](const std::string& why) { return InvalidArgument(where + " cannot be written: " + why); };
+  if (path.empty()) throw refuse("the path is empty");
+  if (path.find('\0') != std::string::npos) throw refuse("the path holds a NUL byte");
+  auto write_all = [&](int fd) {
+    for (std::size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<std::size_t>(n);
+    }
+    return true;
+  };
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) throw refuse("it is a directory");
+    Fd f{::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY)};
+    if (f.fd < 0 || !write_all(f.fd)) throw refuse(std::strerror(errno));
+    return;
+  }
+  std::string tmp = path + ".meshsim-XXXXXX";
+  Fd f{::mkstemp(tmp.data())};
+  if (f.fd < 0) throw refuse(std::strerror(errno));
+  const bool written = write_all(f.fd) && ::fsync(f.fd) == 0;
+  const int write_errno = errno;
+  const int closed = ::close(f.fd);
+  f.fd = -1;
+  if (!written || closed != 0 || ::chmod(tmp.c_str(), exists ? st.st_mode & 07777 : 0644) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = written && closed == 0 ? errno : write_errno;
+    ::unlink(tmp.c_str());
+    throw refuse(std::strerror(e));
+  }
+}
+
+}  // namespace meshsim
