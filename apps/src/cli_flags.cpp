@@ -72,6 +72,8 @@ void add_run_flags(CLI::App* sub, run::Options& o, RecipeOptions& recipe) {
                   backends_help + "or local (LocalWorld: every rank at once in one thread, up to 2^24 ranks)");
   sub->add_option("--timeout", o.timeout_seconds, "seconds every wait may take (default 30)");
   sub->add_option("--format", o.format, "text or json");
+  sub->add_option("--max-elements", o.max_elements,
+                  "the JSON report's element budget (default 2^21, as the query's); a bigger report is refused");
   sub->add_option("--fault", o.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit");
   add_placement(sub, o.placement);
 }

@@ -41,18 +41,19 @@ Program run(const Json& req, int64_t max_elements = kDefaultMaxAnswerElements,
   return Program{world, recipe.rank, std::move(built), max_elements, max_elements};
 }
 
-// budget charges `keys` entries of `per_key` values each (plus the key) to the answer's one
-// element budget, before anything is built.
-void budget(Program& p, int64_t keys, int64_t per_key, const char* field) {
-  // keys * (per_key + 1) > budget_left, decided without forming a product that may overflow.
-  if (keys > p.budget_left / (per_key + 1)) {
+// budget charges `keys` entries of `per_key` values each, plus `overhead` per entry (the key,
+// a handle's fields), to the answer's one element budget, before anything is built. Sizes near
+// 2^63 are compared without forming a sum or product that may overflow, and named as given.
+void budget(Program& p, int64_t keys, int64_t per_key, const char* field, int64_t overhead = 1) {
+  const int64_t per = per_key > INT64_MAX - overhead ? INT64_MAX : per_key + overhead;
+  if (keys > p.budget_left / per) {
     throw ResourceExhausted("'" + std::string(field) + "' would list " + std::to_string(keys) +
                             " x " + std::to_string(per_key) + " values, over what is left of the "
                             "answer's budget of " + std::to_string(p.budget) +
                             " elements (ask for fewer fields with 'want', or raise the budget "
                             "with --max-elements)");
   }
-  p.budget_left -= keys * (per_key + 1);
+  p.budget_left -= keys * per;
 }
 
 Json opt_list(const std::optional<std::vector<int64_t>>& v) { return v ? Json(*v) : Json(nullptr); }
@@ -110,7 +111,7 @@ Json field(Program& p, const DeviceMesh& m, const std::string& name) {
     for (const auto& [h, mesh] : p.built.handles) views.emplace_back(h, &mesh);
     Json out = Json::object();
     for (const auto& [h, mesh] : views) {
-      budget(p, mesh->ndim(), mesh->size() + 6, "get_group_by_view");
+      budget(p, mesh->ndim(), mesh->size(), "get_group_by_view", 7);
       Json dims = Json::object();
       for (int d = 0; d < mesh->ndim(); ++d) dims[mesh->dim_name(d)] = handle_json(mesh->get_group(me, d));
       out[h] = std::move(dims);
@@ -127,7 +128,7 @@ Json field(Program& p, const DeviceMesh& m, const std::string& name) {
         if (!m.names() || std::find(m.names()->begin(), m.names()->end(), f) == m.names()->end()) extra.push_back(f);
       }
     }
-    budget(p, m.ndim() + static_cast<int64_t>(extra.size()), m.size() + 6, name.c_str());
+    budget(p, m.ndim() + static_cast<int64_t>(extra.size()), m.size(), name.c_str(), 7);
     if (name == "get_all_groups") {
       Json out = Json::array();
       for (const GroupHandle& h : m.get_all_groups(me)) out.push_back(handle_json(h));
@@ -213,6 +214,7 @@ Json field(Program& p, const DeviceMesh& m, const std::string& name) {
     return Json{{"hits", c.hits}, {"misses", c.misses}, {"size", c.size}};
   }
   if (name == "my_groups") {
+    for (int d = 0; d < m.ndim(); ++d) budget(p, 1, m.size(d), "my_groups");
     Json out = Json::object();
     for (int d = 0; d < m.ndim(); ++d) out[m.dim_name(d)] = opt_list(m.group_of(me, d));
     return out;

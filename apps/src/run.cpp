@@ -128,7 +128,28 @@ struct Job {
   std::string prefix = "meshsim/run";
   std::optional<placement::Hosts> hosts;  // --gpus-per-host
   std::vector<std::string> misplaced;     // broken --require, one line each
+  // The report keeps, per dim, the first keep_groups groups as gathered (what it prints: 8 in
+  // text, every group in JSON within the element budget); firsts[mesh][dim] are their first
+  // members, ascending, the only ranks that keep a copy (empty: every group is kept).
+  int64_t keep_groups = INT64_MAX;
+  std::vector<std::vector<std::vector<int64_t>>> firsts;
+  std::function<bool()> interrupted;  // Options::interrupted
+
+  // keeps says whether `rank` keeps the group it gathered on dim d of mesh i for the report: a
+  // launched rank keeps its own (it reports them); else only a kept group's first member.
+  bool keeps(std::size_t i, int d, int64_t rank, std::span<const int64_t> group) const {
+    if (launched) return true;
+    if (group.empty() || group[0] != rank) return false;
+    if (firsts.empty()) return true;
+    const std::vector<int64_t>& f = firsts[i][static_cast<std::size_t>(d)];
+    return std::binary_search(f.begin(), f.end(), rank);
+  }
 };
+
+// kShownGroups is how many groups per dim a text report prints; kListedRanks how many ranks a
+// JSON failure lists (waiting, missing) beside their count.
+constexpr std::size_t kListedRanks = 64;
+constexpr int64_t kShownGroups = 8;
 
 // The checks of a run, written once: what each expects and how its failure reads. The per-rank
 // program (run_ranks) and the local program (run_local) both run exactly these, in this order:
@@ -227,7 +248,8 @@ void rank_program(const Job& job, RankContext& ctx, RankResult& out) {
       c.all_reduce(std::span<int64_t>(&sum, 1), ReduceOp::kSum);
       if (sum != checks::group_sum(group)) ctx.fail(checks::sum_wrong(where, sum, checks::group_sum(group)));
       out.checks += checks::kPerDim;
-      out.seen[i].push_back(std::move(got));
+      // A rank keeps what the report shows, not a copy of every group of every view.
+      out.seen[i].push_back(job.keeps(i, d, me, group) ? std::move(got) : std::vector<int64_t>{});
     }
     if (i == 0 && planted(faults, Fault::kThrow, me)) throw Internal(checks::planted_throw(me));
   }
@@ -248,7 +270,7 @@ void by_group(const Job& job, Outcome& out, View view) {
     std::vector<std::vector<std::vector<int64_t>>> dims;
     for (int d = 0; d < m.ndim(); ++d) {
       std::vector<std::vector<int64_t>> rows;
-      const GroupTable t = m.group_table(d);
+      const GroupTable t = m.group_table_prefix(d, job.keep_groups, 1);
       for (int64_t g = 0; g < t.count; ++g) {
         const auto* s = view(t.row(g)[0]);
         rows.push_back(s && i < s->size() && static_cast<std::size_t>(d) < (*s)[i].size() ? (*s)[i][static_cast<std::size_t>(d)]
@@ -268,6 +290,7 @@ Outcome run_ranks(const Job& job) {
   so.timeout = job.timeout;
   so.backend = job.backend;
   so.store_prefix = job.prefix;
+  so.interrupted = job.interrupted;
   if (job.launched) {
     so.first_rank = job.launched->rank;
     so.local_ranks = 1;
@@ -438,7 +461,17 @@ Outcome run_local(const Job& job) {
     for (std::size_t i = 0; i < job.meshes.size(); ++i) {
       const DeviceMesh& m = job.meshes[i];
       std::vector<std::vector<std::vector<int64_t>>> dims;
-      for (int d = 0; d < m.ndim(); ++d) dims.push_back(local_dim_checks(w, m, i, d, out));
+      for (int d = 0; d < m.ndim(); ++d) {
+        if (job.interrupted && job.interrupted()) {
+          throw LocalFailure(Diagnosis{DiagnosisKind::kError, {}, "interrupted: the run was stopped from outside before it ended", {}, {}});
+        }
+        std::vector<std::vector<int64_t>> rows = local_dim_checks(w, m, i, d, out);
+        if (static_cast<int64_t>(rows.size()) > job.keep_groups) {
+          rows.resize(static_cast<std::size_t>(job.keep_groups));
+          rows.shrink_to_fit();
+        }
+        dims.push_back(std::move(rows));
+      }
       out.seen.push_back(std::move(dims));
       // A planted throw happens after the root's checks, as in the threaded run.
       if (i == 0 && !throwing.empty()) planted_throw(*throwing.begin());
@@ -454,6 +487,7 @@ Outcome run_local(const Job& job) {
   } catch (const LocalFailure& f) {
     out.ok = false;
     out.seen.clear();
+    if (f.diagnosis.ranks.empty()) out.failures.push_back(f.diagnosis);  // no rank at fault
     for (int64_t r : f.diagnosis.ranks) {
       Diagnosis one = f.diagnosis;
       one.ranks = {r};
@@ -517,8 +551,14 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     for (const Diagnosis& d : r.failures) {
       Json f{{"rank", d.ranks.empty() ? Json(nullptr) : Json(d.ranks[0])}, {"kind", to_string(d.kind)}, {"message", d.message}};
       if (d.kind == DiagnosisKind::kStall) {
-        f["waiting"] = d.waiting;
-        f["missing"] = d.missing;
+        // The first ranks and a count: a report does not grow with the world.
+        auto first = [](const std::vector<int64_t>& v) {
+          return std::vector<int64_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(v.size(), kListedRanks)));
+        };
+        f["waiting"] = first(d.waiting);
+        f["waiting_count"] = d.waiting.size();
+        f["missing"] = first(d.missing);
+        f["missing_count"] = d.missing.size();
       }
       fs.push_back(f);
     }
@@ -548,8 +588,8 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
         out << "    " << m.dim_name(d) << ": " << count << (count == 1 ? " group of " : " groups of ") << m.size(d);
         if (r.ok) {
           const auto& rows = r.seen[i][static_cast<std::size_t>(d)];
-          for (std::size_t k = 0; k < rows.size() && k < 8; ++k) out << " " << format_ranks(rows[k]);
-          if (rows.size() > 8) out << " ...";
+          for (std::size_t k = 0; k < rows.size() && k < kShownGroups; ++k) out << " " << format_ranks(rows[k]);
+          if (!r.own && count > std::min<int64_t>(static_cast<int64_t>(rows.size()), kShownGroups)) out << " ...";
         }
         if (job.hosts) {
           const placement::DimPlacement p = placement::place(m, d, *job.hosts);
@@ -598,6 +638,52 @@ void write_error_file(const std::string& path, const std::string& message, std::
 }
 
 namespace {
+
+// keep_for_report decides what the report keeps of the groups (Job::keep_groups, firsts): what
+// a text report prints, or, in JSON, every group of every mesh and view when the report fits
+// the element budget the query has (--max-elements); a bigger one is refused before any rank
+// starts, naming the size it would have had.
+void keep_for_report(const Options& o, Job& job) {
+  if (o.max_elements < 1) {
+    throw InvalidArgument("--max-elements " + std::to_string(o.max_elements) + " is not >= 1");
+  }
+  if (o.format == "json") {
+    std::vector<int64_t> listed(job.meshes.size(), 1);  // each mesh once, and again per view of it
+    for (const View& v : views(job.recipe)) ++listed[v.step];
+    // Every group of every dim (its ranks, once each, and one element per group), saturating.
+    auto add = [](int64_t a, int64_t b) { return __builtin_add_overflow(a, b, &a) ? INT64_MAX : a; };
+    auto mul = [](int64_t a, int64_t b) { return __builtin_mul_overflow(a, b, &a) ? INT64_MAX : a; };
+    int64_t elements = 0;
+    for (std::size_t i = 0; i < job.meshes.size(); ++i) {
+      const DeviceMesh& m = job.meshes[i];
+      for (int d = 0; d < m.ndim(); ++d) {
+        elements = add(elements, mul(add(m.rank_map_size(), m.rank_map_size() / m.size(d)), listed[i]));
+      }
+    }
+    if (elements > o.max_elements) {
+      throw ResourceExhausted("--format json: the report would hold " +
+                              (elements == INT64_MAX ? std::string("over 2^63") : std::to_string(elements)) +
+                              " elements (every group of every dim of " + std::to_string(job.meshes.size()) +
+                              (job.meshes.size() == 1 ? " mesh" : " meshes and views") +
+                              "), over the answer's budget of " + std::to_string(o.max_elements) +
+                              " (raise it with --max-elements, or use --format text, which lists the first " +
+                              std::to_string(kShownGroups) + " groups per dim)");
+    }
+    return;
+  }
+  job.keep_groups = kShownGroups;
+  for (const DeviceMesh& m : job.meshes) {
+    std::vector<std::vector<int64_t>> dims;
+    for (int d = 0; d < m.ndim(); ++d) {
+      const GroupTable t = m.group_table_prefix(d, kShownGroups, 1);
+      std::vector<int64_t> f;
+      for (int64_t g = 0; g < t.count; ++g) f.push_back(t.row(g)[0]);
+      std::sort(f.begin(), f.end());
+      dims.push_back(std::move(f));
+    }
+    job.firsts.push_back(std::move(dims));
+  }
+}
 
 // make_job checks the flags (InvalidArgument naming the flag or value, exit 2) and builds what
 // both programs run: the recipe's meshes, their fingerprints, the faults, the launch.
@@ -653,10 +739,12 @@ Job make_job(const Options& o, const BackendEntry* entry, std::chrono::milliseco
     }
   }
   job.timeout = timeout;
+  job.interrupted = o.interrupted;
   job.meshes.push_back(job.expected->root);
   job.meshes.insert(job.meshes.end(), job.expected->meshes.begin(), job.expected->meshes.end());
   for (const DeviceMesh& m : job.meshes) job.parts.push_back(mesh_parts(m));
   job.expected_checks = checks::total(job.meshes);
+  keep_for_report(o, job);
   job.hosts = placement::from_flags(o.placement);
   if (job.hosts) {
     placement::check_required(*job.hosts, job.meshes);

@@ -14,11 +14,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "meshsim/mesh_program.hpp"
 #include "meshsim/placement.hpp"
 #include "meshsim/recipe.hpp"
 
@@ -31,6 +33,12 @@ struct Options {
   std::string format = "text";
   std::vector<std::string> faults;  // "KIND@RANK"
   placement::Flags placement;       // --gpus-per-host, --nvlink-domain, --require
+  // --max-elements: the JSON report's element budget (the query's policy and default); a
+  // report that would list more is refused before any rank starts.
+  int64_t max_elements = query::kDefaultMaxAnswerElements;
+  // interrupted, when set, is polled while the ranks run (SpmdOptions::interrupted; local mode
+  // between dims); once true the run ends failed, "interrupted: ...", within about a second.
+  std::function<bool()> interrupted;
 };
 
 // run executes the job and prints its report on `out`; returns the exit code (0 every check
