@@ -14,11 +14,13 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <ostream>
 
 #include "meshsim/cli_common.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/launch_env.hpp"
+#include "meshsim/spmd_backend.hpp"
 #include "meshsim/store.hpp"
 
 extern char** environ;
@@ -36,6 +38,7 @@ struct Child {
   std::string pending[2];        // partial lines
   bool running = true;
   int status = 0;
+  std::optional<std::chrono::steady_clock::time_point> ended_ok;  // when it exited 0
 };
 
 // environment builds the child's environment: the parent's, with the launch variables replaced.
@@ -252,6 +255,7 @@ struct Supervision {
   int stopping = 0;  // the stop signal the launcher got
   std::string why;
   std::optional<Clock::time_point> kill_at, term_at;
+  std::optional<Clock::time_point> failed_at;  // when the first rank failed
 };
 
 Clock::time_point after(double seconds) {
@@ -272,6 +276,8 @@ bool reap(std::vector<Child>& children, const Options& o, Supervision& s, std::o
     c.running = false;
     c.status = st;
     const bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (!failed) c.ended_ok = Clock::now();
+    if (failed && !s.failed_at) s.failed_at = Clock::now();
     if (failed && s.code != 0) {
       // Every later failure is said too (which rank ended first within one poll is not known).
       err << "meshsim launch: rank " << c.rank << " " << describe(st) << "\n";
@@ -336,7 +342,22 @@ int supervise(std::vector<Child>& children, const Options& o, std::ostream& out,
     }
   }
   out.flush();
-  if (s.code != 0) err << "meshsim launch: failed: " << s.why << "\n";
+  if (s.code != 0) {
+    err << "meshsim launch: failed: " << s.why << "\n";
+    // A rank that ended with status 0 before any rank failed left its peers waiting for it (a
+    // rank that never started its program, or left it early): the likely cause, said by name.
+    std::vector<int64_t> early;
+    for (const Child& c : children) {
+      if (c.ended_ok && s.failed_at && *c.ended_ok < *s.failed_at) early.push_back(c.rank);
+    }
+    if (!early.empty()) {
+      const auto at = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          *children[static_cast<std::size_t>(early[0])].ended_ok - start).count();
+      const std::string who = early.size() == 1 ? "rank " + std::to_string(early[0]) : "ranks " + format_ranks(early);
+      err << "meshsim launch: " << who << " exited with status 0 before any rank failed (the first after " << at
+          << " ms) while the others still ran: the others waited for " << (early.size() == 1 ? "it" : "them") << "\n";
+    }
+  }
   return s.code;
 }
 

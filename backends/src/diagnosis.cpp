@@ -134,6 +134,26 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
   return std::nullopt;
 }
 
+std::optional<Diagnosis> unstarted_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
+                                             int64_t me, const std::string& where, std::chrono::milliseconds waited) {
+  try {
+    if (!lookup_key(store, prefix + "/rank/" + std::to_string(me))) return std::nullopt;
+    std::vector<int64_t> never;
+    for (int64_t g : group) {
+      if (g != me && !lookup_key(store, prefix + "/rank/" + std::to_string(g))) never.push_back(g);
+    }
+    if (never.empty()) return std::nullopt;
+    const std::string who = never.size() == 1 ? "rank " + std::to_string(never[0]) : "ranks " + rank_list(never);
+    return Diagnosis{DiagnosisKind::kStall, never,
+                     "stall: " + who + " never arrived: no process claimed " + (never.size() == 1 ? "it" : "them") +
+                         " in the store (" + (never.size() == 1 ? "it" : "they") + " never reached the store); rank " +
+                         std::to_string(me) + " waited " + std::to_string(waited.count()) + " ms in " + where,
+                     {me}, never};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 namespace {
 
 bool holds(const CensusFacts& f, const std::string& key) { return lookup_key(*f.store, f.prefix + "/" + key).has_value(); }
@@ -227,6 +247,8 @@ std::optional<Diagnosis> census_diagnosis(const CensusFacts& f, const std::strin
   // A member whose program returned without entering this collective.
   if (!gone.empty()) return departed_diagnosis(gone, collective_label(f.desc, f.seq), f.group);
   if (missing.empty()) return std::nullopt;
+  // A member whose process never reached the store.
+  if (auto dg = unstarted_diagnosis(*f.store, f.prefix, missing, f.me, where, f.timeout)) return dg;
   return Diagnosis{DiagnosisKind::kStall, missing,
                    "stall: rank " + std::to_string(f.me) + " waited " + std::to_string(f.timeout.count()) + " ms in " +
                        where + "; rank" + (missing.size() > 1 ? "s " : " ") + rank_list(missing) + " never arrived",

@@ -664,6 +664,13 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
     }
     if (failure.find("Timed out") != std::string::npos || failure.find("timeout") != std::string::npos ||
         waited >= timeout) {
+      // A member whose process never reached the store is why: name it.
+      if (auto dg = detail::unstarted_diagnosis(*o.store, o.prefix, info->ranks, rank,
+                                                "the connect of group " + rank_list(info->ranks), waited)) {
+        abort(*dg);
+        s_->close_rank(rank);
+        s_->reg.throw_aborted();
+      }
       throw DeadlineExceeded("gloo backend: rank " + std::to_string(rank) + " could not connect group " +
                              rank_list(info->ranks) + " within " + std::to_string(timeout.count()) + " ms: " + failure);
     }

@@ -184,6 +184,8 @@ std::optional<Diagnosis> join_diagnosis(detail::NcclState& st, const std::string
     return std::nullopt;
   }
   if (missing.empty()) return std::nullopt;  // every member came: NCCL's own error says why
+  // A member whose process never reached the store at all is named as such.
+  if (auto dg = detail::unstarted_diagnosis(store, st.opt.prefix, missing, me, where, waited)) return dg;
   return Diagnosis{DiagnosisKind::kStall, missing,
                    "stall: rank " + std::to_string(me) + " waited " + std::to_string(waited.count()) + " ms " + where +
                        "; " + (missing.size() == 1 ? "rank " + std::to_string(missing[0]) : "ranks " + rank_list(missing)) +

@@ -31,6 +31,14 @@ std::optional<Diagnosis> store_diagnosis(Store& store, const std::string& prefix
 std::optional<Diagnosis> lost_store_diagnosis(Store& store, const std::string& prefix, int64_t me,
                                               const std::string& where, const std::string& what);
 
+// unstarted_diagnosis names, at a deadline, the members of `group` that never reached the
+// store: no process claimed their rank ("<prefix>/rank/<r>", claim_rank) while `me` did. A stall
+// naming them: "rank 2 never arrived: no process claimed rank 2 in the store (it never reached
+// the store); rank 3 waited 4000 ms in <where>". nullopt when every member claimed its rank,
+// when `me` holds no claim (a run whose ranks do not claim), or when the store cannot answer.
+std::optional<Diagnosis> unstarted_diagnosis(Store& store, const std::string& prefix, const std::vector<int64_t>& group,
+                                             int64_t me, const std::string& where, std::chrono::milliseconds waited);
+
 // CensusFacts: one collective that failed under rank `me`.
 struct CensusFacts {
   Store* store = nullptr;
