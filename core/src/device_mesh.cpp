@@ -51,8 +51,43 @@ void check_dims(std::size_t ndim, std::string_view what) {
   }
 }
 
+// check_utf8 refuses a name that is not UTF-8 text: every report, repr and saved file carries
+// names as text (a Python bytes name would otherwise pass and break them later).
+void check_utf8(std::string_view name, std::string_view what) {
+  std::size_t i = 0;
+  while (i < name.size()) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = len != 0 && i + len <= name.size();
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(name[i + k]) >> 6) == 0x2;
+    if (ok && len > 1) {
+      // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8 either.
+      uint32_t cp = c & (0x7F >> len);
+      for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(name[i + k]) & 0x3F);
+      ok = cp >= (len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u) && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+    }
+    if (!ok) {
+      // The message itself must be text: bytes past ASCII are written as \xNN.
+      std::string shown;
+      for (const char b : name.substr(0, 64)) {
+        const auto u = static_cast<unsigned char>(b);
+        if (u >= 0x20 && u < 0x7F) {
+          shown += b;
+        } else {
+          const char* hex = "0123456789abcdef";
+          shown += std::string("\\x") + hex[u >> 4] + hex[u & 0xF];
+        }
+      }
+      throw InvalidArgument(std::string(what) + " '" + shown + (name.size() > 64 ? "...'" : "'") +
+                            " is not UTF-8 text (at byte " + std::to_string(i) + ")");
+    }
+    i += len;
+  }
+}
+
 void check_unique_names(const std::vector<std::string>& names, std::string_view where) {
   check_dims(names.size(), "mesh_dim_names");
+  for (const std::string& n : names) check_utf8(n, "mesh_dim_name");
   const auto twice = [&](std::string_view dup) {
     throw InvalidArgument("Each mesh_dim_name must be unique. " + quote_input(dup) +
                           " appears twice in " + py_list(names) + std::string(where));
@@ -795,6 +830,7 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
   }
   const std::string flat_name = name ? *name : join(*names_, "_", false);
   if (flat_name.empty()) throw InvalidArgument("flatten: the mesh_dim_name must not be empty");
+  check_utf8(flat_name, "flatten: mesh_dim_name");
   if (ndim() == 1 && flat_name == (*names_)[0]) return *this;
   if (u_->root_names) {
     const auto& rn = *u_->root_names;

@@ -9,6 +9,7 @@ exactly by meshsim's C++ library, for tests that need an oracle or a simulator.
 import functools as _functools
 from collections.abc import Mapping as _Mapping
 import json as _json
+import operator as _operator
 import os as _os
 
 from . import errors
@@ -32,7 +33,9 @@ def init_device_mesh(shape, mesh_dim_names=None, device_type="cpu", world_size=N
     init_process_group chose (the one every group without an override uses). get_group hands
     both back."""
     shape = _listed(shape, "shape")
-    names = None if mesh_dim_names is None else _listed(mesh_dim_names, "mesh_dim_names")
+    names = None if mesh_dim_names is None else _names(mesh_dim_names, "mesh_dim_names")
+    if world_size is not None:
+        world_size = _int(world_size, "world_size")
     if backend_override is None and default_backend is None:
         return DeviceMesh.init(shape, names, device_type, world_size)
     body = {"mesh_shape": shape, "device_type": device_type}
@@ -44,12 +47,12 @@ def _from_ranks(shape, ranks, mesh_dim_names=None, *, device_type="cpu", backend
                 default_backend=None, world_size=None):
     """PyTorch's DeviceMesh(device_type, mesh): `ranks` are the global ranks of an array of
     `shape`, row-major (any distinct non-negative integers)."""
-    names = None if mesh_dim_names is None else _listed(mesh_dim_names, "mesh_dim_names")
+    names = None if mesh_dim_names is None else _names(mesh_dim_names, "mesh_dim_names")
     shape, ranks = _listed(shape, "shape"), _listed(ranks, "ranks")
     if (backend_override is None and default_backend is None and device_type == "cpu" and world_size is None) \
             or _product(shape) != len(ranks):
         return DeviceMesh._from_ranks(shape, ranks, names)  # (a shape that does not hold the ranks raises)
-    ranks = [int(r) for r in ranks]
+    ranks = [_int(r, "ranks") for r in ranks]
     body = {"mesh": _nest(list(shape), ranks), "device_type": device_type}
     return _build("DeviceMesh", body, names, backend_override, default_backend,
                   world_size if world_size is not None else max(ranks, default=-1) + 1)
@@ -63,15 +66,15 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
     `mesh_dim_names`, and each group must be `rank`'s group along its dim."""
     group = _listed(group, "group")
     is_list = len(group) == 0 or all(isinstance(g, (list, tuple)) for g in group)
-    names = None if mesh_dim_names is None else list(mesh_dim_names)
+    names = None if mesh_dim_names is None else _names(mesh_dim_names, "mesh_dim_names")
     if not is_list and mesh is None and rank is None and backend_override is None and default_backend is None \
             and device_type == "cpu" and world_size is None:
         return DeviceMesh._from_group(group, names)
     body = {"device_type": device_type}
     if is_list:
-        body["groups"] = [[int(r) for r in g] for g in group]
+        body["groups"] = [[_int(r, "group") for r in g] for g in group]
     else:
-        body["group"] = [int(r) for r in group]
+        body["group"] = [_int(r, "group") for r in group]
     if mesh is not None:
         body["mesh"] = mesh
     if world_size is None:
@@ -83,6 +86,8 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
 def _flatten(self, name=None, backend_override=None):
     """PyTorch's _flatten: every dim merged into one named dim (default: the names joined by
     "_"), registered on the root; backend_override is one backend for the new dim's groups."""
+    if name is not None:
+        name = _names([name], "name")[0]
     return self._flatten_impl(name, None if backend_override is None else _dumps(_backend_json(backend_override), "backend_override"))
 
 
@@ -92,10 +97,45 @@ def _unflatten(self, dim, sizes, names, backend_override=None):
     override = None
     if backend_override is not None:
         override = _dumps(_overrides_json(backend_override), "backend_override")
-    return self._unflatten_impl(dim, _listed(sizes, "sizes"), _listed(names, "names"), override)
+    return self._unflatten_impl(dim, _listed(sizes, "sizes"), _names(names, "names"), override)
 
 
 _INF = float("inf")
+
+
+def _int(value, what):
+    """An integer argument: an int or an object with __index__ (numpy's integers), never a float,
+    a bool or a numeric string, which int() would truncate or parse; beyond int64 is
+    OverflowError naming it."""
+    if isinstance(value, bool) or isinstance(value, (float, str, bytes)):
+        raise errors.ArgumentTypeError(what + " must be an integer, got " + repr(value)[:200])
+    try:
+        v = _operator.index(value)
+    except TypeError:
+        raise errors.ArgumentTypeError(what + " must be an integer, got " + repr(value)[:200]) from None
+    if not -2 ** 63 <= v < 2 ** 63:
+        raise errors.OverflowError(what + " " + str(v)[:200] + " does not fit in a 64-bit signed integer")
+    return v
+
+
+def _seconds(value):
+    """A timeout in seconds: an int or a float (a string or a bool is ArgumentTypeError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise errors.ArgumentTypeError("timeout must be a number of seconds, got " + repr(value)[:200])
+    return float(value)
+
+
+def _names(value, what):
+    """A list of dim names: each a str (a bytes name, or any other type, is ArgumentTypeError)."""
+    out = _listed(value, what)
+    for n in out:
+        if not isinstance(n, str):
+            raise errors.ArgumentTypeError(what + " holds names (str), got " + repr(n)[:200])
+        try:
+            n.encode("utf-8")
+        except UnicodeEncodeError:
+            raise errors.InvalidArgument(what + ": " + ascii(n)[:200] + " is not UTF-8 text") from None
+    return out
 
 
 def _listed(value, what):
@@ -145,6 +185,10 @@ def _typed_arguments(fn, qualname):
                 if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:
                     raise errors.OverflowError(f"{qualname}: {v} does not fit in a 64-bit signed integer") from None
             raise errors.ArgumentTypeError(f"{qualname}: {e}") from None
+        except RuntimeError as e:  # pybind11's cast_error: an element of the wrong type
+            if isinstance(e, errors.Error) or not str(e).startswith("Unable to cast"):
+                raise
+            raise errors.ArgumentTypeError(f"{qualname}: an argument holds a value of the wrong type ({e})") from None
     return call
 
 
@@ -174,9 +218,9 @@ def _build(kind, body, names, backend_override, default_backend, world_size, ran
         body["backend_override"] = _overrides_json(backend_override)
     if default_backend is not None:
         body["default_backend"] = default_backend
-    program = {"world_size": max(int(world_size), 1), "build": {kind: body}}
+    program = {"world_size": max(_int(world_size, "world_size"), 1), "build": {kind: body}}
     if rank is not None:
-        program["rank"] = rank
+        program["rank"] = _int(rank, "rank")
     return _meshsim.recipe_views(_dumps(program, "the build"))[0][1]
 
 
@@ -210,7 +254,7 @@ def _backend_json(v):
 def _product(shape):
     n = 1
     for s in shape:
-        n *= int(s)
+        n *= _int(s, "shape")
     return n
 
 
@@ -226,7 +270,7 @@ def _flat(x):
         return []
     if isinstance(x, (list, tuple)):
         return [r for e in x for r in _flat(e)]
-    return [int(x)]
+    return [_int(x, "mesh")]
 
 
 def query(request):
@@ -244,28 +288,33 @@ def preset(spec, world_size=None):
 
 
 def recipe(program):
-    """The views of a mesh.program recipe (a dict, or the path of a JSON file): {name: DeviceMesh}."""
-    if isinstance(program, (str, _os.PathLike)):
-        with open(program, encoding="utf-8") as f:
-            program = _json.load(f)
+    """The views of a mesh.program recipe (a dict, or the path of a JSON file, read as `meshsim
+    run --recipe` reads it: its size and nesting limits, its errors): {name: DeviceMesh}."""
+    if isinstance(program, (str, bytes, _os.PathLike)):
+        return dict(_meshsim.recipe_file_views(_os.fsdecode(program)))
     return dict(_meshsim.recipe_views(_dumps(program, "the recipe")))
 
 
-def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threaded", faults=(), timeout=30.0):
+def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threaded", faults=(), timeout=30.0,
+        max_elements=None):
     """`meshsim run --format json` in this process: every rank of the mesh checks its groups over
     the backend. Give the job as a mesh "dp=2,tp=4", a recipe file path (recipe=), a preset spec
     (preset=), or as `meshsim run`'s flags list, e.g. ["--mesh", "dp=2,tp=2", "--slice", "tp",
     "--backend", "gloo", "--fault", "stall@1"], which then stands alone. Returns the report as a
     dict (its "ok" says whether the run passed; "exit_status" is the tool's exit code); bad input
-    raises. The GIL is released while the ranks run."""
+    raises. The report lists every group of every dim; one that would hold more than
+    max_elements (default 2^21, `meshsim query`'s budget) is refused up front with
+    ResourceExhausted. The GIL is released while the ranks run; Ctrl-C aborts them and raises
+    KeyboardInterrupt within about a second."""
     if isinstance(job, (list, tuple)):
         if recipe is not None or preset is not None or world_size is not None or backend != "threaded" \
-                or tuple(faults) or timeout != 30.0:
+                or tuple(faults) or timeout != 30.0 or max_elements is not None:
             raise errors.InvalidArgument("meshsim.run(flags): give every option in the flags list, not as keywords")
         status, text = _meshsim.run_flags([str(f) for f in job])
     else:
         status, text = _meshsim.run(job or "", _os.fspath(recipe) if recipe else "", preset or "", world_size,
-                                    backend, _listed(faults, "faults"), float(timeout))
+                                    backend, _listed(faults, "faults"), _seconds(timeout),
+                                    None if max_elements is None else _int(max_elements, "max_elements"))
     report = _json.loads(text)
     report["exit_status"] = status
     return report
@@ -346,7 +395,7 @@ class Layout:
 
 
 def _tupled(x):
-    return [_tupled(e) for e in x] if isinstance(x, (list, tuple)) else int(x)
+    return [_tupled(e) for e in x] if isinstance(x, (list, tuple)) else _int(x, "a layout's shape and stride")
 
 
 def _hashable(x):

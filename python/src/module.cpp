@@ -4,7 +4,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "meshsim/cli_flags.hpp"
 #include "meshsim/device_mesh.hpp"
@@ -101,27 +106,70 @@ py::list rows_as_lists(const meshsim::GroupTable& t) {
   return out;
 }
 
-// named_views builds a recipe: its views in recipe order, [(name, DeviceMesh)].
-std::vector<std::pair<std::string, DeviceMesh>> named_views(const meshsim::MeshRecipe& r) {
-  const meshsim::BuiltMeshes b = meshsim::apply(r);
+// named_views builds a recipe: its views in recipe order, [(name, DeviceMesh)]; named_views_in
+// names the recipe's file or preset in its errors, as the tool does.
+std::vector<std::pair<std::string, DeviceMesh>> views_of(const meshsim::MeshRecipe& r, const meshsim::BuiltMeshes& b) {
   std::vector<std::pair<std::string, DeviceMesh>> out;
   for (const meshsim::View& v : meshsim::views(r)) out.emplace_back(v.name, v.step == 0 ? b.root : b.meshes[v.step - 1]);
   return out;
 }
+std::vector<std::pair<std::string, DeviceMesh>> named_views_in(const meshsim::MeshRecipe& r, const meshsim::RecipeFlags& f) {
+  return views_of(r, meshsim::apply_flags(r, f));
+}
+std::vector<std::pair<std::string, DeviceMesh>> named_views(const meshsim::MeshRecipe& r) {
+  return views_of(r, meshsim::apply(r));
+}
 
-// run_json runs the job with the GIL released: (exit status, the JSON report text).
-std::pair<int, std::string> run_json(const meshsim::run::Options& o) {
+// run_json runs the job with the GIL released: (exit status, the JSON report text). The job runs
+// on a thread of its own while this thread, Python's, looks at its signals every 100 ms: on
+// Ctrl-C (or any handler that raises) the ranks are aborted, and once they have unwound the
+// handler's exception (KeyboardInterrupt) is raised here, within about a second.
+std::pair<int, std::string> run_json(meshsim::run::Options o) {
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  o.interrupted = [stop] { return stop->load(); };
   std::ostringstream out;
   int status = 0;
+  std::exception_ptr failed;
+  std::optional<py::error_already_set> raised;
   {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
     py::gil_scoped_release release;
-    status = meshsim::run::run(o, out);
+    std::thread job([&] {
+      try {
+        status = meshsim::run::run(o, out);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      std::lock_guard lk(mu);
+      done = true;
+      cv.notify_all();
+    });
+    std::unique_lock lk(mu);
+    while (!cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return done; })) {
+      if (raised) continue;
+      lk.unlock();
+      {
+        py::gil_scoped_acquire acquire;
+        if (PyErr_CheckSignals() != 0) {
+          raised.emplace();  // holds the handler's exception until the ranks have unwound
+          stop->store(true);
+        }
+      }
+      lk.lock();
+    }
+    lk.unlock();
+    job.join();
   }
+  if (raised) throw std::move(*raised);
+  if (failed) std::rethrow_exception(failed);
   return {status, out.str()};
 }
 
-// names_of reads mesh[...]'s key: a name or a sequence of names (ArgumentTypeError otherwise).
-std::vector<std::string> names_of(const py::object& o) {
+// names_of reads a name or a sequence of names, as mesh[...]'s key or transpose's order
+// (ArgumentTypeError naming `what` otherwise: a mixed list, bytes, an empty one).
+std::vector<std::string> names_of(const py::object& o, const char* what = "mesh[...]") {
   if (py::isinstance<py::str>(o)) return {o.cast<std::string>()};
   std::vector<std::string> out;
   const bool sequence = py::isinstance<py::sequence>(o);
@@ -136,7 +184,7 @@ std::vector<std::string> names_of(const py::object& o) {
   }
   if (!sequence || out.size() != py::len(o) || out.empty()) {
     py::object cls = py::module_::import("meshsim.errors").attr("ArgumentTypeError");
-    PyErr_SetString(cls.ptr(), ("mesh[...] takes a dim name or a non-empty tuple of names, got " +
+    PyErr_SetString(cls.ptr(), (std::string(what) + " takes a dim name or a non-empty sequence of names, got " +
                                 py::repr(o).cast<std::string>()).c_str());
     throw py::error_already_set();
   }
@@ -230,7 +278,7 @@ PYBIND11_MODULE(_meshsim, m) {
       })
       .def("transpose", [](const DeviceMesh& self, const py::sequence& order) {
         if (py::len(order) > 0 && py::isinstance<py::str>(order[0])) {
-          const std::vector<std::string> n = order.cast<std::vector<std::string>>();
+          const std::vector<std::string> n = names_of(order, "transpose");
           return self.transpose(std::span<const std::string>(n));
         }
         std::vector<int> idx;
@@ -338,6 +386,14 @@ PYBIND11_MODULE(_meshsim, m) {
   m.def("recipe_views", [](const std::string& program_json) {
     return named_views(meshsim::recipe_from_json(nlohmann::json::parse(program_json)));
   });
+  // recipe_file_views reads a recipe file as `meshsim run --recipe` does (one reader: its size
+  // and nesting limits, its typed errors naming the file) and builds its views.
+  m.def("recipe_file_views", [](const std::string& path) {
+    meshsim::RecipeFlags f;
+    f.recipe_file = path;
+    const meshsim::MeshRecipe r = meshsim::recipe_from_flags(f);
+    return named_views_in(r, f);
+  });
   m.def("preset_views", [](const std::string& spec, std::optional<int64_t> world_size) {
     return named_views(meshsim::preset::recipe(spec, world_size));
   }, py::arg("spec"), py::arg("world_size") = py::none());
@@ -345,7 +401,7 @@ PYBIND11_MODULE(_meshsim, m) {
   // The GIL is released while the ranks run.
   m.def("run", [](const std::string& mesh, const std::string& recipe_file, const std::string& preset,
                   std::optional<int64_t> world_size, const std::string& backend, std::vector<std::string> faults,
-                  double timeout) {
+                  double timeout, std::optional<int64_t> max_elements) {
     meshsim::run::Options o;
     o.recipe.mesh = mesh;
     o.recipe.recipe_file = recipe_file;
@@ -354,6 +410,7 @@ PYBIND11_MODULE(_meshsim, m) {
     o.backend = backend;
     o.faults = std::move(faults);
     o.timeout_seconds = timeout;
+    if (max_elements) o.max_elements = *max_elements;
     o.format = "json";
     return run_json(o);
   });

@@ -2,6 +2,7 @@
 rules as `meshsim query`) and PyTorch's documented behaviour."""
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -154,6 +155,32 @@ def _nested(depth):
     (lambda m: meshsim.recipe({"world_size": float("inf"), "build": {}}), meshsim.InvalidArgument, "inf"),
     (lambda m: meshsim.init_device_mesh((2, 2), ("a", "b"), backend_override={"a": ("gloo", {"x": object()})}),
      meshsim.ArgumentTypeError, "object"),
+    # Only integers where integers belong, whichever path a call takes (a keyword option takes
+    # the recipe reader's): never a float truncated or a numeric string parsed.
+    (lambda m: meshsim.DeviceMesh.from_group([0.5, 1.7], world_size=4), meshsim.ArgumentTypeError, "0.5"),
+    (lambda m: meshsim.DeviceMesh.from_group([0, 1], world_size="7"), meshsim.ArgumentTypeError, "'7'"),
+    (lambda m: meshsim.DeviceMesh.from_group([0, 1], world_size=7.0), meshsim.ArgumentTypeError, "7.0"),
+    (lambda m: meshsim.DeviceMesh.from_ranks([2], [0.0, 1], world_size=4), meshsim.ArgumentTypeError, "0.0"),
+    (lambda m: meshsim.init_device_mesh((2, 2), world_size=4.5), meshsim.ArgumentTypeError, "4.5"),
+    (lambda m: meshsim.init_device_mesh((2, 2), ("a", "b"), default_backend="gloo", world_size=True),
+     meshsim.ArgumentTypeError, "True"),
+    (lambda m: meshsim.Layout((2.9,), (1.9,)), meshsim.ArgumentTypeError, "2.9"),
+    (lambda m: meshsim.Layout(("2",), (1,)), meshsim.ArgumentTypeError, "'2'"),
+    (lambda m: meshsim.run("dp=2", timeout="15"), meshsim.ArgumentTypeError, "'15'"),
+    (lambda m: meshsim.run("dp=2", max_elements=1.5), meshsim.ArgumentTypeError, "1.5"),
+    (lambda m: m.transpose(["b", 0]), meshsim.ArgumentTypeError, "['b', 0]"),
+    # Names are text: bytes (or a lone surrogate) are refused before they reach a mesh.
+    (lambda m: meshsim.init_device_mesh((2, 2), (b"\xff", "b")), meshsim.ArgumentTypeError, "b'\\xff'"),
+    (lambda m: meshsim.init_device_mesh((2, 2), ("\udc80", "b")), meshsim.InvalidArgument, "not UTF-8"),
+    (lambda m: meshsim.DeviceMesh.init([2, 2], [b"\xff", "b"]), meshsim.InvalidArgument, "not UTF-8"),
+    (lambda m: m.unflatten("a", [2, 1], [b"x", "y"]), meshsim.ArgumentTypeError, "b'x'"),
+    (lambda m: m.flatten(b"\xff"), meshsim.ArgumentTypeError, "b'\\xff'"),
+    (lambda m: meshsim.DeviceMesh.from_group([0, 1], mesh_dim_names=[b"x"], world_size=4), meshsim.ArgumentTypeError,
+     "b'x'"),
+    # A recipe file is read by the tool's reader: its limits, its errors.
+    (lambda m: meshsim.recipe("/dev/zero"), meshsim.ResourceExhausted, "is over 16777216 bytes"),
+    (lambda m: meshsim.recipe("/"), meshsim.InvalidArgument, "cannot be read: it is a directory"),
+    (lambda m: meshsim.recipe("/nonexistent/recipe.json"), meshsim.InvalidArgument, "cannot be read"),
 ])
 def test_hostile_arguments_get_typed_errors_naming_the_value(call, cls, named):
     mesh = meshsim.init_device_mesh((2, 2), ("a", "b"))
@@ -375,3 +402,47 @@ def test_runs_from_several_threads_each_get_their_own_report():
         assert r["backend"] == backends[i % 4]
         assert r["ok"] == (i % 3 != 0), (i, r["failures"])
         assert [f["rank"] for f in r["failures"]] == ([1] if i % 3 == 0 else []), (i, r["failures"])
+
+
+def test_numpy_integers_are_integers():
+    np = pytest.importorskip("numpy", reason="numpy is not installed: its integer types cannot be tried")
+    mesh = meshsim.DeviceMesh.from_group([np.int64(0), np.int32(1)], world_size=np.int64(4))
+    assert mesh.rank_map == [0, 1]
+
+
+@pytest.mark.parametrize("backend,job,faults", [
+    ("threaded", "dp=2,tp=2", ["stall@1"]),
+    ("gloo", "dp=2,tp=2", ["stall@1"]),
+    ("fiber", "dp=2048", []),
+])
+def test_ctrl_c_aborts_the_ranks_and_raises_keyboard_interrupt_within_a_second(backend, job, faults):
+    # SIGINT to this process 0.5 s into a run that would last 20 s (a stall) or several seconds
+    # (2,048 fibers): KeyboardInterrupt, about a second later, not at the run's timeout.
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            meshsim.run(job, backend=backend, faults=faults, timeout=20)
+            time.sleep(5)  # the run ended before the signal came: the signal lands here, late
+        took = time.monotonic() - start
+    finally:
+        timer.cancel()
+    assert took < 3.5, took
+    # The module still runs jobs afterwards.
+    assert meshsim.run("dp=2,tp=2", backend=backend)["ok"]
+
+
+def test_duplicate_let_names_are_refused_not_kept_last():
+    program = {"world_size": 8, "build": {"init_device_mesh": {"mesh_shape": [8], "mesh_dim_names": ["w"]}},
+               "ops": [{"on": "root", "unflatten": {"dim": "w", "sizes": [2, 4], "names": ["dp", "tp"]}, "let": "v"},
+                       {"on": "root", "unflatten": {"dim": "w", "sizes": [4, 2], "names": ["dp", "tp"]}, "let": "v"}]}
+    with pytest.raises(meshsim.InvalidArgument, match="'v' a second time"):
+        meshsim.recipe(program)
+
+
+def test_run_json_report_is_bounded_by_the_budget():
+    with pytest.raises(meshsim.ResourceExhausted, match="would hold 16787456 elements"):
+        meshsim.run("dp=4096,tp=1024", backend="local")
+    report = meshsim.run("dp=2,tp=4", max_elements=44)  # 2 x (8 + 4 dp groups + 8 + 2 tp groups)
+    assert report["ok"] and report["meshes"][0]["groups_by_dim"]["tp"] == [[0, 1, 2, 3], [4, 5, 6, 7]]

@@ -286,6 +286,10 @@ void watch(const std::shared_ptr<Shared>& sh, const SpmdOptions& options, int64_
     sh->cv.wait_for(lk, period);
     if (sh->done == count) break;
     lk.unlock();
+    if (!sh->backend->aborted() && options.interrupted && options.interrupted()) {
+      sh->backend->abort(Diagnosis{DiagnosisKind::kError, {},
+                                   "interrupted: the run was stopped from outside before it ended", {}, {}});
+    }
     if (sh->backend->aborted()) {
       if (!aborted_at) aborted_at = Clock::now();
       if (Clock::now() - *aborted_at > options.grace) {

@@ -63,6 +63,10 @@ struct SpmdOptions {
   bool watchdog = true;
   // grace is how long the runner waits for ranks to return after an abort.
   std::chrono::milliseconds grace{2000};
+  // interrupted, when set, is asked every watchdog period (at most 250 ms) from the thread that
+  // called run_spmd; once it answers true the run is aborted ("interrupted: ...", no rank at
+  // fault) and every rank fails fast, as for any failure. Python's Ctrl-C reaches a run so.
+  std::function<bool()> interrupted;
 };
 
 // MeshParts are the fingerprints ranks exchange to agree on a mesh before creating its groups.
