@@ -447,6 +447,25 @@ TEST(CliLaunch, AProcessThatDiesMidRunIsNamedByTheOthersNotAHang) {
   }
 }
 
+TEST(CliLaunch, ARankThatNeverStartedIsNamedByTheOthersAndByTheLauncher) {
+  // Rank 2's process ends with status 0 before it runs meshsim: it never reaches the store. The
+  // others name it (not themselves, never "ranks []") within the timeout, and so does the
+  // launcher, which saw it end first.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [status, out] = launch_output("-n 4 -- sh -c 'if [ $RANK = 2 ]; then exit 0; fi; exec " +
+                                     std::string(MESHSIM_EXE) + " run --backend gloo --mesh dp=2,tp=2 --timeout 4'");
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_EQ(out.find("ranks []"), std::string::npos) << out;
+  for (const char* who : {"[rank 0]", "[rank 1]", "[rank 3]"}) {
+    EXPECT_NE(out.find(std::string(who) + " FAILED rank 2 [stall]: stall: rank 2 never arrived: no process claimed it "
+                                          "in the store (it never reached the store)"),
+              std::string::npos)
+        << who << "\n" << out;
+  }
+  EXPECT_NE(out.find("meshsim launch: rank 2 exited with status 0 before any rank failed"), std::string::npos) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15)) << out;
+}
+
 // socket_count is how many sockets process `pid` holds (0 once it is gone).
 int socket_count(pid_t pid) {
   int n = 0;
@@ -1181,6 +1200,198 @@ TEST(CliPreset, HostileFlagsExitTwoNamingTheKey) {
       EXPECT_EQ(r.status, 2) << cmd << " " << flags << "\n" << joined(r);
       EXPECT_NE(joined(r).find(needle), std::string::npos) << cmd << " " << flags << "\n" << joined(r);
     }
+  }
+}
+
+}  // namespace
+
+// Bad input in the newest surfaces: refused with exit 2 naming the file or value and the rule,
+// never a crash, a prefix taken for the whole, or a default taken for a misspelled key.
+namespace {
+
+// shell_with_errors runs the tool with `args`, stderr kept: its exit status (-1 for a signal)
+// and its text.
+Result shell_with_errors(const std::string& args) { return run_shell(std::string(MESHSIM_EXE) + " " + args + " 2>&1"); }
+
+void expect_refused(const Result& r, const std::string& needle, const std::string& what) {
+  EXPECT_EQ(r.status, 2) << what << "\n" << joined(r);
+  EXPECT_NE(joined(r).find(needle), std::string::npos) << what << "\n" << joined(r);
+}
+
+TEST(CliHostile, AJobFileKeyOfManyPartsIsRefusedBeforeTheTomlParser) {
+  std::string dotted = "a";
+  for (int i = 0; i < 40000; ++i) dotted += ".a";
+  const std::string key = write_file("meshsim_dotted_key.toml",
+                                     dotted + " = 1\n[parallelism]\ndata_parallel_shard_degree = 4\n");
+  expect_refused(shell_with_errors("show --preset torchtitan:" + key), "line 1 has over 64 dotted parts", "key");
+  const std::string header = write_file("meshsim_dotted_header.toml", "[parallelism]\ndata_parallel_shard_degree = 4\n[" +
+                                                                          dotted + "]\nx = 1\n");
+  expect_refused(shell_with_errors("show --preset torchtitan:" + header), "line 3 has over 64 dotted parts", "header");
+  // Over the job file's 1 MiB: refused by size, not parsed.
+  const std::string big = write_file("meshsim_big_job.toml", "[job]\n" + std::string(1 << 21, '#') + "\n");
+  expect_refused(shell_with_errors("show --preset torchtitan:" + big), "is over 1048576 bytes", "big");
+  // Dots that are not a key's: floats in arrays, strings, comments, inline tables' short keys.
+  std::string floats = "[";
+  for (int i = 0; i < 200; ++i) floats += std::to_string(i) + ".5, ";
+  const std::string fine = write_file("meshsim_fine_job.toml",
+                                      "[job]\ndescription = \"" + std::string(300, '.') + "\" # " + std::string(300, '.') +
+                                          "\n[training]\nx = " + floats + "1.0]\ny = [\n  1.5,\n  {a.b.c = 2.5, d = 1},\n]\n"
+                                          "z = '''\n" + std::string(300, '.') + "\n'''\n[parallelism]\ntensor_parallel_degree = 2\n");
+  Result ok = shell_with_errors("show --preset torchtitan:" + fine + " --world-size 8 --format json");
+  EXPECT_EQ(ok.status, 0) << joined(ok);
+}
+
+TEST(CliHostile, AFileThatCannotBeReadIsRefusedAsSuchNeverTakenForAnEmptyOrShortFile) {
+  const std::string dir = ::testing::TempDir();
+  expect_refused(shell_with_errors("run --preset torchtitan:" + dir + " --world-size 8"), "is a directory", "titan dir");
+  expect_refused(shell_with_errors("run --recipe " + dir), "cannot be read: it is a directory", "recipe dir");
+  // A read that fails part-way (here at once: /proc/self/mem at offset 0) is an error, not EOF.
+  expect_refused(shell_with_errors("run --preset torchtitan:/proc/self/mem --world-size 8"), "cannot be read: ",
+                 "read error");
+  expect_refused(shell_with_errors("run --recipe /proc/self/mem"), "cannot be read: ", "recipe read error");
+  // An endless file is cut at the limit.
+  expect_refused(shell_with_errors("run --recipe /dev/zero"), "is over 16777216 bytes", "endless");
+}
+
+TEST(CliHostile, AMisspelledTableOrKeyOfTheJobFileIsRefusedNamingTheNearest) {
+  const std::map<std::string, std::pair<std::string, std::string>> bad{
+      {"key", {"[parallelism]\ntensor_paralel_degree = 2\n",
+               "unknown key parallelism.'tensor_paralel_degree' (did you mean 'tensor_parallel_degree'?)"}},
+      {"table", {"[Parallelism]\ntensor_parallel_degree = 2\n",
+                 "unknown table 'Parallelism': torchtitan's job config has no such section (did you mean 'parallelism'?)"}},
+      {"far", {"[parallelism]\nzzz = 2\n", "unknown key parallelism.'zzz'"}},
+  };
+  for (const auto& [name, file] : bad) {
+    const std::string path = write_file("meshsim_misspelled_" + name + ".toml", file.first);
+    Result r = shell_with_errors("run --preset torchtitan:" + path + " --world-size 8");
+    expect_refused(r, file.second, name);
+    EXPECT_EQ(joined(r).find("OK"), std::string::npos) << joined(r);
+  }
+  // Every key torchtitan's [parallelism] declares is accepted; a job that extends torchtitan's
+  // config with its own module may add tables.
+  const std::string known = write_file("meshsim_known_keys.toml", R"([parallelism]
+tensor_parallel_degree = 2
+enable_async_tensor_parallel = true
+pipeline_parallel_schedule = "1F1B"
+fsdp_reshard_after_forward = "default"
+context_parallel_rotate_method = "allgather"
+[experimental]
+custom_args_module = "my.module"
+[my_extension]
+x = 1
+)");
+  Result ok = shell_with_errors("run --preset torchtitan:" + known + " --world-size 8");
+  EXPECT_EQ(ok.status, 0) << joined(ok);
+  const std::string plain = write_file("meshsim_extra_table.toml", "[my_extension]\nx = 1\n");
+  expect_refused(shell_with_errors("run --preset torchtitan:" + plain + " --world-size 8"), "unknown table 'my_extension'",
+                 "extra table without a module");
+}
+
+TEST(CliHostile, ALetNameBindsOneViewAndIsNotEmpty) {
+  const std::string twice = write_file("meshsim_let_twice.json", R"J({"world_size": 8,
+  "build": {"init_device_mesh": {"mesh_shape": [8], "mesh_dim_names": ["world"]}},
+  "ops": [{"on": "root", "unflatten": {"dim": "world", "sizes": [2, 4], "names": ["dp", "tp"]}, "let": "v"},
+          {"on": "root", "unflatten": {"dim": "world", "sizes": [4, 2], "names": ["dp", "tp"]}, "let": "v"}]})J");
+  for (const char* cmd : {"show", "run"}) {
+    expect_refused(shell_with_errors(std::string(cmd) + " --recipe " + twice), "'let' binds 'v' a second time", cmd);
+  }
+  const std::string empty = write_file("meshsim_let_empty.json", R"J({"world_size": 8,
+  "build": {"init_device_mesh": {"mesh_shape": [8], "mesh_dim_names": ["world"]}},
+  "ops": [{"on": "root", "unflatten": {"dim": "world", "sizes": [2, 4], "names": ["dp", "tp"]}, "let": ""}]})J");
+  expect_refused(shell_with_errors("show --recipe " + empty), "'let' names no view", "empty");
+  Json req = Json::parse(R"J({"op": "mesh.program", "world_size": 8,
+  "build": {"init_device_mesh": {"mesh_shape": [8], "mesh_dim_names": ["world"]}},
+  "ops": [{"on": "root", "unflatten": {"dim": "world", "sizes": [2, 4], "names": ["dp", "tp"]}, "let": "v"},
+          {"on": "v", "slice": ["tp"], "let": "v"}]})J");
+  Result q = run_shell("echo '" + req.dump() + "' | " + std::string(MESHSIM_EXE) + " query");
+  ASSERT_EQ(q.status, 0);
+  const Json a = Json::parse(joined(q));
+  EXPECT_FALSE(a["ok"].get<bool>()) << a;
+  EXPECT_NE(a.dump().find("a second time"), std::string::npos) << a;
+}
+
+TEST(CliHostile, ARefusedShowLeavesTheSvgFileAsItWas) {
+  const std::string svg = write_file("meshsim_kept.svg", "the old picture\n");
+  auto kept = [&] {
+    std::ifstream in(svg);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  expect_refused(shell_with_errors("show --mesh dp=2,tp=4 --gpus-per-host 4 --require nosuch=host --svg " + svg),
+                 "'nosuch'", "require");
+  EXPECT_EQ(kept(), "the old picture\n");
+  Result big = shell_with_errors("show --mesh dp=8192,tp=4096 --svg " + svg);
+  EXPECT_EQ(big.status, 2) << joined(big);
+  EXPECT_NE(joined(big).find("over the limit"), std::string::npos) << joined(big);
+  EXPECT_EQ(kept(), "the old picture\n");
+  // An accepted one replaces it whole, and leaves no temporary file beside it.
+  Result ok = shell_with_errors("show --mesh dp=2,tp=4 --svg " + svg);
+  ASSERT_EQ(ok.status, 0) << joined(ok);
+  EXPECT_EQ(kept().rfind("<?xml", 0), 0u) << kept().substr(0, 100);
+  for (const auto& e : std::filesystem::directory_iterator(::testing::TempDir())) {
+    EXPECT_EQ(e.path().filename().string().find("meshsim_kept.svg.meshsim-"), std::string::npos) << e.path();
+  }
+}
+
+TEST(CliHostile, EveryAnswerIsChargedToTheBudgetWithSizesNear2To63NamedAsTheyAre) {
+  // my_groups on a 2^48-rank mesh: refused by the budget in an instant, not 400 MB of answer.
+  const Json groups = Json::parse(R"J({"op": "mesh.program", "world_size": 281474976710656, "rank": 0,
+    "build": {"init_device_mesh": {"mesh_shape": [16777216, 16777216], "mesh_dim_names": ["a", "b"]}},
+    "want": ["my_groups"]})J");
+  const Json handle = Json::parse(R"J({"op": "mesh.program", "world_size": 9223372036854775807,
+    "build": {"init_device_mesh": {"mesh_shape": [9223372036854775807], "mesh_dim_names": ["a"]}},
+    "want": ["get_group"]})J");
+  for (const Json& req : {groups, handle}) {
+    Result q = run_shell("echo '" + req.dump() + "' | " + std::string(MESHSIM_EXE) + " query");
+    ASSERT_EQ(q.status, 0);
+    ASSERT_EQ(q.lines.size(), 1u) << joined(q).substr(0, 300);
+    const Json a = Json::parse(q.lines[0]);
+    EXPECT_EQ(a["error"]["type"], "ResourceExhausted") << a;
+    const std::string m = a["error"]["message"];
+    EXPECT_EQ(m.find(" x -"), std::string::npos) << m;  // never a wrapped, negative size
+    EXPECT_NE(m.find(req["want"][0] == "my_groups" ? "1 x 16777216" : "1 x 9223372036854775807"), std::string::npos) << m;
+  }
+  // Within the budget my_groups answers the rank's groups.
+  const Json small = Json::parse(R"J({"op": "mesh.program", "world_size": 8, "rank": 5,
+    "build": {"init_device_mesh": {"mesh_shape": [2, 4], "mesh_dim_names": ["dp", "tp"]}}, "want": ["my_groups"]})J");
+  Result q = run_shell("echo '" + small.dump() + "' | " + std::string(MESHSIM_EXE) + " query");
+  EXPECT_EQ(Json::parse(joined(q))["result"]["my_groups"], Json::parse(R"({"dp": [1, 5], "tp": [4, 5, 6, 7]})"));
+}
+
+TEST(CliHostile, RunsJsonReportIsBoundedByTheQuerysBudgetBeforeAnyRankStarts) {
+  // 2^24 local ranks: the report would list every group of both dims, in the root mesh and in
+  // its view "root"; refused at once naming its size (2 x 2 dims x (2^24 ranks + 4096 groups)).
+  Result big = shell_with_errors("run --backend local --format json --mesh dp=4096,tp=4096");
+  expect_refused(big, "would hold 67125248 elements", "json budget");
+  EXPECT_NE(joined(big).find("budget of 2097152"), std::string::npos) << joined(big);
+  // Within a raised budget the same policy lets it through, and every group is listed.
+  // 2 x ((32 ranks + 8 dp groups) + (32 ranks + 4 tp groups)) = 152 elements.
+  Result ok = run("run --format json --mesh dp=4,tp=8 --max-elements 152");
+  ASSERT_EQ(ok.status, 0) << joined(ok);
+  const Json j = Json::parse(joined(ok));
+  EXPECT_EQ(j["meshes"][0]["groups_by_dim"]["tp"], Json(groups_of({4, 8}, 1)));
+  EXPECT_EQ(j["meshes"][0]["groups_by_dim"]["dp"].size(), 8u);
+  expect_refused(shell_with_errors("run --format json --mesh dp=4,tp=8 --max-elements 151"), "would hold 152 elements",
+                 "one under");
+  expect_refused(shell_with_errors("run --format json --mesh dp=4,tp=8 --max-elements 0"), "--max-elements 0", "zero");
+}
+
+TEST(CliHostile, RunsTextReportKeepsWhatItPrintsTheFirstGroupsAsGathered) {
+  // 16 tp groups: the report prints the first 8, as every backend gathered them, then "...".
+  for (const char* backend : {"threaded", "local", "fiber"}) {
+    Result r = run(std::string("run --backend ") + backend + " --mesh dp=16,tp=64");
+    ASSERT_EQ(r.status, 0) << backend << "\n" << joined(r);
+    const std::string want = "    tp: 16 groups of 64";
+    const std::string text = joined(r);
+    const auto at = text.find(want);
+    ASSERT_NE(at, std::string::npos) << backend << "\n" << text;
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    EXPECT_NE(line.find("[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, ... (64 ranks)] [64, 65,"),
+              std::string::npos) << backend << ": " << line;
+    EXPECT_NE(line.find("[448, 449,"), std::string::npos) << backend << ": " << line;  // the 8th group
+    EXPECT_EQ(line.find("[512,"), std::string::npos) << backend << ": " << line;       // not the 9th
+    EXPECT_EQ(line.substr(line.size() - 4), " ...") << backend << ": " << line;
   }
 }
 
