@@ -8,6 +8,7 @@
 //   meshsim ops                             list the query ops
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <new>
 #include <fstream>
 #include <iostream>
 
@@ -38,6 +39,14 @@ int guarded(const char* name, bool job_errors, F&& f, void (*on_error)(const mes
     std::cerr << "meshsim " << name << ": " << e.type_name() << ": " << e.what() << "\n";
     if (on_error) on_error(e);
     return job_errors && meshsim::cli::job_failed(e) ? 1 : 2;
+  } catch (const std::bad_alloc&) {
+    // The machine ran out of memory for this job: the job failed (exit 1), said as such, never
+    // an abort.
+    const meshsim::ResourceExhausted e("out of memory (an allocation failed): the job needs more memory than this "
+                                       "process may use; run fewer ranks or views per process");
+    std::cerr << "meshsim " << name << ": " << e.type_name() << ": " << e.what() << "\n";
+    if (on_error) on_error(e);
+    return 1;
   }
 }
 

@@ -1,6 +1,7 @@
 #include "meshsim/spmd.hpp"
 
 #include <algorithm>
+#include <new>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -63,6 +64,10 @@ void run_rank(const std::shared_ptr<Shared>& sh, int64_t r) {
     const std::string msg = "rank " + std::to_string(r) + " failed: " + e.type_name() + ": " + e.what();
     if (!b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}})) rep = {r, RankStatus::kAborted, e.what()};
     else rep = {r, RankStatus::kFailed, msg};
+  } catch (const std::bad_alloc&) {
+    const std::string msg = "rank " + std::to_string(r) + " failed: ResourceExhausted: out of memory (an allocation failed)";
+    b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}});
+    rep = {r, RankStatus::kFailed, msg};
   } catch (const std::exception& e) {
     const std::string msg = "rank " + std::to_string(r) + " failed: " + e.what();
     b.abort(Diagnosis{DiagnosisKind::kError, {r}, msg, {}, {}});

@@ -4,7 +4,10 @@
 torchrun (Debian's python3-torch 1.13): one node of 4 workers on the agent's store; two nodes
 of 2 on loopback (two agents, `--nnodes 2 --node_rank K`); `--standalone` (rank 0 serves the
 store); planted faults, whose root cause torchrun itself must print with meshsim's diagnosis.
-mpirun (Debian's openmpi-bin): 4 processes, rank 0 serving the store at MASTER_ADDR:MASTER_PORT.
+mpirun (Debian's openmpi-bin) and mpiexec.mpich (Debian's mpich): 4 processes, rank 0 serving the
+store at MASTER_ADDR:MASTER_PORT. srun (Debian's slurm-wlm): a one-node cluster this test starts
+itself as root (slurmctld and slurmd in a directory of its own, on ports of its own, stopped by
+pid at the end), then `srun -n 4`.
 Each case prints how long the launcher took. A launcher that is not installed is skipped with
 the reason printed; exit 77 (ctest: skipped) when neither is.
 """
@@ -21,7 +24,10 @@ import unittest
 
 ARGS = None
 TORCHRUN = shutil.which("torchrun")
-MPIRUN = shutil.which("mpirun")
+# Open MPI's own mpirun: with MPICH installed beside it, plain `mpirun` may be either.
+MPIRUN = shutil.which("mpirun.openmpi") or shutil.which("mpirun")
+MPIEXEC_MPICH = shutil.which("mpiexec.mpich")
+SLURM = [shutil.which(c) for c in ("slurmctld", "slurmd", "srun", "sinfo")]
 MESH = ["--mesh", "dp=2,tp=2"]
 
 
@@ -151,12 +157,154 @@ class UnderMpirun(unittest.TestCase):
         self.assertRegex(out, r"FAILED rank 1 \[mismatch\]")
 
 
+@unittest.skipUnless(MPIEXEC_MPICH, "mpiexec.mpich is not installed (Debian's mpich)")
+class UnderMpich(unittest.TestCase):
+    def mpiexec(self, *meshsim_args):
+        env = ["-genv", "MASTER_ADDR", "127.0.0.1", "-genv", "MASTER_PORT", str(free_port())]
+        return [MPIEXEC_MPICH, "-n", "4", *env, ARGS.meshsim, "run", "--backend", "gloo", *MESH, "--timeout", "5",
+                *meshsim_args]
+
+    def test_four_processes(self):
+        rc, out, secs = run(self.mpiexec())
+        report("mpiexec.mpich -n 4", secs)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(out.count("OK: every rank's groups match"), 4, out)
+        self.assertIn("launched by mpich", out)
+
+    def test_a_planted_fault_names_the_rank(self):
+        for fault, kind in (("mismatch@1", "mismatch"), ("skip@2", "departed")):
+            rc, out, secs = run(self.mpiexec("--fault", fault))
+            report(f"mpiexec.mpich -n 4, fault {fault}", secs)
+            self.assertNotEqual(rc, 0, out)
+            rank = fault.split("@")[1]
+            self.assertRegex(out, rf"FAILED rank {rank} \[{kind}\]")
+            self.assertNotIn("OK: every rank", out)
+
+
+def slurm_skip_reason():
+    if not all(SLURM):
+        return "slurmctld, slurmd, srun or sinfo is not installed (Debian's slurm-wlm)"
+    if os.geteuid() != 0:
+        return "a Slurm cluster of its own needs root (slurmd runs the tasks as their user)"
+    return None
+
+
+@unittest.skipIf(slurm_skip_reason(), slurm_skip_reason())
+class UnderSrun(unittest.TestCase):
+    """A one-node Slurm cluster of this test's own: auth/none (no munge daemon), the node is this
+    host at 127.0.0.1, two free ports; stopped by pid in tearDownClass."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="meshsim-slurm-")
+        host = socket.gethostname().split(".")[0]
+        ctld_port, d_port = free_port(), free_port()
+        for sub in ("state", "spool"):
+            os.mkdir(os.path.join(cls.dir, sub))
+        conf = os.path.join(cls.dir, "slurm.conf")
+        with open(conf, "w") as f:
+            f.write(f"""ClusterName=meshsim
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/none
+CredType=cred/none
+StateSaveLocation={cls.dir}/state
+SlurmdSpoolDir={cls.dir}/spool
+SlurmctldPidFile={cls.dir}/slurmctld.pid
+SlurmdPidFile={cls.dir}/slurmd.pid
+SlurmctldLogFile={cls.dir}/slurmctld.log
+SlurmdLogFile={cls.dir}/slurmd.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+SlurmdParameters=config_overrides
+NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+PartitionName=meshsim Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+""")
+        cls.env = clean_env()
+        cls.env["SLURM_CONF"] = conf
+        cls.log = open(os.path.join(cls.dir, "daemons.out"), "w")
+        cls.daemons = [subprocess.Popen([SLURM[0], "-D", "-i"], env=cls.env, stdout=cls.log, stderr=cls.log),
+                       subprocess.Popen([SLURM[1], "-D"], env=cls.env, stdout=cls.log, stderr=cls.log)]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            p = subprocess.run([SLURM[3], "-h", "-o", "%t"], env=cls.env, capture_output=True, text=True, timeout=10)
+            if p.returncode == 0 and p.stdout.strip() in ("idle", "mix", "alloc"):
+                return
+            time.sleep(0.3)
+        cls.tearDownClass()
+        raise RuntimeError("the test's Slurm cluster did not come up in 30 s: " + cls.logs())
+
+    @classmethod
+    def logs(cls):
+        out = ""
+        for name in ("daemons.out", "slurmctld.log", "slurmd.log"):
+            try:
+                with open(os.path.join(cls.dir, name)) as f:
+                    out += f"\n--- {name}\n" + f.read()[-3000:]
+            except OSError:
+                pass
+        return out
+
+    @classmethod
+    def tearDownClass(cls):
+        for d in cls.daemons:
+            d.terminate()
+        for d in cls.daemons:
+            try:
+                d.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                d.kill()
+                d.wait()
+        cls.log.close()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def srun(self, *meshsim_args):
+        return [SLURM[2], "-n", "4", "--overcommit", "--time", "2", "--export", "ALL", ARGS.meshsim, "run",
+                "--backend", "gloo", *MESH, "--timeout", "5", *meshsim_args]
+
+    def run_srun(self, *meshsim_args):
+        env = dict(self.env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        t0 = time.monotonic()
+        p = subprocess.run(self.srun(*meshsim_args), capture_output=True, text=True, timeout=120, env=env)
+        return p.returncode, p.stdout + p.stderr, time.monotonic() - t0
+
+    def test_four_tasks(self):
+        rc, out, secs = self.run_srun()
+        report("srun -n 4", secs)
+        self.assertEqual(rc, 0, out + self.logs())
+        self.assertEqual(out.count("OK: every rank's groups match"), 4, out)
+        self.assertIn("launched by slurm", out)
+
+    def test_a_planted_fault_names_the_rank(self):
+        for fault, kind in (("mismatch@1", "mismatch"), ("skip@2", "departed")):
+            rc, out, secs = self.run_srun("--fault", fault)
+            report(f"srun -n 4, fault {fault}", secs)
+            self.assertNotEqual(rc, 0, out)
+            rank = fault.split("@")[1]
+            self.assertRegex(out, rf"FAILED rank {rank} \[{kind}\]")
+            self.assertNotIn("OK: every rank", out)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--peer", required=True)
     parser.add_argument("--meshsim", required=True)
     ARGS, rest = parser.parse_known_args()
-    if not TORCHRUN and not MPIRUN:
-        print("SKIPPED: neither torchrun (python3-torch) nor mpirun (openmpi-bin) is installed")
+    # One launcher's class (ctest runs each as its own test): exit 77 (ctest: skipped) with the
+    # reason printed when its launcher is not here.
+    chosen = [globals()[n] for n in rest if isinstance(globals().get(n), type)] or \
+        [UnderTorchrun, UnderMpirun, UnderMpich, UnderSrun]
+    if all(getattr(c, "__unittest_skip__", False) for c in chosen):
+        for c in chosen:
+            print(f"SKIPPED {c.__name__}: {c.__unittest_skip_why__}")
         sys.exit(77)
     unittest.main(argv=[sys.argv[0], "-v", *rest])
