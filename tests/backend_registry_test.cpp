@@ -100,3 +100,20 @@ TEST(BackendRegistry, UnknownNamesAndAnotherBackendsOptionsAreRefusedNamingWhatI
     EXPECT_NE(std::string(e.what()).find("gloo"), std::string::npos) << e.what();
   }
 }
+
+TEST(Diagnoses, AMismatchOfManyDifferentCallsListsTheFirstAndCountsTheRest) {
+  // Every rank of 40 called its own count: the line names 16 calls and counts the other 24,
+  // and every rank is still at fault.
+  std::vector<int64_t> group;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> calls;
+  for (int64_t r = 0; r < 40; ++r) {
+    group.push_back(r);
+    calls.push_back({"all_reduce(sum, int64, count=" + std::to_string(r + 1) + ")", {r}});
+  }
+  const Diagnosis d = mismatch_diagnosis("#0", group, calls);
+  EXPECT_NE(d.message.find("rank 15 called all_reduce(sum, int64, count=16); ... and 24 more different calls"),
+            std::string::npos) << d.message;
+  EXPECT_EQ(d.message.find("count=17)"), std::string::npos) << d.message;
+  EXPECT_EQ(d.ranks.size(), 40u);
+  EXPECT_LT(d.message.size(), 1200u);
+}

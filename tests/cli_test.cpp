@@ -1395,4 +1395,26 @@ TEST(CliHostile, RunsTextReportKeepsWhatItPrintsTheFirstGroupsAsGathered) {
   }
 }
 
+TEST(CliHostile, AReportListsTheFirstRanksOfOneDiagnosisAndCountsTheRest) {
+  // 100 ranks build another mesh: 64 FAILED lines, then one line counting the other 36 (the
+  // report does not grow with the ranks at fault); in JSON 64 failures and their count.
+  std::string faults;
+  for (int r = 0; r < 100; ++r) faults += " --fault mesh@" + std::to_string(r);
+  for (const char* backend : {"local", "threaded"}) {
+    Result r = run(std::string("run --backend ") + backend + " --mesh dp=128" + faults);
+    EXPECT_EQ(r.status, 1) << backend;
+    const std::string text = joined(r);
+    EXPECT_EQ(std::count_if(r.lines.begin(), r.lines.end(), [](const std::string& l) { return l.rfind("FAILED", 0) == 0; }),
+              65) << backend << "\n" << text;
+    EXPECT_NE(text.find("FAILED rank 63 [mesh]"), std::string::npos) << backend;
+    EXPECT_NE(text.find("FAILED ranks [64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, ... (36 ranks)] "
+                        "[mesh]: the same diagnosis as the 64 lines above it"),
+              std::string::npos) << backend << "\n" << text;
+  }
+  Result j = run("run --backend local --format json --mesh dp=128" + faults);
+  const Json report = Json::parse(joined(j));
+  EXPECT_EQ(report["failures"].size(), 64u);
+  EXPECT_EQ(report["failures_count"], 100);
+}
+
 }  // namespace

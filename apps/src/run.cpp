@@ -147,7 +147,8 @@ struct Job {
 };
 
 // kShownGroups is how many groups per dim a text report prints; kListedRanks how many ranks a
-// JSON failure lists (waiting, missing) beside their count.
+// report lists for one diagnosis (FAILED lines of one message, JSON failures, a stall's waiting
+// and missing ranks), the rest counted.
 constexpr std::size_t kListedRanks = 64;
 constexpr int64_t kShownGroups = 8;
 
@@ -548,7 +549,10 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     j["collectives"] = r.collectives;
     j["seconds"] = r.seconds;
     Json fs = Json::array();
+    // One entry per rank at fault, as many as the budget allows; failures_count says how many.
+    j["failures_count"] = r.failures.size() + r.stuck.size();
     for (const Diagnosis& d : r.failures) {
+      if (fs.size() >= kListedRanks) break;
       Json f{{"rank", d.ranks.empty() ? Json(nullptr) : Json(d.ranks[0])}, {"kind", to_string(d.kind)}, {"message", d.message}};
       if (d.kind == DiagnosisKind::kStall) {
         // The first ranks and a count: a report does not grow with the world.
@@ -562,7 +566,10 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
       }
       fs.push_back(f);
     }
-    for (const RankReport& s : r.stuck) fs.push_back({{"rank", s.rank}, {"kind", "stuck"}, {"message", s.message}});
+    for (const RankReport& s : r.stuck) {
+      if (fs.size() >= kListedRanks) break;
+      fs.push_back({{"rank", s.rank}, {"kind", "stuck"}, {"message", s.message}});
+    }
     j["failures"] = fs;
     out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
   } else {
@@ -609,12 +616,30 @@ void print(const Options& o, const Job& job, const Outcome& r, std::ostream& out
     if (r.ok) {
       out << "OK: every rank's groups match the mesh on every dim\n";
     } else {
+      // One line per rank at fault, up to kListedRanks lines of one diagnosis; the rest of its
+      // ranks are counted on one line (a stall of thousands of ranks is not thousands of lines).
+      std::map<std::string, int64_t> shown;
+      std::map<std::string, std::pair<DiagnosisKind, std::vector<int64_t>>> more;
       for (const Diagnosis& d : r.failures) {
+        if (shown[d.message]++ >= static_cast<int64_t>(kListedRanks)) {
+          auto& m = more[d.message];
+          m.first = d.kind;
+          m.second.insert(m.second.end(), d.ranks.begin(), d.ranks.end());
+          continue;
+        }
         // A failure no rank caused (a lost store) names none.
         out << "FAILED " << (d.ranks.empty() ? "" : "rank " + std::to_string(d.ranks[0]) + " ") << "[" << to_string(d.kind)
             << "]: " << d.message << "\n";
       }
-      for (const RankReport& s : r.stuck) out << "STUCK rank " << s.rank << ": " << s.message << "\n";
+      for (const auto& [message, m] : more) {
+        out << "FAILED ranks " << format_ranks(m.second) << " [" << to_string(m.first) << "]: the same diagnosis as the "
+            << kListedRanks << " lines above it\n";
+      }
+      std::size_t stuck = 0;
+      for (const RankReport& s : r.stuck) {
+        if (stuck++ < kListedRanks) out << "STUCK rank " << s.rank << ": " << s.message << "\n";
+      }
+      if (r.stuck.size() > kListedRanks) out << "STUCK: " << r.stuck.size() - kListedRanks << " more ranks\n";
     }
     for (const std::string& b : job.misplaced) out << "FAILED placement: " << b << "\n";
   }

@@ -88,10 +88,14 @@ Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> gro
   for (const auto& c : calls) holders += c.second.size() == most;
   std::vector<int64_t> culprits;
   std::string msg = "collective mismatch at " + at + " of group " + format_ranks(group) + ":";
+  // The first calls are listed, the rest counted: a line does not grow with the world.
+  constexpr std::size_t kListedCalls = 16;
+  std::size_t listed = 0;
   for (const auto& [call, ranks] : calls) {
-    msg += " " + ranks_phrase(ranks) + " called " + call + ";";
+    if (listed++ < kListedCalls) msg += " " + ranks_phrase(ranks) + " called " + call + ";";
     if (ranks.size() < most || holders > 1) culprits.insert(culprits.end(), ranks.begin(), ranks.end());
   }
+  if (calls.size() > kListedCalls) msg += " ... and " + std::to_string(calls.size() - kListedCalls) + " more different calls;";
   msg.pop_back();
   std::sort(culprits.begin(), culprits.end());
   return Diagnosis{DiagnosisKind::kMismatch, culprits, msg, {}, {}};

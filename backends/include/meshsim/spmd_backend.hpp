@@ -80,7 +80,8 @@ struct WaitInfo {
 //   each description with the ranks that called it (listed sorted, calls by their lowest rank); the culprits are the ranks holding a
 //   description fewer ranks hold than the most common one (on a tie, every rank):
 //   "collective mismatch at #0 of group [0, 1, 2, 3]: ranks [0, 1, 2] called all_reduce(sum,
-//   int64, count=2); rank 3 called all_reduce(sum, int64, count=3)".
+//   int64, count=2); rank 3 called all_reduce(sum, int64, count=3)". The first 16 calls are
+//   listed, the others counted ("... and 24 more different calls").
 std::string format_ranks(std::span<const int64_t> ranks, std::size_t limit = 16);
 std::string collective_label(const std::string& call, uint64_t number);
 std::string collective_label(const CollectiveDesc& d, uint64_t number);
