@@ -1417,4 +1417,27 @@ TEST(CliHostile, AReportListsTheFirstRanksOfOneDiagnosisAndCountsTheRest) {
   EXPECT_EQ(report["failures_count"], 100);
 }
 
+TEST(CliHostile, ARecipeBeyondWhatTheProcessMayUseIsRefusedBeforeAnyRankStarts) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not start under the address-space limit this test sets";
+#else
+  // 1,024 ranks each building 1,025 meshes, under a 1.5 GB address-space limit: refused up front
+  // naming the footprint and the limit, never a bad_alloc, a thread that cannot start or an abort.
+  Json ops = Json::array();
+  for (int k = 0; k < 1024; ++k) {
+    const int a = 1 << (k % 10 + 1);
+    ops.push_back({{"on", "root"}, {"unflatten", {{"dim", "w"}, {"sizes", {a, 1024 / a}}, {"names", {"a", "b"}}}},
+                   {"let", "v" + std::to_string(k)}});
+  }
+  const Json program{{"world_size", 1024},
+                     {"build", {{"init_device_mesh", {{"mesh_shape", {1024}}, {"mesh_dim_names", {"w"}}}}}},
+                     {"ops", ops}};
+  const std::string path = write_file("meshsim_1024_views.json", program.dump());
+  Result r = run_shell("sh -c 'ulimit -v 1500000; exec " + std::string(MESHSIM_EXE) + " run --recipe " + path + "' 2>&1");
+  expect_refused(r, "the job's ranks would hold about", "footprint");
+  EXPECT_NE(joined(r).find("(1024 ranks x 1025 meshes x "), std::string::npos) << joined(r);
+  EXPECT_NE(joined(r).find("(RLIMIT_AS)"), std::string::npos) << joined(r);
+#endif
+}
+
 }  // namespace

@@ -1,5 +1,8 @@
 #include "meshsim/run.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -9,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "meshsim/cli_common.hpp"
@@ -222,8 +226,11 @@ void rank_program(const Job& job, RankContext& ctx, RankResult& out) {
   // Every rank builds the recipe itself, as real ranks do.
   BuiltMeshes built = planted(faults, Fault::kMesh, me) ? meshsim::apply(different_recipe(job.recipe, job.expected->root))
                                                         : meshsim::apply(job.recipe);
-  std::vector<DeviceMesh> mine{built.root};
-  mine.insert(mine.end(), built.meshes.begin(), built.meshes.end());
+  // The rank checks its meshes in recipe order (root first) without copying them: a mesh is
+  // about a kilobyte, and 1,024 ranks of 1,024 views held three copies each.
+  built.handles.clear();
+  std::vector<const DeviceMesh*> mine{&built.root};
+  for (const DeviceMesh& m : built.meshes) mine.push_back(&m);
   {
     std::vector<int64_t> v{me, 1};
     if (planted(faults, Fault::kMismatch, me)) v.push_back(0);  // the planted mismatch: another count
@@ -232,10 +239,10 @@ void rank_program(const Job& job, RankContext& ctx, RankResult& out) {
   }
   // The planted exit: the rank dies while the others are in the next collective.
   if (planted(faults, Fault::kExit, me)) ctx.exit_abruptly();
-  for (std::size_t i = 0; i < mine.size(); ++i) ctx.check_mesh_agreement(mine[i], job.parts[i]);
+  for (std::size_t i = 0; i < mine.size(); ++i) ctx.check_mesh_agreement(*mine[i], job.parts[i]);
   out.seen.resize(mine.size());
   for (std::size_t i = 0; i < mine.size(); ++i) {
-    const DeviceMesh& m = mine[i];
+    const DeviceMesh& m = *mine[i];
     if (!m.contains(me)) continue;
     for (int d = 0; d < m.ndim(); ++d) {
       Communicator& c = ctx.comm(m, d);
@@ -710,6 +717,49 @@ void keep_for_report(const Options& o, Job& job) {
   }
 }
 
+// memory_limit is what this process may use: the smaller of the machine's RAM, its cgroup's
+// memory.max (cgroup v2) and RLIMIT_AS; with the name of the one that binds.
+std::pair<uint64_t, std::string> memory_limit() {
+  std::pair<uint64_t, std::string> best{static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                            static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE)),
+                                        "RAM"};
+  if (std::ifstream f("/sys/fs/cgroup/memory.max"); f) {
+    std::string v;
+    if (f >> v && !v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 20) {
+      const uint64_t m = std::stoull(v);
+      if (m < best.first) best = {m, "cgroup memory.max"};
+    }
+  }
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && as.rlim_cur < best.first) {
+    best = {static_cast<uint64_t>(as.rlim_cur), "RLIMIT_AS"};
+  }
+  return best;
+}
+
+// check_footprint refuses, before any rank starts, a job whose ranks in this process would
+// hold more meshes than the process may use: each rank builds every mesh of the recipe itself,
+// as real ranks do (about sizeof(DeviceMesh) each, twice while apply binds the views' names).
+void check_footprint(const Job& job, int64_t ranks_here) {
+  const uint64_t per_mesh = 2 * sizeof(DeviceMesh);
+  const auto meshes = static_cast<uint64_t>(job.meshes.size());
+  const auto ranks = static_cast<uint64_t>(ranks_here);
+  const auto [limit, bound] = memory_limit();
+  if (meshes == 0 || ranks == 0 || ranks <= limit / meshes / per_mesh) return;
+  const double need = static_cast<double>(ranks) * static_cast<double>(meshes) * static_cast<double>(per_mesh);
+  const auto gib = [](double b) {
+    std::ostringstream o;
+    o.precision(3);
+    o << b / double(1 << 30) << " GiB";
+    return o.str();
+  };
+  throw ResourceExhausted("the job's ranks would hold about " + gib(need) + " of meshes (" + std::to_string(ranks) +
+                          " ranks x " + std::to_string(meshes) + " meshes x " + std::to_string(per_mesh) +
+                          " bytes: each rank builds every mesh of the recipe itself), over the " + gib(double(limit)) +
+                          " this process may use (" + bound + "); run fewer views per job, fewer ranks per process "
+                          "(meshsim launch), or --backend local");
+}
+
 // make_job checks the flags (InvalidArgument naming the flag or value, exit 2) and builds what
 // both programs run: the recipe's meshes, their fingerprints, the faults, the launch.
 Job make_job(const Options& o, const BackendEntry* entry, std::chrono::milliseconds timeout) {
@@ -769,6 +819,7 @@ Job make_job(const Options& o, const BackendEntry* entry, std::chrono::milliseco
   job.meshes.insert(job.meshes.end(), job.expected->meshes.begin(), job.expected->meshes.end());
   for (const DeviceMesh& m : job.meshes) job.parts.push_back(mesh_parts(m));
   job.expected_checks = checks::total(job.meshes);
+  if (o.backend != "local") check_footprint(job, job.launched ? 1 : job.world);
   keep_for_report(o, job);
   job.hosts = placement::from_flags(o.placement);
   if (job.hosts) {
