@@ -117,3 +117,21 @@ TEST(Diagnoses, AMismatchOfManyDifferentCallsListsTheFirstAndCountsTheRest) {
   EXPECT_EQ(d.ranks.size(), 40u);
   EXPECT_LT(d.message.size(), 1200u);
 }
+
+TEST(Diagnoses, AStallWhereEveryRankArrivedSaysSoAndNamesNobodyAsMissing) {
+  // Every member of the group is waiting in it: nobody is missing, the collective is slow.
+  std::vector<WaitInfo> waits;
+  for (int64_t r = 0; r < 4; ++r) {
+    WaitInfo w;
+    w.rank = r;
+    w.group = {0, 1, 2, 3};
+    w.seq = 3;
+    w.desc = CollectiveDesc{CollectiveOp::kAllReduce, DType::kInt64, 1, -1, ReduceOp::kSum};
+    waits.push_back(w);
+  }
+  const Diagnosis d = stall_diagnosis(waits, "no progress for 1000 ms");
+  EXPECT_NE(d.message.find("every rank arrived in the collective it waits in"), std::string::npos) << d.message;
+  EXPECT_EQ(d.message.find("ranks []"), std::string::npos) << d.message;
+  EXPECT_EQ(d.message.find("for ranks []"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("(every member arrived; it has not completed)"), std::string::npos) << d.message;
+}

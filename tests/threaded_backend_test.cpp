@@ -272,6 +272,20 @@ TEST(SpmdFaults, DepartedRankFailsWaitersAtOnce) {
   EXPECT_LT(rep.seconds, 3.0);
 }
 
+TEST(SpmdWatchdog, AWorldThatIsSlowButMovingIsNotAStall) {
+  // Rank r arrives 150 ms after rank r-1: the last comes about a second after the first, past
+  // the 400 ms timeout, but some rank arrives every 150 ms. Slow, not stalled: the run passes.
+  // (Fibers run one at a time: each sleeps 150 ms in turn, which spaces them the same way.)
+  RunReport rep = run_spmd(opts(8, 400ms), [&](RankContext& ctx) {
+    std::this_thread::sleep_for(kBackend == "fiber" ? 150ms : ctx.rank() * 150ms);
+    ctx.world().barrier();
+    int64_t v = 1;
+    ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
+    if (v != 8) ctx.fail("sum " + std::to_string(v));
+  });
+  EXPECT_TRUE(rep.ok) << (rep.failures.empty() ? "" : rep.failures[0].message);
+}
+
 TEST(SpmdFaults, MismatchNamesTheOddRankAndBothDescriptions) {
   RunReport rep = run_spmd(opts(5), [&](RankContext& ctx) {
     std::vector<int64_t> v(ctx.rank() == 4 ? 3 : 2, 1);

@@ -101,6 +101,12 @@ Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> gro
   return Diagnosis{DiagnosisKind::kMismatch, culprits, msg, {}, {}};
 }
 
+double SpmdBackend::oldest_wait() const {
+  double oldest = 0;
+  for (const WaitInfo& w : waits()) oldest = std::max(oldest, w.seconds);
+  return oldest;
+}
+
 void SpmdBackend::run_ranks(const std::function<void(int64_t)>&) {
   throw InvalidArgument("backend '" + name() + "' does not run ranks itself (its runner starts a thread per rank)");
 }

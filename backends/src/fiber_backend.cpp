@@ -152,8 +152,7 @@ class FiberCommunicator final : public detail::MemberCommunicator {
  public:
   FiberCommunicator(std::shared_ptr<detail::FiberState> s, FiberBackend* owner, std::shared_ptr<Group> g, int me)
       : MemberCommunicator(std::shared_ptr<const std::vector<int64_t>>(g, &g->info->ranks), me, "fiber"),
-        s_(std::move(s)), owner_(owner), g_(std::move(g)), me_(me),
-        sent_(g_->info->ranks.size(), 0), received_(g_->info->ranks.size(), 0) {}
+        s_(std::move(s)), owner_(owner), g_(std::move(g)), me_(me) {}
 
   void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
     check_count(count);
@@ -237,14 +236,14 @@ class FiberCommunicator final : public detail::MemberCommunicator {
     check_count(count);
     check_peer(peer, "send peer");
     p2p({CollectiveOp::kSend, t, count, peer, ReduceOp::kSum}, buf, nullptr, me_, peer,
-        sent_[static_cast<std::size_t>(peer)]++);
+        sent_[peer]++);
   }
 
   void recv(void* buf, int64_t count, DType t, int peer) override {
     check_count(count);
     check_peer(peer, "recv peer");
     p2p({CollectiveOp::kRecv, t, count, peer, ReduceOp::kSum}, nullptr, buf, peer, me_,
-        received_[static_cast<std::size_t>(peer)]++);
+        received_[peer]++);
   }
 
  private:
@@ -345,7 +344,9 @@ class FiberCommunicator final : public detail::MemberCommunicator {
   std::shared_ptr<Group> g_;
   int me_;
   uint64_t seq_ = 0;
-  std::vector<uint64_t> sent_, received_;
+  // Messages sent to / received from each peer so far (only the peers used: a group of 16,384
+  // ranks is not 2 x 16,384 counters per rank).
+  std::map<int, uint64_t> sent_, received_;
 };
 
 }  // namespace

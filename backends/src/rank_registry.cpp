@@ -58,7 +58,9 @@ Diagnosis stall_diagnosis(const std::vector<WaitInfo>& waits, const std::string&
   d.ranks = culprits;
   d.waiting.assign(waiting.begin(), waiting.end());
   d.missing.assign(missing.begin(), missing.end());
-  d.message = "stall: " + why + "; ranks " + detail::rank_list(d.missing, 32) + " never arrived";
+  d.message = "stall: " + why + (d.missing.empty() ? "; every rank arrived in the collective it waits in, and "
+                                                      "none of those completed (slow, or a backend that lost a message)"
+                                                    : "; ranks " + detail::rank_list(d.missing, 32) + " never arrived");
   if (!culprits.empty() && culprits.size() < missing.size()) {
     d.message += " (rank" + std::string(culprits.size() > 1 ? "s " : " ") + detail::rank_list(culprits, 32) +
                  " waits in no collective)";
@@ -105,8 +107,15 @@ void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, in
     throw InvalidArgument("new_group: rank " + std::to_string(rank) + " is not a member of " +
                           rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())));
   }
-  std::vector<int64_t> sorted(ranks.begin(), ranks.end());
-  std::sort(sorted.begin(), sorted.end());
+  // Every member checks the group it is given, so this is O(group size) per member: a group in
+  // increasing order (a mesh's usually is) needs no sorted copy to find a repeated rank.
+  const bool increasing = std::adjacent_find(ranks.begin(), ranks.end(), std::greater_equal<>()) == ranks.end();
+  std::vector<int64_t> copy;
+  if (!increasing) {
+    copy.assign(ranks.begin(), ranks.end());
+    std::sort(copy.begin(), copy.end());
+  }
+  const std::span<const int64_t> sorted = increasing ? ranks : std::span<const int64_t>(copy);
   for (std::size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i] < 0 || sorted[i] >= world) {
       throw OutOfRange("new_group: rank " + std::to_string(sorted[i]) + " is out of range [0, " +
@@ -208,6 +217,8 @@ std::shared_ptr<GroupInfo> RankRegistry::group(int64_t rank, uint64_t digest, st
     ref->local.resize(ranks.size());
     for (std::size_t i = 0; i < ranks.size(); ++i) ref->local[i] = runs_here(ranks[i]);
   }
+  const auto member = static_cast<std::size_t>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  slot(rank).memberships.emplace_back(ref, member);
   return ref;
 }
 
@@ -215,22 +226,32 @@ std::optional<Diagnosis> RankRegistry::enter(int64_t rank, const std::shared_ptr
                                              std::size_t member, uint64_t seq, const CollectiveDesc& d) {
   std::lock_guard lk(mu_);
   if (diag_) throw_aborted();
-  for (std::size_t i = 0; i < g->ranks.size(); ++i) {
-    if (g->local[i] && g->entered[i] <= seq && slot(g->ranks[i]).departed) {
-      return departed_diagnosis({g->ranks[i]}, collective_label(d, seq), g->ranks);
+  // A member that already departed without entering this collective never will. Only looked
+  // for once some rank has departed: on the way there, entering is O(1).
+  if (departed_ > 0) {
+    for (std::size_t i = 0; i < g->ranks.size(); ++i) {
+      if (g->local[i] && g->entered[i] <= seq && slot(g->ranks[i]).departed) {
+        return departed_diagnosis({g->ranks[i]}, collective_label(d, seq), g->ranks);
+      }
     }
   }
   Slot& s = slot(rank);
   s.in_op = true;
   WaitInfo w;
   w.rank = rank;
-  w.group = g->ranks;
   w.seq = seq;
   w.desc = d;
   s.wait = std::move(w);
   s.wait_group = g;
+  s.in_collective = true;
   s.since = Clock::now();
   g->entered[member] = seq + 1;
+  arrivals_.fetch_add(1, std::memory_order_relaxed);
+  ++g->waiters;
+  if (seq >= g->wait_seq) {
+    g->wait_seq = seq;
+    g->wait_desc = d;
+  }
   return std::nullopt;
 }
 
@@ -240,15 +261,19 @@ void RankRegistry::enter_connect(int64_t rank, const std::shared_ptr<GroupInfo>&
   s.in_op = true;
   WaitInfo w;
   w.rank = rank;
-  w.group = g->ranks;
   s.wait = std::move(w);
+  s.wait_group = g;
+  s.in_collective = false;
   s.since = Clock::now();
+  arrivals_.fetch_add(1, std::memory_order_relaxed);  // arriving at a group's creation is progress too
 }
 
 void RankRegistry::leave(int64_t rank) {
   std::lock_guard lk(mu_);
   Slot& s = slot(rank);
+  if (s.in_collective && s.wait_group) --s.wait_group->waiters;
   s.in_op = false;
+  s.in_collective = false;
   s.wait.reset();
   s.wait_group.reset();
 }
@@ -291,16 +316,15 @@ void RankRegistry::throw_aborted() const {
 std::optional<Diagnosis> RankRegistry::depart(int64_t rank) {
   std::lock_guard lk(mu_);
   if (!runs_here(rank)) return std::nullopt;
-  slot(rank).departed = true;
+  Slot& me = slot(rank);
+  if (!me.departed) ++departed_;
+  me.departed = true;
   if (diag_) return std::nullopt;
-  // A rank blocked in a collective that this rank never entered waits for it in vain.
-  for (const Slot& other : slots_) {
-    if (!other.wait || !other.wait_group) continue;
-    const GroupInfo& g = *other.wait_group;
-    for (std::size_t i = 0; i < g.ranks.size(); ++i) {
-      if (g.ranks[i] == rank && g.entered[i] <= other.wait->seq) {
-        return departed_diagnosis({rank}, collective_label(other.wait->desc, other.wait->seq), g.ranks);
-      }
+  // A rank blocked in a collective that this rank never entered waits for it in vain: only the
+  // groups this rank is a member of can hold one (O(its groups), not O(ranks x group size)).
+  for (const auto& [g, i] : me.memberships) {
+    if (g->waiters > 0 && g->entered[i] <= g->wait_seq) {
+      return departed_diagnosis({rank}, collective_label(g->wait_desc, g->wait_seq), g->ranks);
     }
   }
   return std::nullopt;
@@ -321,13 +345,23 @@ std::vector<WaitInfo> RankRegistry::waits() const {
     w.seconds = std::chrono::duration<double>(now - s.since).count();
     if (s.wait_group) {
       const GroupInfo& g = *s.wait_group;
-      for (std::size_t i = 0; i < g.ranks.size(); ++i) {
+      w.group = g.ranks;
+      for (std::size_t i = 0; s.in_collective && i < g.ranks.size(); ++i) {
         if (g.local[i] && g.entered[i] <= w.seq) w.missing.push_back(g.ranks[i]);
       }
     }
     out.push_back(std::move(w));
   }
   return out;
+}
+
+double RankRegistry::oldest_wait() const {
+  std::lock_guard lk(mu_);
+  std::optional<Clock::time_point> oldest;
+  for (const Slot& s : slots_) {
+    if (s.wait && (!oldest || s.since < *oldest)) oldest = s.since;
+  }
+  return oldest ? std::chrono::duration<double>(Clock::now() - *oldest).count() : 0.0;
 }
 
 bool RankRegistry::sleep_for(std::chrono::milliseconds d) {
@@ -358,6 +392,8 @@ void RegistryBackend::depart(int64_t rank) {
 }
 
 std::vector<WaitInfo> RegistryBackend::waits() const { return registry_->waits(); }
+double RegistryBackend::oldest_wait() const { return registry_->oldest_wait(); }
+int64_t RegistryBackend::progress() const { return registry_->progress(); }
 bool RegistryBackend::sleep_for(std::chrono::milliseconds d) { return registry_->sleep_for(d); }
 int64_t RegistryBackend::collectives() const { return registry_->collectives(); }
 

@@ -28,6 +28,12 @@ struct GroupInfo {
   std::vector<int64_t> ranks;
   std::vector<uint64_t> entered;  // collectives each member has entered (guarded by the registry)
   std::vector<bool> local;
+  // The collective members of this process wait in (guarded by the registry): how many wait,
+  // and the highest sequence number any waits at with its description. Collectives complete in
+  // order, so a member that entered fewer than wait_seq + 1 of them is one they wait for.
+  int64_t waiters = 0;
+  uint64_t wait_seq = 0;
+  CollectiveDesc wait_desc;
 };
 
 std::string rank_list(const std::vector<int64_t>& v, std::size_t limit = 16);
@@ -111,21 +117,32 @@ class RankRegistry {
   std::optional<Diagnosis> depart(int64_t rank);
   bool departed(int64_t rank) const;
 
+  // waits lists every waiting rank (its group copied): O(waiting ranks x group size), for a
+  // diagnosis. oldest_wait is the age of the oldest wait in seconds (0: none), O(ranks), for a
+  // watchdog that asks often.
   std::vector<WaitInfo> waits() const;
+  double oldest_wait() const;
   bool sleep_for(std::chrono::milliseconds d);
 
   // count_collective: a rank of this process completed a collective; collectives sums them.
   void count_collective() { completed_.fetch_add(1, std::memory_order_relaxed); }
   int64_t collectives() const { return completed_.load(std::memory_order_relaxed); }
+  // progress: completions plus arrivals (enter), for the watchdog.
+  int64_t progress() const { return completed_.load(std::memory_order_relaxed) + arrivals_.load(std::memory_order_relaxed); }
 
  private:
+  // Slot is one rank of this process. Its wait holds no copy of the group's members (the
+  // group is wait_group, shared; waits() copies it): entering a collective is O(1).
   struct Slot {
     bool in_op = false;
     bool departed = false;
     std::optional<WaitInfo> wait;
-    std::shared_ptr<GroupInfo> wait_group;
+    std::shared_ptr<GroupInfo> wait_group;  // the group of the wait (a collective or a connect)
+    bool in_collective = false;             // wait_group's collective, not its connect
     Clock::time_point since;
     std::map<uint64_t, int64_t> instances;
+    // The groups this rank is a member of, and its index in each: what depart() looks at.
+    std::vector<std::pair<std::shared_ptr<GroupInfo>, std::size_t>> memberships;
   };
   Slot& slot(int64_t rank) { return slots_[static_cast<std::size_t>(rank - first_)]; }
   const Slot& slot(int64_t rank) const { return slots_[static_cast<std::size_t>(rank - first_)]; }
@@ -136,7 +153,9 @@ class RankRegistry {
   std::optional<Diagnosis> diag_;
   std::vector<Slot> slots_;
   std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<GroupInfo>> groups_;
+  int64_t departed_ = 0;  // ranks of this process whose program ended
   std::atomic<int64_t> completed_{0};
+  std::atomic<int64_t> arrivals_{0};
 };
 
 }  // namespace meshsim::detail

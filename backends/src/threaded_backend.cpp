@@ -81,6 +81,7 @@ struct detail::ThreadedState {
   std::atomic<int64_t> departures{0};  // how many ranks departed (waiters scan only when > 0)
   std::unique_ptr<RankWait[]> waits;
   std::atomic<int64_t> collectives{0};
+  std::atomic<int64_t> arrivals{0};  // ranks that began to wait in a collective or message
 
   void wake_all() {
     std::vector<std::shared_ptr<Group>> gs;
@@ -335,6 +336,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     auto what = [&] { return label(d, seq); };
     const auto until = deadline();
     RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
+    s_->arrivals.fetch_add(1, std::memory_order_relaxed);
     Waiting waiting(rw, g_, seq, d, false, {});
     std::unique_lock lk(g_->mu);
     auto& ref = g_->slots[seq];
@@ -429,6 +431,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     const auto key = std::make_tuple(src, dst, n_th);
     const auto until = deadline();
     RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
+    s_->arrivals.fetch_add(1, std::memory_order_relaxed);
     Waiting waiting(rw, g_, n_th, d, true, key);
     std::unique_lock lk(g_->mu);
     auto& ref = g_->p2p[key];
@@ -480,8 +483,11 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
 }  // namespace
 
 std::string WaitInfo::to_string() const {
-  return "rank " + std::to_string(rank) + " waits in " + desc.to_string() + " #" +
-         std::to_string(seq) + " of group " + rank_list(group) + " for ranks " + rank_list(missing);
+  // Where every member has arrived the collective is slow, not waiting for anyone: said so.
+  return "rank " + std::to_string(rank) + " waits in " + desc.to_string() + " #" + std::to_string(seq) + " of group " +
+         rank_list(group) + (missing.empty() ? " (every member arrived; it has not completed)"
+                                             : missing.size() == 1 ? " for rank " + std::to_string(missing[0])
+                                                                   : " for ranks " + rank_list(missing));
 }
 
 ThreadedBackend::ThreadedBackend(Options options) : s_(std::make_shared<detail::ThreadedState>()) {
@@ -635,5 +641,6 @@ bool ThreadedBackend::sleep_for(std::chrono::milliseconds d) {
 }
 
 int64_t ThreadedBackend::collectives() const { return s_->collectives.load(); }
+int64_t ThreadedBackend::progress() const { return s_->collectives.load() + s_->arrivals.load(); }
 
 }  // namespace meshsim

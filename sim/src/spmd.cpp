@@ -1,6 +1,7 @@
 #include "meshsim/spmd.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <new>
 #include <condition_variable>
 #include <map>
@@ -38,12 +39,14 @@ struct Shared {
   std::mutex mu;
   std::condition_variable cv;
   int64_t done = 0;
+  std::atomic<int64_t> started{0};  // ranks whose program began: start-up is progress too
   std::vector<RankReport> reports;
   std::vector<bool> finished;
   std::vector<bool> exited;
 };
 
 void run_rank(const std::shared_ptr<Shared>& sh, int64_t r) {
+  sh->started.fetch_add(1, std::memory_order_relaxed);
   RankReport rep{r, RankStatus::kOk, ""};
   SpmdBackend& b = *sh->backend;
   bool exited = false;
@@ -282,10 +285,14 @@ std::vector<std::thread> start_ranks(const std::shared_ptr<Shared>& sh, int64_t 
 }
 
 // watch waits until every rank here returned, or the grace after an abort ran out; with a
-// watchdog, a collective waiting past the timeout becomes a stall diagnosis.
+// watchdog, a run with no progress for the timeout while a rank has waited that long becomes a
+// stall diagnosis. Progress is a rank starting, entering or completing a collective: a world
+// that is slow but moving (16,384 threads starting on 2 cores) is not a stall.
 void watch(const std::shared_ptr<Shared>& sh, const SpmdOptions& options, int64_t count, bool watchdog,
            std::chrono::milliseconds period) {
   std::optional<Clock::time_point> aborted_at;
+  auto quiet_since = Clock::now();
+  int64_t seen_done = sh->backend->progress(), seen_started = sh->started.load();
   std::unique_lock lk(sh->mu);
   while (sh->done < count) {
     sh->cv.wait_for(lk, period);
@@ -302,9 +309,14 @@ void watch(const std::shared_ptr<Shared>& sh, const SpmdOptions& options, int64_
         break;
       }
     } else if (watchdog) {
-      double oldest = 0;
-      for (const WaitInfo& w : sh->backend->waits()) oldest = std::max(oldest, w.seconds);
-      if (oldest * 1000.0 > static_cast<double>(options.timeout.count())) {
+      const int64_t done_now = sh->backend->progress(), started_now = sh->started.load();
+      if (done_now != seen_done || started_now != seen_started) {
+        seen_done = done_now;
+        seen_started = started_now;
+        quiet_since = Clock::now();
+      }
+      const double oldest = sh->backend->oldest_wait();
+      if (oldest * 1000.0 > static_cast<double>(options.timeout.count()) && Clock::now() - quiet_since > options.timeout) {
         sh->backend->abort(stall_diagnosis(*sh->backend, options.timeout, ""));
       }
     }
@@ -375,7 +387,9 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   // With every rank here a watchdog sees them all, so the collectives' own deadlines come later
   // and the watchdog writes the diagnosis. Across processes only the deadlines can.
   const bool watchdog = options.watchdog && everyone_here;
-  const auto op_timeout = watchdog ? options.timeout + period * 4 + std::chrono::milliseconds(500) : options.timeout;
+  // The collectives' own deadlines stay a backstop behind the watchdog, long enough that a
+  // rank waiting while the world is still starting or moving is not cut off by its own.
+  const auto op_timeout = watchdog ? options.timeout * 8 + period * 4 + std::chrono::milliseconds(500) : options.timeout;
   auto sh = std::make_shared<Shared>();
   sh->first = options.first_rank;
   sh->process_rank = !everyone_here && count == 1;

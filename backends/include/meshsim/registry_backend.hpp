@@ -32,9 +32,11 @@ class RegistryBackend : public SpmdBackend {
   // "departed" diagnosis.
   void depart(int64_t rank) final;
   std::vector<WaitInfo> waits() const final;
+  double oldest_wait() const final;
   // sleep_for sleeps unless aborted first; returns false when woken by an abort.
   bool sleep_for(std::chrono::milliseconds d) override;
   int64_t collectives() const final;
+  int64_t progress() const final;
 
  protected:
   RegistryBackend() = default;

@@ -123,10 +123,16 @@ class SpmdBackend : public Backend {
   virtual void depart(int64_t rank) = 0;
   // waits lists every rank blocked in a collective now.
   virtual std::vector<WaitInfo> waits() const = 0;
+  // oldest_wait is how long the longest-blocked rank has waited, in seconds (0: none). A
+  // watchdog asks it every period: a backend answers without copying every waiter's group.
+  virtual double oldest_wait() const;
   // sleep_for sleeps unless aborted first; returns false when woken by an abort.
   virtual bool sleep_for(std::chrono::milliseconds d) = 0;
   // collectives counts the collectives completed by the ranks of this process (summed).
   virtual int64_t collectives() const = 0;
+  // progress grows with every arrival in a collective and every completion: what a watchdog
+  // watches to tell a slow world from a stalled one (default: completions only).
+  virtual int64_t progress() const { return collectives(); }
 
   // runs_ranks: the backend runs the ranks' programs itself (run_ranks, e.g. as fibers of the
   // calling thread) instead of a runner's thread per rank. run_ranks calls rank_main(r) for every
