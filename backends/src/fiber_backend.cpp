@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <set>
 #include <thread>
@@ -67,6 +68,8 @@ struct detail::FiberState {
   std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<Group>> groups;
 
   // The scheduler (the run() thread only).
+  void* stacks = nullptr;  // every fiber's stack, one mapping
+  std::size_t stacks_bytes = 0;
   std::vector<Fiber> fibers;
   std::deque<int64_t> runnable;
   int64_t current = -1;
@@ -368,9 +371,7 @@ FiberBackend::FiberBackend(Options options) {
 }
 
 FiberBackend::~FiberBackend() {
-  for (Fiber& f : s_->fibers) {
-    if (f.stack) munmap(f.stack, f.stack_size);
-  }
+  if (s_->stacks) munmap(s_->stacks, s_->stacks_bytes);
 }
 
 void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
@@ -383,15 +384,27 @@ void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   const std::size_t size = (s.opt.stack_bytes + page - 1) / page * page + page;  // + a guard page
   s.fibers.resize(n);
+  // Every stack in one mapping, reserved, not committed (a stack costs the pages it touches). A
+  // guard page under each stack makes an overflow fault instead of corrupting a neighbour; each
+  // splits the mapping in two, so the guards are kept only while two mappings per fiber stay
+  // 8,192 under the kernel's limit (vm.max_map_count, 65,530 by default: up to about 28,000
+  // fibers); beyond, the fibers run without guards.
+  if (n > SIZE_MAX / size) throw ResourceExhausted("fiber backend: " + std::to_string(n) + " stacks overflow the address space");
+  s.stacks_bytes = size * n;
+  s.stacks = mmap(nullptr, s.stacks_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (s.stacks == MAP_FAILED) {
+    s.stacks = nullptr;
+    throw ResourceExhausted("fiber backend: cannot reserve " + std::to_string(n) + " stacks of " + std::to_string(size) +
+                            " bytes (" + std::to_string(s.stacks_bytes >> 20) + " MiB of address space)");
+  }
+  int64_t max_maps = 65530;
+  if (std::ifstream f("/proc/sys/vm/max_map_count"); f) f >> max_maps;
+  const bool guards = static_cast<int64_t>(2 * n) + 8192 < max_maps;
   const auto self = reinterpret_cast<uintptr_t>(&s);
   for (std::size_t r = 0; r < n; ++r) {
     Fiber& f = s.fibers[r];
-    void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (mem == MAP_FAILED) {
-      throw ResourceExhausted("fiber backend: cannot map a " + std::to_string(size) + "-byte stack for rank " +
-                              std::to_string(r));
-    }
-    mprotect(mem, page, PROT_NONE);  // an overflow faults instead of corrupting a neighbour
+    void* mem = static_cast<std::byte*>(s.stacks) + r * size;
+    if (guards) mprotect(mem, page, PROT_NONE);
     f.stack = mem;
     f.stack_size = size;
     getcontext(&f.ctx);

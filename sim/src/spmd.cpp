@@ -233,13 +233,17 @@ std::pair<const BackendEntry*, int64_t> check_options(const SpmdOptions& options
     throw InvalidArgument("run_spmd: backend '" + options.backend + "' is not available (known: " +
                           backend_names_text() + ")");
   }
-  if (options.world_size < 1 || options.world_size > 16384) {
-    throw InvalidArgument("run_spmd: world size " + std::to_string(options.world_size) +
-                          " is out of range [1, 16384] for rank threads");
+  if (options.world_size < 1 || options.world_size > kMaxSpmdWorld) {
+    throw InvalidArgument("run_spmd: world size " + std::to_string(options.world_size) + " is out of range [1, " +
+                          std::to_string(kMaxSpmdWorld) + "]");
   }
   check_timeout("run_spmd", options.timeout);
   const int64_t first = options.first_rank;
   const int64_t count = options.local_ranks == 0 && first == 0 ? options.world_size : options.local_ranks;
+  if (count > entry->max_rank_threads) {
+    throw InvalidArgument("run_spmd: " + std::to_string(count) + " ranks in one process are over the " +
+                          std::to_string(entry->max_rank_threads) + " the " + options.backend + " backend runs");
+  }
   if (first < 0 || count < 1 || first > options.world_size || count > options.world_size - first) {
     throw OutOfRange("run_spmd: ranks [" + std::to_string(first) + ", " + std::to_string(first) + " + " +
                      std::to_string(count) + ") are not within the world of " + std::to_string(options.world_size));

@@ -35,7 +35,7 @@ struct FiberState;
 class FiberBackend final : public RegistryBackend {
  public:
   // kMaxRanks: fibers per run (each has its own stack).
-  static constexpr int64_t kMaxRanks = 16384;
+  static constexpr int64_t kMaxRanks = 65536;
 
   struct Options {
     int64_t world_size = 1;

@@ -39,6 +39,10 @@
 
 namespace meshsim {
 
+// kMaxSpmdWorld bounds a run's world (the ranks of every process); each backend bounds the
+// ranks one process runs (BackendEntry::max_rank_threads: 16,384 threads, 65,536 fibers).
+inline constexpr int64_t kMaxSpmdWorld = int64_t{1} << 20;
+
 struct SpmdOptions {
   int64_t world_size = 1;
   // backend: a registered name (backend_registry.hpp): "threaded" (shared memory), "gloo" (Gloo
@@ -166,7 +170,7 @@ SpmdResults<R> run_spmd_results(const SpmdOptions& options, std::function<void(R
   const int64_t count = options.local_ranks == 0 && first == 0 ? options.world_size : options.local_ranks;
   // Sized only for a count run_spmd accepts (it refuses the others before any rank runs). The
   // slots are shared with the ranks: a stuck rank may still write its own after this returns.
-  const bool valid = count >= 1 && count <= options.world_size && options.world_size <= 16384;
+  const bool valid = count >= 1 && count <= options.world_size && options.world_size <= kMaxSpmdWorld;
   auto slots = std::make_shared<std::vector<R>>(valid ? static_cast<std::size_t>(count) : 0);
   SpmdResults<R> out;
   out.report = run_spmd(options, [slots, first, fn = std::move(fn)](RankContext& ctx) {
