@@ -413,11 +413,11 @@ def test_numpy_integers_are_integers():
 @pytest.mark.parametrize("backend,job,faults", [
     ("threaded", "dp=2,tp=2", ["stall@1"]),
     ("gloo", "dp=2,tp=2", ["stall@1"]),
-    ("fiber", "dp=2048", []),
+    ("fiber", "dp=8,cp=16,tp=64", []),
 ])
 def test_ctrl_c_aborts_the_ranks_and_raises_keyboard_interrupt_within_a_second(backend, job, faults):
     # SIGINT to this process 0.5 s into a run that would last 20 s (a stall) or several seconds
-    # (2,048 fibers): KeyboardInterrupt, about a second later, not at the run's timeout.
+    # (8,192 fibers): KeyboardInterrupt, about a second later, not at the run's timeout.
     timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
     start = time.monotonic()
     timer.start()
