@@ -135,3 +135,141 @@ TEST(Diagnoses, AStallWhereEveryRankArrivedSaysSoAndNamesNobodyAsMissing) {
   EXPECT_EQ(d.message.find("for ranks []"), std::string::npos) << d.message;
   EXPECT_NE(d.message.find("(every member arrived; it has not completed)"), std::string::npos) << d.message;
 }
+
+TEST(Diagnoses, AStallOfAWholeWorldIsOneEntryPerDistinctWaitAndStaysSmall) {
+  // 20,000 ranks wait in the world's barrier for rank 5, sharing one group and one missing list
+  // (as the backends hand them out); two more wait in a pair group for each other's peer.
+  const int64_t n = 20000;
+  std::vector<int64_t> all(static_cast<std::size_t>(n));
+  for (int64_t r = 0; r < n; ++r) all[static_cast<std::size_t>(r)] = r;
+  const SharedRanks world(all), five{5};
+  std::vector<WaitInfo> waits;
+  for (int64_t r = 0; r < n; ++r) {
+    if (r == 5 || r == 7 || r == 9) continue;
+    WaitInfo w;
+    w.rank = r;
+    w.group = world;
+    w.desc = CollectiveDesc{CollectiveOp::kBarrier, DType::kInt64, 0, -1, ReduceOp::kSum};
+    w.missing = five;
+    waits.push_back(w);
+  }
+  for (int64_t r : {7, 9}) {
+    WaitInfo w;
+    w.rank = r;
+    w.group = {7, 9, 5};
+    w.seq = 2;
+    w.desc = CollectiveDesc{CollectiveOp::kAllReduce, DType::kInt64, 1, -1, ReduceOp::kSum};
+    w.missing = {5};
+    waits.push_back(w);
+  }
+  const Diagnosis d = stall_diagnosis(waits, "no progress for 1000 ms");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{5});
+  EXPECT_EQ(d.missing, std::vector<int64_t>{5});
+  EXPECT_EQ(d.waiting.size(), static_cast<std::size_t>(n - 1));
+  EXPECT_NE(d.message.find("; ranks [0, 1, 2, 3, 4, 6, 8, 10, "), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("(19997 ranks)] wait in barrier"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("; ranks [7, 9] wait in all_reduce(sum, int64, count=1) #2 of group [7, 9, 5] for rank 5"),
+            std::string::npos) << d.message;
+  EXPECT_LT(d.message.size(), 1000u) << d.message;
+}
+
+TEST(Diagnoses, AStallListsSixteenDistinctWaitsThenCountsTheRest) {
+  std::vector<WaitInfo> waits;
+  for (int64_t r = 0; r < 40; ++r) {
+    WaitInfo w;
+    w.rank = 2 * r;
+    w.group = {2 * r, 2 * r + 1};
+    w.desc = CollectiveDesc{CollectiveOp::kBarrier, DType::kInt64, 0, -1, ReduceOp::kSum};
+    w.missing = {2 * r + 1};
+    waits.push_back(w);
+  }
+  const Diagnosis d = stall_diagnosis(waits, "no progress for 1000 ms");
+  EXPECT_EQ(d.ranks.size(), 40u);
+  EXPECT_NE(d.message.find("rank 30 waits in barrier() #0 of group [30, 31] for rank 31; ... 24 more distinct waits"),
+            std::string::npos) << d.message;
+  EXPECT_EQ(d.message.find("rank 32 waits"), std::string::npos) << d.message;
+}
+
+TEST(RankThreads, AStallOfTwoThousandRanksNamesTheOneThatNeverArrivedInOneShortMessage) {
+  // Rank 5 sleeps past the timeout outside any collective; the other 2,047 wait for it in the
+  // world's barrier. The diagnosis names rank 5 alone, lists the waiters as one entry, and the
+  // report holds one failure (it held one per waiting rank's copy of the world's members).
+  SpmdOptions o;
+  o.world_size = 2048;
+  o.timeout = std::chrono::milliseconds(500);
+  RunReport rep = run_spmd(o, [](RankContext& ctx) {
+    if (ctx.rank() == 5) ctx.sleep_for(std::chrono::seconds(60));
+    ctx.world().barrier();
+  });
+  ASSERT_FALSE(rep.ok);
+  ASSERT_EQ(rep.failures.size(), 1u);
+  EXPECT_EQ(rep.failures[0].ranks, std::vector<int64_t>{5});
+  EXPECT_EQ(rep.failures[0].kind, DiagnosisKind::kStall);
+  EXPECT_EQ(rep.failures[0].missing, std::vector<int64_t>{5});
+  EXPECT_EQ(rep.failures[0].waiting.size(), 2047u);
+  EXPECT_NE(rep.failures[0].message.find("(2047 ranks)] wait in barrier() #0 of group [0, 1, 2, "), std::string::npos)
+      << rep.failures[0].message;
+  EXPECT_LT(rep.failures[0].message.size(), 1000u);
+  EXPECT_LT(rep.seconds, 30.0);  // the run ends (rank 5's sleep is cut short by the abort)
+}
+
+TEST(RankThreads, AStackOutsideItsRangeIsRefusedNamingIt) {
+  SpmdOptions o;
+  o.world_size = 2;
+  o.stack_bytes = 4096;
+  try {
+    run_spmd(o, [](RankContext&) {});
+    FAIL() << "a 4 KiB stack was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("stack of 4096 bytes is out of range [64 KiB, 1 GiB]"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(RankThreads, RanksRunOnTheStackSizeAsked) {
+  // A rank touching 1 MiB of its stack needs more than the default 512 KiB: with 2 MiB it runs.
+  SpmdOptions o;
+  o.world_size = 4;
+  o.stack_bytes = 2 << 20;
+  RunReport rep = run_spmd(o, [](RankContext& ctx) {
+    volatile char big[1 << 20];
+    for (std::size_t i = 0; i < sizeof big; i += 4096) big[i] = static_cast<char>(i);
+    int64_t v = big[4096];
+    ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
+    if (v != 4 * static_cast<char>(4096)) ctx.fail("sum " + std::to_string(v));
+  });
+  EXPECT_TRUE(rep.ok) << rep.summary();
+}
+
+namespace {
+
+// work_per_arrival runs `n` fibers through world collectives and collectives of groups of 16,
+// and returns the bookkeeping steps per arrival or completion.
+double work_per_arrival(int64_t n) {
+  SpmdOptions o;
+  o.world_size = n;
+  o.backend = "fiber";
+  RunReport rep = run_spmd(o, [n](RankContext& ctx) {
+    int64_t v = 1;
+    ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
+    DeviceMesh mesh = DeviceMesh::init({n / 16, 16}, std::vector<std::string>{"dp", "tp"});
+    Communicator& tp = ctx.comm(mesh, "tp");
+    for (int i = 0; i < 4; ++i) tp.all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
+    ctx.world().barrier();
+  });
+  EXPECT_TRUE(rep.ok) << rep.summary();
+  EXPECT_GT(rep.steps, 0);
+  EXPECT_GT(rep.progress, 6 * n);
+  return static_cast<double>(rep.steps) / static_cast<double>(rep.progress);
+}
+
+}  // namespace
+
+TEST(FiberScale, WorkPerArrivalDoesNotGrowWithTheWorld) {
+  // Counted, not timed: each arrival, suspension, wake-up and the world group's creation cost
+  // O(1) amortized, so 16x the ranks is about the same work per arrival (creating the world
+  // group read every member per rank: work per arrival grew with the world).
+  const double small = work_per_arrival(256), big = work_per_arrival(4096);
+  EXPECT_LT(big, small * 1.5) << "steps per arrival: " << small << " at 256 ranks, " << big << " at 4096";
+  EXPECT_LT(big, 16.0);
+}

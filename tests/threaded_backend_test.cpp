@@ -298,8 +298,16 @@ TEST(SpmdFaults, MismatchNamesTheOddRankAndBothDescriptions) {
 
 TEST(SpmdFaults, WatchdogListsWaitersAndMissingRanks) {
   if (kBackend == "fiber") {
-    GTEST_SKIP() << "local mode refuses sleep_for (one thread cannot wait in time); its refusal and its "
-                    "immediate deadlock diagnosis are tested in SpmdMacroReportsLocal";
+    // Every rank is a fiber of one thread, in turn: none can wait in time while the others wait
+    // for it, so sleep_for is refused, naming the backend to use instead.
+    RunReport rep = run_spmd(opts(4, 300ms), [&](RankContext& ctx) {
+      if (ctx.rank() == 1) ctx.sleep_for(10s);
+      ctx.world().barrier();
+    });
+    expect_failure(rep, 1, "error");
+    EXPECT_NE(rep.failures[0].message.find("the fiber backend cannot express a rank that waits 10000 ms"),
+              std::string::npos) << rep.failures[0].message;
+    return;
   }
   RunReport rep = run_spmd(opts(4, 300ms), [&](RankContext& ctx) {
     if (ctx.rank() == 1) ctx.sleep_for(10s);
@@ -320,6 +328,35 @@ TEST(SpmdFaults, MeshDisagreementNamesRankAndPart) {
   });
   expect_failure(rep, 2, "mesh");
   EXPECT_NE(rep.failures[0].message.find("names"), std::string::npos);
+}
+
+TEST(SpmdFaults, MeshDisagreementFindsTheMajorityAndOnATieTheLowestRanksMesh) {
+  const DeviceMesh a = DeviceMesh::init({2, 3}, Names{"dp", "tp"});
+  const DeviceMesh b = DeviceMesh::init({2, 3}, Names{"dp", "cp"});
+  const DeviceMesh c = DeviceMesh::init({3, 2}, Names{"dp", "tp"});
+  // Three meshes: a (4 ranks) is the majority; ranks 2 and 3 differ, in names and in shape.
+  RunReport rep = run_spmd(opts(6), [&](RankContext& ctx) {
+    ctx.check_mesh_agreement(ctx.rank() == 2 ? b : ctx.rank() == 3 ? c : a);
+  });
+  ASSERT_FALSE(rep.ok);
+  ASSERT_EQ(rep.failures.size(), 2u) << rep.summary();
+  EXPECT_EQ(rep.failures[0].ranks, std::vector<int64_t>{2});
+  EXPECT_EQ(rep.failures[1].ranks, std::vector<int64_t>{3});
+  EXPECT_NE(rep.failures[0].message.find("ranks [2, 3] built a different mesh than the other ranks': its shape, names"),
+            std::string::npos) << rep.failures[0].message;
+  // A tie: ranks 0 and 1 built b, ranks 2 and 3 built a; rank 0's mesh is the reference.
+  rep = run_spmd(opts(4), [&](RankContext& ctx) { ctx.check_mesh_agreement(ctx.rank() < 2 ? b : a); });
+  ASSERT_FALSE(rep.ok);
+  ASSERT_EQ(rep.failures.size(), 2u) << rep.summary();
+  EXPECT_EQ(rep.failures[0].ranks, std::vector<int64_t>{2});
+  EXPECT_EQ(rep.failures[1].ranks, std::vector<int64_t>{3});
+  EXPECT_NE(rep.failures[0].message.find("its names differs"), std::string::npos) << rep.failures[0].message;
+  // Every rank agrees with every other, none with the recipe: every rank is named.
+  rep = run_spmd(opts(3), [&](RankContext& ctx) { ctx.check_mesh_agreement(a, mesh_parts(b)); });
+  ASSERT_FALSE(rep.ok);
+  ASSERT_EQ(rep.failures.size(), 3u) << rep.summary();
+  EXPECT_NE(rep.failures[0].message.find("ranks [0, 1, 2] built a different mesh than the recipe's: its names differs"),
+            std::string::npos) << rep.failures[0].message;
 }
 
 TEST(SpmdFaults, StuckUserCodeIsReportedNotAwaited) {

@@ -74,6 +74,8 @@ void add_run_flags(CLI::App* sub, run::Options& o, RecipeOptions& recipe) {
   sub->add_option("--format", o.format, "text or json");
   sub->add_option("--max-elements", o.max_elements,
                   "the JSON report's element budget (default 2^21, as the query's); a bigger report is refused");
+  sub->add_option("--rank-stack-kib", o.rank_stack_kib,
+                  "each rank thread's or fiber's stack in KiB, 64 to 1048576 (default 512)");
   sub->add_option("--fault", o.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit");
   add_placement(sub, o.placement);
 }

@@ -138,6 +138,7 @@ struct Job {
   int64_t keep_groups = INT64_MAX;
   std::vector<std::vector<std::vector<int64_t>>> firsts;
   std::function<bool()> interrupted;  // Options::interrupted
+  std::size_t stack_bytes = 0;        // --rank-stack-kib (0: the runner's default)
 
   // keeps says whether `rank` keeps the group it gathered on dim d of mesh i for the report: a
   // launched rank keeps its own (it reports them); else only a kept group's first member.
@@ -304,6 +305,7 @@ Outcome run_ranks(const Job& job) {
   so.backend = job.backend;
   so.store_prefix = job.prefix;
   so.interrupted = job.interrupted;
+  so.stack_bytes = job.stack_bytes;
   if (job.launched) {
     so.first_rank = job.launched->rank;
     so.local_ranks = 1;
@@ -819,6 +821,12 @@ Job make_job(const Options& o, const BackendEntry* entry, std::chrono::milliseco
     }
   }
   job.timeout = timeout;
+  constexpr int64_t kMinKib = static_cast<int64_t>(kMinStackBytes >> 10), kMaxKib = static_cast<int64_t>(kMaxStackBytes >> 10);
+  if (o.rank_stack_kib != 0 && (o.rank_stack_kib < kMinKib || o.rank_stack_kib > kMaxKib)) {
+    throw InvalidArgument("--rank-stack-kib " + std::to_string(o.rank_stack_kib) + " is out of range [" +
+                          std::to_string(kMinKib) + ", " + std::to_string(kMaxKib) + "]");
+  }
+  job.stack_bytes = static_cast<std::size_t>(o.rank_stack_kib) << 10;
   job.interrupted = o.interrupted;
   job.meshes.push_back(job.expected->root);
   job.meshes.insert(job.meshes.end(), job.expected->meshes.begin(), job.expected->meshes.end());

@@ -47,6 +47,7 @@ std::deque<BackendEntry> builtins() {
   b.push_back({"fiber", "every rank a fiber of one thread, in turn", false, FiberBackend::kMaxRanks, [](const BackendRequest& r) {
                  auto o = backend_options<FiberBackend::Options>(r, "fiber");
                  o.world_size = r.world_size;
+                 if (r.stack_bytes != 0) o.stack_bytes = r.stack_bytes;
                  return std::shared_ptr<SpmdBackend>(std::make_shared<FiberBackend>(o));
                }});
   b.push_back({"nccl", "NCCL, one GPU per rank; builds with NCCL", true, 16384, [](const BackendRequest& r) {

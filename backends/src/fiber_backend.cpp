@@ -418,13 +418,18 @@ void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
   }
   std::size_t done = 0;
   while (done < n) {
+    int64_t resumed = 0;
     while (!s.runnable.empty()) {
       const int64_t r = s.runnable.front();
       s.runnable.pop_front();
       s.resume(r);
+      ++resumed;
     }
+    // The queue ran dry: every rank finished or waits. Counting them is O(ranks), once per
+    // time the queue drains (the end, or a deadlock), never per arrival.
     done = 0;
     for (const Fiber& f : s.fibers) done += f.done ? 1 : 0;
+    s.reg.count_steps(resumed + static_cast<int64_t>(n));
     if (done == n) break;
     // Every unfinished rank is suspended and none can run: diagnose (unless already diagnosed),
     // then wake them all so their collectives end with Aborted.
@@ -435,16 +440,15 @@ void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
 
 std::shared_ptr<Communicator> FiberBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
                                                       const BackendConfig& config) {
-  detail::check_group(rank, ranks, s_->opt.world_size, 0, s_->opt.world_size, config, "fiber");
-  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
+  const detail::RankRegistry::GroupKey key = s_->reg.key(rank, ranks, config, "fiber");
   int64_t instance = 0;
-  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);
-  auto& g = s_->groups[{digest, instance}];
+  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, key, ranks, &instance);
+  auto& g = s_->groups[{key.digest, instance}];
   if (!g) {
     g = std::make_shared<Group>();
     g->info = info;
   }
-  const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  const int me = static_cast<int>(key.member);
   auto comm = std::make_shared<FiberCommunicator>(s_, this, g, me);
   comm->set_config(config);  // the group hands its config back
   return comm;

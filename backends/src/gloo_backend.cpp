@@ -553,17 +553,17 @@ GlooBackend::~GlooBackend() {
 std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
                                                      const BackendConfig& config) {
   const Options& o = s_->opt;
-  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, config, "gloo");
+  const detail::RankRegistry::GroupKey key = s_->reg.key(rank, ranks, config, "gloo");
   if (const auto* g = std::get_if<GlooOptions>(&config.options); g && !g->devices.empty()) {
     throw InvalidArgument("gloo backend: per-group devices are not supported; every group uses the "
                           "backend's device (Options::hostname / iface)");
   }
-  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
+  const uint64_t digest = key.digest;
   const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
-  const int sub = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  const int sub = static_cast<int>(key.member);
   const int n = static_cast<int>(ranks.size());
   int64_t instance = 0;
-  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);
+  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, key, ranks, &instance);
   const std::string prefix = "g" + hex(digest) + "." + std::to_string(instance);
   if (n == 1) {
     auto comm = std::make_shared<GlooCommunicator>(s_, this, nullptr, info, 0, prefix, timeout);

@@ -463,12 +463,12 @@ NcclBackend::~NcclBackend() = default;
 std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<const int64_t> ranks,
                                                      const BackendConfig& config) {
   const Options& o = s_->opt;
-  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, config, "nccl");
-  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
+  const detail::RankRegistry::GroupKey gk = s_->reg.key(rank, ranks, config, "nccl");
+  const uint64_t digest = gk.digest;
   const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
-  const int sub = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  const int sub = static_cast<int>(gk.member);
   int64_t instance = 0;
-  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);
+  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, gk, ranks, &instance);
   // The group's first member makes the unique id; the others read it from the store.
   const std::string key = s_->key("nccl/" + hex64(digest) + "." + std::to_string(instance));
   const int device = s_->device_of(rank);
@@ -517,18 +517,18 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
 std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<const int64_t> ranks,
                                                        const BackendConfig& config) {
   const Options& o = s_->opt;
-  detail::check_group(rank, ranks, o.world_size, o.first_rank, o.local_ranks, config, "nccl");
+  const detail::RankRegistry::GroupKey gk = s_->reg.key(rank, ranks, config, "nccl");
   std::shared_ptr<Handle> parent;
   {
     std::lock_guard lk(s_->mu);
     parent = s_->world[static_cast<std::size_t>(rank - o.first_rank)];
   }
   if (!parent) return new_group(rank, ranks, config);  // no world communicator to split yet
-  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
+  const uint64_t digest = gk.digest;
   const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
-  const int sub = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  const int sub = static_cast<int>(gk.member);
   int64_t instance = 0;
-  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, digest, ranks, &instance);
+  std::shared_ptr<GroupInfo> info = s_->reg.group(rank, gk, ranks, &instance);
   // color: the group's smallest rank (groups partition the world, so it names one group).
   const int color = static_cast<int>(*std::min_element(ranks.begin(), ranks.end()));
   std::shared_ptr<NcclApi> api = o.api;

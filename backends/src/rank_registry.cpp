@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "meshsim/error.hpp"
 #include "meshsim/registry_backend.hpp"
@@ -42,36 +45,82 @@ std::optional<Diagnosis> decode_diagnosis(const std::string& text) {
   return d;
 }
 
+namespace {
+
+// wait_text: "<who> in all_reduce(sum, int64, count=1) #2 of group [0, 1, 2, 3] for rank 1".
+std::string wait_text(const std::string& who, const WaitInfo& w) {
+  // Where every member has arrived the collective is slow, not waiting for anyone: said so.
+  return who + " " + w.desc.to_string() + " #" + std::to_string(w.seq) + " of group " + format_ranks(w.group) +
+         (w.missing.empty()       ? " (every member arrived; it has not completed)"
+          : w.missing.size() == 1 ? " for rank " + std::to_string(w.missing[0])
+                                  : " for ranks " + format_ranks(w.missing));
+}
+
+// ListDigests hashes each distinct shared list once, however many waits share it.
+class ListDigests {
+ public:
+  uint64_t operator()(const SharedRanks& ranks) {
+    auto [it, fresh] = cache_.try_emplace(ranks.identity(), 0);
+    if (fresh) it->second = detail::group_digest(ranks, 0);
+    return it->second;
+  }
+
+ private:
+  std::map<const void*, uint64_t> cache_;
+};
+
+}  // namespace
+
+std::string WaitInfo::to_string() const { return wait_text("rank " + std::to_string(rank) + " waits in", *this); }
+
 Diagnosis stall_diagnosis(const std::vector<WaitInfo>& waits, const std::string& why, const std::string& extra) {
-  std::set<int64_t> waiting, missing;
+  // One entry per distinct wait (group, collective, number, missing members), in the order of
+  // its lowest waiting rank; each shared list is read once.
+  struct Entry {
+    const WaitInfo* first;
+    std::vector<int64_t> ranks;
+  };
+  ListDigests digest;
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string>, std::size_t> index;
+  std::vector<Entry> entries;
+  std::set<const void*> missing_lists;
+  std::vector<int64_t> waiting_v, missing_v;
   for (const WaitInfo& w : waits) {
-    waiting.insert(w.rank);
-    missing.insert(w.missing.begin(), w.missing.end());
+    waiting_v.push_back(w.rank);
+    if (missing_lists.insert(w.missing.identity()).second) missing_v.insert(missing_v.end(), w.missing.begin(), w.missing.end());
+    const auto key = std::make_tuple(digest(w.group), w.seq, digest(w.missing), w.desc.to_string());
+    auto [it, fresh] = index.try_emplace(key, entries.size());
+    if (fresh) entries.push_back(Entry{&w, {}});
+    entries[it->second].ranks.push_back(w.rank);
   }
+  std::sort(waiting_v.begin(), waiting_v.end());
+  waiting_v.erase(std::unique(waiting_v.begin(), waiting_v.end()), waiting_v.end());
+  std::sort(missing_v.begin(), missing_v.end());
+  missing_v.erase(std::unique(missing_v.begin(), missing_v.end()), missing_v.end());
   std::vector<int64_t> culprits;
-  for (int64_t r : missing) {
-    if (!waiting.count(r)) culprits.push_back(r);
-  }
-  if (culprits.empty()) culprits.assign(missing.begin(), missing.end());
+  std::set_difference(missing_v.begin(), missing_v.end(), waiting_v.begin(), waiting_v.end(), std::back_inserter(culprits));
+  if (culprits.empty()) culprits = missing_v;
   Diagnosis d;
   d.kind = DiagnosisKind::kStall;
   d.ranks = culprits;
-  d.waiting.assign(waiting.begin(), waiting.end());
-  d.missing.assign(missing.begin(), missing.end());
+  d.waiting = std::move(waiting_v);
+  d.missing = std::move(missing_v);
   d.message = "stall: " + why + (d.missing.empty() ? "; every rank arrived in the collective it waits in, and "
                                                       "none of those completed (slow, or a backend that lost a message)"
                                                     : "; ranks " + detail::rank_list(d.missing, 32) + " never arrived");
-  if (!culprits.empty() && culprits.size() < missing.size()) {
+  if (!culprits.empty() && culprits.size() < d.missing.size()) {
     d.message += " (rank" + std::string(culprits.size() > 1 ? "s " : " ") + detail::rank_list(culprits, 32) +
                  " waits in no collective)";
   }
-  std::size_t shown = 0;
-  for (const WaitInfo& w : waits) {
-    if (shown++ == 16) {
-      d.message += "; ... " + std::to_string(waits.size() - 16) + " more waiting ranks";
+  constexpr std::size_t kListedWaits = 16;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (i == kListedWaits) {
+      d.message += "; ... " + std::to_string(entries.size() - kListedWaits) + " more distinct waits";
       break;
     }
-    d.message += "; " + w.to_string();
+    const Entry& e = entries[i];
+    d.message += "; " + (e.ranks.size() == 1 ? e.first->to_string()
+                                              : wait_text("ranks " + format_ranks(e.ranks) + " wait in", *e.first));
   }
   if (!extra.empty()) d.message += "; " + extra;
   return d;
@@ -202,24 +251,75 @@ std::optional<Diagnosis> mismatch_diagnosis(const std::vector<CollectiveDesc>& d
 }
 
 RankRegistry::RankRegistry(int64_t world, int64_t first, int64_t count)
-    : world_(world), first_(first), count_(count), slots_(static_cast<std::size_t>(count)) {}
+    : world_(world), first_(first), count_(count), world_ranks_(static_cast<std::size_t>(world)),
+      slots_(static_cast<std::size_t>(count)) {
+  for (std::size_t i = 0; i < world_ranks_.size(); ++i) world_ranks_[i] = static_cast<int64_t>(i);
+}
 
-std::shared_ptr<GroupInfo> RankRegistry::group(int64_t rank, uint64_t digest, std::span<const int64_t> ranks,
+RankRegistry::GroupKey RankRegistry::key(int64_t rank, std::span<const int64_t> ranks, const BackendConfig& config,
+                                         const char* backend) {
+  if (ranks.data() == world_ranks_.data() && ranks.size() == world_ranks_.size()) {
+    check_backend(config, backend);
+    if (!runs_here(rank)) check_group(rank, ranks, world_, first_, count_, config, backend);  // throws, naming it
+    const uint64_t fp = config.fingerprint();
+    std::lock_guard lk(mu_);
+    auto [it, fresh] = world_digests_.try_emplace(fp, 0);
+    if (fresh) {
+      it->second = group_digest(ranks, fp);
+      count_steps(static_cast<int64_t>(ranks.size()));
+    }
+    count_steps(1);
+    return GroupKey{it->second, static_cast<std::size_t>(rank)};
+  }
+  check_group(rank, ranks, world_, first_, count_, config, backend);
+  const auto member = static_cast<std::size_t>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  count_steps(3 * static_cast<int64_t>(ranks.size()));  // checked, hashed, searched
+  return GroupKey{group_digest(ranks, config.fingerprint()), member};
+}
+
+std::shared_ptr<GroupInfo> RankRegistry::group(int64_t rank, const GroupKey& key, std::span<const int64_t> ranks,
                                                int64_t* instance) {
   std::lock_guard lk(mu_);
   if (diag_) throw_aborted();
-  *instance = slot(rank).instances[digest]++;
-  auto& ref = groups_[{digest, *instance}];
+  *instance = slot(rank).instances[key.digest]++;
+  auto& ref = groups_[{key.digest, *instance}];
   if (!ref) {
+    // Once per group, by its first member here.
     ref = std::make_shared<GroupInfo>();
     ref->ranks.assign(ranks.begin(), ranks.end());
     ref->entered.assign(ranks.size(), 0);
     ref->local.resize(ranks.size());
-    for (std::size_t i = 0; i < ranks.size(); ++i) ref->local[i] = runs_here(ranks[i]);
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      ref->local[i] = runs_here(ranks[i]);
+      ref->local_count += ref->local[i] ? 1 : 0;
+    }
+    count_steps(static_cast<int64_t>(ranks.size()));
   }
-  const auto member = static_cast<std::size_t>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
-  slot(rank).memberships.emplace_back(ref, member);
+  ++ref->joined;
+  slot(rank).memberships.emplace_back(ref, key.member);
   return ref;
+}
+
+void RankRegistry::start_wait(Slot& s) {
+  if (s.linked) end_wait(s);
+  const int64_t i = &s - slots_.data();
+  s.since = Clock::now();
+  s.prev = wait_tail_;
+  s.next = -1;
+  if (wait_tail_ >= 0) slots_[static_cast<std::size_t>(wait_tail_)].next = i;
+  else wait_head_ = i;
+  wait_tail_ = i;
+  s.linked = true;
+}
+
+void RankRegistry::end_wait(Slot& s) {
+  if (!s.linked) return;
+  if (s.prev >= 0) slots_[static_cast<std::size_t>(s.prev)].next = s.next;
+  else wait_head_ = s.next;
+  if (s.next >= 0) slots_[static_cast<std::size_t>(s.next)].prev = s.prev;
+  else wait_tail_ = s.prev;
+  s.prev = s.next = -1;
+  s.linked = false;
 }
 
 std::optional<Diagnosis> RankRegistry::enter(int64_t rank, const std::shared_ptr<GroupInfo>& g,
@@ -227,8 +327,10 @@ std::optional<Diagnosis> RankRegistry::enter(int64_t rank, const std::shared_ptr
   std::lock_guard lk(mu_);
   if (diag_) throw_aborted();
   // A member that already departed without entering this collective never will. Only looked
-  // for once some rank has departed: on the way there, entering is O(1).
-  if (departed_ > 0) {
+  // for in a group with a departed member, or one a member here has not joined yet while some
+  // rank departed (it may have ended without joining): on the way there, entering is O(1).
+  if (g->departed > 0 || (departed_ > 0 && g->joined < g->local_count)) {
+    count_steps(static_cast<int64_t>(g->ranks.size()));
     for (std::size_t i = 0; i < g->ranks.size(); ++i) {
       if (g->local[i] && g->entered[i] <= seq && slot(g->ranks[i]).departed) {
         return departed_diagnosis({g->ranks[i]}, collective_label(d, seq), g->ranks);
@@ -244,7 +346,8 @@ std::optional<Diagnosis> RankRegistry::enter(int64_t rank, const std::shared_ptr
   s.wait = std::move(w);
   s.wait_group = g;
   s.in_collective = true;
-  s.since = Clock::now();
+  start_wait(s);
+  count_steps(1);
   g->entered[member] = seq + 1;
   arrivals_.fetch_add(1, std::memory_order_relaxed);
   ++g->waiters;
@@ -264,7 +367,8 @@ void RankRegistry::enter_connect(int64_t rank, const std::shared_ptr<GroupInfo>&
   s.wait = std::move(w);
   s.wait_group = g;
   s.in_collective = false;
-  s.since = Clock::now();
+  start_wait(s);
+  count_steps(1);
   arrivals_.fetch_add(1, std::memory_order_relaxed);  // arriving at a group's creation is progress too
 }
 
@@ -276,6 +380,8 @@ void RankRegistry::leave(int64_t rank) {
   s.in_collective = false;
   s.wait.reset();
   s.wait_group.reset();
+  end_wait(s);
+  count_steps(1);
 }
 
 bool RankRegistry::in_op(int64_t rank) const {
@@ -317,8 +423,12 @@ std::optional<Diagnosis> RankRegistry::depart(int64_t rank) {
   std::lock_guard lk(mu_);
   if (!runs_here(rank)) return std::nullopt;
   Slot& me = slot(rank);
-  if (!me.departed) ++departed_;
+  if (!me.departed) {
+    ++departed_;
+    for (const auto& m : me.memberships) ++m.first->departed;
+  }
   me.departed = true;
+  count_steps(1 + static_cast<int64_t>(me.memberships.size()));
   if (diag_) return std::nullopt;
   // A rank blocked in a collective that this rank never entered waits for it in vain: only the
   // groups this rank is a member of can hold one (O(its groups), not O(ranks x group size)).
@@ -339,15 +449,26 @@ std::vector<WaitInfo> RankRegistry::waits() const {
   std::lock_guard lk(mu_);
   std::vector<WaitInfo> out;
   const auto now = Clock::now();
+  // Every rank waiting in one collective shares its group's list and one missing list: a world
+  // waiting in the world group is O(world), not O(world^2).
+  std::map<std::pair<const GroupInfo*, uint64_t>, SharedRanks> missing;
   for (const Slot& s : slots_) {
     if (!s.wait) continue;
     WaitInfo w = *s.wait;
     w.seconds = std::chrono::duration<double>(now - s.since).count();
     if (s.wait_group) {
       const GroupInfo& g = *s.wait_group;
-      w.group = g.ranks;
-      for (std::size_t i = 0; s.in_collective && i < g.ranks.size(); ++i) {
-        if (g.local[i] && g.entered[i] <= w.seq) w.missing.push_back(g.ranks[i]);
+      w.group = SharedRanks(std::shared_ptr<const std::vector<int64_t>>(s.wait_group, &s.wait_group->ranks));
+      if (s.in_collective) {
+        auto [it, fresh] = missing.try_emplace({&g, w.seq});
+        if (fresh) {
+          std::vector<int64_t> m;
+          for (std::size_t i = 0; i < g.ranks.size(); ++i) {
+            if (g.local[i] && g.entered[i] <= w.seq) m.push_back(g.ranks[i]);
+          }
+          it->second = SharedRanks(std::move(m));
+        }
+        w.missing = it->second;
       }
     }
     out.push_back(std::move(w));
@@ -357,11 +478,8 @@ std::vector<WaitInfo> RankRegistry::waits() const {
 
 double RankRegistry::oldest_wait() const {
   std::lock_guard lk(mu_);
-  std::optional<Clock::time_point> oldest;
-  for (const Slot& s : slots_) {
-    if (s.wait && (!oldest || s.since < *oldest)) oldest = s.since;
-  }
-  return oldest ? std::chrono::duration<double>(Clock::now() - *oldest).count() : 0.0;
+  if (wait_head_ < 0) return 0.0;
+  return std::chrono::duration<double>(Clock::now() - slots_[static_cast<std::size_t>(wait_head_)].since).count();
 }
 
 bool RankRegistry::sleep_for(std::chrono::milliseconds d) {
@@ -377,9 +495,8 @@ namespace meshsim {
 int64_t RegistryBackend::world_size() const { return registry_->world(); }
 
 std::shared_ptr<Communicator> RegistryBackend::world(int64_t rank) {
-  std::vector<int64_t> all(static_cast<std::size_t>(registry_->world()));
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  return new_group(rank, all, BackendConfig{});
+  // The registry's own list of every rank: the group key knows it in O(1) per rank.
+  return new_group(rank, registry_->world_ranks(), BackendConfig{});
 }
 bool RegistryBackend::aborted() const { return registry_->aborted(); }
 std::optional<Diagnosis> RegistryBackend::diagnosis() const { return registry_->diagnosis(); }
@@ -394,6 +511,7 @@ void RegistryBackend::depart(int64_t rank) {
 std::vector<WaitInfo> RegistryBackend::waits() const { return registry_->waits(); }
 double RegistryBackend::oldest_wait() const { return registry_->oldest_wait(); }
 int64_t RegistryBackend::progress() const { return registry_->progress(); }
+int64_t RegistryBackend::steps() const { return registry_->steps(); }
 bool RegistryBackend::sleep_for(std::chrono::milliseconds d) { return registry_->sleep_for(d); }
 int64_t RegistryBackend::collectives() const { return registry_->collectives(); }
 

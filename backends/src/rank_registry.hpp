@@ -32,6 +32,9 @@ struct GroupInfo {
   // and the highest sequence number any waits at with its description. Collectives complete in
   // order, so a member that entered fewer than wait_seq + 1 of them is one they wait for.
   int64_t waiters = 0;
+  int64_t departed = 0;     // members of this process that joined it, then ended their program
+  int64_t joined = 0;       // members of this process that created it (called group())
+  int64_t local_count = 0;  // members of this process
   uint64_t wait_seq = 0;
   CollectiveDesc wait_desc;
 };
@@ -90,9 +93,24 @@ class RankRegistry {
   bool all_local() const { return count_ == world_; }
   bool runs_here(int64_t rank) const { return rank >= first_ && rank < first_ + count_; }
 
-  // group returns the shared record of the n-th group with this digest that `rank` creates
-  // (the n-th creation by each member meets the n-th by every other) and its instance number.
-  std::shared_ptr<GroupInfo> group(int64_t rank, uint64_t digest, std::span<const int64_t> ranks,
+  // world_ranks is [0, world), built once: a backend's world(rank) passes it to new_group,
+  // and key() knows it without reading it.
+  std::span<const int64_t> world_ranks() const { return world_ranks_; }
+
+  // GroupKey is what every member of a new group computes first: the group's digest and the
+  // member's index in it. key() validates new_group's arguments (check_group) and hashes the
+  // ranks, O(group size) per member, except for world_ranks() itself, which is O(1): with a
+  // world of 65,536 fibers, every rank reading the world's members made creating it O(world^2).
+  struct GroupKey {
+    uint64_t digest = 0;
+    std::size_t member = 0;
+  };
+  GroupKey key(int64_t rank, std::span<const int64_t> ranks, const BackendConfig& config, const char* backend);
+
+  // group returns the shared record of the n-th group with this digest that `rank` (member
+  // `key.member`) creates (the n-th creation by each member meets the n-th by every other)
+  // and its instance number.
+  std::shared_ptr<GroupInfo> group(int64_t rank, const GroupKey& key, std::span<const int64_t> ranks,
                                    int64_t* instance);
 
   // enter marks `rank` (member `member` of `g`) inside collective `seq`; throws Aborted when the
@@ -117,9 +135,10 @@ class RankRegistry {
   std::optional<Diagnosis> depart(int64_t rank);
   bool departed(int64_t rank) const;
 
-  // waits lists every waiting rank (its group copied): O(waiting ranks x group size), for a
-  // diagnosis. oldest_wait is the age of the oldest wait in seconds (0: none), O(ranks), for a
-  // watchdog that asks often.
+  // waits lists every waiting rank (ranks in one collective share its group and missing
+  // lists): O(waiting ranks + distinct waits x group size), for a diagnosis. oldest_wait is the
+  // age of the oldest wait in seconds (0: none), O(1) (the waits are a list in the order they
+  // began), for a watchdog that asks often.
   std::vector<WaitInfo> waits() const;
   double oldest_wait() const;
   bool sleep_for(std::chrono::milliseconds d);
@@ -129,6 +148,11 @@ class RankRegistry {
   int64_t collectives() const { return completed_.load(std::memory_order_relaxed); }
   // progress: completions plus arrivals (enter), for the watchdog.
   int64_t progress() const { return completed_.load(std::memory_order_relaxed) + arrivals_.load(std::memory_order_relaxed); }
+  // steps counts the records the ranks' own calls visited (a member in a departure scan, a
+  // group's members read to create it, a scheduler's pass over its ranks: count_steps), not the
+  // watchdog's reads: what a test divides by the arrivals to prove an arrival costs O(1).
+  void count_steps(int64_t n) { steps_.fetch_add(n, std::memory_order_relaxed); }
+  int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
 
  private:
   // Slot is one rank of this process. Its wait holds no copy of the group's members (the
@@ -140,6 +164,9 @@ class RankRegistry {
     std::shared_ptr<GroupInfo> wait_group;  // the group of the wait (a collective or a connect)
     bool in_collective = false;             // wait_group's collective, not its connect
     Clock::time_point since;
+    // The waiting slots form a list in the order their waits began (since only grows).
+    int64_t prev = -1, next = -1;
+    bool linked = false;
     std::map<uint64_t, int64_t> instances;
     // The groups this rank is a member of, and its index in each: what depart() looks at.
     std::vector<std::pair<std::shared_ptr<GroupInfo>, std::size_t>> memberships;
@@ -147,8 +174,15 @@ class RankRegistry {
   Slot& slot(int64_t rank) { return slots_[static_cast<std::size_t>(rank - first_)]; }
   const Slot& slot(int64_t rank) const { return slots_[static_cast<std::size_t>(rank - first_)]; }
 
+  // start_wait / end_wait keep the list of waiting slots (under mu_).
+  void start_wait(Slot& s);
+  void end_wait(Slot& s);
+
   const int64_t world_, first_, count_;
+  std::vector<int64_t> world_ranks_;
   mutable std::mutex mu_;
+  int64_t wait_head_ = -1, wait_tail_ = -1;  // slot indices, oldest wait first
+  std::map<uint64_t, uint64_t> world_digests_;  // by config fingerprint
   std::condition_variable cv_;
   std::optional<Diagnosis> diag_;
   std::vector<Slot> slots_;
@@ -156,6 +190,7 @@ class RankRegistry {
   int64_t departed_ = 0;  // ranks of this process whose program ended
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> arrivals_{0};
+  std::atomic<int64_t> steps_{0};
 };
 
 }  // namespace meshsim::detail

@@ -482,14 +482,6 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
 
 }  // namespace
 
-std::string WaitInfo::to_string() const {
-  // Where every member has arrived the collective is slow, not waiting for anyone: said so.
-  return "rank " + std::to_string(rank) + " waits in " + desc.to_string() + " #" + std::to_string(seq) + " of group " +
-         rank_list(group) + (missing.empty() ? " (every member arrived; it has not completed)"
-                                             : missing.size() == 1 ? " for rank " + std::to_string(missing[0])
-                                                                   : " for ranks " + rank_list(missing));
-}
-
 ThreadedBackend::ThreadedBackend(Options options) : s_(std::make_shared<detail::ThreadedState>()) {
   if (options.world_size < 1 || options.world_size > (int64_t{1} << 20)) {
     throw InvalidArgument("threaded backend: world size " + std::to_string(options.world_size) +
@@ -596,6 +588,9 @@ void ThreadedBackend::depart(int64_t rank) {
 std::vector<WaitInfo> ThreadedBackend::waits() const {
   std::vector<WaitInfo> out;
   const auto now = Clock::now();
+  // Ranks waiting in one collective share its group's list and one missing list (computed once):
+  // a world waiting in the world group is O(world), not O(world^2).
+  std::map<std::pair<const Group*, uint64_t>, SharedRanks> missing;
   for (int64_t r = 0; r < s_->options.world_size; ++r) {
     RankWait& w = s_->waits[static_cast<std::size_t>(r)];
     std::shared_ptr<Group> g;
@@ -613,26 +608,43 @@ std::vector<WaitInfo> ThreadedBackend::waits() const {
       p2p = w.p2p;
       key = w.p2p_key;
     }
-    info.group = g->ranks;
-    {
+    info.group = SharedRanks(std::shared_ptr<const std::vector<int64_t>>(g, &g->ranks));
+    if (p2p) {
       std::lock_guard lk(g->mu);
-      if (p2p) {
-        auto it = g->p2p.find(key);
-        if (it == g->p2p.end() || it->second->arrived < 2) {
-          const int other = info.desc.op == CollectiveOp::kSend ? std::get<1>(key) : std::get<0>(key);
-          info.missing.push_back(g->ranks[static_cast<std::size_t>(other)]);
-        }
-      } else {
-        auto it = g->slots.find(info.seq);
-        for (std::size_t i = 0; i < g->ranks.size(); ++i) {
-          if (it == g->slots.end() || !it->second->at[i].arrived) info.missing.push_back(g->ranks[i]);
-        }
-        --info.seq;  // collectives are numbered from 0 in what ranks read (slots count from 1)
+      auto it = g->p2p.find(key);
+      if (it == g->p2p.end() || it->second->arrived < 2) {
+        const int other = info.desc.op == CollectiveOp::kSend ? std::get<1>(key) : std::get<0>(key);
+        info.missing = SharedRanks{g->ranks[static_cast<std::size_t>(other)]};
       }
+    } else {
+      auto [it, fresh] = missing.try_emplace({g.get(), info.seq});
+      if (fresh) {
+        std::vector<int64_t> m;
+        std::lock_guard lk(g->mu);
+        auto slot = g->slots.find(info.seq);
+        for (std::size_t i = 0; i < g->ranks.size(); ++i) {
+          if (slot == g->slots.end() || !slot->second->at[i].arrived) m.push_back(g->ranks[i]);
+        }
+        it->second = SharedRanks(std::move(m));
+      }
+      info.missing = it->second;
+      --info.seq;  // collectives are numbered from 0 in what ranks read (slots count from 1)
     }
     out.push_back(std::move(info));
   }
   return out;
+}
+
+double ThreadedBackend::oldest_wait() const {
+  // What the watchdog asks every period: O(ranks) with no group list copied and no group lock
+  // taken (waits() is for the diagnosis only).
+  std::optional<Clock::time_point> oldest;
+  for (int64_t r = 0; r < s_->options.world_size; ++r) {
+    RankWait& w = s_->waits[static_cast<std::size_t>(r)];
+    std::lock_guard lk(w.mu);
+    if (w.active && (!oldest || w.since < *oldest)) oldest = w.since;
+  }
+  return oldest ? std::chrono::duration<double>(Clock::now() - *oldest).count() : 0.0;
 }
 
 bool ThreadedBackend::sleep_for(std::chrono::milliseconds d) {

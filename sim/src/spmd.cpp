@@ -1,6 +1,7 @@
 #include "meshsim/spmd.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <new>
 #include <condition_variable>
@@ -11,6 +12,7 @@
 
 #include "meshsim/digest.hpp"
 #include "meshsim/error.hpp"
+#include "rank_threads.hpp"
 
 namespace meshsim {
 
@@ -158,41 +160,92 @@ void RankContext::check_mesh_agreement(const DeviceMesh& mesh, std::optional<Mes
     for (int i = 0; i < 4; ++i) agree = agree && v[i] == ~v[4 + i];
     if (agree) return;
   }
-  const auto n = static_cast<std::size_t>(world_->size());
-  std::vector<int64_t> all(4 * n);
-  world_->all_gather(std::span<const int64_t>(mine_v, 4), std::span<int64_t>(all));
-  std::vector<MeshParts> parts(n);
-  for (std::size_t r = 0; r < n; ++r) {
-    parts[r] = MeshParts{static_cast<uint64_t>(all[4 * r]), static_cast<uint64_t>(all[4 * r + 1]),
-                         static_cast<uint64_t>(all[4 * r + 2]), static_cast<uint64_t>(all[4 * r + 3])};
-  }
-  MeshParts ref;
+  // They disagree. Every step below is a collective of a few values, or of a bitmap of the odd
+  // ranks in chunks: memory stays O(1) per rank plus one chunk (no rank gathers every
+  // fingerprint, which at 16,384 rank threads was 11.6 GB).
+  constexpr int64_t kNone = INT64_MAX;
+  auto digest_of = [](const MeshParts& p) {
+    Fnv1a h;
+    h.u64(p.shape);
+    h.u64(p.names);
+    h.u64(p.layout);
+    h.u64(p.rank_map);
+    return static_cast<int64_t>(h.value() & 0x7FFFFFFFFFFFFFFEull);  // below kNone
+  };
+  const int64_t me = world_->rank();
+  const int64_t n = world_->size();
+  const int64_t my_digest = digest_of(mine);
+  int64_t ref_digest = 0;
   if (expected) {
-    ref = *expected;
+    ref_digest = digest_of(*expected);
   } else {
-    // The majority's mesh (on a tie, the one the lowest rank built).
-    std::vector<std::pair<MeshParts, std::size_t>> counts;
-    for (const MeshParts& p : parts) {
-      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == p; });
-      if (it == counts.end()) counts.push_back({p, 1});
-      else ++it->second;
+    // The majority's mesh (on a tie, the one the lowest rank built): visit the distinct meshes
+    // in digest order, two small collectives each, until no unvisited mesh can win.
+    int64_t candidate = kNone, best_count = 0, best_lowest = kNone, counted = 0;
+    {
+      int64_t v = my_digest;
+      world_->all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kMin);
+      candidate = v;
     }
-    ref = std::max_element(counts.begin(), counts.end(),
-                           [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+    for (int round = 0; candidate != kNone && round < 64 && best_count <= n - counted; ++round) {
+      const bool holds = my_digest == candidate;
+      int64_t count = holds ? 1 : 0;
+      world_->all_reduce(std::span<int64_t>(&count, 1), ReduceOp::kSum);
+      int64_t next[2] = {my_digest > candidate ? my_digest : kNone, holds ? me : kNone};
+      world_->all_reduce(std::span<int64_t>(next, 2), ReduceOp::kMin);
+      if (count > best_count || (count == best_count && next[1] < best_lowest)) {
+        best_count = count;
+        best_lowest = next[1];
+        ref_digest = candidate;
+      }
+      counted += count;
+      candidate = next[0];
+    }
   }
-  std::vector<int64_t> odd;
+  // The reference's parts, from the ranks that hold it (or `expected`), and what differs.
+  int64_t v[9];
+  const bool odd = my_digest != ref_digest;
+  const int64_t ref_v[4] = {expected ? static_cast<int64_t>(expected->shape) : 0,
+                            expected ? static_cast<int64_t>(expected->names) : 0,
+                            expected ? static_cast<int64_t>(expected->layout) : 0,
+                            expected ? static_cast<int64_t>(expected->rank_map) : 0};
+  for (int i = 0; i < 4; ++i) v[i] = expected ? ref_v[i] : (odd ? kNone : mine_v[i]);
+  v[4] = 0;
+  world_->all_reduce(std::span<int64_t>(v, 5), ReduceOp::kMin);
+  const MeshParts ref{static_cast<uint64_t>(v[0]), static_cast<uint64_t>(v[1]), static_cast<uint64_t>(v[2]),
+                      static_cast<uint64_t>(v[3])};
+  int64_t flags[5] = {odd && mine.shape != ref.shape, odd && mine.names != ref.names, odd && mine.layout != ref.layout,
+                      odd && mine.rank_map != ref.rank_map, odd ? 1 : 0};
+  world_->all_reduce(std::span<int64_t>(flags, 5), ReduceOp::kSum);
+  const int64_t odd_count = flags[4];
+  if (odd_count == 0) return;
   MeshParts differs;  // every part any odd rank differs in
-  for (std::size_t r = 0; r < n; ++r) {
-    const MeshParts& p = parts[r];
-    if (p == ref) continue;
-    odd.push_back(world_->global_ranks()[r]);
-    differs.shape |= p.shape != ref.shape;
-    differs.names |= p.names != ref.names;
-    differs.layout |= p.layout != ref.layout;
-    differs.rank_map |= p.rank_map != ref.rank_map;
+  differs.shape = flags[0] > 0;
+  differs.names = flags[1] > 0;
+  differs.layout = flags[2] > 0;
+  differs.rank_map = flags[3] > 0;
+  // The odd ranks: a bitmap over the world's members (each sets only its own bit, so a sum is
+  // an or), in chunks of 16,384 members, stopping once every odd rank was found.
+  constexpr int64_t kChunkRanks = 16384;
+  std::vector<int64_t> odd_ranks;
+  std::vector<int64_t> words(static_cast<std::size_t>(kChunkRanks / 64));
+  for (int64_t base = 0; base < n && static_cast<int64_t>(odd_ranks.size()) < odd_count; base += kChunkRanks) {
+    const int64_t len = std::min(kChunkRanks, n - base);
+    const auto nwords = static_cast<std::size_t>((len + 63) / 64);
+    std::fill(words.begin(), words.begin() + static_cast<std::ptrdiff_t>(nwords), 0);
+    if (odd && me >= base && me < base + len) {
+      const int64_t bit = me - base;
+      words[static_cast<std::size_t>(bit / 64)] = static_cast<int64_t>(uint64_t{1} << (bit % 64));
+    }
+    world_->all_reduce(std::span<int64_t>(words.data(), nwords), ReduceOp::kSum);
+    for (std::size_t w = 0; w < nwords; ++w) {
+      const auto bits = static_cast<uint64_t>(words[w]);
+      for (int b = 0; b < 64; ++b) {
+        if (bits >> b & 1) odd_ranks.push_back(world_->global_ranks()[static_cast<std::size_t>(base + static_cast<int64_t>(w) * 64 + b)]);
+      }
+    }
   }
-  if (odd.empty()) return;
-  backend_->abort(mesh_diagnosis(odd, differing_parts(differs, MeshParts{}), expected.has_value(), mesh.to_string()));
+  backend_->abort(mesh_diagnosis(odd_ranks, differing_parts(differs, MeshParts{}), expected.has_value(), mesh.to_string()));
   throw Aborted(backend_->diagnosis()->message);
 }
 
@@ -238,6 +291,10 @@ std::pair<const BackendEntry*, int64_t> check_options(const SpmdOptions& options
                           std::to_string(kMaxSpmdWorld) + "]");
   }
   check_timeout("run_spmd", options.timeout);
+  if (options.stack_bytes != 0 && (options.stack_bytes < kMinStackBytes || options.stack_bytes > kMaxStackBytes)) {
+    throw InvalidArgument("run_spmd: a rank's stack of " + std::to_string(options.stack_bytes) +
+                          " bytes is out of range [64 KiB, 1 GiB]");
+  }
   const int64_t first = options.first_rank;
   const int64_t count = options.local_ranks == 0 && first == 0 ? options.world_size : options.local_ranks;
   if (count > entry->max_rank_threads) {
@@ -259,29 +316,49 @@ std::pair<const BackendEntry*, int64_t> check_options(const SpmdOptions& options
   return {entry, count};
 }
 
+// check_thread_limit refuses, before any starts, more rank threads than this process may start.
+void check_thread_limit(int64_t count, std::size_t stack_bytes) {
+  const detail::ThreadLimit limit = detail::rank_thread_limit(stack_bytes);
+  if (count <= limit.threads) return;
+  throw ResourceExhausted("run_spmd: " + std::to_string(count) + " rank threads are more than this process may start (" +
+                          std::to_string(limit.threads) + " by " + limit.bound + ": " + limit.detail +
+                          "); run fewer ranks in this process, smaller stacks (stack_bytes " + std::to_string(stack_bytes) +
+                          "), or the fiber backend");
+}
+
 // start_ranks starts a thread per rank here (or one that runs every rank as a fiber); a rank
 // whose thread cannot start ends the run naming it.
-std::vector<std::thread> start_ranks(const std::shared_ptr<Shared>& sh, int64_t count) {
+std::vector<detail::RankThread> start_ranks(const std::shared_ptr<Shared>& sh, int64_t count, std::size_t stack_bytes) {
   const int64_t first = sh->first;
-  std::vector<std::thread> threads;
+  std::vector<detail::RankThread> threads;
   threads.reserve(static_cast<std::size_t>(count));
+  auto refuse = [&](int64_t r, const std::string& why) {
+    sh->backend->abort(Diagnosis{DiagnosisKind::kError, {r}, "could not start the thread of rank " +
+                                 std::to_string(r) + ": " + why, {}, {}});
+    std::lock_guard lk(sh->mu);
+    for (int64_t q = r; q < first + count; ++q) {
+      sh->reports[static_cast<std::size_t>(q - first)] = {q, RankStatus::kFailed, why};
+      sh->finished[static_cast<std::size_t>(q - first)] = true;
+      ++sh->done;
+    }
+  };
   if (sh->backend->runs_ranks()) {
     // The backend runs every rank (fibers of one thread); the watchdog works as for threads.
-    threads.emplace_back([sh] { sh->backend->run_ranks([&sh](int64_t r) { run_rank(sh, r); }); });
+    threads.emplace_back();
+    int error = 0;
+    if (!threads.back().start([sh] { sh->backend->run_ranks([&sh](int64_t r) { run_rank(sh, r); }); },
+                              std::max<std::size_t>(stack_bytes, std::size_t{8} << 20), &error)) {
+      threads.pop_back();
+      refuse(first, std::strerror(error));
+    }
     return threads;
   }
   for (int64_t r = first; r < first + count; ++r) {
-    try {
-      threads.emplace_back([sh, r] { run_rank(sh, r); });
-    } catch (const std::system_error& e) {
-      sh->backend->abort(Diagnosis{DiagnosisKind::kError, {r}, "could not start the thread of rank " +
-                                   std::to_string(r) + ": " + e.what(), {}, {}});
-      std::lock_guard lk(sh->mu);
-      for (int64_t q = r; q < first + count; ++q) {
-        sh->reports[static_cast<std::size_t>(q - first)] = {q, RankStatus::kFailed, e.what()};
-        sh->finished[static_cast<std::size_t>(q - first)] = true;
-        ++sh->done;
-      }
+    threads.emplace_back();
+    int error = 0;
+    if (!threads.back().start([sh, r] { run_rank(sh, r); }, stack_bytes, &error)) {
+      threads.pop_back();
+      refuse(r, std::string(std::strerror(error)) + " (" + std::to_string(r - first) + " rank threads had started)");
       break;
     }
   }
@@ -330,7 +407,7 @@ void watch(const std::shared_ptr<Shared>& sh, const SpmdOptions& options, int64_
 
 // join_ranks joins the ranks that returned and leaves the others detached (reported stuck);
 // returns the ranks that exited abruptly.
-std::vector<int64_t> join_ranks(const std::shared_ptr<Shared>& sh, std::vector<std::thread>& threads,
+std::vector<int64_t> join_ranks(const std::shared_ptr<Shared>& sh, std::vector<detail::RankThread>& threads,
                                 const SpmdOptions& options, RunReport& report) {
   const bool fibers = sh->backend->runs_ranks();
   const int64_t first = sh->first;
@@ -370,9 +447,15 @@ void record_diagnosis(const Shared& sh, const std::vector<int64_t>& exited, int6
   if (!d) return;
   report.ok = false;
   if (d->ranks.empty()) report.failures.push_back(*d);  // no rank at fault (a lost store)
+  // The waiting and missing lists are O(world) each: the first kDetailedFailures failures carry
+  // them, the rest (a stall of thousands of ranks) only the rank and the message.
+  std::size_t detailed = 0;
   for (int64_t r : d->ranks) {
-    Diagnosis one = *d;
-    one.ranks = {r};
+    Diagnosis one{d->kind, {r}, d->message, {}, {}};
+    if (detailed++ < RunReport::kDetailedFailures) {
+      one.waiting = d->waiting;
+      one.missing = d->missing;
+    }
     report.failures.push_back(std::move(one));
     if (r >= sh.first && r < sh.first + count) {
       auto& rr = report.ranks[static_cast<std::size_t>(r - sh.first)];
@@ -406,7 +489,10 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   request.local_rank = options.local_rank;
   request.timeout = op_timeout;
   request.options = options.backend_options;
+  request.stack_bytes = options.stack_bytes;
   sh->backend = entry->create(request);
+  const std::size_t stack_bytes = options.stack_bytes == 0 ? kDefaultStackBytes : options.stack_bytes;
+  if (!sh->backend->runs_ranks()) check_thread_limit(count, stack_bytes);
   sh->fn = std::move(fn);
   sh->timeout = options.timeout;
   const auto n = static_cast<std::size_t>(count);
@@ -414,7 +500,7 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   sh->finished.assign(n, false);
   sh->exited.assign(n, false);
 
-  std::vector<std::thread> threads = start_ranks(sh, count);
+  std::vector<detail::RankThread> threads = start_ranks(sh, count, stack_bytes);
   watch(sh, options, count, watchdog, period);
   RunReport report;
   report.backend = options.backend;
@@ -425,6 +511,8 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   record_diagnosis(*sh, exited, count, report);
   for (const RankReport& r : report.ranks) report.ok = report.ok && r.status == RankStatus::kOk;
   report.collectives = sh->backend->collectives();
+  report.progress = sh->backend->progress();
+  report.steps = sh->backend->steps();
   report.connect_seconds = sh->backend->connect_seconds();
   // The backend (its Gloo contexts) goes now, inside the timing, unless a stuck thread uses it.
   bool all_joined = true;

@@ -36,6 +36,9 @@ struct Options {
   // --max-elements: the JSON report's element budget (the query's policy and default); a
   // report that would list more is refused before any rank starts.
   int64_t max_elements = query::kDefaultMaxAnswerElements;
+  // --rank-stack-kib: each rank thread's or fiber's stack in KiB, [64, 1048576]; 0: the
+  // runner's default (512).
+  int64_t rank_stack_kib = 0;
   // interrupted, when set, is polled while the ranks run (SpmdOptions::interrupted; local mode
   // between dims); once true the run ends failed, "interrupted: ...", within about a second.
   std::function<bool()> interrupted;

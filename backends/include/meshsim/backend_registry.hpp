@@ -47,6 +47,8 @@ struct BackendRequest {
   int64_t local_rank = 0;
   std::chrono::milliseconds timeout{30000};
   std::any options;  // the backend's own Options, or empty
+  // stack_bytes: each rank's stack where the backend runs ranks itself (fibers); 0: its default.
+  std::size_t stack_bytes = 0;
 };
 
 struct BackendEntry {

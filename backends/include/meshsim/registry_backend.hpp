@@ -37,6 +37,7 @@ class RegistryBackend : public SpmdBackend {
   bool sleep_for(std::chrono::milliseconds d) override;
   int64_t collectives() const final;
   int64_t progress() const final;
+  int64_t steps() const final;
 
  protected:
   RegistryBackend() = default;

@@ -19,6 +19,8 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <utility>
@@ -52,14 +54,45 @@ struct Diagnosis {
   std::vector<int64_t> missing;
 };
 
+// SharedRanks is an immutable list of global ranks that many values share (every rank waiting
+// in one group holds the same list): copying one is O(1), so a world of ranks waiting in the
+// world group costs O(world), not O(world^2). Built from a vector or a brace list; reads as a
+// const std::vector<int64_t>&.
+class SharedRanks {
+ public:
+  SharedRanks() = default;
+  SharedRanks(std::vector<int64_t> ranks) : p_(std::make_shared<const std::vector<int64_t>>(std::move(ranks))) {}
+  SharedRanks(std::initializer_list<int64_t> ranks) : SharedRanks(std::vector<int64_t>(ranks)) {}
+  explicit SharedRanks(std::shared_ptr<const std::vector<int64_t>> ranks) : p_(std::move(ranks)) {}
+  const std::vector<int64_t>& get() const { return p_ ? *p_ : none(); }
+  operator const std::vector<int64_t>&() const { return get(); }
+  operator std::span<const int64_t>() const { return get(); }
+  auto begin() const { return get().begin(); }
+  auto end() const { return get().end(); }
+  std::size_t size() const { return get().size(); }
+  bool empty() const { return get().empty(); }
+  int64_t operator[](std::size_t i) const { return get()[i]; }
+  // identity: the same list object (equal lists built apart are not the same).
+  const void* identity() const { return p_.get(); }
+  friend bool operator==(const SharedRanks& a, const SharedRanks& b) { return a.get() == b.get(); }
+
+ private:
+  static const std::vector<int64_t>& none() {
+    static const std::vector<int64_t> kNone;
+    return kNone;
+  }
+  std::shared_ptr<const std::vector<int64_t>> p_;
+};
+
 // WaitInfo is one blocked rank: the group (global ranks), the collective and its sequence number,
-// the group members that have not arrived, and how long it has waited.
+// the group members that have not arrived, and how long it has waited. Ranks waiting in one
+// collective share its group and missing lists.
 struct WaitInfo {
   int64_t rank = 0;
-  std::vector<int64_t> group;
+  SharedRanks group;
   uint64_t seq = 0;
   CollectiveDesc desc;
-  std::vector<int64_t> missing;
+  SharedRanks missing;
   double seconds = 0;
   // to_string: "rank 3 waits in all_gather(int64, count=1) #2 of group [0, 1, 2, 3] for [1]".
   std::string to_string() const;
@@ -103,9 +136,12 @@ std::string encode_diagnosis(const Diagnosis& d);
 std::optional<Diagnosis> decode_diagnosis(const std::string& text);
 
 // stall_diagnosis explains what every blocked rank waits for ("stall: <why>; ranks [..] never
-// arrived; <each wait>; <extra>"); the ranks at fault are those missing from some collective
-// while waiting in none (on a cycle, every missing rank; with no missing rank known, the waiting
-// ones).
+// arrived; <each distinct wait>; <extra>"); the ranks at fault are those missing from some
+// collective while waiting in none (on a cycle, every missing rank; with no missing rank known,
+// the waiting ones). Ranks waiting in the same collective are one entry ("ranks [0, 1, ...
+// (4095 ranks)] wait in ... for rank 5"); at most 16 entries are written, then a count, so the
+// message stays a few kilobytes at any world size, and the work is O(waiting ranks + distinct
+// lists).
 Diagnosis stall_diagnosis(const std::vector<WaitInfo>& waits, const std::string& why, const std::string& extra = "");
 
 // check_timeout is the one rule for a wait's deadline: InvalidArgument naming `who` unless the
@@ -133,6 +169,11 @@ class SpmdBackend : public Backend {
   // progress grows with every arrival in a collective and every completion: what a watchdog
   // watches to tell a slow world from a stalled one (default: completions only).
   virtual int64_t progress() const { return collectives(); }
+  // steps counts the bookkeeping records the ranks' own calls visited (a group's members read
+  // to create it, a departure scan, a scheduler's pass over its ranks), not a watchdog's reads;
+  // -1 where the backend does not count. Divided by progress(), it is the work per arrival, which
+  // tests hold constant as the world grows.
+  virtual int64_t steps() const { return -1; }
 
   // runs_ranks: the backend runs the ranks' programs itself (run_ranks, e.g. as fibers of the
   // calling thread) instead of a runner's thread per rank. run_ranks calls rank_main(r) for every

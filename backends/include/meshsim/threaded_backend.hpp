@@ -60,6 +60,7 @@ class ThreadedBackend final : public SpmdBackend {
   std::optional<Diagnosis> diagnosis() const override;
   void depart(int64_t rank) override;
   std::vector<WaitInfo> waits() const override;
+  double oldest_wait() const override;
   int64_t progress() const override;
   bool sleep_for(std::chrono::milliseconds d) override;
   int64_t collectives() const override;

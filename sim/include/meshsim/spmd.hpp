@@ -42,6 +42,8 @@ namespace meshsim {
 // kMaxSpmdWorld bounds a run's world (the ranks of every process); each backend bounds the
 // ranks one process runs (BackendEntry::max_rank_threads: 16,384 threads, 65,536 fibers).
 inline constexpr int64_t kMaxSpmdWorld = int64_t{1} << 20;
+inline constexpr std::size_t kDefaultStackBytes = 512 * 1024;
+inline constexpr std::size_t kMinStackBytes = 64 * 1024, kMaxStackBytes = std::size_t{1} << 30;
 
 struct SpmdOptions {
   int64_t world_size = 1;
@@ -65,6 +67,15 @@ struct SpmdOptions {
   // timeout bounds every wait; the watchdog diagnoses a wait older than this.
   std::chrono::milliseconds timeout{30000};
   bool watchdog = true;
+  // stack_bytes: each rank's stack (a rank thread's, or a fiber's), in [64 KiB, 1 GiB]; 0 is the
+  // default, kDefaultStackBytes (a fiber backend's own Options then keep theirs). Reserved
+  // whole and committed as used; 512 KiB is ample for a rank that builds meshes and calls
+  // collectives (16,384 rank threads reserve 8 GiB of address space, commit about 24 KiB each).
+  // Before starting rank threads the runner refuses (ResourceExhausted) a count over what the
+  // process may start: the system's and the user's thread limits, the cgroup's pids.max, the
+  // address space (RLIMIT_AS) for the stacks, and free memory at 64 KiB per thread; the error
+  // names the limit that binds.
+  std::size_t stack_bytes = 0;
   // grace is how long the runner waits for ranks to return after an abort.
   std::chrono::milliseconds grace{2000};
   // interrupted, when set, is asked every watchdog period (at most 250 ms) from the thread that
@@ -137,9 +148,17 @@ struct RankReport {
 struct RunReport {
   bool ok = true;
   std::string backend;
-  std::vector<Diagnosis> failures;  // one per rank at fault
+  // failures: one per rank at fault; of one diagnosis, the first kDetailedFailures carry its
+  // waiting and missing lists (O(world) each), the others leave them empty.
+  static constexpr std::size_t kDetailedFailures = 64;
+  std::vector<Diagnosis> failures;
   std::vector<RankReport> ranks;
   int64_t collectives = 0;
+  // progress: arrivals and completions the backend counted; steps: the bookkeeping records it
+  // visited on the way (SpmdBackend::steps, -1 where it does not count). steps / progress is
+  // the work per arrival.
+  int64_t progress = 0;
+  int64_t steps = -1;
   double seconds = 0;
   double connect_seconds = 0;  // gloo: time spent connecting groups, summed over local ranks
   // backend: kept alive for a run whose ranks are spread over processes, so this process keeps
