@@ -5,11 +5,13 @@
 //   Memcpy/<bytes>                one thread copying the same bytes (the baseline)
 //   MeshsimRun/<ranks>            `meshsim run` over dp x cp x tp meshes of 64, 256, 1024 ranks
 //   LocalRun/<log2 world>         `meshsim run --backend local` at 2^6 .. 2^24 ranks
-//   ThreadedRun/<log2 world>      the same job over rank threads at 2^6 .. 2^12 (where threads reach)
+//   ThreadedRun/<log2 world>      the same job over rank threads at 2^6 .. 2^14 (16,384: the most
+//                                 one process runs)
+//   FiberRun/<log2 world>         the same job with every rank a fiber of one thread, 2^6 .. 2^16
 //
-// LocalRun and ThreadedRun run each job once in a forked child and report its peak resident
+// LocalRun, ThreadedRun and FiberRun run each job once in a forked child and report its peak resident
 // memory (peak_MB, the child's ru_maxrss: the benchmark process's own few MB included) and
-// ns_per_rank; rows of one run compare the two modes at equal worlds.
+// ns_per_rank; rows of one run compare the three modes at equal worlds.
 //
 // Each bandwidth row also measures memcpy itself in the same process, right before, and reports
 //   memcpy_GBps  min(ranks, cores) threads each copying 64 MiB at once (aggregate bytes/s);
@@ -218,15 +220,18 @@ void run_job(benchmark::State& state, const std::string& backend) {
 
 // LocalRun: `meshsim run --backend local`; the cost per rank must stay flat as the world grows.
 void LocalRun(benchmark::State& state) { run_job(state, "local"); }
-// ThreadedRun: the same job over rank threads, at the worlds threads reach on this machine.
+// ThreadedRun: the same job over rank threads, up to the 16,384 one process runs.
 void ThreadedRun(benchmark::State& state) { run_job(state, "threaded"); }
+// FiberRun: the same job with every rank a fiber of one thread, up to the 65,536 it runs.
+void FiberRun(benchmark::State& state) { run_job(state, "fiber"); }
 
 BENCHMARK(Memcpy)->Arg(8)->Arg(kBig)->Unit(benchmark::kMicrosecond);
 BENCHMARK(AllReduceLatency)->Arg(2)->Arg(4)->Arg(8)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(3);
 BENCHMARK(AllReduceBandwidth)->Arg(2)->Arg(4)->Arg(8)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(MeshsimRun)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(LocalRun)->DenseRange(6, 20, 2)->Arg(22)->Arg(24)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
-BENCHMARK(ThreadedRun)->DenseRange(6, 12, 2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(ThreadedRun)->DenseRange(6, 14, 2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(FiberRun)->DenseRange(6, 16, 2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 

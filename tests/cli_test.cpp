@@ -1440,6 +1440,35 @@ TEST(CliHostile, ARecipeBeyondWhatTheProcessMayUseIsRefusedBeforeAnyRankStarts) 
 #endif
 }
 
+TEST(CliHostile, MoreRankThreadsThanTheAddressSpaceHoldsAreRefusedUpFrontNamingTheLimit) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not start under the address-space limit this test sets";
+#else
+  // 4,096 rank threads of 8 MiB stacks need 32 GiB of address space: under a 4 GiB limit the
+  // run is refused before any thread starts, naming the limit (it failed half-way: "could not
+  // start the thread of rank 1785: Resource temporarily unavailable"). With the default 512 KiB
+  // stacks the same world runs.
+  const std::string limit = "sh -c 'ulimit -v 4000000; exec " + std::string(MESHSIM_EXE);
+  Result r = run_shell(limit + " run --mesh dp=64,tp=64 --rank-stack-kib 8192' 2>&1");
+  expect_refused(r, "4096 rank threads are more than this process may start", "rank threads");
+  EXPECT_NE(joined(r).find("by RLIMIT_AS"), std::string::npos) << joined(r);
+  EXPECT_NE(joined(r).find("or the fiber backend"), std::string::npos) << joined(r);
+  Result ok = run_shell(limit + " run --mesh dp=64,tp=64' 2>&1");
+  EXPECT_EQ(ok.status, 0) << joined(ok);
+#endif
+}
+
+TEST(CliHostile, ARankStackOutsideItsRangeIsRefused) {
+  for (const std::string& kib : {"0x10", "63", "1048577", "-1", "9223372036854775807"}) {
+    Result r = run_shell(std::string(MESHSIM_EXE) + " run --mesh dp=2 --rank-stack-kib " + kib + " 2>&1");
+    EXPECT_EQ(r.status, 2) << kib << "\n" << joined(r);
+  }
+  Result r = run_shell(std::string(MESHSIM_EXE) + " run --mesh dp=2 --rank-stack-kib 63 2>&1");
+  EXPECT_NE(joined(r).find("--rank-stack-kib 63 is out of range [64, 1048576]"), std::string::npos) << joined(r);
+  Result ok = run("run --mesh dp=2,tp=2 --backend fiber --rank-stack-kib 64");
+  EXPECT_EQ(ok.status, 0) << joined(ok);
+}
+
 TEST(CliScale, SixteenThousandFibersRunInSeconds) {
   // Each arrival, suspension and wake-up is O(1): 16,384 rank fibers of a dp x cp x tp mesh pass
   // in seconds (2,048 under a sanitizer, whose instrumented fibers are several times slower).
