@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "meshsim/backend_registry.hpp"
@@ -272,4 +273,23 @@ TEST(FiberScale, WorkPerArrivalDoesNotGrowWithTheWorld) {
   const double small = work_per_arrival(256), big = work_per_arrival(4096);
   EXPECT_LT(big, small * 1.5) << "steps per arrival: " << small << " at 256 ranks, " << big << " at 4096";
   EXPECT_LT(big, 16.0);
+}
+
+TEST(RankThreads, RanksThatKeepReturningAfterAnAbortAreNotCalledStuck) {
+  // Rank 0 throws at once; ranks 1..6 are busy outside any collective and return one after
+  // another, 400 ms apart, 2.4 s in all: longer than the 1 s grace, but each within the grace of
+  // the one before. Rank 7 never returns in time (it sleeps 30 s): only it is stuck.
+  SpmdOptions o;
+  o.world_size = 8;
+  o.timeout = std::chrono::milliseconds(5000);
+  o.grace = std::chrono::milliseconds(1000);
+  RunReport rep = run_spmd(o, [](RankContext& ctx) {
+    if (ctx.rank() == 0) throw InvalidArgument("planted");
+    std::this_thread::sleep_for(std::chrono::milliseconds(ctx.rank() == 7 ? 30000 : 400 * ctx.rank()));
+  });
+  ASSERT_FALSE(rep.ok);
+  for (const RankReport& r : rep.ranks) {
+    EXPECT_EQ(r.status == RankStatus::kStuck, r.rank == 7) << r.rank << ": " << to_string(r.status) << " " << r.message;
+  }
+  EXPECT_LT(rep.seconds, 10.0);
 }

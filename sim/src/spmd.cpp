@@ -371,7 +371,8 @@ std::vector<detail::RankThread> start_ranks(const std::shared_ptr<Shared>& sh, i
 // that is slow but moving (16,384 threads starting on 2 cores) is not a stall.
 void watch(const std::shared_ptr<Shared>& sh, const SpmdOptions& options, int64_t count, bool watchdog,
            std::chrono::milliseconds period) {
-  std::optional<Clock::time_point> aborted_at;
+  std::optional<Clock::time_point> aborted_at, first_abort;
+  int64_t done_at_abort = 0;
   auto quiet_since = Clock::now();
   int64_t seen_done = sh->backend->progress(), seen_started = sh->started.load();
   std::unique_lock lk(sh->mu);
@@ -384,8 +385,21 @@ void watch(const std::shared_ptr<Shared>& sh, const SpmdOptions& options, int64_
                                    "interrupted: the run was stopped from outside before it ended", {}, {}});
     }
     if (sh->backend->aborted()) {
-      if (!aborted_at) aborted_at = Clock::now();
-      if (Clock::now() - *aborted_at > options.grace) {
+      // The grace runs from the last rank that returned: thousands of rank threads on a few
+      // cores unwind for longer than the grace, but each returns in turn; a rank that does not
+      // return within the grace of the one before it is stuck. A cap bounds the whole unwind.
+      const auto now = Clock::now();
+      lk.lock();
+      const int64_t done_now = sh->done;
+      lk.unlock();
+      if (!aborted_at) {
+        aborted_at = first_abort = now;
+        done_at_abort = done_now;
+      } else if (done_now != done_at_abort) {
+        aborted_at = now;
+        done_at_abort = done_now;
+      }
+      if (now - *aborted_at > options.grace || now - *first_abort > std::max(options.grace, options.timeout)) {
         lk.lock();
         break;
       }

@@ -76,7 +76,9 @@ struct SpmdOptions {
   // address space (RLIMIT_AS) for the stacks, and free memory at 64 KiB per thread; the error
   // names the limit that binds.
   std::size_t stack_bytes = 0;
-  // grace is how long the runner waits for ranks to return after an abort.
+  // grace is how long the runner waits for ranks to return after an abort, counted from the
+  // abort or the last rank that returned since (so thousands of rank threads unwinding on a few
+  // cores are not called stuck), and at most max(grace, timeout) in all.
   std::chrono::milliseconds grace{2000};
   // interrupted, when set, is asked every watchdog period (at most 250 ms) from the thread that
   // called run_spmd; once it answers true the run is aborted ("interrupted: ...", no rank at
