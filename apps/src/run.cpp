@@ -298,7 +298,10 @@ void by_group(const Job& job, Outcome& out, View view) {
 
 // run_ranks runs rank_program on every rank over the backend (this process's ranks; one, for a
 // launched job, which then ends through finish_launched).
-Outcome run_ranks(const Job& job) {
+// run_ranks runs the job's ranks; they hold the job through `held`, so a rank left detached
+// (stuck) never reads a job that is gone.
+Outcome run_ranks(const std::shared_ptr<const Job>& held) {
+  const Job& job = *held;
   SpmdOptions so;
   so.world_size = job.world;
   so.timeout = job.timeout;
@@ -313,7 +316,7 @@ Outcome run_ranks(const Job& job) {
     so.local_rank = job.launched->local_rank;
   }
   SpmdResults<RankResult> run =
-      run_spmd_results<RankResult>(so, [&job](RankContext& ctx, RankResult& out) { rank_program(job, ctx, out); });
+      run_spmd_results<RankResult>(so, [held](RankContext& ctx, RankResult& out) { rank_program(*held, ctx, out); });
   Outcome out;
   out.ok = run.report.ok;
   out.failures = run.report.failures;
@@ -901,10 +904,11 @@ int run(const Options& o, std::ostream& out) {
   if (o.format != "text" && o.format != "json") {
     throw InvalidArgument("--format must be text or json, not " + o.format);
   }
-  Job job = make_job(o, entry, timeout);
+  auto held = std::make_shared<Job>(make_job(o, entry, timeout));
+  Job& job = *held;
   std::unique_ptr<TcpStoreServer> hosted;
   if (job.launched) hosted = join_job_store(job);
-  Outcome r = o.backend == "local" ? run_local(job) : run_ranks(job);
+  Outcome r = o.backend == "local" ? run_local(job) : run_ranks(held);
   if (hosted && r.ok) {
     // Serve until every rank has seen the end (bounded: a rank that died meanwhile is not awaited).
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -915,7 +919,9 @@ int run(const Options& o, std::ostream& out) {
   print(o, job, r, out);
   if (!r.ok && job.launched && !job.launched->error_file.empty()) report_to_launcher(job, r, started);
   const int code = r.ok && job.misplaced.empty() ? 0 : 1;
-  if (!r.stuck.empty()) std::_Exit(code);  // detached rank threads must not outlive main's destructors
+  // Detached rank threads must not outlive main's destructors: the tool ends here. A library
+  // caller (Python) keeps its process; the stuck threads hold what they use.
+  if (!r.stuck.empty() && o.end_process_if_stuck) std::_Exit(code);
   return code;
 }
 

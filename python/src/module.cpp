@@ -127,6 +127,7 @@ std::vector<std::pair<std::string, DeviceMesh>> named_views(const meshsim::MeshR
 std::pair<int, std::string> run_json(meshsim::run::Options o) {
   auto stop = std::make_shared<std::atomic<bool>>(false);
   o.interrupted = [stop] { return stop->load(); };
+  o.end_process_if_stuck = false;  // the interpreter stays; a stuck rank is in the report
   std::ostringstream out;
   int status = 0;
   std::exception_ptr failed;

@@ -10,7 +10,8 @@
 // timeout outside any collective).
 //
 // Thread safety: run may be called from any thread, one at a time per process when launched (it
-// claims the process's rank in the store); a run with a stuck rank ends the process (_Exit).
+// claims the process's rank in the store); a run with a stuck rank ends the process (_Exit)
+// unless Options::end_process_if_stuck is false.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,11 @@ struct Options {
   // --rank-stack-kib: each rank thread's or fiber's stack in KiB, [64, 1048576]; 0: the
   // runner's default (512).
   int64_t rank_stack_kib = 0;
+  // end_process_if_stuck: a run that leaves a rank stuck (still running after the grace) ends
+  // the process with its exit code once the report is written, as the tool must (a detached
+  // thread may not outlive main's destructors). false keeps the process (Python): the stuck
+  // threads hold the job and the backend, and the report lists them.
+  bool end_process_if_stuck = true;
   // interrupted, when set, is polled while the ranks run (SpmdOptions::interrupted; local mode
   // between dims); once true the run ends failed, "interrupted: ...", within about a second.
   std::function<bool()> interrupted;
