@@ -197,7 +197,7 @@ TEST(RankThreads, AStallOfTwoThousandRanksNamesTheOneThatNeverArrivedInOneShortM
   // report holds one failure (it held one per waiting rank's copy of the world's members).
   SpmdOptions o;
   o.world_size = 2048;
-  o.timeout = std::chrono::milliseconds(500);
+  o.timeout = std::chrono::milliseconds(2000);
   RunReport rep = run_spmd(o, [](RankContext& ctx) {
     if (ctx.rank() == 5) ctx.sleep_for(std::chrono::seconds(60));
     ctx.world().barrier();

@@ -1,5 +1,5 @@
-// parse_text.hpp (core-private) — the CuTe text reader shared by int_tuple.cpp (which owns the
-// parser) and layout.cpp (parse_layout).
+// parse_text.hpp (core-private) — the CuTe text reader (parse_text.cpp), behind
+// parse_int_tuple and layout.cpp's parse_layout.
 #pragma once
 
 #include <optional>

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "meshsim/backend_config.hpp"
-#include "meshsim/device_mesh.hpp"
+#include "meshsim/group_record.hpp"
 #include "meshsim/layout.hpp"
 #include "rank_map.hpp"
 

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "meshsim/backend_config.hpp"
+#include "meshsim/group_record.hpp"
 #include "meshsim/layout.hpp"
 #include "meshsim/mesh_layout.hpp"
 
@@ -56,33 +57,6 @@ inline constexpr int kMaxMeshDims = 256;
 
 // MeshArray is a row-major N-d array of global ranks.
 using MeshArray = RemappedTensor;
-
-// MeshNames are a mesh's dimension names; std::nullopt for an unnamed mesh.
-using MeshNames = std::optional<std::vector<std::string>>;
-
-// GroupRecord is one cached group of a universe: one dim layout under one backend config, a
-// stable name that is the same for the same key in every run and process, and every row of the
-// dim (global ranks, in complement order, each in mesh order). Backends attach communicators to
-// records. The rows are listed on first use (O(world)): a rank that only needs its own
-// communicator never pays for them.
-struct GroupRecord {
-  GroupRecord(std::string name, Layout layout, BackendConfig config,
-              std::function<GroupTable()> list_rows);
-  std::string name;       // stable across runs and processes for the same (layout, config)
-  Layout layout;          // the canonical dim layout over rank-map positions
-  BackendConfig config;   // the backend the group is created with
-  // table is every group of the dim, global ranks, in one buffer (computed once, thread-safe).
-  const GroupTable& table() const;
-  // rows is table() as one vector per group (built from it on first use, thread-safe).
-  const std::vector<std::vector<int64_t>>& rows() const;
-
- private:
-  std::function<GroupTable()> list_rows_;
-  mutable std::once_flag table_once_;
-  mutable GroupTable table_;
-  mutable std::once_flag rows_once_;
-  mutable std::vector<std::vector<int64_t>> rows_;
-};
 
 // RootOptions configure a root mesh: the device type (letters only, PyTorch's rule), the world
 // size when known (the mesh must fit in it and every rank must be below it), and per-dim backend
@@ -108,13 +82,6 @@ struct GroupHandle {
   BackendConfig config;        // as configured: timeout and options travel with the group
   std::string group_desc;      // PyTorch's description: "mesh_" + the dim's name ("mesh_dp_cp")
   std::shared_ptr<const GroupRecord> record;
-};
-
-// CacheStats counts group-cache lookups of a universe.
-struct CacheStats {
-  int64_t hits = 0;    // lookups that found a record
-  int64_t misses = 0;  // lookups that created one
-  int64_t size = 0;    // records held
 };
 
 // DeviceMesh is an immutable value: a layout over the root's rank-map positions, dim names and

@@ -1,0 +1,153 @@
+#include "meshsim/device_mesh.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "meshsim/algebra.hpp"
+#include "meshsim/error.hpp"
+#include "checked_math.hpp"
+#include "device_mesh_parts.hpp"
+#include "flat_modes.hpp"
+#include "rank_map.hpp"
+#include "universe.hpp"
+
+namespace meshsim {
+
+using namespace mesh_detail;
+
+namespace {
+// table_of lists every group of a dim layout over the rank map's positions, as global ranks, in
+// one buffer.
+GroupTable table_of(const Universe& u, const Layout& dim_layout) {
+  GroupTable t = mesh_group_table(dim_layout, u.rank_map.size());
+  for (int64_t& v : t.ranks) v = u.rank_map.at(v);
+  return t;
+}
+
+std::vector<std::vector<int64_t>> rows_of(const GroupTable& t) {
+  std::vector<std::vector<int64_t>> rows;
+  rows.reserve(static_cast<std::size_t>(t.count));
+  for (int64_t g = 0; g < t.count; ++g) rows.emplace_back(t.row(g).begin(), t.row(g).end());
+  return rows;
+}
+}  // namespace
+
+GroupRecord::GroupRecord(std::string n, Layout l, BackendConfig c,
+                         std::function<GroupTable()> list_rows)
+    : name(std::move(n)), layout(std::move(l)), config(std::move(c)), list_rows_(std::move(list_rows)) {}
+
+const GroupTable& GroupRecord::table() const {
+  std::call_once(table_once_, [&] { table_ = list_rows_(); });
+  return table_;
+}
+
+const std::vector<std::vector<int64_t>>& GroupRecord::rows() const {
+  std::call_once(rows_once_, [&] { rows_ = rows_of(table()); });
+  return rows_;
+}
+
+std::vector<std::vector<int64_t>> DeviceMesh::groups(int dim) const {
+  return rows_of(group_table(dim));
+}
+
+GroupTable DeviceMesh::group_table(int dim) const {
+  dim_name(dim);
+  return table_of(*u_, layout_[dim]);
+}
+
+GroupTable DeviceMesh::group_table_prefix(int dim, int64_t max_groups, int64_t max_members) const {
+  dim_name(dim);
+  GroupTable t = mesh_group_table_prefix(layout_[dim], u_->rank_map.size(), max_groups, max_members);
+  for (int64_t& v : t.ranks) v = u_->rank_map.at(v);
+  return t;
+}
+
+const BackendConfig& DeviceMesh::backend_config(int dim) const {
+  dim_name(dim);
+  return configs_.empty() ? default_config() : configs_[static_cast<std::size_t>(dim)];
+}
+
+std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim) const {
+  return group_record(dim, backend_config(dim));
+}
+
+std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim,
+                                                            const BackendConfig& config) const {
+  dim_name(dim);
+  return u_->find_or_create_group(canonical_[dim], config, [&] {
+    // The record holds its universe weakly (the universe's cache holds the record).
+    std::weak_ptr<const Universe> weak = u_;
+    Layout dim_layout = canonical_[dim];
+    return std::make_shared<GroupRecord>(
+        "group[" + meshsim::to_string(canonical_[dim]) + "]@" + config.to_string(), canonical_[dim],
+        config, [weak, dim_layout] {
+          std::shared_ptr<const Universe> u = weak.lock();
+          if (!u) {
+            throw FailedPrecondition("GroupRecord::rows: every mesh of this record's root is gone");
+          }
+          return table_of(*u, dim_layout);
+        });
+  });
+}
+
+bool DeviceMesh::init_backend() const { return u_->init_backend; }
+const std::string& DeviceMesh::default_backend() const { return u_->default_backend; }
+
+GroupHandle DeviceMesh::get_group(int64_t rank) const {
+  if (!u_->init_backend) throw FailedPrecondition("DeviceMesh process groups not initialized!");
+  if (ndim() > 1) {
+      throw FailedPrecondition("Found the DeviceMesh have " + std::to_string(ndim()) +
+                               " dimensions. Optional kwarg `mesh_dim` needs to be specified when "
+                               "device_mesh.ndim > 1. If you want to get the list of all the ProcessGroups in "
+                               "the DeviceMesh, please use `get_all_groups()` instead.");
+  }
+  return get_group(rank, 0);
+}
+
+GroupHandle DeviceMesh::get_group(int64_t rank, int d) const {
+  if (!u_->init_backend) throw FailedPrecondition("DeviceMesh process groups not initialized!");
+  const std::optional<int> dim = d;
+  if (*dim < 0 || *dim >= ndim()) {
+    throw OutOfRange("get_group: mesh_dim " + std::to_string(*dim) + " is out of range [0, " +
+                     std::to_string(ndim()) + ") of " + to_string());
+  }
+  std::optional<std::vector<int64_t>> ranks = group_of(rank, *dim);
+  if (!ranks) {
+    throw FailedPrecondition("get_group: rank " + std::to_string(rank) + " is not in " + to_string() +
+                             " (a rank outside the mesh has no groups)");
+  }
+  GroupHandle h;
+  h.ranks = std::move(*ranks);
+  h.config = backend_config(*dim);
+  h.backend = h.config.backend.empty() ? u_->default_backend : h.config.backend;
+  h.group_desc = names_ ? "mesh_" + (*names_)[static_cast<std::size_t>(*dim)] : "mesh_dim_" + std::to_string(*dim);
+  h.record = group_record(*dim);
+  return h;
+}
+
+GroupHandle DeviceMesh::get_group(int64_t rank, std::string_view dim) const {
+  if (!u_->init_backend) throw FailedPrecondition("DeviceMesh process groups not initialized!");
+  const bool own = names_ && std::find(names_->begin(), names_->end(), dim) != names_->end();
+  if (!own) {
+    // PyTorch looks a name up in the root's flatten mapping first (root.get_group("dp_cp")).
+    if (std::optional<Universe::Flattened> f = u_->find_flattened(std::string(dim))) {
+      const DeviceMesh flat(u_, f->layout, f->canonical, std::vector<std::string>{f->name}, false, {f->config});
+      return flat.get_group(rank, 0);
+    }
+    if (!names_) throw FailedPrecondition("No `mesh_dim_names` found. (" + to_string() + ")");
+    throw NotFound("Mesh dimension '" + std::string(dim) + "' does not exist. Available mesh dimensions are: "
+                   "mesh_dim_names=" + py_tuple(*names_));
+  }
+  return get_group(rank, dim_index(dim));
+}
+
+std::vector<GroupHandle> DeviceMesh::get_all_groups(int64_t rank) const {
+  std::vector<GroupHandle> out;
+  for (int d = 0; d < ndim(); ++d) out.push_back(get_group(rank, d));
+  return out;
+}
+
+}  // namespace meshsim
