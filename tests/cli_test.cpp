@@ -1458,6 +1458,15 @@ TEST(CliHostile, MoreRankThreadsThanTheAddressSpaceHoldsAreRefusedUpFrontNamingT
 #endif
 }
 
+TEST(CliHostile, ABackendWhosePreconditionFailsIsRefusedBeforeAnyRankStarts) {
+  // The registry's precondition for NCCL (a GPU per rank): 64 ranks on this machine are refused,
+  // exit 2, naming the backend and why (no NCCL in this build, or fewer GPUs than ranks).
+  Result r = run_shell(std::string(MESHSIM_EXE) + " run --mesh dp=64 --backend nccl 2>&1");
+  expect_refused(r, "meshsim run: FailedPrecondition: --backend nccl: ", "nccl");
+  const std::string text = joined(r);
+  EXPECT_TRUE(text.find("this build has no NCCL") != std::string::npos || text.find("sees") != std::string::npos) << text;
+}
+
 TEST(CliHostile, ARankStackOutsideItsRangeIsRefused) {
   for (const std::string& kib : {"0x10", "63", "1048577", "-1", "9223372036854775807"}) {
     Result r = run_shell(std::string(MESHSIM_EXE) + " run --mesh dp=2 --rank-stack-kib " + kib + " 2>&1");

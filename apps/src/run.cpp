@@ -779,10 +779,10 @@ Job make_job(const Options& o, const BackendEntry* entry, std::chrono::milliseco
   job.expected = apply_flags(job.recipe, o.recipe);  // bad recipes stop here (exit 2)
   job.world = job.recipe.world_size;
   if (entry && entry->spans_processes) job.launched = launch_env_from_environment();
-  if (o.backend == "nccl") {
-    // One GPU per rank: every rank here needs its own.
-    if (auto why = gpu_shortfall(job.launched ? 1 : job.world, job.launched ? job.launched->local_rank : 0)) {
-      throw FailedPrecondition("--backend nccl: " + *why);
+  if (entry && entry->precondition) {
+    // What the backend needs for the ranks of this process (NCCL: a GPU each).
+    if (auto why = entry->precondition(job.launched ? 1 : job.world, job.launched ? job.launched->local_rank : 0)) {
+      throw FailedPrecondition("--backend " + o.backend + ": " + *why);
     }
   }
   if (job.launched) {

@@ -100,13 +100,10 @@ RunReport report_results(int64_t world_size, std::string_view backend, RunReport
 }  // namespace
 
 std::vector<std::string> spmd_backends() {
-  // Every registered backend; NCCL's only in builds with NCCL (elsewhere it cannot start).
+  // Every registered backend this build has (NCCL's only in builds with NCCL).
   std::vector<std::string> out;
   for (const std::string& name : backend_names()) {
-#ifndef MESHSIM_WITH_NCCL
-    if (name == "nccl") continue;
-#endif
-    out.push_back(name);
+    if (find_backend(name)->built) out.push_back(name);
   }
   return out;
 }
@@ -127,12 +124,14 @@ std::chrono::milliseconds default_timeout() {
 RunReport run_on_every_rank(int64_t world_size, std::string_view backend,
                             const std::function<void(RankContext&)>& fn,
                             std::chrono::milliseconds timeout) {
-  if (backend == "nccl") {
-    // One GPU per rank: a world larger than the GPUs present is skipped, saying so.
-    if (auto why = gpu_shortfall(world_size)) {
+  const BackendEntry* entry = find_backend(backend);
+  if (entry && entry->precondition) {
+    // What the backend needs for every rank (NCCL: a GPU each); without it the test is skipped,
+    // saying why.
+    if (auto why = entry->precondition(world_size, 0)) {
       RunReport skipped_report;
-      skipped_report.backend = "nccl";
-      skip("needs one GPU per rank: " + *why);
+      skipped_report.backend = std::string(backend);
+      skip("the " + std::string(backend) + " backend cannot run " + std::to_string(world_size) + " ranks here: " + *why);
       return skipped_report;
     }
   }

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -57,6 +58,13 @@ struct BackendEntry {
   bool spans_processes = false;  // its ranks may live in several processes
   int64_t max_rank_threads = 16384;  // ranks one process runs at most
   std::function<std::shared_ptr<SpmdBackend>(const BackendRequest&)> create;
+  // precondition, when set, says why `ranks` ranks cannot run in this process now, the first at
+  // local slot `local_rank` (NCCL: one GPU each, from that device on); nullopt when they can.
+  // Runners ask before any rank starts (the tool refuses, FailedPrecondition; a test skips).
+  std::function<std::optional<std::string>(int64_t ranks, int64_t local_rank)> precondition;
+  // built: this build has what the backend needs (NCCL's only with -DMESHSIM_WITH_NCCL); a test
+  // suite that runs every backend leaves out one that is not built.
+  bool built = true;
 };
 
 // register_backend adds a backend (AlreadyExists when the name is taken; InvalidArgument for an
