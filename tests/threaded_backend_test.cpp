@@ -296,6 +296,44 @@ TEST(SpmdFaults, MismatchNamesTheOddRankAndBothDescriptions) {
   EXPECT_NE(rep.failures[0].message.find("count=2"), std::string::npos);
 }
 
+TEST(SpmdFaults, ASendAndItsRecvThatDisagreeAreWordedTheSameOnEveryBackend) {
+  RunReport rep = run_spmd(opts(4), [&](RankContext& ctx) {
+    std::vector<int64_t> buf(3, 7);
+    if (ctx.rank() == 1) ctx.world().send(buf.data(), 3, DType::kInt64, 2);
+    if (ctx.rank() == 2) ctx.world().recv(buf.data(), 2, DType::kInt64, 1);
+  });
+  ASSERT_FALSE(rep.ok);
+  ASSERT_FALSE(rep.failures.empty());
+  EXPECT_EQ(rep.failures[0].kind, DiagnosisKind::kMismatch);
+  EXPECT_EQ(rep.failures[0].message,
+            "send/recv mismatch in group [0, 1, 2, 3]: rank 1 called send(int64, count=3, peer=2), rank 2 called "
+            "recv(int64, count=2, peer=1)");
+  std::vector<int64_t> at_fault;
+  for (const Diagnosis& d : rep.failures) at_fault.insert(at_fault.end(), d.ranks.begin(), d.ranks.end());
+  EXPECT_EQ(at_fault, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(SpmdFaults, AMessageBetweenTwoRanksIsNotACollectiveOfTheirGroup) {
+  // Ranks 1 and 2 exchange a message in the world group while 0 and 3 do not; then every rank
+  // calls the world's collectives, numbered alike (#0, #1: messages are not counted), and a
+  // rank that ends meanwhile is not blamed for a message it was never part of.
+  RunReport rep = run_spmd(opts(4), [&](RankContext& ctx) {
+    std::vector<int64_t> buf(3, ctx.rank());
+    if (ctx.rank() == 1) ctx.world().send(buf.data(), 3, DType::kInt64, 2);
+    if (ctx.rank() == 2) {
+      ctx.world().recv(buf.data(), 3, DType::kInt64, 1);
+      if (buf[0] != 1) ctx.fail("received " + std::to_string(buf[0]));
+    }
+    int64_t v = 1;
+    ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
+    if (v != 4) ctx.fail("sum " + std::to_string(v));
+    ctx.world().barrier();
+    if (ctx.rank() == 3) ctx.world().send(buf.data(), 3, DType::kInt64, 0);
+    if (ctx.rank() == 0) ctx.world().recv(buf.data(), 3, DType::kInt64, 3);
+  });
+  EXPECT_TRUE(rep.ok) << rep.summary();
+}
+
 TEST(SpmdFaults, WatchdogListsWaitersAndMissingRanks) {
   if (kBackend == "fiber") {
     // Every rank is a fiber of one thread, in turn: none can wait in time while the others wait

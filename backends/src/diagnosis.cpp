@@ -77,6 +77,20 @@ Diagnosis mesh_diagnosis(std::vector<int64_t> odd, const std::vector<std::string
   return Diagnosis{DiagnosisKind::kMesh, std::move(odd), std::move(msg), {}, {}};
 }
 
+std::string message_label(const CollectiveDesc& d, uint64_t nth, int64_t src, int64_t dst) {
+  return d.to_string() + " #" + std::to_string(nth) + " from rank " + std::to_string(src) + " to rank " + std::to_string(dst);
+}
+
+Diagnosis p2p_mismatch_diagnosis(std::span<const int64_t> group, int64_t src, const std::string& send, int64_t dst,
+                                 const std::string& recv) {
+  return Diagnosis{DiagnosisKind::kMismatch,
+                   {src, dst},
+                   "send/recv mismatch in group " + format_ranks(group) + ": rank " + std::to_string(src) + " called " +
+                       send + ", rank " + std::to_string(dst) + " called " + recv,
+                   {},
+                   {}};
+}
+
 Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> group,
                              std::vector<std::pair<std::string, std::vector<int64_t>>> calls) {
   // One order whoever writes it: each call's ranks sorted, the calls by their lowest rank.

@@ -311,8 +311,12 @@ class FiberCommunicator final : public detail::MemberCommunicator {
     finish();
   }
 
+  // p2p: a message is a wait for one peer, not a collective of the group (not numbered).
   void p2p(const CollectiveDesc& d, const void* in, void* out, int src, int dst, uint64_t nth) {
-    enter(d);
+    if (auto gone = s_->reg.enter_p2p(global(me_), g_->info, global(src == me_ ? dst : src), d, nth)) {
+      owner_->abort(*gone);
+      s_->reg.throw_aborted();
+    }
     const auto key = std::make_tuple(src, dst, nth);
     P2P& m = g_->p2p[key];
     const bool sending = d.op == CollectiveOp::kSend;
@@ -327,10 +331,8 @@ class FiberCommunicator final : public detail::MemberCommunicator {
       g_->p2p.erase(key);
     } else {
       if (m.send.desc.dtype != m.recv.desc.dtype || m.send.desc.count != m.recv.desc.count) {
-        const std::string msg = "send/recv mismatch in group " + rank_list(g_->info->ranks) + ": rank " +
-                                std::to_string(global(src)) + " called " + m.send.desc.to_string() + ", rank " +
-                                std::to_string(global(dst)) + " called " + m.recv.desc.to_string();
-        owner_->abort(Diagnosis{DiagnosisKind::kMismatch, {global(src), global(dst)}, msg, {}, {}});
+        owner_->abort(p2p_mismatch_diagnosis(g_->info->ranks, global(src), m.send.desc.to_string(), global(dst),
+                                             m.recv.desc.to_string()));
         s_->reg.leave(global(me_));
         s_->reg.throw_aborted();
       }
@@ -339,7 +341,8 @@ class FiberCommunicator final : public detail::MemberCommunicator {
       m.done = true;
       if (m.waiting >= 0) s_->wake(m.waiting);
     }
-    finish();
+    s_->reg.leave(global(me_));
+    s_->reg.count_collective();
   }
 
   std::shared_ptr<detail::FiberState> s_;

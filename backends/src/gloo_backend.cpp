@@ -337,13 +337,16 @@ class GlooCommunicator final : public detail::MemberCommunicator {
       h->recv(peer, kP2PSlot + 2 * k);
       h->waitRecv(timeout_);
       if (head[0] != static_cast<int64_t>(t) || head[1] != count) {
-        const std::string msg =
-            "send/recv mismatch: rank " + std::to_string(info_->ranks[static_cast<std::size_t>(peer)]) +
-            " sent " + std::to_string(head[1]) + " elements of " +
-            (head[0] >= 0 && head[0] <= 5 ? to_string(static_cast<DType>(head[0])) : "an unknown type") +
-            ", rank " + std::to_string(global()) + " expected " + d.to_string() + " in group " +
-            rank_list(info_->ranks);
-        owner_->abort(Diagnosis{DiagnosisKind::kMismatch, {info_->ranks[static_cast<std::size_t>(peer)], global()}, msg, {}, {}});
+        // The sender's call, from its header (a type this build does not know is said so).
+        const bool known = head[0] >= 0 && head[0] <= 5;
+        const std::string send =
+            known ? CollectiveDesc{CollectiveOp::kSend, static_cast<DType>(head[0]), head[1], rank(), ReduceOp::kSum}.to_string()
+                  : "send(an unknown type " + std::to_string(head[0]) + ", count=" + std::to_string(head[1]) +
+                        ", peer=" + std::to_string(rank()) + ")";
+        Diagnosis dg = p2p_mismatch_diagnosis(info_->ranks, info_->ranks[static_cast<std::size_t>(peer)], send, global(),
+                                              d.to_string());
+        const std::string msg = dg.message;
+        owner_->abort(std::move(dg));
         throw MismatchError(msg);
       }
       if (count > 0) {
@@ -414,9 +417,16 @@ class GlooCommunicator final : public detail::MemberCommunicator {
       body();
     });
   }
+  // run_p2p: a message is a wait for one peer, not a collective of the group (not numbered).
   template <class F>
   void run_p2p(const CollectiveDesc& d, F&& body) {
-    enter(d);
+    const int peer = d.root;
+    const uint64_t nth = (d.op == CollectiveOp::kSend ? sent_ : received_)[peer];
+    if (auto gone = s_->reg.enter_p2p(global(), info_, info_->ranks[static_cast<std::size_t>(peer)], d, nth)) {
+      owner_->abort(*gone);
+      s_->reg.throw_aborted();
+    }
+    entered_at_ = s_->reg.entered_at(global());
     guarded(d, body);
   }
 
@@ -434,7 +444,7 @@ class GlooCommunicator final : public detail::MemberCommunicator {
       throw;
     }
     leave();
-    ++seq_;
+    if (d.op != CollectiveOp::kSend && d.op != CollectiveOp::kRecv) ++seq_;
     s_->reg.count_collective();
   }
 

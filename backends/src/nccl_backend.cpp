@@ -330,7 +330,13 @@ class NcclCommunicator final : public detail::MemberCommunicator {
       throw Unavailable("rank " + std::to_string(global()) + ": the communicator of group " + rank_list(info_->ranks) +
                         " was aborted by an earlier failure");
     }
-    if (auto gone = s_->reg.enter(global(), info_, static_cast<std::size_t>(rank_), seq_, d)) {
+    // A message is a wait for one peer, not a collective of the group (not numbered).
+    const bool message = d.op == CollectiveOp::kSend || d.op == CollectiveOp::kRecv;
+    std::optional<Diagnosis> gone =
+        message ? s_->reg.enter_p2p(global(), info_, info_->ranks[static_cast<std::size_t>(d.root)], d,
+                                    messages_[{static_cast<int>(d.op), d.root}]++)
+                : s_->reg.enter(global(), info_, static_cast<std::size_t>(rank_), seq_, d);
+    if (gone) {
       owner_->abort(*gone);
       s_->reg.throw_aborted();
     }
@@ -339,6 +345,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
       NcclApi& api = *h_->api;
       api.set_device(h_->device);
       if (verify_first && s_->opt.verify && size() > 1) verify(d, deadline);
+      if (message && s_->opt.verify) verify_message(d, deadline);
       if (!empty) {
         body(api);
         wait(d, deadline);
@@ -348,7 +355,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
       throw;
     }
     s_->reg.leave(global());
-    ++seq_;
+    if (!message) ++seq_;
     s_->reg.count_collective();
   }
 
@@ -429,6 +436,37 @@ class NcclCommunicator final : public detail::MemberCommunicator {
     }
   }
 
+  // verify_message: the sender sends its message's type and count first; the receiver compares
+  // them with its own call, so a send and a recv that disagree are a "mismatch" diagnosis (NCCL
+  // itself would hang or read past the message).
+  void verify_message(const CollectiveDesc& d, Clock::time_point deadline) {
+    NcclApi& api = *h_->api;
+    int64_t head[2] = {static_cast<int64_t>(d.dtype), d.count};
+    void* dh = h_->dev_in.get(sizeof head);
+    if (d.op == CollectiveOp::kSend) {
+      api.copy_to_device(dh, h_->stage_in(head, sizeof head), sizeof head, h_->stream);
+      api.send(dh, 2, DType::kInt64, d.root, h_->comm, h_->stream);
+      wait(d, deadline);
+      return;
+    }
+    api.recv(dh, 2, DType::kInt64, d.root, h_->comm, h_->stream);
+    api.copy_to_host(h_->stage_out(sizeof head), dh, sizeof head, h_->stream);
+    wait(d, deadline);
+    int64_t got[2];
+    std::memcpy(got, h_->host_out.data(), sizeof got);
+    if (got[0] == head[0] && got[1] == head[1]) return;
+    const bool known = got[0] >= 0 && got[0] <= 5;
+    const std::string send =
+        known ? CollectiveDesc{CollectiveOp::kSend, static_cast<DType>(got[0]), got[1], rank_, ReduceOp::kSum}.to_string()
+              : "send(an unknown type " + std::to_string(got[0]) + ", count=" + std::to_string(got[1]) +
+                    ", peer=" + std::to_string(rank_) + ")";
+    Diagnosis dg = p2p_mismatch_diagnosis(info_->ranks, info_->ranks[static_cast<std::size_t>(d.root)], send, global(),
+                                          d.to_string());
+    const std::string msg = dg.message;
+    owner_->abort(std::move(dg));
+    throw MismatchError(msg);
+  }
+
   std::shared_ptr<detail::NcclState> s_;
   NcclBackend* owner_;
   std::shared_ptr<Handle> h_;
@@ -436,6 +474,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
   int rank_;
   milliseconds timeout_;
   uint64_t seq_ = 0;
+  std::map<std::pair<int, int>, uint64_t> messages_;  // (send or recv, peer) -> messages so far
 };
 
 }  // namespace
@@ -524,7 +563,6 @@ std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<c
     parent = s_->world[static_cast<std::size_t>(rank - o.first_rank)];
   }
   if (!parent) return new_group(rank, ranks, config);  // no world communicator to split yet
-  const uint64_t digest = gk.digest;
   const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
   const int sub = static_cast<int>(gk.member);
   int64_t instance = 0;

@@ -358,6 +358,47 @@ std::optional<Diagnosis> RankRegistry::enter(int64_t rank, const std::shared_ptr
   return std::nullopt;
 }
 
+namespace {
+// The label of the message rank `me` waits in with `peer` (w.seq is its number on that pair).
+std::string label_of(const WaitInfo& w, int64_t peer) {
+  const bool sends = w.desc.op == CollectiveOp::kSend;
+  return message_label(w.desc, w.seq, sends ? w.rank : peer, sends ? peer : w.rank);
+}
+}  // namespace
+
+std::optional<Diagnosis> RankRegistry::enter_p2p(int64_t rank, const std::shared_ptr<GroupInfo>& g, int64_t peer,
+                                                 const CollectiveDesc& d, uint64_t nth) {
+  std::lock_guard lk(mu_);
+  if (diag_) throw_aborted();
+  count_steps(1);
+  WaitInfo w;
+  w.rank = rank;
+  w.desc = d;
+  w.seq = nth;
+  const bool sends = d.op == CollectiveOp::kSend;
+  ++messages_[{g.get(), sends ? rank : peer, sends ? peer : rank, static_cast<int>(d.op)}];
+  if (runs_here(peer) && slot(peer).departed && !peer_joined(g.get(), w, peer)) {
+    return departed_diagnosis({peer}, label_of(w, peer), g->ranks, {rank});
+  }
+  Slot& s = slot(rank);
+  s.in_op = true;
+  s.wait = std::move(w);
+  s.wait_group = g;
+  s.in_collective = false;
+  s.p2p_peer = peer;
+  if (runs_here(peer)) ++slot(peer).p2p_waiters;
+  start_wait(s);
+  arrivals_.fetch_add(1, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+bool RankRegistry::peer_joined(const GroupInfo* g, const WaitInfo& w, int64_t peer) const {
+  const bool sends = w.desc.op == CollectiveOp::kSend;
+  const CollectiveOp other = sends ? CollectiveOp::kRecv : CollectiveOp::kSend;
+  auto it = messages_.find({g, sends ? w.rank : peer, sends ? peer : w.rank, static_cast<int>(other)});
+  return it != messages_.end() && it->second > w.seq;
+}
+
 void RankRegistry::enter_connect(int64_t rank, const std::shared_ptr<GroupInfo>& g) {
   std::lock_guard lk(mu_);
   Slot& s = slot(rank);
@@ -376,6 +417,8 @@ void RankRegistry::leave(int64_t rank) {
   std::lock_guard lk(mu_);
   Slot& s = slot(rank);
   if (s.in_collective && s.wait_group) --s.wait_group->waiters;
+  if (s.p2p_peer >= 0 && runs_here(s.p2p_peer)) --slot(s.p2p_peer).p2p_waiters;
+  s.p2p_peer = -1;
   s.in_op = false;
   s.in_collective = false;
   s.wait.reset();
@@ -430,6 +473,15 @@ std::optional<Diagnosis> RankRegistry::depart(int64_t rank) {
   me.departed = true;
   count_steps(1 + static_cast<int64_t>(me.memberships.size()));
   if (diag_) return std::nullopt;
+  // A rank blocked in a message with this rank waits in vain (looked for only when one does).
+  if (me.p2p_waiters > 0) {
+    for (const Slot& s : slots_) {
+      count_steps(1);
+      if (s.p2p_peer == rank && s.wait && s.wait_group && !peer_joined(s.wait_group.get(), *s.wait, rank)) {
+        return departed_diagnosis({rank}, label_of(*s.wait, rank), s.wait_group->ranks, {s.wait->rank});
+      }
+    }
+  }
   // A rank blocked in a collective that this rank never entered waits for it in vain: only the
   // groups this rank is a member of can hold one (O(its groups), not O(ranks x group size)).
   for (const auto& [g, i] : me.memberships) {
@@ -459,7 +511,9 @@ std::vector<WaitInfo> RankRegistry::waits() const {
     if (s.wait_group) {
       const GroupInfo& g = *s.wait_group;
       w.group = SharedRanks(std::shared_ptr<const std::vector<int64_t>>(s.wait_group, &s.wait_group->ranks));
-      if (s.in_collective) {
+      if (s.p2p_peer >= 0) {
+        if (!peer_joined(&g, w, s.p2p_peer)) w.missing = SharedRanks{s.p2p_peer};
+      } else if (s.in_collective) {
         auto [it, fresh] = missing.try_emplace({&g, w.seq});
         if (fresh) {
           std::vector<int64_t> m;

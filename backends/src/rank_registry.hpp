@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "meshsim/spmd_backend.hpp"
@@ -118,6 +119,12 @@ class RankRegistry {
   // without entering this collective (the caller aborts with it), else nullopt.
   std::optional<Diagnosis> enter(int64_t rank, const std::shared_ptr<GroupInfo>& g, std::size_t member,
                                  uint64_t seq, const CollectiveDesc& d);
+  // enter_p2p marks `rank` inside its nth message (d: send or recv) with `peer` (global) in group `g`:
+  // a wait for one peer, not a collective of the group (messages are not numbered and leave
+  // the group's collective bookkeeping alone). Returns the "departed" diagnosis when the peer
+  // runs here and already ended its program, else nullopt; throws Aborted when diagnosed.
+  std::optional<Diagnosis> enter_p2p(int64_t rank, const std::shared_ptr<GroupInfo>& g, int64_t peer,
+                                     const CollectiveDesc& d, uint64_t nth);
   // enter_connect marks `rank` as connecting group `g` (a wait without a collective).
   void enter_connect(int64_t rank, const std::shared_ptr<GroupInfo>& g);
   void leave(int64_t rank);
@@ -163,6 +170,8 @@ class RankRegistry {
     std::optional<WaitInfo> wait;
     std::shared_ptr<GroupInfo> wait_group;  // the group of the wait (a collective or a connect)
     bool in_collective = false;             // wait_group's collective, not its connect
+    int64_t p2p_peer = -1;                  // the peer of the message it waits in (-1: none)
+    int64_t p2p_waiters = 0;                // ranks here waiting in a message with this one
     Clock::time_point since;
     // The waiting slots form a list in the order their waits began (since only grows).
     int64_t prev = -1, next = -1;
@@ -183,6 +192,11 @@ class RankRegistry {
   mutable std::mutex mu_;
   int64_t wait_head_ = -1, wait_tail_ = -1;  // slot indices, oldest wait first
   std::map<uint64_t, uint64_t> world_digests_;  // by config fingerprint
+  // Messages entered per (group, src, dst, op: send or recv): a peer that entered the matching
+  // message (its count past the waiter's number) is no longer awaited.
+  std::map<std::tuple<const GroupInfo*, int64_t, int64_t, int>, uint64_t> messages_;
+  // peer_joined: the peer of the message `w` waits in has entered its side of it.
+  bool peer_joined(const GroupInfo* g, const WaitInfo& w, int64_t peer) const;
   std::condition_variable cv_;
   std::optional<Diagnosis> diag_;
   std::vector<Slot> slots_;

@@ -424,10 +424,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     if (s_->aborted.load()) s_->throw_aborted();
     if (src == dst) throw InvalidArgument("send/recv: rank " + std::to_string(global(me_)) + " addresses itself");
     const bool sender = d.op == CollectiveOp::kSend;
-    auto what = [&] {
-      return d.to_string() + " #" + std::to_string(n_th) + " from rank " + std::to_string(global(src)) +
-             " to rank " + std::to_string(global(dst));
-    };
+    auto what = [&] { return message_label(d, n_th, global(src), global(dst)); };
     const auto key = std::make_tuple(src, dst, n_th);
     const auto until = deadline();
     RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
@@ -450,11 +447,9 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     const Arrival& s = slot->at[0];
     const Arrival& r = slot->at[1];
     if (s.desc.dtype != r.desc.dtype || s.desc.count != r.desc.count) {
-      const std::string msg = "send/recv mismatch: rank " + std::to_string(global(src)) + " called " +
-                              s.desc.to_string() + ", rank " + std::to_string(global(dst)) +
-                              " called " + r.desc.to_string();
+      Diagnosis dg = p2p_mismatch_diagnosis(g_->ranks, global(src), s.desc.to_string(), global(dst), r.desc.to_string());
       lk.unlock();
-      owner_->abort(Diagnosis{DiagnosisKind::kMismatch, {global(src), global(dst)}, msg, {}, {}});
+      owner_->abort(std::move(dg));
       s_->throw_aborted();
     }
     if (!sender) {

@@ -118,11 +118,19 @@ struct WaitInfo {
 std::string format_ranks(std::span<const int64_t> ranks, std::size_t limit = 16);
 std::string collective_label(const std::string& call, uint64_t number);
 std::string collective_label(const CollectiveDesc& d, uint64_t number);
+// message_label names the n-th message (counted from 0) from global rank src to dst:
+// "send(int64, count=3, peer=2) #0 from rank 1 to rank 2" (d: the send or the recv).
+std::string message_label(const CollectiveDesc& d, uint64_t nth, int64_t src, int64_t dst);
 Diagnosis departed_diagnosis(std::vector<int64_t> gone, const std::string& collective, std::span<const int64_t> group,
                              std::vector<int64_t> waiting = {});
 // `at`: the collective's number ("#0"), or its name where the caller does not count (local mode).
 Diagnosis mismatch_diagnosis(const std::string& at, std::span<const int64_t> group,
                              std::vector<std::pair<std::string, std::vector<int64_t>>> calls);
+// p2p_mismatch_diagnosis: a send and the recv that met it disagree on dtype or count (every
+// backend words it so): "send/recv mismatch in group [0, 1, 2, 3]: rank 1 called send(int64,
+// count=3, peer=2), rank 2 called recv(int64, count=2, peer=1)"; both ranks are at fault.
+Diagnosis p2p_mismatch_diagnosis(std::span<const int64_t> group, int64_t src, const std::string& send, int64_t dst,
+                                 const std::string& recv);
 // mesh_diagnosis: ranks `odd` built a different mesh than the recipe's (against_recipe) or than
 // the other ranks': "rank 2 built a different mesh than the recipe's: its rank map differs (this
 // rank built DeviceMesh(...))"; `parts` are the parts that differ, in the order shape, names,
