@@ -334,6 +334,27 @@ TEST(SpmdFaults, AMessageBetweenTwoRanksIsNotACollectiveOfTheirGroup) {
   EXPECT_TRUE(rep.ok) << rep.summary();
 }
 
+TEST(SpmdFaults, ABadPeerOrRootIsRefusedInTheSameWordsOnEveryBackend) {
+  auto first_failure = [&](const std::function<void(Communicator&)>& call) {
+    RunReport rep = run_spmd(opts(4), [&](RankContext& ctx) {
+      if (ctx.rank() == 1) call(ctx.world());
+    });
+    EXPECT_FALSE(rep.ok);
+    return rep.failures.empty() ? std::string() : rep.failures[0].message;
+  };
+  int64_t v = 0;
+  EXPECT_NE(first_failure([&](Communicator& c) { c.send(&v, 1, DType::kInt64, 4); })
+                .find("OutOfRange: send peer 4 is out of range [0, 4) of group [0, 1, 2, 3]"),
+            std::string::npos);
+  EXPECT_NE(first_failure([&](Communicator& c) { c.recv(&v, 1, DType::kInt64, 1); })
+                .find("OutOfRange: recv peer 1 is this rank itself: a message needs another member of group "
+                      "[0, 1, 2, 3]"),
+            std::string::npos);
+  EXPECT_NE(first_failure([&](Communicator& c) { c.broadcast(&v, 1, DType::kInt64, -1); })
+                .find("OutOfRange: broadcast root -1 is out of range [0, 4) of group [0, 1, 2, 3]"),
+            std::string::npos);
+}
+
 TEST(SpmdFaults, WatchdogListsWaitersAndMissingRanks) {
   if (kBackend == "fiber") {
     // Every rank is a fiber of one thread, in turn: none can wait in time while the others wait

@@ -173,7 +173,7 @@ class FiberCommunicator final : public detail::MemberCommunicator {
 
   void broadcast(void* buf, int64_t count, DType t, int root) override {
     check_count(count);
-    check_peer(root, "broadcast root");
+    check_peer(root, "broadcast root", false);
     const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(t);
     collective({CollectiveOp::kBroadcast, t, count, root, ReduceOp::kSum}, buf, buf, [&](Slot& slot, int n) {
       for (int r = 0; r < n; ++r) {
@@ -237,14 +237,14 @@ class FiberCommunicator final : public detail::MemberCommunicator {
 
   void send(const void* buf, int64_t count, DType t, int peer) override {
     check_count(count);
-    check_peer(peer, "send peer");
+    check_peer(peer, "send peer", true);
     p2p({CollectiveOp::kSend, t, count, peer, ReduceOp::kSum}, buf, nullptr, me_, peer,
         sent_[peer]++);
   }
 
   void recv(void* buf, int64_t count, DType t, int peer) override {
     check_count(count);
-    check_peer(peer, "recv peer");
+    check_peer(peer, "recv peer", true);
     p2p({CollectiveOp::kRecv, t, count, peer, ReduceOp::kSum}, nullptr, buf, peer, me_,
         received_[peer]++);
   }
@@ -255,11 +255,6 @@ class FiberCommunicator final : public detail::MemberCommunicator {
   void check_count(int64_t count) const {
     if (count < 0) throw InvalidArgument("collective count " + std::to_string(count) + " is negative");
     if (count > (int64_t{1} << 40)) throw OutOfRange("collective count " + std::to_string(count) + " exceeds 2^40 elements");
-  }
-  void check_peer(int peer, const char* what) const {
-    if (peer < 0 || peer >= size()) {
-      throw OutOfRange(std::string(what) + " " + std::to_string(peer) + " is out of range [0, " + std::to_string(size()) + ")");
-    }
   }
 
   void enter(const CollectiveDesc& d) {

@@ -41,12 +41,6 @@ using std::chrono::milliseconds;
 using detail::GroupInfo;
 using detail::rank_list;
 
-std::string hex(uint64_t v) {
-  static const char* d = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = d[v & 15];
-  return s;
-}
 
 // StoreAdapter is a meshsim Store seen through Gloo's rendezvous interface, under a prefix.
 class StoreAdapter final : public gloo::rendezvous::Store {
@@ -227,10 +221,7 @@ class GlooCommunicator final : public detail::MemberCommunicator {
 
   void broadcast(void* buf, int64_t count, DType t, int root) override {
     check_count(count);
-    if (root < 0 || root >= size()) {
-      throw OutOfRange("broadcast: root " + std::to_string(root) + " is out of range [0, " +
-                       std::to_string(size()) + ") of group " + rank_list(info_->ranks));
-    }
+    check_peer(root, "broadcast root", false);
     run({CollectiveOp::kBroadcast, t, count, root, ReduceOp::kSum}, [&] {
       if (size() == 1 || count == 0) return;
       const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(t);
@@ -307,7 +298,7 @@ class GlooCommunicator final : public detail::MemberCommunicator {
   }
 
   void send(const void* buf, int64_t count, DType t, int peer) override {
-    check_peer(peer);
+    check_message_peer(peer, "send peer");
     check_count(count);
     const CollectiveDesc d{CollectiveOp::kSend, t, count, peer, ReduceOp::kSum};
     run_p2p(d, [&] {
@@ -327,7 +318,7 @@ class GlooCommunicator final : public detail::MemberCommunicator {
   }
 
   void recv(void* buf, int64_t count, DType t, int peer) override {
-    check_peer(peer);
+    check_message_peer(peer, "recv peer");
     check_count(count);
     const CollectiveDesc d{CollectiveOp::kRecv, t, count, peer, ReduceOp::kSum};
     run_p2p(d, [&] {
@@ -368,11 +359,8 @@ class GlooCommunicator final : public detail::MemberCommunicator {
                        std::to_string(limit) + " elements per rank");
     }
   }
-  void check_peer(int peer) const {
-    if (peer < 0 || peer >= size() || peer == rank_) {
-      throw OutOfRange("send/recv: peer " + std::to_string(peer) + " is not another rank of group " +
-                       rank_list(info_->ranks) + " (size " + std::to_string(size()) + ")");
-    }
+  void check_message_peer(int peer, const char* what) const {
+    check_peer(peer, what, true);
     if (!ctx_) throw Internal("send/recv on a group without a context");
   }
 
@@ -574,7 +562,7 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
   const int n = static_cast<int>(ranks.size());
   int64_t instance = 0;
   std::shared_ptr<GroupInfo> info = s_->reg.group(rank, key, ranks, &instance);
-  const std::string prefix = "g" + hex(digest) + "." + std::to_string(instance);
+  const std::string prefix = "g" + detail::hex64(digest) + "." + std::to_string(instance);
   if (n == 1) {
     auto comm = std::make_shared<GlooCommunicator>(s_, this, nullptr, info, 0, prefix, timeout);
     comm->set_config(config);
@@ -700,11 +688,7 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
 
 bool GlooBackend::abort(Diagnosis d) {
   if (!s_->reg.record(d)) return false;
-  try {
-    s_->opt.store->compare_set(s_->key("failure"), "", encode_diagnosis(d));
-  } catch (const std::exception&) {
-    // The store is gone: the peers fall back to their own diagnosis.
-  }
+  detail::publish_failure(*s_->opt.store, s_->key("failure"), d);
   // Ranks outside any collective will not call again (entering one now throws Aborted): close
   // theirs, so their peers fail fast. Ranks inside one close their own as they unwind.
   for (int64_t r = s_->opt.first_rank; r < s_->opt.first_rank + s_->opt.local_ranks; ++r) {

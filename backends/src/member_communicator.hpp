@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "meshsim/communicator.hpp"
+#include "meshsim/error.hpp"
+#include "meshsim/spmd_backend.hpp"
 
 namespace meshsim::detail {
 
@@ -25,6 +27,19 @@ class MemberCommunicator : public Communicator {
   // set_config records the config the group was made with (new_group calls it once, before the
   // communicator is handed out).
   void set_config(const BackendConfig& c) { config_ = c; }
+  // check_peer: `peer` (a group rank) is a member, and for a message (`another`) not this one;
+  // OutOfRange naming it, what it is ("send peer", "broadcast root") and the
+  // group, in every backend's words.
+  void check_peer(int peer, const char* what, bool another) const {
+    if (peer < 0 || peer >= size()) {
+      throw OutOfRange(std::string(what) + " " + std::to_string(peer) + " is out of range [0, " + std::to_string(size()) +
+                       ") of group " + format_ranks(*ranks_));
+    }
+    if (another && peer == rank_) {
+      throw OutOfRange(std::string(what) + " " + std::to_string(peer) + " is this rank itself: a message needs "
+                            "another member of group " + format_ranks(*ranks_));
+    }
+  }
 
  private:
   std::shared_ptr<const std::vector<int64_t>> ranks_;

@@ -133,12 +133,6 @@ struct Handle {
   }
 };
 
-std::string hex64(uint64_t v) {
-  static const char* d = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = d[v & 15];
-  return s;
-}
 
 }  // namespace
 
@@ -214,10 +208,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
 
   void broadcast(void* buf, int64_t count, DType t, int root) override {
     check_count(count);
-    if (root < 0 || root >= size()) {
-      throw OutOfRange("broadcast: root " + std::to_string(root) + " is out of range [0, " +
-                       std::to_string(size()) + ") of group " + rank_list(info_->ranks));
-    }
+    check_peer(root, "broadcast root", false);
     const std::size_t bytes = nbytes(count, t);
     run({CollectiveOp::kBroadcast, t, count, root, ReduceOp::kSum}, [&](NcclApi& api) {
       void* d = h_->dev_in.get(bytes);
@@ -277,7 +268,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
   }
 
   void send(const void* buf, int64_t count, DType t, int peer) override {
-    check_peer(peer);
+    check_message_peer(peer, "send peer");
     check_count(count);
     const std::size_t bytes = nbytes(count, t);
     run({CollectiveOp::kSend, t, count, peer, ReduceOp::kSum}, [&](NcclApi& api) {
@@ -288,7 +279,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
   }
 
   void recv(void* buf, int64_t count, DType t, int peer) override {
-    check_peer(peer);
+    check_message_peer(peer, "recv peer");
     check_count(count);
     const std::size_t bytes = nbytes(count, t);
     run({CollectiveOp::kRecv, t, count, peer, ReduceOp::kSum}, [&](NcclApi& api) {
@@ -312,12 +303,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
                        " elements per rank");
     }
   }
-  void check_peer(int peer) const {
-    if (peer < 0 || peer >= size() || peer == rank_) {
-      throw OutOfRange("send/recv: peer " + std::to_string(peer) + " is not another rank of group " +
-                       rank_list(info_->ranks) + " (size " + std::to_string(size()) + ")");
-    }
-  }
+  void check_message_peer(int peer, const char* what) const { check_peer(peer, what, true); }
 
   std::string where(const CollectiveDesc& d) const {
     return d.to_string() + " #" + std::to_string(seq_) + " of group " + rank_list(info_->ranks);
@@ -509,7 +495,7 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
   int64_t instance = 0;
   std::shared_ptr<GroupInfo> info = s_->reg.group(rank, gk, ranks, &instance);
   // The group's first member makes the unique id; the others read it from the store.
-  const std::string key = s_->key("nccl/" + hex64(digest) + "." + std::to_string(instance));
+  const std::string key = s_->key("nccl/" + detail::hex64(digest) + "." + std::to_string(instance));
   const int device = s_->device_of(rank);
   std::shared_ptr<NcclApi> api = o.api;
   s_->reg.enter_connect(rank, info);
@@ -609,10 +595,7 @@ std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<c
 
 bool NcclBackend::abort(Diagnosis d) {
   if (!s_->reg.record(d)) return false;
-  try {
-    s_->opt.store->compare_set(s_->key("failure"), "", encode_diagnosis(d));
-  } catch (const std::exception&) {
-  }
+  detail::publish_failure(*s_->opt.store, s_->key("failure"), d);
   return true;
 }
 

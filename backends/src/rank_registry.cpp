@@ -191,6 +191,21 @@ bool process_alive(const std::string& pid) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
 }
 
+std::string hex64(uint64_t v) {
+  static const char* d = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = d[v & 15];
+  return s;
+}
+
+void publish_failure(Store& store, const std::string& key, const Diagnosis& d) {
+  try {
+    store.compare_set(key, "", encode_diagnosis(d));
+  } catch (const std::exception&) {
+    // The store is gone: the peers fall back to their own diagnosis.
+  }
+}
+
 std::optional<std::string> lookup_key(Store& store, const std::string& key) {
   try {
     return store.get(key, std::chrono::milliseconds(0));

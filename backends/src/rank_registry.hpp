@@ -60,6 +60,14 @@ void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, in
 std::string this_host();
 bool process_alive(const std::string& pid);
 
+// hex64 writes v as 16 lowercase hex digits (group keys in the store).
+std::string hex64(uint64_t v);
+
+// publish_failure tells the other processes of a run why it stopped: `d` under `key` in the
+// store unless a diagnosis is there already; a lost store is ignored (each process then keeps
+// its own diagnosis).
+void publish_failure(Store& store, const std::string& key, const Diagnosis& d);
+
 // lookup_key reads `key` without waiting; nullopt when absent or the store is unreachable.
 std::optional<std::string> lookup_key(Store& store, const std::string& key);
 
