@@ -2,7 +2,7 @@
 //
 // Used by the property tests and unit tests as the oracle: a layout is evaluated leaf by leaf
 // from its flattened shape and stride, with the outermost leaf taking any overflow (the natural
-// extension), exactly as DESIGN §3 defines it.
+// extension), as docs/algebra.md defines it.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // PyTorch's get_group / get_all_groups (test_device_mesh.py: test_get_group_and_get_all_groups,
 // test_device_mesh_init_backend, test_flatten_mesh_3d's group_desc, the error table of
-// shared/DEVICEMESH.md §1.11), the world's default backend, and meshsim's transpose and reshape.
+// docs/device-mesh.md), the world's default backend, and meshsim's transpose and reshape.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The `meshsim query` contract (DESIGN §7), in-process.
+// The `meshsim query` contract (docs/query-and-show.md), in-process.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

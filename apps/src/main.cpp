@@ -1,5 +1,5 @@
 // meshsim — the command-line tool.
-//   meshsim query [--file requests.jsonl]   JSON Lines in, one answer per line (DESIGN §7)
+//   meshsim query [--file requests.jsonl]   JSON Lines in, one answer per line (docs/query-and-show.md)
 //   meshsim show --mesh dp=2,tp=4 [...]     a mesh, its groups and coordinates
 //   meshsim run --mesh dp=2,tp=4 [...]      simulate every rank and check the mesh's groups
 //   meshsim store [--host H] [--port P]     serve a TCP rendezvous store until SIGINT/SIGTERM

@@ -1,7 +1,7 @@
 // The algebra works on flattened modes in "inner-first" order: the order in which an index
 // walks the modes, fastest first. That is left to right in cute and right to left in torch, so
 // each kernel is written once; the torch convention reverses the flat list on the way in and the
-// result on the way out (the mirror rule of DESIGN §3, applied at the flat level).
+// result on the way out (the mirror rule of docs/algebra.md, applied at the flat level).
 #include "meshsim/algebra.hpp"
 
 #include <algorithm>

@@ -1,8 +1,8 @@
 // meshsim/spmd_backend.hpp — what the SPMD runner needs from a backend beyond making groups:
 // one diagnosis per run, failure propagation, departures and a view of blocked ranks.
 //
-//   SpmdBackend& b = ...;                     // ThreadedBackend or GlooBackend
-//   b.abort({"error", {3}, "rank 3 failed: ...", {}, {}});   // first diagnosis wins
+//   SpmdBackend& b = ...;                     // any registered backend (create_backend)
+//   b.abort({DiagnosisKind::kError, {3}, "rank 3 failed: ...", {}, {}});  // first diagnosis wins
 //   for (const WaitInfo& w : b.waits()) ...;  // what every blocked rank waits for
 //
 // Contract shared by every implementation: abort(d) records the first diagnosis only and makes
