@@ -214,6 +214,12 @@ TEST(RankThreads, AStallOfTwoThousandRanksNamesTheOneThatNeverArrivedInOneShortM
   EXPECT_LT(rep.seconds, 30.0);  // the run ends (rank 5's sleep is cut short by the abort)
 }
 
+TEST(RankThreads, EachBackendNamesTheStackItsRankThreadsNeed) {
+  // NCCL and the CUDA runtime run on the rank's thread: 8 MiB; the others take the runner's.
+  EXPECT_EQ(find_backend("nccl")->rank_stack_bytes, std::size_t{8} << 20);
+  for (const char* name : {"threaded", "gloo", "fiber"}) EXPECT_EQ(find_backend(name)->rank_stack_bytes, 0u) << name;
+}
+
 TEST(RankThreads, AStackOutsideItsRangeIsRefusedNamingIt) {
   SpmdOptions o;
   o.world_size = 2;

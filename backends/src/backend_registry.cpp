@@ -38,18 +38,18 @@ std::deque<BackendEntry> builtins() {
                  o.world_size = r.world_size;
                  o.timeout = r.timeout;
                  return std::shared_ptr<SpmdBackend>(std::make_shared<ThreadedBackend>(o));
-               }, {}, true});
+               }, {}, true, 0});
   b.push_back({"gloo", "Gloo over TCP: rank threads, or one rank per process under a launcher", true,
                GlooBackend::kMaxThreadRanks, [](const BackendRequest& r) {
                  auto o = spanning_options<GlooBackend::Options>(r, "gloo");
                  return std::shared_ptr<SpmdBackend>(std::make_shared<GlooBackend>(o));
-               }, {}, true});
+               }, {}, true, 0});
   b.push_back({"fiber", "every rank a fiber of one thread, in turn", false, FiberBackend::kMaxRanks, [](const BackendRequest& r) {
                  auto o = backend_options<FiberBackend::Options>(r, "fiber");
                  o.world_size = r.world_size;
                  if (r.stack_bytes != 0) o.stack_bytes = r.stack_bytes;
                  return std::shared_ptr<SpmdBackend>(std::make_shared<FiberBackend>(o));
-               }, {}, true});
+               }, {}, true, 0});
   b.push_back({"nccl", "NCCL, one GPU per rank; builds with NCCL", true, 16384,
                [](const BackendRequest& r) {
                  auto o = spanning_options<NcclBackend::Options>(r, "nccl");
@@ -59,10 +59,11 @@ std::deque<BackendEntry> builtins() {
                },
                [](int64_t ranks, int64_t local_rank) { return gpu_shortfall(ranks, local_rank); },
 #ifdef MESHSIM_WITH_NCCL
-               true});
+               true,
 #else
-               false});
+               false,
 #endif
+               std::size_t{8} << 20});
   return b;
 }
 

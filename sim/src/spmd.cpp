@@ -505,7 +505,9 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   request.options = options.backend_options;
   request.stack_bytes = options.stack_bytes;
   sh->backend = entry->create(request);
-  const std::size_t stack_bytes = options.stack_bytes == 0 ? kDefaultStackBytes : options.stack_bytes;
+  const std::size_t stack_bytes = options.stack_bytes != 0       ? options.stack_bytes
+                                  : entry->rank_stack_bytes != 0 ? entry->rank_stack_bytes
+                                                                 : kDefaultStackBytes;
   if (!sh->backend->runs_ranks()) check_thread_limit(count, stack_bytes);
   sh->fn = std::move(fn);
   sh->timeout = options.timeout;

@@ -65,6 +65,10 @@ struct BackendEntry {
   // built: this build has what the backend needs (NCCL's only with -DMESHSIM_WITH_NCCL); a test
   // suite that runs every backend leaves out one that is not built.
   bool built = true;
+  // rank_stack_bytes: the stack of each rank thread the runner starts for this backend when the
+  // run asks for none (0: the runner's 512 KiB). NCCL's is 8 MiB: NCCL and the CUDA runtime run
+  // on the rank's thread.
+  std::size_t rank_stack_bytes = 0;
 };
 
 // register_backend adds a backend (AlreadyExists when the name is taken; InvalidArgument for an

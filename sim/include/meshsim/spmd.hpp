@@ -68,7 +68,8 @@ struct SpmdOptions {
   std::chrono::milliseconds timeout{30000};
   bool watchdog = true;
   // stack_bytes: each rank's stack (a rank thread's, or a fiber's), in [64 KiB, 1 GiB]; 0 is the
-  // default, kDefaultStackBytes (a fiber backend's own Options then keep theirs). Reserved
+  // backend's default (BackendEntry::rank_stack_bytes: 8 MiB for NCCL, whose library runs on the
+  // rank's thread), else kDefaultStackBytes (a fiber backend's own Options then keep theirs). Reserved
   // whole and committed as used; 512 KiB is ample for a rank that builds meshes and calls
   // collectives (16,384 rank threads reserve 8 GiB of address space, commit about 24 KiB each).
   // Before starting rank threads the runner refuses (ResourceExhausted) a count over what the
