@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "meshsim/cli_common.hpp"
+#include "meshsim/job_store.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/launch_env.hpp"
 #include "meshsim/local.hpp"
@@ -852,7 +852,7 @@ std::unique_ptr<TcpStoreServer> join_job_store(Job& job) {
   const LaunchEnv& env = *job.launched;
   // meshsim launch serves its own store; under torchrun's agent the agent's PyTorch TCPStore
   // is joined; otherwise rank 0 serves one at MASTER_ADDR:MASTER_PORT (join_launch_store).
-  LaunchStore joined = cli::join_store(env, job.timeout);
+  LaunchStore joined = launch::join_store(env, job.timeout);
   job.store = std::move(joined.store);
   job.wills = joined.meshsim;
   job.prefix += env.scope;  // one namespace per run (and, under torchrun, per attempt)
@@ -900,7 +900,7 @@ int run(const Options& o, std::ostream& out) {
   if (o.backend != "local" && entry == nullptr) {
     throw InvalidArgument("--backend '" + o.backend + "' is not available (known: " + backend_names_text() + ", local)");
   }
-  const std::chrono::milliseconds timeout = cli::timeout_flag(o.timeout_seconds);
+  const std::chrono::milliseconds timeout = launch::timeout_flag(o.timeout_seconds);
   if (o.format != "text" && o.format != "json") {
     throw InvalidArgument("--format must be text or json, not " + o.format);
   }

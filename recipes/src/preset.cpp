@@ -8,7 +8,7 @@
 #include <toml++/toml.h>
 #include <vector>
 
-#include "meshsim/cli_common.hpp"
+#include "meshsim/text_fields.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/text_file.hpp"
 
@@ -30,7 +30,7 @@ std::map<std::string, std::string> items(const std::string& body, const std::str
                                          const std::set<std::string>& known) {
   std::map<std::string, std::string> out;
   if (body.empty()) return out;  // every key at its default
-  for (const std::string& kv : cli::split(body, ',')) {
+  for (const std::string& kv : text::split(body, ',')) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos) throw InvalidArgument(where + quote_input(kv) + " is not KEY=VALUE");
     const std::string key = kv.substr(0, eq);
@@ -49,7 +49,7 @@ std::map<std::string, std::string> items(const std::string& body, const std::str
 int64_t degree(const std::map<std::string, std::string>& kv, const std::string& key, int64_t fallback,
                const std::string& where) {
   const auto it = kv.find(key);
-  return it == kv.end() ? fallback : cli::parse_int(it->second, where + key);
+  return it == kv.end() ? fallback : text::parse_int(it->second, where + key);
 }
 
 void check_at_least_one(int64_t v, const std::string& key, const std::string& where) {
@@ -117,7 +117,7 @@ Torchtitan torchtitan_from_items(const std::string& body) {
 std::vector<std::string> order_tokens(const std::string& order) {
   static const std::set<std::string> known{"tp", "cp", "ep", "dp", "pp"};
   std::vector<std::string> out;
-  for (const std::string& t : cli::split(order, '-')) {
+  for (const std::string& t : text::split(order, '-')) {
     if (!known.count(t)) {
       throw InvalidArgument(kMegatron + "order=" + quote_input(order) + ": " + quote_input(t) +
                             " is not one of tp, cp, ep, dp, pp");

@@ -3,12 +3,12 @@
 #include <csignal>
 #include <ostream>
 
-#include "meshsim/cli_common.hpp"
+#include "meshsim/job_store.hpp"
 
 namespace meshsim::store_command {
 
 int run(Options o, std::ostream& out) {
-  if (!o.token_file.empty()) o.server.token = cli::read_token_file(o.token_file, "--token-file");
+  if (!o.token_file.empty()) o.server.token = launch::read_token_file(o.token_file, "--token-file");
   // Block the stop signals before the server thread starts, then wait for one here.
   sigset_t stop;
   sigemptyset(&stop);

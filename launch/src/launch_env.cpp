@@ -8,8 +8,7 @@
 #include <cstdlib>
 
 #include "meshsim/error.hpp"
-#include "rank_registry.hpp"
-#include "socket.hpp"
+#include "meshsim/host.hpp"
 
 namespace meshsim {
 
@@ -138,7 +137,7 @@ LaunchStore join_launch_store(const LaunchEnv& env, std::chrono::milliseconds ti
   LaunchStore out;
   std::string host;
   try {
-    host = detail::numeric_host(env.store_host);
+    host = host::numeric_address(env.store_host);
   } catch (const Unavailable& e) {
     throw Unavailable(env.store_variable + "=" + quote_input(env.store_host) + ": " + e.what());
   }
@@ -186,7 +185,7 @@ void claim_rank(Store& store, const std::string& key, const LaunchEnv& env) {
   if (held == me) return;
   const auto space = held.rfind(' '), mine = me.rfind(' ');
   const bool here = space != std::string::npos && held.substr(0, space) == me.substr(0, mine);
-  const bool gone = here && !detail::process_alive(held.substr(space + 1));
+  const bool gone = here && !host::process_alive(held.substr(space + 1));
   throw AlreadyExists("rank " + std::to_string(env.rank) + " is already held in the store " + env.store_host + ":" +
                       std::to_string(env.store_port) + " by process " + quote_input(held) + " (host pid)" +
                       (gone ? ", which is gone: an earlier run used this store (give each run its own "
@@ -194,7 +193,7 @@ void claim_rank(Store& store, const std::string& key, const LaunchEnv& env) {
                             : ": two processes were started as rank " + std::to_string(env.rank)));
 }
 
-std::string process_identity() { return detail::this_host() + " " + std::to_string(::getpid()); }
+std::string process_identity() { return host::this_host() + " " + std::to_string(::getpid()); }
 
 std::optional<LaunchEnv> launch_env_from_environment() {
   return launch_env_from([](const char* name) { return std::getenv(name); });

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "meshsim/cli_common.hpp"
+#include "meshsim/job_store.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/launch_env.hpp"
 #include "meshsim/store.hpp"
@@ -18,8 +18,8 @@ int run(const Options& o, std::ostream& out) {
     throw FailedPrecondition("not launched: no MESHSIM_RANK/RANK/OMPI_COMM_WORLD_RANK "
                              "with a store (MESHSIM_STORE or MASTER_ADDR/MASTER_PORT)");
   }
-  const std::chrono::milliseconds deadline = cli::timeout_flag(o.timeout_seconds);
-  LaunchStore joined = cli::join_store(*env, deadline);
+  const std::chrono::milliseconds deadline = launch::timeout_flag(o.timeout_seconds);
+  LaunchStore joined = launch::join_store(*env, deadline);
   Store& store = *joined.store;
   const std::string prefix = "rendezvous" + env->scope;
   // One process per rank: a duplicate rank, or a store holding an earlier rendezvous, fails.

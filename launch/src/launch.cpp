@@ -17,7 +17,7 @@
 #include <optional>
 #include <ostream>
 
-#include "meshsim/cli_common.hpp"
+#include "meshsim/job_store.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/launch_env.hpp"
 #include "meshsim/spmd_backend.hpp"
@@ -366,7 +366,7 @@ int supervise(std::vector<Child>& children, const Options& o, std::ostream& out,
 int run(const Options& o, std::ostream& out, std::ostream& err) {
   Meeting m;
   m.world = check_options(o);
-  if (!o.token_file.empty()) m.token = cli::read_token_file(o.token_file, "launch: --token-file");
+  if (!o.token_file.empty()) m.token = launch::read_token_file(o.token_file, "launch: --token-file");
   ensure_descriptors(o);
   std::unique_ptr<TcpStoreServer> server;
   if (o.store.empty()) {
