@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "meshsim/backend_registry.hpp"
+#include "meshsim/check_meshes.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim::cli {
@@ -64,12 +64,14 @@ void guard_integers(CLI::App& app) {
 
 void add_run_flags(CLI::App* sub, run::Options& o, RecipeOptions& recipe) {
   recipe.add(sub, o.recipe);
+  // The engines' one name table: every backend, then local.
+  const std::vector<check::EngineEntry> all = check::engines();
   std::string backends_help;
-  for (const std::string& name : backend_names()) {
-    backends_help += name + " (" + find_backend(name)->description + (name == "threaded" ? ", the default" : "") + "), ";
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    backends_help += (i + 1 == all.size() ? "or " : "") + all[i].name + " (" + all[i].description +
+                     (all[i].name == "threaded" ? ", the default" : "") + ")" + (i + 1 == all.size() ? "" : ", ");
   }
-  sub->add_option("--backend", o.backend,
-                  backends_help + "or local (LocalWorld: every rank at once in one thread, up to 2^24 ranks)");
+  sub->add_option("--backend", o.backend, backends_help);
   sub->add_option("--timeout", o.timeout_seconds, "seconds every wait may take (default 30)");
   sub->add_option("--format", o.format, "text or json");
   sub->add_option("--max-elements", o.max_elements,

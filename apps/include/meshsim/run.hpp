@@ -1,6 +1,5 @@
-// meshsim/run.hpp — `meshsim run`, the main job: every simulated rank builds the recipe's meshes
-// and checks, for every dim of every mesh, its group against all_gather of ranks and an
-// all_reduce of known values over that dim's communicator, then a global agreement step.
+// meshsim/run.hpp — `meshsim run`, the main job's front: its flags become a check::Job (the job
+// itself is check::check_meshes, check_meshes.hpp), its report is printed as text or JSON.
 //
 //   meshsim run --mesh dp=2,cp=2,tp=4 [--rank-map ..] [--slice ..] [--fault stall@3] [--format json]
 //
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "meshsim/check_meshes.hpp"
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/placement.hpp"
 #include "meshsim/recipe.hpp"
@@ -55,7 +55,13 @@ struct Options {
 // ..."). Bad usage or input throws meshsim::Error (exit 2).
 int run(const Options& o, std::ostream& out);
 
-// write_error_file writes `message` to `path` in the JSON form torchrun reads from
+// job_of is the job `o` asks for: InvalidArgument (exit 2) naming the flag for a bad one.
+check::Job job_of(const Options& o);
+
+// print_report writes `r` as `o.format` asks (text, or one JSON line).
+void print_report(const Options& o, const check::MeshCheckReport& r, std::ostream& out);
+
+// write_error_file (check::write_error_file) writes `message` to `path` in the JSON form torchrun reads from
 // TORCHELASTIC_ERROR_FILE, so its "Root Cause" report shows meshsim's diagnosis, dated at
 // `timestamp` (Unix seconds; default now). A failure to write is reported on stderr; the run's
 // exit code stands.
