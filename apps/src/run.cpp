@@ -26,74 +26,7 @@ void print_report(const Options& o, const check::MeshCheckReport& r, std::ostrea
   const std::vector<DeviceMesh>& meshes = r.meshes;
   const bool lockstep = check::find_engine(r.engine).value_or(check::EngineEntry{}).lockstep;
   if (o.format == "json") {
-    Json j;
-    j["ok"] = r.ok;
-    j["backend"] = r.engine;
-    j["world_size"] = world;
-    if (r.own) j["rank"] = *r.rank;  // one launched rank's report: its own groups only
-    if (r.hosts) {
-      j["ok"] = r.passed();
-      j["placement_failures"] = r.misplaced;
-    }
-    Json ms = Json::array();
-    for (std::size_t i = 0; i < meshes.size(); ++i) {
-      const DeviceMesh& m = meshes[i];
-      Json md;
-      md["mesh_dim_names"] = m.names() ? Json(*m.names()) : Json(nullptr);
-      md["shape"] = m.shape();
-      Json g = Json::object();
-      for (int d = 0; d < m.ndim(); ++d) {
-        g[m.dim_name(d)] = r.ok ? Json(r.seen[i][static_cast<std::size_t>(d)]) : Json(nullptr);
-      }
-      md["groups_by_dim"] = g;
-      if (r.hosts) {
-        Json pl = Json::object();
-        for (int d = 0; d < m.ndim(); ++d) {
-          const placement::DimPlacement p = placement::place(m, d, *r.hosts);
-          pl[m.dim_name(d)] = {{"groups", p.groups}, {"max_hosts", p.max_hosts},
-                               {"groups_crossing_hosts", p.groups_crossing_hosts}, {"max_domains", p.max_domains}};
-        }
-        md["placement"] = pl;
-      }
-      ms.push_back(md);
-    }
-    j["meshes"] = ms;
-    // The views the recipe names: the root and every mesh bound by `let`, in recipe order.
-    Json vs = Json::array();
-    for (const View& v : r.views) {
-      Json view = ms[v.step];
-      view.erase("placement");
-      view["name"] = v.name;
-      vs.push_back(std::move(view));
-    }
-    j["views"] = vs;
-    j["checks"] = r.checks;
-    j["collectives"] = r.collectives;
-    j["seconds"] = r.seconds;
-    Json fs = Json::array();
-    // One entry per rank at fault, as many as the budget allows; failures_count says how many.
-    j["failures_count"] = r.failures.size() + r.stuck.size();
-    for (const Diagnosis& d : r.failures) {
-      if (fs.size() >= kListedRanks) break;
-      Json f{{"rank", d.ranks.empty() ? Json(nullptr) : Json(d.ranks[0])}, {"kind", to_string(d.kind)}, {"message", d.message}};
-      if (d.kind == DiagnosisKind::kStall) {
-        // The first ranks and a count: a report does not grow with the world.
-        auto first = [](const std::vector<int64_t>& v) {
-          return std::vector<int64_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(v.size(), kListedRanks)));
-        };
-        f["waiting"] = first(d.waiting);
-        f["waiting_count"] = d.waiting.size();
-        f["missing"] = first(d.missing);
-        f["missing_count"] = d.missing.size();
-      }
-      fs.push_back(f);
-    }
-    for (const RankReport& s : r.stuck) {
-      if (fs.size() >= kListedRanks) break;
-      fs.push_back({{"rank", s.rank}, {"kind", "stuck"}, {"message", s.message}});
-    }
-    j["failures"] = fs;
-    out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
+    out << check::report_json(r).dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
   } else {
     if (r.own) {
       out << "meshsim run: rank " << *r.rank << " of " << world << " over the " << r.engine
@@ -164,32 +97,6 @@ void print_report(const Options& o, const check::MeshCheckReport& r, std::ostrea
   out.flush();
 }
 
-
-check::Job job_of(const Options& o) {
-  check::Job job;
-  if (!check::find_engine(o.backend)) {
-    throw InvalidArgument("--backend '" + o.backend + "' is not available (known: " + check::engine_names_text() + ")");
-  }
-  job.engine = o.backend;
-  job.timeout = launch::timeout_flag(o.timeout_seconds);
-  if (o.format != "text" && o.format != "json") {
-    throw InvalidArgument("--format must be text or json, not " + o.format);
-  }
-  job.recipe = recipe_from_flags(o.recipe);
-  job.built = apply_flags(job.recipe, o.recipe);  // bad recipes stop here, naming their file or preset
-  job.faults = check::parse_faults(o.faults, job.recipe.world_size);
-  constexpr int64_t kMinKib = static_cast<int64_t>(kMinStackBytes >> 10), kMaxKib = static_cast<int64_t>(kMaxStackBytes >> 10);
-  if (o.rank_stack_kib != 0 && (o.rank_stack_kib < kMinKib || o.rank_stack_kib > kMaxKib)) {
-    throw InvalidArgument("--rank-stack-kib " + std::to_string(o.rank_stack_kib) + " is out of range [" +
-                          std::to_string(kMinKib) + ", " + std::to_string(kMaxKib) + "]");
-  }
-  job.stack_bytes = static_cast<std::size_t>(o.rank_stack_kib) << 10;
-  job.every_group = o.format == "json";
-  job.max_elements = o.max_elements;
-  job.hosts = placement::from_flags(o.placement);
-  job.interrupted = o.interrupted;
-  return job;
-}
 
 int run(const Options& o, std::ostream& out) {
   const check::MeshCheckReport r = check::check_meshes(job_of(o));

@@ -310,18 +310,35 @@ def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threade
         if recipe is not None or preset is not None or world_size is not None or backend != "threaded" \
                 or tuple(faults) or timeout != 30.0 or max_elements is not None:
             raise errors.InvalidArgument("meshsim.run(flags): give every option in the flags list, not as keywords")
-        status, text = _meshsim.run_flags([str(f) for f in job])
+        status, report = _meshsim.run_flags([str(f) for f in job])
     else:
-        status, text = _meshsim.run(job or "", _os.fspath(recipe) if recipe else "", preset or "", world_size,
+        status, report = _meshsim.run(job or "", _os.fspath(recipe) if recipe else "", preset or "", world_size,
                                     backend, _listed(faults, "faults"), _seconds(timeout),
                                     None if max_elements is None else _int(max_elements, "max_elements"))
-    report = _json.loads(text)
     report["exit_status"] = status
     return report
 
 
-def _layout_json(layout):
-    return {"shape": layout.shape, "stride": layout.stride}
+def _convention(name):
+    """The convention's name: "torch" or "cute" (anything else is refused, as the query refuses it)."""
+    if name is None:
+        return "torch"
+    if not isinstance(name, str):
+        raise errors.InvalidArgument("'convention' must be \"torch\" or \"cute\"")
+    return name  # the C++ reader refuses any other name
+
+
+def _layout(other):
+    if not isinstance(other, Layout):
+        raise errors.ArgumentTypeError("expected a meshsim.Layout, got " + repr(other)[:200])
+    return other
+
+
+def _made(pair):
+    """A Layout from the C++ answer (shape, stride): already valid, adopted as is."""
+    out = Layout.__new__(Layout)
+    out.shape, out.stride = pair
+    return out
 
 
 class Layout:
@@ -336,50 +353,46 @@ class Layout:
         else:
             self.shape, self.stride = _tupled(shape), _tupled(stride)
 
-    def _ask(self, op, convention, **args):
-        return query(dict(op=op, layout=_layout_json(self), convention=convention, **args))
+    # Each op is the C++ function itself (meshsim/algebra.hpp), on (shape, stride).
+    def _pair(self):
+        return (self.shape, self.stride)
 
     def size(self, convention="torch"):
-        return self._ask("size", convention)
+        return _meshsim.layout_size(self._pair(), _convention(convention))
 
     def cosize(self, convention="torch"):
-        return self._ask("cosize", convention)
+        return _meshsim.layout_cosize(self._pair(), _convention(convention))
 
     def coalesce(self, convention="torch"):
-        return _from_json(self._ask("coalesce", convention))
+        return _made(_meshsim.coalesce(self._pair(), _convention(convention)))
 
     def filter(self, convention="torch"):
-        return _from_json(self._ask("filter", convention))
+        return _made(_meshsim.filter(self._pair(), _convention(convention)))
 
     def complement(self, bound=None, convention="torch"):
-        if bound is None:
-            return _from_json(self._ask("complement", convention))
-        return _from_json(self._ask("complement_bound", convention, bound=bound))
+        return _made(_meshsim.complement(self._pair(), None if bound is None else _int(bound, "bound"),
+                                         _convention(convention)))
 
     def composition(self, other, convention="torch"):
-        return _from_json(query({"op": "composition", "a": _layout_json(self), "b": _layout_json(other),
-                                 "convention": convention}))
+        return _made(_meshsim.composition(self._pair(), _layout(other)._pair(), _convention(convention)))
 
     def logical_divide(self, other, convention="torch"):
-        return _from_json(query({"op": "logical_divide", "a": _layout_json(self), "b": _layout_json(other),
-                                 "convention": convention}))
+        return _made(_meshsim.logical_divide(self._pair(), _layout(other)._pair(), _convention(convention)))
 
     def logical_product(self, other, convention="torch"):
-        return _from_json(query({"op": "logical_product", "a": _layout_json(self), "b": _layout_json(other),
-                                 "convention": convention}))
+        return _made(_meshsim.logical_product(self._pair(), _layout(other)._pair(), _convention(convention)))
 
     def right_inverse(self, convention="torch"):
-        return _from_json(self._ask("right_inverse", convention))
+        return _made(_meshsim.right_inverse(self._pair(), _convention(convention)))
 
     def left_inverse(self, convention="torch"):
-        return _from_json(self._ask("left_inverse", convention))
+        return _made(_meshsim.left_inverse(self._pair(), _convention(convention)))
 
     def crd2idx(self, coords, convention="torch"):
-        return self._ask("crd2idx", convention, coords=coords)
+        return _meshsim.crd2idx(self._pair(), _listed(coords, "coords"), _convention(convention))
 
     def idx2crd(self, indices, convention="torch"):
-        return query({"op": "idx2crd", "shape": self.shape, "stride": self.stride, "indices": indices,
-                      "convention": convention})
+        return _meshsim.idx2crd(self._pair(), _listed(indices, "indices"), _convention(convention))
 
     def __eq__(self, other):
         return isinstance(other, Layout) and (self.shape, self.stride) == (other.shape, other.stride)
@@ -408,19 +421,9 @@ def _text(x):
     return str(x)
 
 
-def _from_json(j):
-    return Layout(j["shape"], j["stride"])
-
-
 def _parse_text(text):
-    # meshsim's reader validates the text (its errors, typed); the tuples are then read here.
+    # meshsim's reader (parse_layout): its limits and typed errors.
     shape_text, sep, stride_text = text.partition(":")
     if not sep:
         raise errors.ParseError("layout " + repr(text) + " is not shape:stride")
-    query({"op": "size", "layout": text})  # raises the reader's error on bad text
-    return _tupled(_json.loads(_to_json_list(shape_text))), _tupled(_json.loads(_to_json_list(stride_text)))
-
-
-def _to_json_list(t):
-    out = t.strip().replace("(", "[").replace(")", "]")
-    return out.replace(",]", "]")
+    return _meshsim.parse_layout(text)

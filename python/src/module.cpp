@@ -8,12 +8,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
+#include "meshsim/check_meshes.hpp"
 #include "meshsim/cli_flags.hpp"
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/error.hpp"
+#include "meshsim/algebra.hpp"
 #include "meshsim/layout.hpp"
 #include "meshsim/mesh_json.hpp"
 #include "meshsim/preset.hpp"
@@ -120,16 +121,44 @@ std::vector<std::pair<std::string, DeviceMesh>> named_views(const meshsim::MeshR
   return views_of(r, meshsim::apply(r));
 }
 
-// run_json runs the job with the GIL released: (exit status, the JSON report text). The job runs
-// on a thread of its own while this thread, Python's, looks at its signals every 100 ms: on
-// Ctrl-C (or any handler that raises) the ranks are aborted, and once they have unwound the
-// handler's exception (KeyboardInterrupt) is raised here, within about a second.
-std::pair<int, std::string> run_json(meshsim::run::Options o) {
+// py_of_json is a JSON tree (the report) as Python values; strings are decoded as UTF-8 with
+// any invalid byte replaced, as the tool's JSON output writes them.
+py::object py_of_json(const nlohmann::json& j) {
+  using T = nlohmann::json::value_t;
+  switch (j.type()) {
+    case T::null: return py::none();
+    case T::boolean: return py::bool_(j.get<bool>());
+    case T::number_integer: return py::int_(j.get<int64_t>());
+    case T::number_unsigned: return py::int_(j.get<uint64_t>());
+    case T::number_float: return py::float_(j.get<double>());
+    case T::string: {
+      const std::string& t = j.get_ref<const std::string&>();
+      PyObject* u = PyUnicode_DecodeUTF8(t.data(), static_cast<Py_ssize_t>(t.size()), "replace");
+      if (!u) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(u);
+    }
+    case T::array: {
+      py::list out;
+      for (const nlohmann::json& e : j) out.append(py_of_json(e));
+      return out;
+    }
+    case T::object: {
+      py::dict out;
+      for (const auto& [k, v] : j.items()) out[py::str(k)] = py_of_json(v);
+      return out;
+    }
+    default: throw meshsim::Internal("the report holds a JSON value of no Python form");
+  }
+}
+
+// run_job runs the job `o` asks for with the GIL released: (exit status, the report as Python
+// values). The job runs on a thread of its own while this thread, Python's, looks at its signals
+// every 100 ms: on Ctrl-C (or any handler that raises) the ranks are aborted, and once they have
+// unwound the handler's exception (KeyboardInterrupt) is raised here, within about a second.
+py::tuple run_job(meshsim::run::Options o) {
   auto stop = std::make_shared<std::atomic<bool>>(false);
   o.interrupted = [stop] { return stop->load(); };
-  o.end_process_if_stuck = false;  // the interpreter stays; a stuck rank is in the report
-  std::ostringstream out;
-  int status = 0;
+  std::optional<meshsim::check::MeshCheckReport> report;
   std::exception_ptr failed;
   std::optional<py::error_already_set> raised;
   {
@@ -137,9 +166,11 @@ std::pair<int, std::string> run_json(meshsim::run::Options o) {
     std::condition_variable cv;
     bool done = false;
     py::gil_scoped_release release;
+    // The job's ranks hold what they use: a rank left stuck is in the report, and the
+    // interpreter stays.
     std::thread job([&] {
       try {
-        status = meshsim::run::run(o, out);
+        report = meshsim::check::check_meshes(meshsim::run::job_of(o));
       } catch (...) {
         failed = std::current_exception();
       }
@@ -165,7 +196,7 @@ std::pair<int, std::string> run_json(meshsim::run::Options o) {
   }
   if (raised) throw std::move(*raised);
   if (failed) std::rethrow_exception(failed);
-  return {status, out.str()};
+  return py::make_tuple(report->passed() ? 0 : 1, py_of_json(meshsim::check::report_json(*report)));
 }
 
 // names_of reads a name or a sequence of names, as mesh[...]'s key or transpose's order
@@ -191,6 +222,56 @@ std::vector<std::string> names_of(const py::object& o, const char* what = "mesh[
   }
   return out;
 }
+
+// ---- the layout algebra, typed: Python ints and nested lists in, the same out ----
+
+// build_tuple reads a Python int or a nested list/tuple of ints into `b`, bounded as the text and
+// JSON readers are (kMaxDepth, kMaxNodes); None reads as 0 where `none_is_zero` (a coordinate's
+// unknown mode, as the query reads null).
+void build_tuple(const py::handle& o, const std::string& field, meshsim::IntTupleBuilder& b, int depth, int& nodes,
+                 bool none_is_zero) {
+  if (++nodes > meshsim::kMaxNodes) {
+    throw meshsim::InvalidArgument("'" + field + "' has more than " + std::to_string(meshsim::kMaxNodes) + " nodes");
+  }
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) {
+    if (depth >= meshsim::kMaxDepth) {
+      throw meshsim::InvalidArgument("'" + field + "' is nested deeper than " + std::to_string(meshsim::kMaxDepth));
+    }
+    if (py::len(o) == 0) throw meshsim::InvalidArgument("'" + field + "': the empty tuple [] is not an IntTuple");
+    b.open();
+    for (const py::handle e : o) build_tuple(e, field, b, depth + 1, nodes, none_is_zero);
+    b.close();
+    return;
+  }
+  if (none_is_zero && o.is_none()) {
+    b.leaf(0);
+    return;
+  }
+  b.leaf(int64_of(o, field.c_str()));
+}
+
+meshsim::IntTuple tuple_of(const py::handle& o, const std::string& field, bool none_is_zero = false) {
+  meshsim::IntTupleBuilder b;
+  int nodes = 0;
+  build_tuple(o, field, b, 0, nodes, none_is_zero);
+  return b.take();
+}
+
+// py_of is an IntTuple as Python sees a layout's shape and stride: an int, or nested lists.
+py::object py_of(const meshsim::IntTuple& t) {
+  if (t.is_int()) return py::int_(t.value());
+  py::list out;
+  for (int i = 0; i < t.rank(); ++i) out.append(py_of(t[i]));
+  return out;
+}
+
+meshsim::Layout layout_of(const py::handle& shape, const py::handle& stride) {
+  return meshsim::Layout(tuple_of(shape, "shape"), tuple_of(stride, "stride"));
+}
+
+py::tuple py_of(const meshsim::Layout& l) { return py::make_tuple(py_of(l.shape()), py_of(l.stride())); }
+
+meshsim::Convention convention_of(const std::string& name) { return meshsim::parse_convention(name); }
 
 }  // namespace
 
@@ -380,8 +461,65 @@ PYBIND11_MODULE(_meshsim, m) {
   m.def("equivalent", [](const DeviceMesh& a, const DeviceMesh& b) { return equivalent(a, b); });
   m.def("save", [](const DeviceMesh& mesh) { return meshsim::save_mesh(mesh); });
   m.def("load", [](const std::string& text) { return meshsim::load_mesh(text); });
-  // query answers one `meshsim query` request line (the layout algebra goes through it).
+  // query answers one `meshsim query` request line (meshsim.query: the protocol itself).
   m.def("query", [](const std::string& line) { return meshsim::query::answer_line(line); });
+
+  // The layout algebra (meshsim.Layout), each op the C++ function itself: a layout is (shape,
+  // stride), each an int or nested lists of ints; answers come back the same way.
+  using meshsim::Layout;
+  using LayoutArgs = std::pair<py::object, py::object>;
+  auto L = [](const LayoutArgs& a) { return layout_of(a.first, a.second); };
+  m.def("parse_layout", [](const std::string& text) { return py_of(meshsim::parse_layout(text)); });
+  m.def("layout_size", [L](const LayoutArgs& a, const std::string& c) {
+    convention_of(c);  // size has no convention, but a bad name is refused as everywhere
+    return meshsim::size(L(a));
+  });
+  m.def("layout_cosize", [L](const LayoutArgs& a, const std::string& c) {
+    convention_of(c);
+    return meshsim::cosize(L(a));
+  });
+  m.def("coalesce", [L](const LayoutArgs& a, const std::string& c) { return py_of(meshsim::coalesce(L(a), convention_of(c))); });
+  m.def("filter", [L](const LayoutArgs& a, const std::string& c) { return py_of(meshsim::filter(L(a), convention_of(c))); });
+  m.def("complement", [L](const LayoutArgs& a, const py::object& bound, const std::string& c) {
+    const int64_t b = bound.is_none() ? 1 : int64_of(bound, "bound");
+    return py_of(meshsim::complement(L(a), b, convention_of(c)));
+  });
+  m.def("composition", [L](const LayoutArgs& a, const LayoutArgs& b, const std::string& c) {
+    return py_of(meshsim::composition(L(a), L(b), convention_of(c)));
+  });
+  m.def("logical_divide", [L](const LayoutArgs& a, const LayoutArgs& b, const std::string& c) {
+    return py_of(meshsim::logical_divide(L(a), L(b), convention_of(c)));
+  });
+  m.def("logical_product", [L](const LayoutArgs& a, const LayoutArgs& b, const std::string& c) {
+    return py_of(meshsim::logical_product(L(a), L(b), convention_of(c)));
+  });
+  m.def("right_inverse", [L](const LayoutArgs& a, const std::string& c) { return py_of(meshsim::right_inverse(L(a), convention_of(c))); });
+  m.def("left_inverse", [L](const LayoutArgs& a, const std::string& c) { return py_of(meshsim::left_inverse(L(a), convention_of(c))); });
+  m.def("crd2idx", [L](const LayoutArgs& a, const py::sequence& coords, const std::string& c) {
+    const Layout l = L(a);
+    const meshsim::Convention conv = convention_of(c);
+    std::vector<int64_t> out;
+    out.reserve(py::len(coords));
+    for (const py::handle coord : coords) out.push_back(meshsim::crd2idx(tuple_of(coord, "coords", true), l, conv));
+    return out;
+  });
+  m.def("idx2crd", [](const LayoutArgs& a, const py::sequence& indices, const std::string& c) {
+    const meshsim::IntTuple shape = tuple_of(a.first, "shape");
+    const meshsim::Convention conv = convention_of(c);
+    const meshsim::IntTuple stride = a.second.is_none() ? meshsim::compact_stride(shape, conv) : tuple_of(a.second, "stride");
+    // The answer's element budget, as the query charges it: indices x (modes + 1).
+    const auto n = static_cast<int64_t>(py::len(indices));
+    const int64_t per = shape.leaf_count() + 1;
+    if (n > meshsim::query::kDefaultMaxAnswerElements / per) {
+      throw meshsim::ResourceExhausted("idx2crd of " + std::to_string(n) + " indices over " + std::to_string(per - 1) +
+                                       " modes would hold " + std::to_string(n) + " x " + std::to_string(per) +
+                                       " elements, over the answer's budget of " +
+                                       std::to_string(meshsim::query::kDefaultMaxAnswerElements));
+    }
+    py::list out;
+    for (const py::handle i : indices) out.append(py_of(meshsim::idx2crd(tuple_of(i, "indices", true), shape, stride)));
+    return out;
+  });
   // views builds a recipe (a mesh.program JSON text, or a preset spec) and returns its views
   // in recipe order: [(name, DeviceMesh)].
   m.def("recipe_views", [](const std::string& program_json) {
@@ -398,7 +536,7 @@ PYBIND11_MODULE(_meshsim, m) {
   m.def("preset_views", [](const std::string& spec, std::optional<int64_t> world_size) {
     return named_views(meshsim::preset::recipe(spec, world_size));
   }, py::arg("spec"), py::arg("world_size") = py::none());
-  // run is `meshsim run --format json` in this process: (exit status, the JSON report text).
+  // run is `meshsim run --format json` in this process: (exit status, the report as Python values).
   // The GIL is released while the ranks run.
   m.def("run", [](const std::string& mesh, const std::string& recipe_file, const std::string& preset,
                   std::optional<int64_t> world_size, const std::string& backend, std::vector<std::string> faults,
@@ -413,9 +551,10 @@ PYBIND11_MODULE(_meshsim, m) {
     o.timeout_seconds = timeout;
     if (max_elements) o.max_elements = *max_elements;
     o.format = "json";
-    return run_json(o);
+    return run_job(o);
   });
-  // run_flags is `meshsim run FLAGS... --format json`: the flags as the tool reads them.
+  // run_flags is `meshsim run FLAGS... --format json`: the flags as the tool reads them (the one
+  // use of the tool's flag reader, meshsim_flags).
   m.def("run_flags", [](const std::vector<std::string>& flags) {
     for (const std::string& f : flags) {
       if (f == "--format" || f.rfind("--format=", 0) == 0) {
@@ -424,7 +563,7 @@ PYBIND11_MODULE(_meshsim, m) {
     }
     meshsim::run::Options o = meshsim::cli::parse_run_flags(flags);
     o.format = "json";
-    return run_json(o);
+    return run_job(o);
   });
 }
 

@@ -33,6 +33,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/placement.hpp"
 #include "meshsim/query.hpp"
@@ -135,6 +137,12 @@ struct MeshCheckReport {
 // check_meshes runs the job. Bad input (recipe, faults, engine, limits) throws meshsim::Error
 // before any rank starts; a check or rank that fails is in the report.
 MeshCheckReport check_meshes(const Job& job);
+
+// report_json is the report as one JSON tree: ok, backend, world_size, meshes (each with
+// groups_by_dim, and placement when placed), views, checks, collectives, seconds, failures (at
+// most kListedRanks, failures_count says how many), rank (a launched rank's own report),
+// placement_failures (when placed). `meshsim run --format json` prints it; meshsim.run returns it.
+nlohmann::json report_json(const MeshCheckReport& r);
 
 // write_error_file writes `message` to `path` in the JSON form torchrun reads from
 // TORCHELASTIC_ERROR_FILE, so its "Root Cause" report shows meshsim's diagnosis, dated at
