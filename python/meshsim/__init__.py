@@ -88,7 +88,7 @@ def _flatten(self, name=None, backend_override=None):
     "_"), registered on the root; backend_override is one backend for the new dim's groups."""
     if name is not None:
         name = _names([name], "name")[0]
-    return self._flatten_impl(name, None if backend_override is None else _dumps(_backend_json(backend_override), "backend_override"))
+    return self._flatten_impl(name, None if backend_override is None else _backend_json(backend_override))
 
 
 def _unflatten(self, dim, sizes, names, backend_override=None):
@@ -96,7 +96,7 @@ def _unflatten(self, dim, sizes, names, backend_override=None):
     backend_override ({new dim index or name: backend}) configures the new dims' groups."""
     override = None
     if backend_override is not None:
-        override = _dumps(_overrides_json(backend_override), "backend_override")
+        override = _overrides_json(backend_override)
     return self._unflatten_impl(dim, _listed(sizes, "sizes"), _names(names, "names"), override)
 
 
@@ -221,7 +221,7 @@ def _build(kind, body, names, backend_override, default_backend, world_size, ran
     program = {"world_size": max(_int(world_size, "world_size"), 1), "build": {kind: body}}
     if rank is not None:
         program["rank"] = _int(rank, "rank")
-    return _meshsim.recipe_views(_dumps(program, "the build"))[0][1]
+    return _meshsim.recipe_views(program, "the build")[0][1]
 
 
 def _overrides_json(backend_override):
@@ -292,7 +292,7 @@ def recipe(program):
     run --recipe` reads it: its size and nesting limits, its errors): {name: DeviceMesh}."""
     if isinstance(program, (str, bytes, _os.PathLike)):
         return dict(_meshsim.recipe_file_views(_os.fsdecode(program)))
-    return dict(_meshsim.recipe_views(_dumps(program, "the recipe")))
+    return dict(_meshsim.recipe_views(program, "the recipe"))
 
 
 def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threaded", faults=(), timeout=30.0,

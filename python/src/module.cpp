@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -223,6 +224,68 @@ std::vector<std::string> names_of(const py::object& o, const char* what = "mesh[
   return out;
 }
 
+// ---- Python values as the recipe reader's tree (no JSON text on the way) ----
+
+// kMaxValueDepth bounds the nesting of a value handed to the recipe reader (deeper is ParseError
+// naming it): what Python's own encoder walked (its recursion limit, 1000 by default), so a value
+// the reader judged before is judged the same now.
+constexpr int kMaxValueDepth = 990;
+
+[[noreturn]] void type_error(const std::string& message) {
+  py::object cls = py::module_::import("meshsim.errors").attr("ArgumentTypeError");
+  PyErr_SetString(cls.ptr(), message.c_str());
+  throw py::error_already_set();
+}
+
+// tree_of is a Python value (dicts, lists, tuples, str, int, float, bool, None) as the tree the
+// recipe reader judges. What JSON cannot say is refused here with meshsim's errors: NaN and
+// infinity (InvalidArgument), another type or a key that is not a str, int, float, bool or None
+// (ArgumentTypeError), nesting past kMaxValueDepth (ParseError); `what` names the value.
+// An int beyond int64 is OverflowError naming it exactly and its nearest key (`key`), as the
+// reader words an integer that does not fit.
+nlohmann::json tree_of(const py::handle& o, const std::string& what, int depth = 0, const std::string& key = "") {
+  if (depth > kMaxValueDepth) {
+    throw meshsim::ParseError(what + " nests deeper than " + std::to_string(kMaxValueDepth) + " levels");
+  }
+  if (o.is_none()) return nullptr;
+  if (PyBool_Check(o.ptr())) return o.ptr() == Py_True;
+  if (PyLong_Check(o.ptr())) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
+    if (overflow == 0) return static_cast<int64_t>(v);
+    throw meshsim::OverflowError((key.empty() ? what : "'" + key + "'") + ": " + py::str(o).cast<std::string>() +
+                                 " does not fit in a 64-bit signed integer");
+  }
+  if (PyFloat_Check(o.ptr())) {
+    const double d = PyFloat_AsDouble(o.ptr());
+    if (!std::isfinite(d)) {
+      throw meshsim::InvalidArgument(what + ": " + py::repr(o).cast<std::string>() +
+                                     " has no JSON form (NaN and infinity have none)");
+    }
+    return d;
+  }
+  if (py::isinstance<py::str>(o)) return o.cast<std::string>();
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const py::handle e : o) out.push_back(tree_of(e, what, depth + 1, key));
+    return out;
+  }
+  if (py::isinstance<py::dict>(o)) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [k, v] : o.cast<py::dict>()) {
+      std::string name;
+      if (py::isinstance<py::str>(k)) name = k.cast<std::string>();
+      else if (PyBool_Check(k.ptr())) name = k.ptr() == Py_True ? "true" : "false";
+      else if (k.is_none()) name = "null";
+      else if (PyLong_Check(k.ptr()) || PyFloat_Check(k.ptr())) name = py::str(k).cast<std::string>();
+      else type_error(what + ": keys must be str, int, float, bool or None, not " + std::string(Py_TYPE(k.ptr())->tp_name));
+      out[name] = tree_of(v, what, depth + 1, name);
+    }
+    return out;
+  }
+  type_error(what + ": Object of type " + std::string(Py_TYPE(o.ptr())->tp_name) + " is not JSON serializable");
+}
+
 // ---- the layout algebra, typed: Python ints and nested lists in, the same out ----
 
 // build_tuple reads a Python int or a nested list/tuple of ints into `b`, bounded as the text and
@@ -340,22 +403,21 @@ PYBIND11_MODULE(_meshsim, m) {
         return self.slice(std::span<const std::string>(n));
       })
       // The Python package wraps these two as flatten/unflatten: backends arrive as recipe JSON.
-      .def("_flatten_impl", [](const DeviceMesh& self, std::optional<std::string> name,
-                               std::optional<std::string> backend_json) {
+      .def("_flatten_impl", [](const DeviceMesh& self, std::optional<std::string> name, const py::object& backend) {
         std::optional<meshsim::BackendConfig> config;
-        if (backend_json) config = meshsim::backend_config_from_json(nlohmann::json::parse(*backend_json), "backend_override");
+        if (!backend.is_none()) config = meshsim::backend_config_from_json(tree_of(backend, "backend_override"), "backend_override");
         return self.flatten(name, config);
       })
       .def("_unflatten_impl", [](const DeviceMesh& self, const py::object& dim, std::vector<int64_t> sizes,
-                                 std::vector<std::string> names, std::optional<std::string> override_json) {
+                                 std::vector<std::string> names, const py::object& override_value) {
         const bool by_name = py::isinstance<py::str>(dim);
         DeviceMesh out = by_name ? self.unflatten(dim.cast<std::string>(), sizes, names)
                                  : self.unflatten(int64_of(dim, "dim"), sizes, names);
-        if (!override_json) return out;
+        if (override_value.is_none()) return out;
         const int first = dim_of(self, dim);
         return meshsim::with_new_dim_configs(
             out, first,
-            meshsim::backend_override_from_json(nlohmann::json::parse(*override_json), meshsim::MeshNames(names),
+            meshsim::backend_override_from_json(tree_of(override_value, "backend_override"), meshsim::MeshNames(names),
                                                 static_cast<int>(sizes.size())));
       })
       .def("transpose", [](const DeviceMesh& self, const py::sequence& order) {
@@ -520,10 +582,12 @@ PYBIND11_MODULE(_meshsim, m) {
     for (const py::handle i : indices) out.append(py_of(meshsim::idx2crd(tuple_of(i, "indices", true), shape, stride)));
     return out;
   });
-  // views builds a recipe (a mesh.program JSON text, or a preset spec) and returns its views
-  // in recipe order: [(name, DeviceMesh)].
-  m.def("recipe_views", [](const std::string& program_json) {
-    return named_views(meshsim::recipe_from_json(nlohmann::json::parse(program_json)));
+  // recipe_views builds a recipe (a mesh.program request as Python values: a dict; `what` names
+  // it in errors) and returns its views in recipe order: [(name, DeviceMesh)].
+  m.def("recipe_views", [](const py::object& program, const std::string& what) {
+    const nlohmann::json tree = tree_of(program, what);
+    if (!tree.is_object()) throw meshsim::ParseError(what + " must be a dict (a mesh.program request)");
+    return named_views(meshsim::recipe_from_json(tree));
   });
   // recipe_file_views reads a recipe file as `meshsim run --recipe` does (one reader: its size
   // and nesting limits, its typed errors naming the file) and builds its views.

@@ -453,3 +453,51 @@ def test_run_json_report_is_bounded_by_the_budget():
         meshsim.run("dp=4096,tp=1024", backend="local")
     report = meshsim.run("dp=2,tp=4", max_elements=44)  # 2 x (8 + 4 dp groups + 8 + 2 tp groups)
     assert report["ok"] and report["meshes"][0]["groups_by_dim"]["tp"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_run_returns_the_tools_report_value_for_value():
+    # The report as Python values (no JSON on the way) equals the tool's printed JSON, every field
+    # but the wall time, on a passing job with views and a failing one.
+    for flags in (["--mesh", "dp=2,cp=2,tp=2", "--slice", "dp,tp", "--flatten", "--gpus-per-host", "4"],
+                  ["--mesh", "dp=2,tp=2", "--fault", "mesh@1", "--timeout", "5"]):
+        report = meshsim.run(flags)
+        tool = subprocess.run([EXE, "run", *flags, "--format", "json"], capture_output=True, text=True, timeout=60)
+        expected = json.loads(tool.stdout)
+        assert report.pop("exit_status") == tool.returncode
+        for r in (report, expected):
+            r.pop("seconds")
+        assert report == expected
+
+
+def test_layout_ops_take_hostile_values_with_typed_errors():
+    deep = 1
+    for _ in range(40):
+        deep = [deep]
+    with pytest.raises(meshsim.InvalidArgument, match="nested deeper than 32"):
+        meshsim.Layout(deep, deep).size()
+    with pytest.raises(meshsim.InvalidArgument, match="empty tuple"):
+        meshsim.Layout([2, []], [1, []]).coalesce()
+    with pytest.raises(meshsim.InvalidArgument, match="unknown convention 'x'"):
+        meshsim.Layout("4:1").coalesce(convention="x")
+    with pytest.raises(meshsim.OverflowError):
+        meshsim.Layout((2 ** 62, 4), (1, 2 ** 62)).cosize()
+    with pytest.raises(meshsim.ArgumentTypeError, match="meshsim.Layout"):
+        meshsim.Layout("4:1").composition("2:1")
+    with pytest.raises(meshsim.ResourceExhausted, match="budget"):
+        meshsim.Layout("4:1").idx2crd(range(3_000_000))
+    assert meshsim.Layout("(2,4):(4,1)").crd2idx([[1, None], 5]) == [4, 5]
+
+
+def test_python_values_reach_the_recipe_reader_as_values():
+    with pytest.raises(meshsim.InvalidArgument, match="nan has no JSON form"):
+        meshsim.init_device_mesh((2, 2), ("a", "b"), backend_override={"a": ("gloo", {"x": float("nan")})})
+    with pytest.raises(meshsim.ArgumentTypeError, match="not JSON serializable"):
+        meshsim.init_device_mesh((2, 2), ("a", "b"), backend_override={"a": ("gloo", {"x": object()})})
+    with pytest.raises(meshsim.ArgumentTypeError, match="keys must be"):
+        meshsim.recipe({"world_size": 4, "build": {"init_device_mesh": {"mesh_shape": [4]}}, (1, 2): 3})
+    with pytest.raises(meshsim.ParseError, match="must be a dict"):
+        meshsim.recipe([1, 2])
+    with pytest.raises(meshsim.OverflowError, match="18446744073709551616"):
+        meshsim.recipe({"world_size": 2 ** 64, "build": {"init_device_mesh": {"mesh_shape": [2]}}})
+    m = meshsim.init_device_mesh((2, 2), ("a", "b"), backend_override={"b": ("gloo", {"timeout": 5, "tag": "x"})})
+    assert m.get_group("b")["backend"] == "gloo" and m.get_group("b")["options"]["tag"] == "x"
