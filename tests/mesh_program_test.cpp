@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "meshsim/error.hpp"
 #include "meshsim/query.hpp"
+#include "meshsim/recipe.hpp"
 
 namespace {
 
@@ -291,6 +293,37 @@ TEST(MeshProgramGroups, FromGroupAsPyTorchSpellsIt) {
   Json wrong = build({{"groups", {{0, 3}, {0, 1}}}, {"mesh", {{0, 1}, {2, 3}}}, {"mesh_dim_names", {"dp", "tp"}}});
   EXPECT_EQ(error_type(wrong), "InvalidArgument");
   EXPECT_EQ(error_type(build({{"group", {0}}, {"groups", {{0}}}})), "InvalidArgument");
+}
+
+}  // namespace
+
+namespace {
+
+// A recipe built in code equals the same recipe decoded from a mesh.program request: the same
+// views, each the same mesh.
+TEST(RecipeBuilder, BuildsWhatTheDecoderReads) {
+  const meshsim::MeshRecipe built = meshsim::RecipeBuilder::over_world(16)
+                                        .unflatten("root", "world", {2, 2, 4}, {"dp", "cp", "tp"})
+                                        .let("dense")
+                                        .slice("dense", {"dp", "cp"})
+                                        .flatten("_last", "dp_cp")
+                                        .let("dp_cp")
+                                        .result("dense")
+                                        .take();
+  const meshsim::MeshRecipe read = meshsim::recipe_from_json(Json::parse(R"({
+    "world_size": 16, "build": {"init_device_mesh": {"mesh_shape": [16], "mesh_dim_names": ["world"]}},
+    "ops": [{"on": "root", "unflatten": {"dim": "world", "sizes": [2, 2, 4], "names": ["dp", "cp", "tp"]}, "let": "dense"},
+            {"on": "dense", "slice": ["dp", "cp"]},
+            {"on": "_last", "flatten": "dp_cp", "let": "dp_cp"}],
+    "result": "dense"})"));
+  const meshsim::BuiltMeshes a = meshsim::apply(built), b = meshsim::apply(read);
+  ASSERT_EQ(a.meshes.size(), 3u);
+  ASSERT_EQ(a.meshes.size(), b.meshes.size());
+  for (std::size_t i = 0; i < a.meshes.size(); ++i) EXPECT_TRUE(equivalent(a.meshes[i], b.meshes[i])) << a.meshes[i].to_string();
+  EXPECT_EQ(*a.result.names(), (std::vector<std::string>{"dp", "cp", "tp"}));
+  EXPECT_TRUE(a.result == a.meshes[0]);
+  EXPECT_EQ(a.meshes[2].group_of(5, 0), (std::vector<int64_t>{1, 5, 9, 13}));
+  EXPECT_THROW(meshsim::RecipeBuilder::over_world(4).let("x"), meshsim::InvalidArgument);
 }
 
 }  // namespace

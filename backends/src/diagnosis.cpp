@@ -204,6 +204,50 @@ std::optional<Diagnosis> lost_store_diagnosis(Store& store, const std::string& p
   }
 }
 
+namespace {
+
+// never_came: `me` waited `waited` (`waited_where`: "in <collective>" or what it was doing) for
+// `missing`, who never came (`came`: "arrived" or "joined (<error>)"): a member whose process
+// never reached the store is named as such (unstarted_diagnosis), else a stall naming them.
+Diagnosis never_came(Store& store, const std::string& prefix, const std::vector<int64_t>& missing, int64_t me,
+                     const std::string& where, const std::string& waited_where, std::chrono::milliseconds waited,
+                     const std::string& came) {
+  if (auto dg = unstarted_diagnosis(store, prefix, missing, me, where, waited)) return *dg;
+  return Diagnosis{DiagnosisKind::kStall, missing,
+                   "stall: rank " + std::to_string(me) + " waited " + std::to_string(waited.count()) + " ms " +
+                       waited_where + "; " +
+                       (missing.size() == 1 ? "rank " + std::to_string(missing[0]) : "ranks " + rank_list(missing)) +
+                       " never " + came,
+                   {me}, missing};
+}
+
+}  // namespace
+
+std::optional<Diagnosis> join_census_diagnosis(const JoinFacts& f, const std::string& what, std::chrono::milliseconds waited,
+                                               const std::string& where) {
+  using Clock = std::chrono::steady_clock;
+  Store& store = *f.store;
+  // A member whose process ended, or the run's diagnosis, may reach the store a moment later.
+  const auto settle = Clock::now() + f.settle;
+  for (;;) {
+    if (auto dg = store_diagnosis(store, f.prefix, f.group, f.me, where)) return dg;
+    if (Clock::now() >= settle) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (auto dg = lost_store_diagnosis(store, f.prefix, f.me, where, what)) return dg;
+  std::vector<int64_t> missing;
+  try {
+    for (std::size_t i = 0; i < f.group.size(); ++i) {
+      const int64_t g = f.group[i];
+      if (g != f.me && store.add(f.key + ".joined/" + std::to_string(i), 0) == 0) missing.push_back(g);
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (missing.empty()) return std::nullopt;  // every member came: the transport's own error says why
+  return never_came(store, f.prefix, missing, f.me, where, where, waited, "joined (" + what + ")");
+}
+
 std::optional<Diagnosis> census_diagnosis(const CensusFacts& f, const std::string& what, bool timed_out, bool late,
                                           const std::function<std::optional<Diagnosis>()>& recorded,
                                           const std::function<void()>& close) {
@@ -271,12 +315,7 @@ std::optional<Diagnosis> census_diagnosis(const CensusFacts& f, const std::strin
   // A member whose program returned without entering this collective.
   if (!gone.empty()) return departed_diagnosis(gone, collective_label(f.desc, f.seq), f.group);
   if (missing.empty()) return std::nullopt;
-  // A member whose process never reached the store.
-  if (auto dg = unstarted_diagnosis(*f.store, f.prefix, missing, f.me, where, f.timeout)) return dg;
-  return Diagnosis{DiagnosisKind::kStall, missing,
-                   "stall: rank " + std::to_string(f.me) + " waited " + std::to_string(f.timeout.count()) + " ms in " +
-                       where + "; rank" + (missing.size() > 1 ? "s " : " ") + rank_list(missing) + " never arrived",
-                   {f.me}, missing};
+  return never_came(*f.store, f.prefix, missing, f.me, where, "in " + where, f.timeout, "arrived");
 }
 
 }  // namespace meshsim::detail

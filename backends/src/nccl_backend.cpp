@@ -151,40 +151,14 @@ struct detail::NcclState {
 
 namespace {
 
-// join_diagnosis: rank `me` failed (`what`, after `waited`) `where` (creating a communicator
-// of `ranks`, or splitting one), whose members count themselves in at "<key>.joined/<index in
-// ranks>". Across processes, say
-// why: the run's diagnosis or a dead member's will in the store, a lost store, or the members
-// that never joined (a stall naming them); nullopt when every member joined (NCCL's own error
-// then stands).
+// join_diagnosis: rank `me` failed (`what`, after `waited`) `where` (creating a communicator or
+// splitting the world's, whose members count in by rank: the world's index is the rank); the
+// join census (diagnosis.cpp) says who never joined.
 std::optional<Diagnosis> join_diagnosis(detail::NcclState& st, const std::string& key, std::span<const int64_t> ranks, int64_t me,
                                         const std::string& what, milliseconds waited, const std::string& where) {
-  Store& store = *st.opt.store;
-  const std::vector<int64_t> group(ranks.begin(), ranks.end());
-  // A member whose process ended, or the run's diagnosis, may reach the store a moment later.
-  const auto settle = Clock::now() + std::min<milliseconds>(milliseconds(1000), st.opt.timeout);
-  for (;;) {
-    if (auto dg = detail::store_diagnosis(store, st.opt.prefix, group, me, where)) return dg;
-    if (Clock::now() >= settle) break;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  if (auto dg = detail::lost_store_diagnosis(store, st.opt.prefix, me, where, what)) return dg;
-  std::vector<int64_t> missing;
-  try {
-    for (std::size_t i = 0; i < group.size(); ++i) {
-      if (group[i] != me && store.add(key + ".joined/" + std::to_string(i), 0) == 0) missing.push_back(group[i]);
-    }
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  if (missing.empty()) return std::nullopt;  // every member came: NCCL's own error says why
-  // A member whose process never reached the store at all is named as such.
-  if (auto dg = detail::unstarted_diagnosis(store, st.opt.prefix, missing, me, where, waited)) return dg;
-  return Diagnosis{DiagnosisKind::kStall, missing,
-                   "stall: rank " + std::to_string(me) + " waited " + std::to_string(waited.count()) + " ms " + where +
-                       "; " + (missing.size() == 1 ? "rank " + std::to_string(missing[0]) : "ranks " + rank_list(missing)) +
-                       " never joined (" + what + ")",
-                   {me}, missing};
+  const detail::JoinFacts f{st.opt.store.get(), st.opt.prefix, key, std::vector<int64_t>(ranks.begin(), ranks.end()),
+                            me, std::min<milliseconds>(milliseconds(1000), st.opt.timeout)};
+  return detail::join_census_diagnosis(f, what, waited, where);
 }
 
 class NcclCommunicator final : public detail::MemberCommunicator {

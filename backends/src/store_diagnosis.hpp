@@ -69,4 +69,24 @@ std::optional<Diagnosis> census_diagnosis(const CensusFacts& f, const std::strin
                                           const std::function<std::optional<Diagnosis>()>& recorded,
                                           const std::function<void()>& close);
 
+// JoinFacts: a communicator that `me` failed to create (NCCL's init or split), whose members
+// each counted themselves in under "<key>.joined/<k>" (k: the member's index in `group`) before
+// waiting for the others.
+struct JoinFacts {
+  Store* store = nullptr;
+  std::string prefix;          // the run's keys, as CensusFacts::prefix
+  std::string key;             // this communicator's join keys
+  std::vector<int64_t> group;  // the ranks that must join
+  int64_t me = 0;
+  std::chrono::milliseconds settle{1000};  // how long a peer's failure may take to reach the store
+};
+
+// join_census_diagnosis says why `me` failed (`what`, after `waited`) `where` (e.g. "creating
+// the NCCL communicator of group [0, 1]"): the store's diagnosis (store_diagnosis, within the
+// settle), a lost store, a member whose process never reached the store, else the members that
+// never counted themselves in ("stall: ... never joined (<what>)"); nullopt when every member
+// joined (the transport's own error says why) or the store cannot answer.
+std::optional<Diagnosis> join_census_diagnosis(const JoinFacts& f, const std::string& what, std::chrono::milliseconds waited,
+                                               const std::string& where);
+
 }  // namespace meshsim::detail

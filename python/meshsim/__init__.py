@@ -19,7 +19,7 @@ from .errors import *  # noqa: F401,F403 - the error classes are part of the API
 
 __all__ = [
     "DeviceMesh", "GroupTable", "Layout", "init_device_mesh", "concatenate", "equivalent", "save", "load",
-    "preset", "recipe", "run", "query", "errors",
+    "preset", "recipe", "run", "backends", "query", "errors",
 ] + errors.__all__
 
 
@@ -293,6 +293,13 @@ def recipe(program):
     if isinstance(program, (str, bytes, _os.PathLike)):
         return dict(_meshsim.recipe_file_views(_os.fsdecode(program)))
     return dict(_meshsim.recipe_views(program, "the recipe"))
+
+
+def backends():
+    """The backends meshsim.run (and `meshsim run --backend`) takes, in order: each a dict with
+    name, description, lockstep (every rank at once in one thread: local), spans_processes and
+    max_ranks (ranks one process runs at most)."""
+    return _meshsim.engines()
 
 
 def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threaded", faults=(), timeout=30.0,

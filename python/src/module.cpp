@@ -600,6 +600,20 @@ PYBIND11_MODULE(_meshsim, m) {
   m.def("preset_views", [](const std::string& spec, std::optional<int64_t> world_size) {
     return named_views(meshsim::preset::recipe(spec, world_size));
   }, py::arg("spec"), py::arg("world_size") = py::none());
+  // engines: the one name table `--backend` reads (every registered backend, then local).
+  m.def("engines", [] {
+    py::list out;
+    for (const meshsim::check::EngineEntry& e : meshsim::check::engines()) {
+      py::dict d;
+      d["name"] = e.name;
+      d["description"] = e.description;
+      d["lockstep"] = e.lockstep;
+      d["spans_processes"] = e.spans_processes;
+      d["max_ranks"] = e.max_ranks;
+      out.append(d);
+    }
+    return out;
+  });
   // run is `meshsim run --format json` in this process: (exit status, the report as Python values).
   // The GIL is released while the ranks run.
   m.def("run", [](const std::string& mesh, const std::string& recipe_file, const std::string& preset,

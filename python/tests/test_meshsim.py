@@ -501,3 +501,15 @@ def test_python_values_reach_the_recipe_reader_as_values():
         meshsim.recipe({"world_size": 2 ** 64, "build": {"init_device_mesh": {"mesh_shape": [2]}}})
     m = meshsim.init_device_mesh((2, 2), ("a", "b"), backend_override={"b": ("gloo", {"timeout": 5, "tag": "x"})})
     assert m.get_group("b")["backend"] == "gloo" and m.get_group("b")["options"]["tag"] == "x"
+
+
+def test_backends_are_the_one_list_the_tool_reads():
+    names = [b["name"] for b in meshsim.backends()]
+    assert names[0] == "threaded" and names[-1] == "local" and "gloo" in names and "fiber" in names
+    local = meshsim.backends()[-1]
+    assert local["lockstep"] and local["max_ranks"] == 2 ** 24 and not local["spans_processes"]
+    help_text = subprocess.run([EXE, "run", "--help"], capture_output=True, text=True, timeout=60).stdout
+    for b in meshsim.backends():
+        assert b["name"] + " (" + b["description"] in help_text
+    with pytest.raises(meshsim.InvalidArgument, match="known: " + ", ".join(names) + r"\)"):
+        meshsim.run("dp=2", backend="nope")

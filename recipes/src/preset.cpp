@@ -56,43 +56,12 @@ void check_at_least_one(int64_t v, const std::string& key, const std::string& wh
   if (v < 1) throw InvalidArgument(where + key + "=" + std::to_string(v) + " is not >= 1");
 }
 
-StepSpec unflatten_world(const std::string& let, std::vector<int64_t> sizes, std::vector<std::string> names) {
-  StepSpec s;
-  s.kind = StepSpec::Kind::kUnflatten;
-  s.on = "root";
-  s.let = let;
-  s.dim_name = "world";
-  s.sizes = std::move(sizes);
-  s.names = std::move(names);
-  return s;
-}
-
-StepSpec slice(const std::string& on, std::vector<std::string> names, std::optional<std::string> let = {}) {
-  StepSpec s;
-  s.kind = StepSpec::Kind::kSlice;
-  s.on = on;
-  s.let = std::move(let);
-  s.names = std::move(names);
-  return s;
-}
-
-StepSpec flatten(const std::string& name, const std::string& let) {
-  StepSpec s;
-  s.kind = StepSpec::Kind::kFlatten;
-  s.on = "_last";
-  s.flatten_name = name;
-  s.let = let;
-  return s;
-}
-
-MeshRecipe world_recipe(int64_t world) {
-  MeshRecipe r;
-  r.world_size = world;
-  r.root.kind = RootSpec::Kind::kInit;
-  r.root.shape = {world};
-  r.root.names = std::vector<std::string>{"world"};
-  r.result = "dense";
-  return r;
+// over_world starts a preset's recipe: a 1-D world, unflattened into its views, the result
+// the dense view.
+RecipeBuilder over_world(int64_t world) {
+  RecipeBuilder b = RecipeBuilder::over_world(world);
+  b.result("dense");
+  return b;
 }
 
 Torchtitan torchtitan_from_items(const std::string& body) {
@@ -373,27 +342,26 @@ MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size) {
                           std::to_string(sparse_region) + ")");
   }
   const int64_t batch = t.dp_replicate * t.dp_shard;
-  MeshRecipe r = world_recipe(world);
-  r.steps.push_back(unflatten_world("dataloading", {t.pp, batch, t.cp, t.tp}, {"pp", "batch", "cp", "tp"}));
-  r.steps.push_back(slice("dataloading", {"batch", "cp"}));
-  r.steps.push_back(flatten("loss_mesh", "loss"));
+  RecipeBuilder r = over_world(world);
+  r.unflatten("root", "world", {t.pp, batch, t.cp, t.tp}, {"pp", "batch", "cp", "tp"}).let("dataloading");
+  r.slice("dataloading", {"batch", "cp"});
+  r.flatten("_last", "loss_mesh").let("loss");
   if (t.spmd_backend == "spmd_types") {
-    r.steps.push_back(unflatten_world("dense", {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp},
-                                      {"pp", "dp_replicate", "dp_shard", "cp", "tp"}));
-    StepSpec fwdbwd = unflatten_world("", {t.pp, batch, t.cp, t.tp}, {"pp", "dp", "cp", "tp"});
-    fwdbwd.let.reset();  // torchtitan keeps only its dp, cp, tp slice
-    r.steps.push_back(std::move(fwdbwd));
-    r.steps.push_back(slice("_last", {"dp", "cp", "tp"}, "spmd_dense_for_fwdbwd"));
+    r.unflatten("root", "world", {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp}, {"pp", "dp_replicate", "dp_shard", "cp", "tp"})
+        .let("dense");
+    // torchtitan keeps only its dp, cp, tp slice of this one
+    r.unflatten("root", "world", {t.pp, batch, t.cp, t.tp}, {"pp", "dp", "cp", "tp"});
+    r.slice("_last", {"dp", "cp", "tp"}).let("spmd_dense_for_fwdbwd");
   } else {
-    r.steps.push_back(unflatten_world("dense", {t.pp, t.dp_replicate, t.dp_shard * t.cp, t.tp},
-                                      {"pp", "dp_replicate", "fsdp", "tp"}));
+    r.unflatten("root", "world", {t.pp, t.dp_replicate, t.dp_shard * t.cp, t.tp}, {"pp", "dp_replicate", "fsdp", "tp"})
+        .let("dense");
   }
-  r.steps.push_back(unflatten_world("sparse", {t.pp, t.dp_replicate, sparse_region / t.ep, t.ep},
-                                    {"pp", "dp_replicate", "efsdp", "ep"}));
+  r.unflatten("root", "world", {t.pp, t.dp_replicate, sparse_region / t.ep, t.ep}, {"pp", "dp_replicate", "efsdp", "ep"})
+      .let("sparse");
   if (t.spmd_backend == "spmd_types" && t.ep > 1) {
-    r.steps.push_back(slice("sparse", {"dp_replicate", "efsdp", "ep"}, "spmd_sparse_for_fwdbwd"));
+    r.slice("sparse", {"dp_replicate", "efsdp", "ep"}).let("spmd_sparse_for_fwdbwd");
   }
-  return r;
+  return r.take();
 }
 
 MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size) {
@@ -441,20 +409,20 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
                           "for the non-expert and expert parts (pp stride " + std::to_string(dense.stride_of("pp")) +
                           " vs " + std::to_string(expert.stride_of("pp")) + ")");
   }
-  MeshRecipe r = world_recipe(world);
+  RecipeBuilder r = over_world(world);
   std::vector<int64_t> sizes;
   std::vector<std::string> names;
   view_dims(dense, "ep", {}, sizes, names);
-  r.steps.push_back(unflatten_world("dense", sizes, names));
-  r.steps.push_back(slice("dense", in_mesh_order(names, {"dp", "cp"})));
-  r.steps.push_back(flatten("dp_cp", "dp_cp"));
-  r.steps.push_back(slice("dense", in_mesh_order(names, {"tp", "pp"})));
-  r.steps.push_back(flatten("mp", "mp"));
+  r.unflatten("root", "world", sizes, names).let("dense");
+  r.slice("dense", in_mesh_order(names, {"dp", "cp"}));
+  r.flatten("_last", "dp_cp").let("dp_cp");
+  r.slice("dense", in_mesh_order(names, {"tp", "pp"}));
+  r.flatten("_last", "mp").let("mp");
   sizes.clear();
   names.clear();
   view_dims(expert, "cp", {{"tp", "etp"}, {"dp", "edp"}}, sizes, names);
-  r.steps.push_back(unflatten_world("expert", sizes, names));
-  return r;
+  r.unflatten("root", "world", sizes, names).let("expert");
+  return r.take();
 }
 
 Torchtitan torchtitan_from_toml(const std::string& path) {

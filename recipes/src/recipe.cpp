@@ -433,6 +433,56 @@ MeshRecipe recipe_from_json(const Json& req) {
   return r;
 }
 
+RecipeBuilder RecipeBuilder::over_world(int64_t world) {
+  RecipeBuilder b;
+  b.r_.world_size = world;
+  b.r_.root.kind = RootSpec::Kind::kInit;
+  b.r_.root.shape = {world};
+  b.r_.root.names = std::vector<std::string>{"world"};
+  return b;
+}
+
+RecipeBuilder& RecipeBuilder::unflatten(std::string on, std::string dim, std::vector<int64_t> sizes,
+                                        std::vector<std::string> names) {
+  StepSpec s;
+  s.kind = StepSpec::Kind::kUnflatten;
+  s.on = std::move(on);
+  s.dim_name = std::move(dim);
+  s.sizes = std::move(sizes);
+  s.names = std::move(names);
+  r_.steps.push_back(std::move(s));
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::slice(std::string on, std::vector<std::string> names) {
+  StepSpec s;
+  s.kind = StepSpec::Kind::kSlice;
+  s.on = std::move(on);
+  s.names = std::move(names);
+  r_.steps.push_back(std::move(s));
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::flatten(std::string on, std::string name) {
+  StepSpec s;
+  s.kind = StepSpec::Kind::kFlatten;
+  s.on = std::move(on);
+  s.flatten_name = std::move(name);
+  r_.steps.push_back(std::move(s));
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::let(std::string name) {
+  if (r_.steps.empty()) throw InvalidArgument("RecipeBuilder::let(" + quote_input(name) + "): no step to name yet");
+  r_.steps.back().let = std::move(name);
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::result(std::string handle) {
+  r_.result = std::move(handle);
+  return *this;
+}
+
 std::vector<View> views(const MeshRecipe& recipe) {
   std::vector<View> out{{"root", 0}};
   for (std::size_t k = 0; k < recipe.steps.size(); ++k) {

@@ -88,6 +88,28 @@ struct MeshRecipe {
   std::optional<std::string> result;
 };
 
+// RecipeBuilder assembles a recipe in code, step by step (presets build theirs with it; nothing
+// is checked until apply):
+//   MeshRecipe r = RecipeBuilder::over_world(8)
+//                      .unflatten("root", "world", {2, 4}, {"dp", "tp"}).let("dense")
+//                      .slice("dense", {"tp"}).result("dense").take();
+class RecipeBuilder {
+ public:
+  // over_world: a 1-D root of `world` ranks with its one dim named "world" (init_device_mesh).
+  static RecipeBuilder over_world(int64_t world);
+  // Each step reads the mesh `on` names (a handle, "root" or "_last").
+  RecipeBuilder& unflatten(std::string on, std::string dim, std::vector<int64_t> sizes, std::vector<std::string> names);
+  RecipeBuilder& slice(std::string on, std::vector<std::string> names);
+  RecipeBuilder& flatten(std::string on, std::string name);
+  // let binds the last step's mesh to `name`; result names the recipe's result.
+  RecipeBuilder& let(std::string name);
+  RecipeBuilder& result(std::string handle);
+  MeshRecipe take() { return std::move(r_); }
+
+ private:
+  MeshRecipe r_;
+};
+
 // RecipeFlags are the command-line spelling shared by `meshsim show` and `meshsim run`.
 struct RecipeFlags {
   struct Step {
