@@ -157,6 +157,44 @@ TEST(NcclBackend, AMemberThatNeverJoinsTheCommunicatorIsNamedAcrossProcesses) {
   }
 }
 
+// Two "processes" over one store, one rank each: a collective that one member never enters ends,
+// at the other's deadline, in the census Gloo's ranks take (the store says who waited), naming
+// the member that never arrived, or the one whose program returned without entering it.
+TEST(NcclBackend, ACollectiveAMemberNeverEntersIsNamedAcrossProcesses) {
+  auto fake = std::make_shared<testing::FakeNccl>(2);
+  auto store = std::make_shared<InProcessStore>();
+  auto process = [&](int64_t rank, const std::string& prefix) {
+    return std::make_unique<NcclBackend>(NcclBackend::Options{.world_size = 2, .first_rank = rank, .local_ranks = 1,
+                                                              .store = store, .prefix = prefix, .timeout = 300ms,
+                                                              .api = fake, .first_device = static_cast<int>(rank)});
+  };
+  const std::vector<int64_t> both{0, 1};
+  for (const bool departs : {false, true}) {
+    const std::string prefix = departs ? "departs" : "stalls";
+    auto a = process(0, prefix), b = process(1, prefix);
+    std::shared_ptr<Communicator> ca, cb;
+    std::thread t([&] { cb = b->new_group(1, both, {}); });
+    ca = a->new_group(0, both, {});
+    t.join();
+    if (departs) b->depart(1);  // rank 1's program returned without entering the all_reduce
+    int32_t v = 1;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(ca->all_reduce(std::span<int32_t>(&v, 1), ReduceOp::kSum), Aborted);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+    const auto dg = a->diagnosis();
+    ASSERT_TRUE(dg.has_value());
+    EXPECT_EQ(dg->ranks, std::vector<int64_t>{1}) << dg->message;
+    EXPECT_EQ(to_string(dg->kind), departs ? "departed" : "stall") << dg->message;
+    EXPECT_NE(dg->message.find("all_reduce"), std::string::npos) << dg->message;
+    if (!departs) {
+      EXPECT_NE(dg->message.find("stall: rank 0 waited 300 ms in all_reduce(sum, int32, count=1) #0 of group [0, 1]; rank 1 never arrived"),
+                std::string::npos) << dg->message;
+    }
+    // The diagnosis reached the store, where rank 1's process reads it.
+    EXPECT_NO_THROW(store->get(prefix + "/failure", 100ms));
+  }
+}
+
 TEST(NcclBackend, RefusesTooFewGpusAndABuildWithoutNccl) {
   auto fake = std::make_shared<testing::FakeNccl>(2);
   try {

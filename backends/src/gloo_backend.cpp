@@ -513,6 +513,7 @@ GlooBackend::GlooBackend(Options options) {
   }
   s_ = std::make_shared<detail::GlooState>(options);
   attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
+  attach_store(s_->opt.store, s_->opt.prefix);
   s_->device = std::move(device);
   {
     // Raise the soft descriptor limit to the hard one: rank threads hold a socket per pair.
@@ -686,40 +687,19 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
   return comm;
 }
 
-bool GlooBackend::abort(Diagnosis d) {
-  if (!s_->reg.record(d)) return false;
-  detail::publish_failure(*s_->opt.store, s_->key("failure"), d);
+void GlooBackend::on_abort() {
   // Ranks outside any collective will not call again (entering one now throws Aborted): close
   // theirs, so their peers fail fast. Ranks inside one close their own as they unwind.
   for (int64_t r = s_->opt.first_rank; r < s_->opt.first_rank + s_->opt.local_ranks; ++r) {
     if (!s_->reg.in_op(r)) s_->close_rank(r);
   }
-  return true;
 }
 
-void GlooBackend::on_depart(int64_t rank) {
-  if (!s_->all_local()) {
-    // Across processes the peers learn of a departure from the store (at their deadline).
-    try {
-      s_->opt.store->set(s_->key("departed/" + std::to_string(rank)), "1");
-    } catch (const std::exception&) {
-    }
-  }
+void GlooBackend::on_departed(int64_t rank) {
   if (s_->reg.aborted()) s_->close_rank(rank);
 }
 
-bool GlooBackend::exit_abruptly(int64_t rank) {
-  if (!s_->reg.runs_here(rank)) {
-    throw OutOfRange("gloo backend: rank " + std::to_string(rank) + " does not run in this process");
-  }
-  s_->reg.leave(rank);
-  try {
-    s_->opt.store->set(s_->key("exit/" + std::to_string(rank)), "its thread ended");
-  } catch (const std::exception&) {
-  }
-  s_->close_rank(rank);
-  return true;
-}
+void GlooBackend::on_exit(int64_t rank) { s_->close_rank(rank); }
 
 double GlooBackend::connect_seconds() const {
   std::lock_guard lk(s_->mu);

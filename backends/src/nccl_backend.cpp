@@ -163,10 +163,13 @@ std::optional<Diagnosis> join_diagnosis(detail::NcclState& st, const std::string
 
 class NcclCommunicator final : public detail::MemberCommunicator {
  public:
+  // census_key names this group instance in the run's store (the same on every member): a
+  // collective's census keys are "<census_key>/<seq>".
   NcclCommunicator(std::shared_ptr<detail::NcclState> s, NcclBackend* owner, std::shared_ptr<Handle> h,
-                   std::shared_ptr<GroupInfo> info, int rank, milliseconds timeout)
+                   std::shared_ptr<GroupInfo> info, int rank, milliseconds timeout, std::string census_key)
       : MemberCommunicator(std::shared_ptr<const std::vector<int64_t>>(info, &info->ranks), rank, "nccl"),
-        s_(std::move(s)), owner_(owner), h_(std::move(h)), info_(std::move(info)), rank_(rank), timeout_(timeout) {}
+        s_(std::move(s)), owner_(owner), h_(std::move(h)), info_(std::move(info)), rank_(rank), timeout_(timeout),
+        census_key_(std::move(census_key)) {}
 
   void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
     check_count(count);
@@ -335,8 +338,19 @@ class NcclCommunicator final : public detail::MemberCommunicator {
         s_->reg.throw_aborted();
       }
       if (Clock::now() >= deadline) {
-        // Where every rank runs here the watchdog diagnoses first; across processes this is it.
+        // Where every rank runs here the watchdog diagnoses first; across processes the census
+        // (as Gloo's) names the members that never arrived, or departed.
         h_->abort();
+        const bool message = d.op == CollectiveOp::kSend || d.op == CollectiveOp::kRecv;
+        if (!s_->reg.all_local() && !message) {
+          const detail::CensusFacts facts{s_->opt.store.get(), s_->opt.prefix, census_key_ + "/" + std::to_string(seq_),
+                                          info_->ranks, global(), d, seq_, timeout_, true};
+          if (auto dg = detail::census_diagnosis(facts, "the deadline passed", true, true,
+                                                 [&] { return s_->reg.diagnosis(); }, [] {})) {
+            owner_->abort(*dg);
+            s_->reg.throw_aborted();
+          }
+        }
         throw DeadlineExceeded("rank " + std::to_string(global()) + " waited past " + std::to_string(timeout_.count()) +
                                " ms in " + where(d) + " (the communicator was aborted)");
       }
@@ -433,6 +447,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
   std::shared_ptr<GroupInfo> info_;
   int rank_;
   milliseconds timeout_;
+  std::string census_key_;
   uint64_t seq_ = 0;
   std::map<std::pair<int, int>, uint64_t> messages_;  // (send or recv, peer) -> messages so far
 };
@@ -453,6 +468,7 @@ NcclBackend::NcclBackend(Options options) {
   }
   s_ = std::make_shared<detail::NcclState>(options);
   attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
+  attach_store(s_->opt.store, s_->opt.prefix);
   s_->world.resize(static_cast<std::size_t>(options.local_ranks));
   s_->split_rounds.resize(static_cast<std::size_t>(options.local_ranks));
 }
@@ -508,7 +524,8 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
     auto& w = s_->world[static_cast<std::size_t>(rank - o.first_rank)];
     if (!w) w = h;
   }
-  auto comm = std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout);
+  auto comm = std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout,
+                                                 "nccl-census/" + detail::hex64(digest) + "." + std::to_string(instance));
   comm->set_config(config);  // the group hands its config back
   return comm;
 }
@@ -562,15 +579,10 @@ std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<c
   }
   s_->reg.leave(rank);
   s_->splits.fetch_add(1);
-  auto comm = std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout);
+  auto comm = std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout,
+                                                 "nccl-census/" + detail::hex64(gk.digest) + "." + std::to_string(instance));
   comm->set_config(config);  // the group hands its config back
   return comm;
-}
-
-bool NcclBackend::abort(Diagnosis d) {
-  if (!s_->reg.record(d)) return false;
-  detail::publish_failure(*s_->opt.store, s_->key("failure"), d);
-  return true;
 }
 
 int64_t NcclBackend::splits() const { return s_->splits.load(); }

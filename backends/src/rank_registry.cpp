@@ -584,4 +584,41 @@ int64_t RegistryBackend::steps() const { return registry_->steps(); }
 bool RegistryBackend::sleep_for(std::chrono::milliseconds d) { return registry_->sleep_for(d); }
 int64_t RegistryBackend::collectives() const { return registry_->collectives(); }
 
+void StoreBackend::attach_store(std::shared_ptr<Store> store, std::string prefix) {
+  store_ = std::move(store);
+  prefix_ = std::move(prefix);
+}
+
+bool StoreBackend::abort(Diagnosis d) {
+  if (!registry().record(d)) return false;
+  detail::publish_failure(*store_, key("failure"), d);
+  on_abort();
+  return true;
+}
+
+void StoreBackend::on_depart(int64_t rank) {
+  if (!registry().all_local()) {
+    // Across processes the peers learn of a departure from the store (at their deadline).
+    try {
+      store_->set(key("departed/" + std::to_string(rank)), "1");
+    } catch (const std::exception&) {
+    }
+  }
+  on_departed(rank);
+}
+
+bool StoreBackend::exit_abruptly(int64_t rank) {
+  if (!can_exit()) return false;
+  if (!registry().runs_here(rank)) {
+    throw OutOfRange(name() + " backend: rank " + std::to_string(rank) + " does not run in this process");
+  }
+  registry().leave(rank);
+  try {
+    store_->set(key("exit/" + std::to_string(rank)), "its thread ended");
+  } catch (const std::exception&) {
+  }
+  on_exit(rank);
+  return true;
+}
+
 }  // namespace meshsim

@@ -64,7 +64,7 @@ namespace detail {
 struct GlooState;
 }
 
-class GlooBackend final : public RegistryBackend {
+class GlooBackend final : public StoreBackend {
  public:
   // kMaxThreadRanks: rank threads in one process (each pair is a socket: n(n-1) descriptors).
   static constexpr int64_t kMaxThreadRanks = 64;
@@ -94,18 +94,18 @@ class GlooBackend final : public RegistryBackend {
   std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,
                                           const BackendConfig& config) override;
 
-  bool abort(Diagnosis d) override;
-
-  // exit_abruptly makes rank (a thread of this process) die the way a killed process does: its
-  // connections close and the store learns "<prefix>/exit/<rank>"; no diagnosis is written, so
-  // the peers must find out for themselves. The caller's thread must then stop using the rank.
-  bool exit_abruptly(int64_t rank) override;
   // connect_seconds is the time spent connecting contexts, summed over this process's ranks.
   double connect_seconds() const override;
 
  private:
-  // on_depart tells the other processes through the store.
-  void on_depart(int64_t rank) override;
+  // After an abort, ranks outside any collective close their connections (their peers then
+  // fail fast); a rank that departs after the abort closes its own; a rank that exits abruptly
+  // closes them as a killed process's would (exit_abruptly: the caller's thread must then stop
+  // using the rank).
+  void on_abort() override;
+  void on_departed(int64_t rank) override;
+  bool can_exit() const override { return true; }
+  void on_exit(int64_t rank) override;
   std::shared_ptr<detail::GlooState> s_;
 };
 

@@ -41,7 +41,7 @@ namespace detail {
 struct NcclState;
 }
 
-class NcclBackend final : public RegistryBackend {
+class NcclBackend final : public StoreBackend {
  public:
   struct Options {
     int64_t world_size = 1;
@@ -66,8 +66,6 @@ class NcclBackend final : public RegistryBackend {
   bool splits_world() const override { return true; }
   std::shared_ptr<Communicator> split_group(int64_t rank, std::span<const int64_t> ranks,
                                             const BackendConfig& config) override;
-
-  bool abort(Diagnosis d) override;
 
   // splits and inits count the communicators made each way (for tests and reports).
   int64_t splits() const;

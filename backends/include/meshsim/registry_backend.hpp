@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "meshsim/spmd_backend.hpp"
+#include "meshsim/store.hpp"
 
 namespace meshsim {
 
@@ -50,6 +51,37 @@ class RegistryBackend : public SpmdBackend {
 
  private:
   std::shared_ptr<detail::RankRegistry> registry_;
+};
+
+// StoreBackend is the layer of the registry backends whose ranks may span processes meeting
+// through a Store (Gloo, NCCL), written once: the run's diagnosis is published under
+// "<prefix>/failure" as it is recorded; across processes a rank whose program returned is
+// published under "<prefix>/departed/<rank>", so a peer's census names it; a rank that exits
+// abruptly under "<prefix>/exit/<rank>". A backend adds what each does to its transport.
+class StoreBackend : public RegistryBackend {
+ public:
+  // abort records `d` (false when the run already has a diagnosis), publishes it, then on_abort.
+  bool abort(Diagnosis d) final;
+  // exit_abruptly ends `rank` (of this process; OutOfRange otherwise) the way a killed process
+  // ends: the store learns "<prefix>/exit/<rank>" and on_exit closes its transport; no diagnosis
+  // is written, so its peers must find out for themselves. false where the backend cannot.
+  bool exit_abruptly(int64_t rank) final;
+
+ protected:
+  StoreBackend() = default;
+  // attach_store names the run's store and key prefix (once, in the backend's constructor).
+  void attach_store(std::shared_ptr<Store> store, std::string prefix);
+  std::string key(const std::string& k) const { return prefix_ + "/" + k; }
+  virtual void on_abort() {}
+  virtual void on_departed(int64_t rank) { (void)rank; }
+  // can_exit: the backend can close one rank's transport (on_exit) as a killed process would.
+  virtual bool can_exit() const { return false; }
+  virtual void on_exit(int64_t rank) { (void)rank; }
+
+ private:
+  void on_depart(int64_t rank) final;
+  std::shared_ptr<Store> store_;
+  std::string prefix_;
 };
 
 }  // namespace meshsim
