@@ -111,6 +111,10 @@ TEST(CheckFaults, TypedFaultsAreCheckedLikeTheirSpelling) {
   refused(Job{.recipe = three_dims(), .faults = {{FaultKind::kSkip, -1}}}, "rank -1 is negative");
   refused(Job{.recipe = three_dims(), .engine = "local", .faults = {{FaultKind::kStall, 1}}}, "does not apply to --backend local");
   refused(Job{.recipe = three_dims(), .timeout = std::chrono::milliseconds(0)}, "is not > 0");
+  // A recipe that cannot be built is refused before any rank starts, naming where it came from.
+  const MeshRecipe bad = recipe_from_flags({.mesh = "a=2,b=2", .steps = {{"slice", "zz"}}});
+  refused(Job{.recipe = bad, .origin = "--recipe 'x.json'"}, "--recipe 'x.json': ");
+  refused(Job{.recipe = bad, .engine = "local"}, "zz");
   refused(Job{.recipe = three_dims(), .stack_bytes = 1024}, "out of range");
 }
 

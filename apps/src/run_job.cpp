@@ -17,7 +17,7 @@ check::Job job_of(const Options& o) {
     throw InvalidArgument("--format must be text or json, not " + o.format);
   }
   job.recipe = recipe_from_flags(o.recipe);
-  job.built = apply_flags(job.recipe, o.recipe);  // bad recipes stop here, naming their file or preset
+  job.origin = recipe_origin(o.recipe);  // a bad recipe's errors name its file or preset
   job.faults = check::parse_faults(o.faults, job.recipe.world_size);
   constexpr int64_t kMinKib = static_cast<int64_t>(kMinStackBytes >> 10), kMaxKib = static_cast<int64_t>(kMaxStackBytes >> 10);
   if (o.rank_stack_kib != 0 && (o.rank_stack_kib < kMinKib || o.rank_stack_kib > kMaxKib)) {

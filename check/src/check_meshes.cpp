@@ -222,7 +222,7 @@ std::shared_ptr<Plan> make_plan(const Job& job, const EngineEntry& engine, std::
   Plan& plan = *held;
   plan.engine = engine.name;
   plan.recipe = job.recipe;
-  plan.expected = job.built ? *job.built : meshsim::apply(job.recipe);
+  plan.expected = apply_in(job.recipe, job.origin);
   plan.world = job.recipe.world_size;
   const BackendEntry* backend = engine.lockstep ? nullptr : find_backend(engine.name);
   if (engine.spans_processes) plan.launched = launch_env_from_environment();

@@ -258,14 +258,21 @@ MeshRecipe recipe_from_flags(const RecipeFlags& f) {
   return r;
 }
 
-BuiltMeshes apply_flags(const MeshRecipe& recipe, const RecipeFlags& flags) {
-  if (flags.recipe_file.empty() && flags.preset.empty()) return apply(recipe);
+std::string recipe_origin(const RecipeFlags& flags) {
+  if (!flags.recipe_file.empty()) return "--recipe " + quote_input(flags.recipe_file);
+  if (!flags.preset.empty()) return "--preset " + quote_input(flags.preset);
+  return "";
+}
+
+BuiltMeshes apply_in(const MeshRecipe& recipe, const std::string& origin) {
+  if (origin.empty()) return apply(recipe);
   try {
     return apply(recipe);
   } catch (const Error& e) {
-    rethrow_in_file(e, flags.preset.empty() ? "--recipe " + quote_input(flags.recipe_file)
-                                            : "--preset " + quote_input(flags.preset));
+    rethrow_in_file(e, origin);
   }
 }
+
+BuiltMeshes apply_flags(const MeshRecipe& recipe, const RecipeFlags& flags) { return apply_in(recipe, recipe_origin(flags)); }
 
 }  // namespace meshsim

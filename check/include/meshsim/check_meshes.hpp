@@ -3,6 +3,7 @@
 // all_reduce of known values over that dim's communicator, then a global agreement step.
 //
 //   check::Job job{.recipe = recipe_from_flags({.mesh = "dp=2,cp=2,tp=4"}), .engine = "threaded"};
+//   (a bad recipe is refused by check_meshes, of its error's type, naming `origin` when given)
 //   job.faults = check::parse_faults({"stall@3"}, job.recipe.world_size);
 //   check::MeshCheckReport r = check::check_meshes(job);   // r.ok, r.failures, r.seen
 //
@@ -87,9 +88,8 @@ inline constexpr std::size_t kListedRanks = 64;
 
 struct Job {
   MeshRecipe recipe;
-  // built: the recipe's meshes when the caller already built them (the tool does, to name the
-  // recipe's file or preset in an error); else check_meshes applies the recipe.
-  std::optional<BuiltMeshes> built;
+  // origin names the recipe in its errors ("--recipe 'f.json'": recipe_origin), or "".
+  std::string origin;
   std::string engine = "threaded";  // an entry of engines()
   std::vector<Fault> faults;
   std::chrono::milliseconds timeout{30000};

@@ -163,6 +163,11 @@ struct BuiltMeshes {
 BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& shared_root = {});
 // apply_flags is apply for a recipe decoded from `flags`: with --recipe, its errors name the file.
 BuiltMeshes apply_flags(const MeshRecipe& recipe, const RecipeFlags& flags);
+// recipe_origin is what names a recipe decoded from `flags` in its errors ("--recipe 'f.json'",
+// "--preset 'megatron:tp=2'"), or "" for one given inline; apply_in is apply with `origin` (when
+// not empty) in front of its errors, each of its own type.
+std::string recipe_origin(const RecipeFlags& flags);
+BuiltMeshes apply_in(const MeshRecipe& recipe, const std::string& origin);
 
 // resolve_backend_override turns per-dim override entries into one config per dim (empty when
 // none is set), with PyTorch's errors for redundant and invalid keys.
