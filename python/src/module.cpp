@@ -329,7 +329,8 @@ py::object py_of(const meshsim::IntTuple& t) {
 }
 
 meshsim::Layout layout_of(const py::handle& shape, const py::handle& stride) {
-  return meshsim::Layout(tuple_of(shape, "shape"), tuple_of(stride, "stride"));
+  meshsim::IntTuple s = tuple_of(shape, "shape");  // the shape's errors first, as the text reader's
+  return meshsim::Layout(std::move(s), tuple_of(stride, "stride"));
 }
 
 py::tuple py_of(const meshsim::Layout& l) { return py::make_tuple(py_of(l.shape()), py_of(l.stride())); }
