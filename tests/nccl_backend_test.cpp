@@ -112,17 +112,21 @@ TEST(NcclBackend, MismatchAndDepartureAreNamed) {
   EXPECT_EQ(rep.failures[0].ranks, std::vector<int64_t>{0});
 }
 
+// one_rank_process is one "process" of a 2-rank run: a backend running only `rank`, over `store`.
+std::unique_ptr<NcclBackend> one_rank_process(const std::shared_ptr<testing::FakeNccl>& fake,
+                                              const std::shared_ptr<Store>& store, int64_t rank, const std::string& prefix) {
+  return std::make_unique<NcclBackend>(NcclBackend::Options{.world_size = 2, .first_rank = rank, .local_ranks = 1,
+                                                            .store = store, .prefix = prefix, .timeout = 300ms,
+                                                            .api = fake, .first_device = static_cast<int>(rank)});
+}
+
 // Two "processes" (one backend each, one rank each) over one store: NCCL's init waits for every
 // member, as the real one does. When one never comes, the other names it within its timeout.
 TEST(NcclBackend, AMemberThatNeverJoinsTheCommunicatorIsNamedAcrossProcesses) {
   auto fake = std::make_shared<testing::FakeNccl>(2);
   fake->blocking_init = true;
   auto store = std::make_shared<InProcessStore>();
-  auto process = [&](int64_t rank, const std::string& prefix) {
-    return std::make_unique<NcclBackend>(NcclBackend::Options{.world_size = 2, .first_rank = rank, .local_ranks = 1,
-                                                              .store = store, .prefix = prefix, .timeout = 300ms,
-                                                              .api = fake, .first_device = static_cast<int>(rank)});
-  };
+  auto process = [&](int64_t rank, const std::string& prefix) { return one_rank_process(fake, store, rank, prefix); };
   const std::vector<int64_t> both{0, 1};
   {  // both come: the communicator is made
     auto a = process(0, "ok"), b = process(1, "ok");
@@ -163,11 +167,7 @@ TEST(NcclBackend, AMemberThatNeverJoinsTheCommunicatorIsNamedAcrossProcesses) {
 TEST(NcclBackend, ACollectiveAMemberNeverEntersIsNamedAcrossProcesses) {
   auto fake = std::make_shared<testing::FakeNccl>(2);
   auto store = std::make_shared<InProcessStore>();
-  auto process = [&](int64_t rank, const std::string& prefix) {
-    return std::make_unique<NcclBackend>(NcclBackend::Options{.world_size = 2, .first_rank = rank, .local_ranks = 1,
-                                                              .store = store, .prefix = prefix, .timeout = 300ms,
-                                                              .api = fake, .first_device = static_cast<int>(rank)});
-  };
+  auto process = [&](int64_t rank, const std::string& prefix) { return one_rank_process(fake, store, rank, prefix); };
   const std::vector<int64_t> both{0, 1};
   for (const bool departs : {false, true}) {
     const std::string prefix = departs ? "departs" : "stalls";
