@@ -91,8 +91,8 @@ TEST(BackendRegistry, UnknownNamesAndAnotherBackendsOptionsAreRefusedNamingWhatI
   // Ranks over several processes need a backend that spans them.
   SpmdOptions spread;
   spread.world_size = 4;
-  spread.first_rank = 2;
-  spread.local_ranks = 1;
+  spread.placement.first_rank = 2;
+  spread.placement.local_ranks = 1;
   spread.backend = "threaded";
   try {
     run_spmd(spread, [](RankContext&) {});

@@ -26,10 +26,10 @@ std::vector<RunReport> run_as_processes(int64_t world, std::chrono::milliseconds
       SpmdOptions o;
       o.backend = "gloo";
       o.world_size = world;
-      o.first_rank = r;
-      o.local_ranks = 1;
+      o.placement.first_rank = r;
+      o.placement.local_ranks = 1;
       o.timeout = timeout;
-      o.store = std::make_shared<TcpStoreClient>(TcpStoreOptions{.port = server.port()});
+      o.placement.store = std::make_shared<TcpStoreClient>(TcpStoreOptions{.port = server.port()});
       return run_spmd(o, fn);
     }));
   }
@@ -156,8 +156,8 @@ TEST(GlooBackend, RejectsBadGroupsAndArguments) {
                InvalidArgument);
   EXPECT_THROW(GlooBackend({.world_size = 0}), InvalidArgument);
   EXPECT_THROW(GlooBackend({.world_size = 65}), InvalidArgument);  // over kMaxThreadRanks threads
-  EXPECT_THROW(GlooBackend({.world_size = 4, .first_rank = 3, .local_ranks = 2}), OutOfRange);
-  EXPECT_THROW(GlooBackend({.world_size = 4, .first_rank = 1, .local_ranks = 1}), InvalidArgument);  // no store
+  EXPECT_THROW(GlooBackend({.world_size = 4, .placement = {.first_rank = 3, .local_ranks = 2}}), OutOfRange);
+  EXPECT_THROW(GlooBackend({.world_size = 4, .placement = {.first_rank = 1, .local_ranks = 1}}), InvalidArgument);  // no store
   EXPECT_THROW(GlooBackend({.world_size = 2, .hostname = "", .iface = "no-such-interface0"}), InvalidArgument);
   auto solo = b.new_group(0, std::vector<int64_t>{0}, {});
   int64_t x = 1;

@@ -115,9 +115,11 @@ TEST(NcclBackend, MismatchAndDepartureAreNamed) {
 // one_rank_process is one "process" of a 2-rank run: a backend running only `rank`, over `store`.
 std::unique_ptr<NcclBackend> one_rank_process(const std::shared_ptr<testing::FakeNccl>& fake,
                                               const std::shared_ptr<Store>& store, int64_t rank, const std::string& prefix) {
-  return std::make_unique<NcclBackend>(NcclBackend::Options{.world_size = 2, .first_rank = rank, .local_ranks = 1,
-                                                            .store = store, .prefix = prefix, .timeout = 300ms,
-                                                            .api = fake, .first_device = static_cast<int>(rank)});
+  return std::make_unique<NcclBackend>(NcclBackend::Options{
+      .world_size = 2,
+      .placement = {.first_rank = rank, .local_ranks = 1, .local_rank = rank, .store = store, .prefix = prefix},
+      .timeout = 300ms,
+      .api = fake});
 }
 
 // Two "processes" (one backend each, one rank each) over one store: NCCL's init waits for every

@@ -22,10 +22,7 @@ template <class O>
 O spanning_options(const BackendRequest& r, std::string_view name) {
   auto o = backend_options<O>(r, name);
   o.world_size = r.world_size;
-  o.first_rank = r.first_rank;
-  o.local_ranks = r.local_ranks;
-  o.store = r.store;
-  o.prefix = r.store_prefix;
+  o.placement = r.placement;
   o.timeout = r.timeout;
   return o;
 }
@@ -53,7 +50,6 @@ std::deque<BackendEntry> builtins() {
   b.push_back({"nccl", "NCCL, one GPU per rank; builds with NCCL", true, 16384,
                [](const BackendRequest& r) {
                  auto o = spanning_options<NcclBackend::Options>(r, "nccl");
-                 if (r.local_rank != 0) o.first_device = static_cast<int>(r.local_rank);
                  if (!o.api) o.api = make_cuda_nccl_api();
                  return std::shared_ptr<SpmdBackend>(std::make_shared<NcclBackend>(o));
                },

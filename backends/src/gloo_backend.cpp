@@ -100,7 +100,7 @@ constexpr uint64_t kP2PSlot = uint64_t{0x6d} << 56;  // meshsim's send/recv slot
 }  // namespace
 
 struct detail::GlooState {
-  explicit GlooState(const GlooBackend::Options& o) : opt(o), reg(o.world_size, o.first_rank, o.local_ranks) {}
+  explicit GlooState(const GlooBackend::Options& o) : opt(o), reg(o.world_size, o.placement.first_rank, o.placement.local_ranks) {}
   GlooBackend::Options opt;
   std::shared_ptr<gloo::transport::Device> device;
   detail::RankRegistry reg;
@@ -122,8 +122,8 @@ struct detail::GlooState {
   int64_t fd_limit = 0;
 
   bool all_local() const { return reg.all_local(); }
-  std::string key(const std::string& k) const { return opt.prefix + "/" + k; }
-  Contexts& of(int64_t rank) { return contexts[static_cast<std::size_t>(rank - opt.first_rank)]; }
+  std::string key(const std::string& k) const { return opt.placement.prefix + "/" + k; }
+  Contexts& of(int64_t rank) { return contexts[static_cast<std::size_t>(rank - opt.placement.first_rank)]; }
 
   // close_rank closes rank's connections once (its peers' blocked calls then fail). While any
   // rank of this process is connecting a context, closes wait: closing a pair whose peer (on
@@ -169,7 +169,7 @@ struct detail::GlooState {
     close_all(cs);
   }
 
-  std::optional<std::string> lookup(const std::string& k) const { return detail::lookup_key(*opt.store, key(k)); }
+  std::optional<std::string> lookup(const std::string& k) const { return detail::lookup_key(*opt.placement.store, key(k)); }
 };
 
 namespace {
@@ -444,7 +444,7 @@ class GlooCommunicator final : public detail::MemberCommunicator {
   [[noreturn]] void fail_and_throw(const CollectiveDesc& d, const std::string& what) {
     leave();
     const bool timed_out = what.find("Timed out") != std::string::npos || what.find("timeout") != std::string::npos;
-    const detail::CensusFacts facts{s_->opt.store.get(), s_->opt.prefix, prefix_ + "/" + std::to_string(seq_),
+    const detail::CensusFacts facts{s_->opt.placement.store.get(), s_->opt.placement.prefix, prefix_ + "/" + std::to_string(seq_),
                                     info_->ranks, global(), d, seq_, timeout_, !s_->all_local()};
     std::optional<Diagnosis> dg = detail::census_diagnosis(
         facts, what, timed_out, Clock::now() - entered_at_ >= timeout_, [&] { return s_->reg.diagnosis(); },
@@ -477,10 +477,9 @@ class GlooCommunicator final : public detail::MemberCommunicator {
 }  // namespace
 
 GlooBackend::GlooBackend(Options options) {
-  detail::check_placement("gloo", options.world_size, options.first_rank, &options.local_ranks, options.timeout,
-                          &options.store);
-  if (options.local_ranks > kMaxThreadRanks) {
-    throw InvalidArgument("gloo backend: " + std::to_string(options.local_ranks) +
+  detail::check_placement("gloo", options.world_size, &options.placement, options.timeout);
+  if (options.placement.local_ranks > kMaxThreadRanks) {
+    throw InvalidArgument("gloo backend: " + std::to_string(options.placement.local_ranks) +
                           " rank threads in one process is over the " + std::to_string(kMaxThreadRanks) +
                           " supported (each pair of ranks holds two sockets, and connecting grows as n^2 "
                           "binds); run several processes with `meshsim launch`");
@@ -513,7 +512,7 @@ GlooBackend::GlooBackend(Options options) {
   }
   s_ = std::make_shared<detail::GlooState>(options);
   attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
-  attach_store(s_->opt.store, s_->opt.prefix);
+  attach_store(s_->opt.placement.store, s_->opt.placement.prefix);
   s_->device = std::move(device);
   {
     // Raise the soft descriptor limit to the hard one: rank threads hold a socket per pair.
@@ -527,7 +526,7 @@ GlooBackend::GlooBackend(Options options) {
       if (lim.rlim_cur != RLIM_INFINITY) s_->fd_limit = static_cast<int64_t>(lim.rlim_cur);
     }
   }
-  s_->contexts.resize(static_cast<std::size_t>(options.local_ranks));
+  s_->contexts.resize(static_cast<std::size_t>(options.placement.local_ranks));
 }
 
 GlooBackend::~GlooBackend() {
@@ -600,8 +599,8 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
     // that died. Past that barrier the handshakes take milliseconds, and a pair that never
     // completes ends within the timeout: the whole connect within about twice the timeout at
     // worst, within one when a member dies after the barrier.
-    const std::string base = o.prefix + "/" + prefix;
-    StoreAdapter store(o.store, base, timeout);
+    const std::string base = o.placement.prefix + "/" + prefix;
+    StoreAdapter store(o.placement.store, base, timeout);
     store.on_publish(std::to_string(sub), [&] {
       std::vector<std::string> others;
       others.reserve(static_cast<std::size_t>(n - 1));
@@ -611,11 +610,11 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
       for (;;) {
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
         try {
-          o.store->wait(others, std::clamp(left, milliseconds(1), milliseconds(500)));
+          o.placement.store->wait(others, std::clamp(left, milliseconds(1), milliseconds(500)));
           return;
         } catch (const DeadlineExceeded& e) {
           if (s_->reg.aborted()) throw;
-          if (auto dg = detail::store_diagnosis(*o.store, o.prefix, info->ranks, rank, where)) {
+          if (auto dg = detail::store_diagnosis(*o.placement.store, o.placement.prefix, info->ranks, rank, where)) {
             abort(*dg);
             throw;
           }
@@ -647,7 +646,7 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
     // its will or its claim in the store names it, given a moment to arrive.
     const auto settle = Clock::now() + std::min<milliseconds>(milliseconds(1000), timeout);
     for (;;) {
-      if (auto dg = detail::store_diagnosis(*o.store, o.prefix, info->ranks, rank, where)) {
+      if (auto dg = detail::store_diagnosis(*o.placement.store, o.placement.prefix, info->ranks, rank, where)) {
         abort(*dg);
         s_->close_rank(rank);
         s_->reg.throw_aborted();
@@ -656,7 +655,7 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
       std::this_thread::sleep_for(milliseconds(20));
     }
     // The store died under the connect: the pairs' failure is its consequence, not a stall.
-    if (auto dg = detail::lost_store_diagnosis(*o.store, o.prefix, rank, "connecting group " + rank_list(info->ranks),
+    if (auto dg = detail::lost_store_diagnosis(*o.placement.store, o.placement.prefix, rank, "connecting group " + rank_list(info->ranks),
                                                failure)) {
       abort(*dg);
       s_->close_rank(rank);
@@ -665,7 +664,7 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
     if (failure.find("Timed out") != std::string::npos || failure.find("timeout") != std::string::npos ||
         waited >= timeout) {
       // A member whose process never reached the store is why: name it.
-      if (auto dg = detail::unstarted_diagnosis(*o.store, o.prefix, info->ranks, rank,
+      if (auto dg = detail::unstarted_diagnosis(*o.placement.store, o.placement.prefix, info->ranks, rank,
                                                 "the connect of group " + rank_list(info->ranks), waited)) {
         abort(*dg);
         s_->close_rank(rank);
@@ -690,7 +689,7 @@ std::shared_ptr<Communicator> GlooBackend::new_group(int64_t rank, std::span<con
 void GlooBackend::on_abort() {
   // Ranks outside any collective will not call again (entering one now throws Aborted): close
   // theirs, so their peers fail fast. Ranks inside one close their own as they unwind.
-  for (int64_t r = s_->opt.first_rank; r < s_->opt.first_rank + s_->opt.local_ranks; ++r) {
+  for (int64_t r = s_->opt.placement.first_rank; r < s_->opt.placement.first_rank + s_->opt.placement.local_ranks; ++r) {
     if (!s_->reg.in_op(r)) s_->close_rank(r);
   }
 }

@@ -137,7 +137,7 @@ struct Handle {
 }  // namespace
 
 struct detail::NcclState {
-  explicit NcclState(const NcclBackend::Options& o) : opt(o), reg(o.world_size, o.first_rank, o.local_ranks) {}
+  explicit NcclState(const NcclBackend::Options& o) : opt(o), reg(o.world_size, o.placement.first_rank, o.placement.local_ranks) {}
   NcclBackend::Options opt;
   detail::RankRegistry reg;
   std::atomic<int64_t> splits{0}, inits{0};
@@ -145,8 +145,8 @@ struct detail::NcclState {
   std::vector<std::shared_ptr<Handle>> world;  // each rank's first world communicator (split parent)
   std::vector<int64_t> split_rounds;            // each local rank's splits so far
 
-  std::string key(const std::string& k) const { return opt.prefix + "/" + k; }
-  int device_of(int64_t rank) const { return opt.first_device + static_cast<int>(rank - opt.first_rank); }
+  std::string key(const std::string& k) const { return opt.placement.prefix + "/" + k; }
+  int device_of(int64_t rank) const { return static_cast<int>(opt.placement.local_rank + (rank - opt.placement.first_rank)); }
 };
 
 namespace {
@@ -156,7 +156,7 @@ namespace {
 // join census (diagnosis.cpp) says who never joined.
 std::optional<Diagnosis> join_diagnosis(detail::NcclState& st, const std::string& key, std::span<const int64_t> ranks, int64_t me,
                                         const std::string& what, milliseconds waited, const std::string& where) {
-  const detail::JoinFacts f{st.opt.store.get(), st.opt.prefix, key, std::vector<int64_t>(ranks.begin(), ranks.end()),
+  const detail::JoinFacts f{st.opt.placement.store.get(), st.opt.placement.prefix, key, std::vector<int64_t>(ranks.begin(), ranks.end()),
                             me, std::min<milliseconds>(milliseconds(1000), st.opt.timeout)};
   return detail::join_census_diagnosis(f, what, waited, where);
 }
@@ -343,7 +343,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
         h_->abort();
         const bool message = d.op == CollectiveOp::kSend || d.op == CollectiveOp::kRecv;
         if (!s_->reg.all_local() && !message) {
-          const detail::CensusFacts facts{s_->opt.store.get(), s_->opt.prefix, census_key_ + "/" + std::to_string(seq_),
+          const detail::CensusFacts facts{s_->opt.placement.store.get(), s_->opt.placement.prefix, census_key_ + "/" + std::to_string(seq_),
                                           info_->ranks, global(), d, seq_, timeout_, true};
           if (auto dg = detail::census_diagnosis(facts, "the deadline passed", true, true,
                                                  [&] { return s_->reg.diagnosis(); }, [] {})) {
@@ -369,7 +369,7 @@ class NcclCommunicator final : public detail::MemberCommunicator {
     const auto settle = Clock::now() + (s_->reg.all_local() ? milliseconds(0) : std::min<milliseconds>(milliseconds(2000), timeout_));
     std::optional<Diagnosis> found;
     while (!s_->reg.aborted()) {
-      found = detail::store_diagnosis(*s_->opt.store, s_->opt.prefix, info_->ranks, global(), where(d));
+      found = detail::store_diagnosis(*s_->opt.placement.store, s_->opt.placement.prefix, info_->ranks, global(), where(d));
       if (found || Clock::now() >= settle) break;
       std::this_thread::sleep_for(milliseconds(20));
     }
@@ -459,18 +459,17 @@ NcclBackend::NcclBackend(Options options) {
     throw FailedPrecondition("nccl backend: no NCCL in this build (configure with -DMESHSIM_WITH_NCCL=ON), "
                              "and no NcclApi was given");
   }
-  detail::check_placement("nccl", options.world_size, options.first_rank, &options.local_ranks, options.timeout,
-                          &options.store);
+  detail::check_placement("nccl", options.world_size, &options.placement, options.timeout);
   const int devices = options.api->device_count();
-  if (options.first_device < 0 || options.local_ranks > devices - options.first_device) {
-    throw FailedPrecondition("nccl backend: " + gpus_needed(options.local_ranks, options.first_device) + "; " +
+  if (options.placement.local_rank < 0 || options.placement.local_ranks > devices - options.placement.local_rank) {
+    throw FailedPrecondition("nccl backend: " + gpus_needed(options.placement.local_ranks, options.placement.local_rank) + "; " +
                              options.api->name() + " sees " + std::to_string(devices));
   }
   s_ = std::make_shared<detail::NcclState>(options);
   attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
-  attach_store(s_->opt.store, s_->opt.prefix);
-  s_->world.resize(static_cast<std::size_t>(options.local_ranks));
-  s_->split_rounds.resize(static_cast<std::size_t>(options.local_ranks));
+  attach_store(s_->opt.placement.store, s_->opt.placement.prefix);
+  s_->world.resize(static_cast<std::size_t>(options.placement.local_ranks));
+  s_->split_rounds.resize(static_cast<std::size_t>(options.placement.local_ranks));
 }
 
 NcclBackend::~NcclBackend() = default;
@@ -496,13 +495,13 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
     // The join census: each member counts itself in before it waits for the others, so a
     // member that times out can name those that never came (across processes its registry
     // sees only its own ranks).
-    o.store->add(key + ".joined/" + std::to_string(sub), 1);
+    o.placement.store->add(key + ".joined/" + std::to_string(sub), 1);
     NcclId id;
     if (sub == 0) {
       id = api->unique_id();
-      o.store->set(key, id.to_hex());
+      o.placement.store->set(key, id.to_hex());
     } else {
-      id = NcclId::from_hex(o.store->get(key, timeout));
+      id = NcclId::from_hex(o.placement.store->get(key, timeout));
     }
     h = std::make_shared<Handle>(api, api->init_rank(static_cast<int>(ranks.size()), id, sub, timeout), device);
   } catch (const std::exception& e) {
@@ -521,7 +520,7 @@ std::shared_ptr<Communicator> NcclBackend::new_group(int64_t rank, std::span<con
   s_->inits.fetch_add(1);
   if (ranks.size() == static_cast<std::size_t>(o.world_size)) {
     std::lock_guard lk(s_->mu);
-    auto& w = s_->world[static_cast<std::size_t>(rank - o.first_rank)];
+    auto& w = s_->world[static_cast<std::size_t>(rank - o.placement.first_rank)];
     if (!w) w = h;
   }
   auto comm = std::make_shared<NcclCommunicator>(s_, this, h, info, sub, timeout,
@@ -537,7 +536,7 @@ std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<c
   std::shared_ptr<Handle> parent;
   {
     std::lock_guard lk(s_->mu);
-    parent = s_->world[static_cast<std::size_t>(rank - o.first_rank)];
+    parent = s_->world[static_cast<std::size_t>(rank - o.placement.first_rank)];
   }
   if (!parent) return new_group(rank, ranks, config);  // no world communicator to split yet
   const milliseconds timeout = config.timeout.count() > 0 ? config.timeout : o.timeout;
@@ -554,13 +553,13 @@ std::shared_ptr<Communicator> NcclBackend::split_group(int64_t rank, std::span<c
   int64_t round = 0;
   {
     std::lock_guard lk(s_->mu);
-    round = s_->split_rounds[static_cast<std::size_t>(rank - o.first_rank)]++;
+    round = s_->split_rounds[static_cast<std::size_t>(rank - o.placement.first_rank)]++;
   }
   const std::string key = s_->key("nccl-split/" + std::to_string(round));
   const auto start = Clock::now();
   try {
     api->set_device(parent->device);
-    o.store->add(key + ".joined/" + std::to_string(rank), 1);
+    o.placement.store->add(key + ".joined/" + std::to_string(rank), 1);
     h = std::make_shared<Handle>(api, api->split(parent->comm, color, sub, timeout), parent->device);
   } catch (const std::exception& e) {
     s_->reg.leave(rank);

@@ -214,19 +214,21 @@ std::optional<std::string> lookup_key(Store& store, const std::string& key) {
   }
 }
 
-void check_placement(const char* backend, int64_t world, int64_t first, int64_t* local,
-                     std::chrono::milliseconds timeout, std::shared_ptr<Store>* store) {
+void check_placement(const char* backend, int64_t world, RankPlacement* placement, std::chrono::milliseconds timeout) {
   const std::string who = std::string(backend) + " backend: ";
   if (world < 1) throw InvalidArgument(who + "world size " + std::to_string(world) + " is not >= 1");
-  if (*local == 0 && first == 0) *local = world;
-  if (first < 0 || *local < 1 || first > world || *local > world - first) {
+  placement->local_ranks = placement->ranks_here(world);
+  const int64_t first = placement->first_rank, local = placement->local_ranks;
+  if (first < 0 || local < 1 || first > world || local > world - first) {
     throw OutOfRange(who + "ranks [" + std::to_string(first) + ", " + std::to_string(first) + " + " +
-                     std::to_string(*local) + ") are not within the world of " + std::to_string(world));
+                     std::to_string(local) + ") are not within the world of " + std::to_string(world));
   }
   check_timeout(std::string(backend) + " backend", timeout);
-  if (!*store) {
-    if (*local != world) throw InvalidArgument(who + "ranks of several processes need a shared store (Options::store)");
-    *store = std::make_shared<InProcessStore>();
+  if (!placement->store) {
+    if (local != world) {
+      throw InvalidArgument(who + "ranks of several processes need a shared store (Options::placement.store)");
+    }
+    placement->store = std::make_shared<InProcessStore>();
   }
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "meshsim/spmd_backend.hpp"
+#include "meshsim/rank_placement.hpp"
 #include "meshsim/store.hpp"
 
 namespace meshsim::detail {
@@ -71,12 +72,11 @@ void publish_failure(Store& store, const std::string& key, const Diagnosis& d);
 // lookup_key reads `key` without waiting; nullopt when absent or the store is unreachable.
 std::optional<std::string> lookup_key(Store& store, const std::string& key);
 
-// check_placement validates a transport backend's options: world >= 1, the ranks run here
-// [first, first + *local) within it (*local 0 with first 0 becomes the whole world), a positive
-// timeout, and a store shared by the processes when not every rank runs here (*store null
-// becomes an InProcessStore for rank threads).
-void check_placement(const char* backend, int64_t world, int64_t first, int64_t* local,
-                     std::chrono::milliseconds timeout, std::shared_ptr<Store>* store);
+// check_placement validates a transport backend's placement: world >= 1, the ranks run here
+// [first_rank, first_rank + local_ranks) within it (local_ranks becomes ranks_here(world)), a
+// positive timeout, and a store shared by the processes when not every rank runs here (a null
+// store becomes an InProcessStore for rank threads).
+void check_placement(const char* backend, int64_t world, RankPlacement* placement, std::chrono::milliseconds timeout);
 
 // The wire form of a CollectiveDesc for the agreement check (op, dtype, count, root, reduce).
 inline constexpr std::size_t kDescWords = 5;

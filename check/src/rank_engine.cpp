@@ -208,14 +208,14 @@ Outcome run_ranks(const std::shared_ptr<const Plan>& held) {
   so.world_size = plan.world;
   so.timeout = plan.timeout;
   so.backend = plan.engine;
-  so.store_prefix = plan.prefix;
+  so.placement.prefix = plan.prefix;
   so.interrupted = plan.interrupted;
   so.stack_bytes = plan.stack_bytes;
   if (plan.launched) {
-    so.first_rank = plan.launched->rank;
-    so.local_ranks = 1;
-    so.store = plan.store;
-    so.local_rank = plan.launched->local_rank;
+    so.placement.first_rank = plan.launched->rank;
+    so.placement.local_ranks = 1;
+    so.placement.store = plan.store;
+    so.placement.local_rank = plan.launched->local_rank;
   }
   SpmdResults<RankResult> run = run_spmd_results<RankResult>(so, [held](RankContext& ctx, RankResult& out) {
     RankEngine e(*held, ctx, out);

@@ -295,8 +295,8 @@ std::pair<const BackendEntry*, int64_t> check_options(const SpmdOptions& options
     throw InvalidArgument("run_spmd: a rank's stack of " + std::to_string(options.stack_bytes) +
                           " bytes is out of range [64 KiB, 1 GiB]");
   }
-  const int64_t first = options.first_rank;
-  const int64_t count = options.local_ranks == 0 && first == 0 ? options.world_size : options.local_ranks;
+  const int64_t first = options.placement.first_rank;
+  const int64_t count = options.placement.ranks_here(options.world_size);
   if (count > entry->max_rank_threads) {
     throw InvalidArgument("run_spmd: " + std::to_string(count) + " ranks in one process are over the " +
                           std::to_string(entry->max_rank_threads) + " the " + options.backend + " backend runs");
@@ -492,15 +492,12 @@ RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)>
   // rank waiting while the world is still starting or moving is not cut off by its own.
   const auto op_timeout = watchdog ? options.timeout * 8 + period * 4 + std::chrono::milliseconds(500) : options.timeout;
   auto sh = std::make_shared<Shared>();
-  sh->first = options.first_rank;
+  sh->first = options.placement.first_rank;
   sh->process_rank = !everyone_here && count == 1;
   BackendRequest request;
   request.world_size = options.world_size;
-  request.first_rank = options.first_rank;
-  request.local_ranks = count;
-  request.store = options.store;
-  request.store_prefix = options.store_prefix;
-  request.local_rank = options.local_rank;
+  request.placement = options.placement;
+  request.placement.local_ranks = count;
   request.timeout = op_timeout;
   request.options = options.backend_options;
   request.stack_bytes = options.stack_bytes;

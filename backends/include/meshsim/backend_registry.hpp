@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "meshsim/rank_placement.hpp"
 #include "meshsim/spmd_backend.hpp"
 #include "meshsim/store.hpp"
 
@@ -37,15 +38,9 @@ namespace meshsim {
 
 struct BackendRequest {
   int64_t world_size = 1;
-  // The ranks that run in this process: [first_rank, first_rank + local_ranks); 0 means every
-  // rank (rank threads). Ranks of several processes need a shared `store`.
-  int64_t first_rank = 0;
-  int64_t local_ranks = 0;
-  std::shared_ptr<Store> store;
-  std::string store_prefix = "meshsim";  // processes of one run must agree on it
-  // local_rank: where this process's first rank stands among its host's ranks (a launcher's
-  // LOCAL_RANK); a backend with one device per rank starts at that device.
-  int64_t local_rank = 0;
+  // placement: the ranks run in this process and the store the run's processes share (only a
+  // backend that spans processes reads it).
+  RankPlacement placement;
   std::chrono::milliseconds timeout{30000};
   std::any options;  // the backend's own Options, or empty
   // stack_bytes: each rank's stack where the backend runs ranks itself (fibers); 0: its default.

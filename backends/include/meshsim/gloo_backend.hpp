@@ -6,7 +6,7 @@
 //   // one rank of a job launched by `meshsim launch` (MESHSIM_STORE names the TCP store):
 //   auto store = std::make_shared<TcpStoreClient>(TcpStoreOptions{.host = h, .port = p});
 //   auto b = std::make_shared<GlooBackend>(GlooBackend::Options{
-//       .world_size = 4, .first_rank = r, .local_ranks = 1, .store = store});
+//       .world_size = 4, .placement = {.first_rank = r, .local_ranks = 1, .store = store}});
 //
 // Groups are Gloo contexts: every member of a new group connects a full mesh over the store
 // under a prefix unique to (ranks, config, instance), reusing the process's device. Every
@@ -55,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "meshsim/rank_placement.hpp"
 #include "meshsim/registry_backend.hpp"
 #include "meshsim/store.hpp"
 
@@ -71,14 +72,9 @@ class GlooBackend final : public StoreBackend {
 
   struct Options {
     int64_t world_size = 1;
-    // The ranks that run in this process: [first_rank, first_rank + local_ranks); local_ranks
-    // 0 means all of them (rank threads).
-    int64_t first_rank = 0;
-    int64_t local_ranks = 0;
-    // The rendezvous store; null: a new InProcessStore (only for rank threads).
-    std::shared_ptr<Store> store;
-    // prefix namespaces this run's keys in the store.
-    std::string prefix = "meshsim";
+    // placement: the ranks that run in this process (default: all of them, as rank threads) and
+    // the rendezvous store (null: a new InProcessStore, only for rank threads).
+    RankPlacement placement;
     // hostname or iface of the TCP device (hostname wins when both are set).
     std::string hostname = "127.0.0.1";
     std::string iface;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "meshsim/nccl_api.hpp"
+#include "meshsim/rank_placement.hpp"
 #include "meshsim/registry_backend.hpp"
 #include "meshsim/store.hpp"
 
@@ -45,16 +46,13 @@ class NcclBackend final : public StoreBackend {
  public:
   struct Options {
     int64_t world_size = 1;
-    // Ranks of this process: [first_rank, first_rank + local_ranks); 0: all (rank threads).
-    int64_t first_rank = 0;
-    int64_t local_ranks = 0;
-    std::shared_ptr<Store> store;  // null: a new InProcessStore (rank threads only)
-    std::string prefix = "meshsim";
+    // placement: the ranks of this process (default: all, as rank threads), the store (null: a
+    // new InProcessStore, rank threads only), and the first GPU they use (placement.local_rank:
+    // rank first_rank + i runs on device local_rank + i).
+    RankPlacement placement;
     std::chrono::milliseconds timeout{30000};
     bool verify = true;
     std::shared_ptr<NcclApi> api;  // required
-    // The first GPU this process's ranks use (rank first_rank + i uses device first_device + i).
-    int first_device = 0;
   };
 
   explicit NcclBackend(Options options);

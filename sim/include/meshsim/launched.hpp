@@ -3,7 +3,7 @@
 // barrier before it closes its connections, and rank 0 gathers every rank's result.
 //
 //   SpmdResults<std::string> run = run_spmd_results<std::string>(options, program);  // one rank here
-//   LaunchedEnd end = finish_launched({.store = store, .prefix = options.store_prefix,
+//   LaunchedEnd end = finish_launched({.store = store, .prefix = options.placement.prefix,
 //                                      .world_size = n, .rank = rank, .timeout = t},
 //                                     run.report, run.results[0]);
 //   // end.ok, end.failures; end.results: every rank's on rank 0, this rank's own elsewhere.
@@ -34,7 +34,7 @@ namespace meshsim {
 
 struct LaunchedJob {
   std::shared_ptr<Store> store;
-  std::string prefix;  // the run's keys (SpmdOptions::store_prefix)
+  std::string prefix;  // the run's keys (SpmdOptions::placement.prefix)
   int64_t world_size = 1;
   int64_t rank = 0;  // this process's rank
   std::chrono::milliseconds timeout{30000};

@@ -34,6 +34,7 @@
 #include "meshsim/communicator.hpp"
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/mesh_communicators.hpp"
+#include "meshsim/rank_placement.hpp"
 #include "meshsim/spmd_backend.hpp"
 #include "meshsim/store.hpp"
 
@@ -55,15 +56,10 @@ struct SpmdOptions {
   // NcclBackend::Options{.api = ...}, FiberBackend::Options{.on_switch = ...}), or empty for
   // its defaults; the fields below override the struct's world, ranks, store and timeout.
   std::any backend_options;
-  // Ranks run here: [first_rank, first_rank + local_ranks); local_ranks 0 means every rank (rank
-  // threads). Ranks of several processes (a backend that spans processes) need `store`.
-  int64_t first_rank = 0;
-  int64_t local_ranks = 0;
-  std::shared_ptr<Store> store;
-  // local_rank: where the first rank run here stands among its host's ranks (LOCAL_RANK).
-  int64_t local_rank = 0;
-  // The key prefix of this run in the store (processes of one run must agree on it).
-  std::string store_prefix = "meshsim";
+  // placement: the ranks run here and the store the run's processes share; the default runs
+  // every rank here as a thread. Ranks of several processes (a backend that spans processes)
+  // need placement.store.
+  RankPlacement placement;
   // timeout bounds every wait; the watchdog diagnoses a wait older than this.
   std::chrono::milliseconds timeout{30000};
   bool watchdog = true;
@@ -174,7 +170,7 @@ struct RunReport {
 
 RunReport run_spmd(const SpmdOptions& options, std::function<void(RankContext&)> fn);
 
-// SpmdResults is a run whose ranks each produce a result: results[i] is rank first_rank + i's
+// SpmdResults is a run whose ranks each produce a result: results[i] is rank placement.first_rank + i's
 // (of the ranks run here), as far as it got: whole when the rank returned, partial when it
 // failed or was aborted midway; nullopt for a rank still running (stuck).
 template <class R>
@@ -188,8 +184,8 @@ struct SpmdResults {
 // rank fails later (a count of checks passed before a fault). A stuck rank's is never read.
 template <class R>
 SpmdResults<R> run_spmd_results(const SpmdOptions& options, std::function<void(RankContext&, R&)> fn) {
-  const int64_t first = options.first_rank;
-  const int64_t count = options.local_ranks == 0 && first == 0 ? options.world_size : options.local_ranks;
+  const int64_t first = options.placement.first_rank;
+  const int64_t count = options.placement.ranks_here(options.world_size);
   // Sized only for a count run_spmd accepts (it refuses the others before any rank runs). The
   // slots are shared with the ranks: a stuck rank may still write its own after this returns.
   const bool valid = count >= 1 && count <= options.world_size && options.world_size <= kMaxSpmdWorld;
