@@ -250,12 +250,12 @@ TEST(RankThreads, RanksRunOnTheStackSizeAsked) {
 
 namespace {
 
-// work_per_arrival runs `n` fibers through world collectives and collectives of groups of 16,
-// and returns the bookkeeping steps per arrival or completion.
-double work_per_arrival(int64_t n) {
+// work_per_arrival runs `n` ranks of `backend` through world collectives and collectives of
+// groups of 16, and returns the bookkeeping steps per arrival or completion.
+double work_per_arrival(int64_t n, const std::string& backend = "fiber") {
   SpmdOptions o;
   o.world_size = n;
-  o.backend = "fiber";
+  o.backend = backend;
   RunReport rep = run_spmd(o, [n](RankContext& ctx) {
     int64_t v = 1;
     ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
@@ -285,6 +285,14 @@ TEST(FiberScale, WorkPerArrivalDoesNotGrowWithTheWorld) {
   EXPECT_LT(big, 16.0);
 }
 
+TEST(ThreadedScale, WorkPerArrivalDoesNotGrowWithTheWorld) {
+  // Rank threads keep the same registry: 8x the ranks is about the same bookkeeping per arrival
+  // (each group checked once, the world's members never read per rank).
+  const double small = work_per_arrival(128, "threaded"), big = work_per_arrival(1024, "threaded");
+  EXPECT_LT(big, small * 1.5) << "steps per arrival: " << small << " at 128 ranks, " << big << " at 1024";
+  EXPECT_LT(big, 16.0);
+}
+
 TEST(RankThreads, RanksThatKeepReturningAfterAnAbortAreNotCalledStuck) {
   // Rank 0 throws at once; ranks 1..6 are busy outside any collective and return one after
   // another, 400 ms apart, 2.4 s in all: longer than the 1 s grace, but each within the grace of
@@ -293,8 +301,15 @@ TEST(RankThreads, RanksThatKeepReturningAfterAnAbortAreNotCalledStuck) {
   o.world_size = 8;
   o.timeout = std::chrono::milliseconds(5000);
   o.grace = std::chrono::milliseconds(1000);
-  RunReport rep = run_spmd(o, [](RankContext& ctx) {
-    if (ctx.rank() == 0) throw InvalidArgument("planted");
+  // Rank 0 throws once the others are running (a rank that starts after an abort is aborted
+  // as it makes its world group, before its program runs).
+  std::atomic<int> running{0};
+  RunReport rep = run_spmd(o, [&running](RankContext& ctx) {
+    if (ctx.rank() == 0) {
+      while (running.load() < 7) std::this_thread::yield();
+      throw InvalidArgument("planted");
+    }
+    running.fetch_add(1);
     std::this_thread::sleep_for(std::chrono::milliseconds(ctx.rank() == 7 ? 30000 : 400 * ctx.rank()));
   });
   ASSERT_FALSE(rep.ok);

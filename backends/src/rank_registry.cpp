@@ -143,8 +143,8 @@ void check_backend(const BackendConfig& config, const char* backend) {
   }
 }
 
-void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, int64_t first, int64_t count,
-                 const BackendConfig& config, const char* backend) {
+void check_member(int64_t rank, std::span<const int64_t> ranks, int64_t first, int64_t count,
+                  const BackendConfig& config, const char* backend) {
   check_backend(config, backend);
   if (rank < first || rank >= first + count) {
     throw OutOfRange(std::string(backend) + " backend: rank " + std::to_string(rank) +
@@ -156,8 +156,10 @@ void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, in
     throw InvalidArgument("new_group: rank " + std::to_string(rank) + " is not a member of " +
                           rank_list(std::vector<int64_t>(ranks.begin(), ranks.end())));
   }
-  // Every member checks the group it is given, so this is O(group size) per member: a group in
-  // increasing order (a mesh's usually is) needs no sorted copy to find a repeated rank.
+}
+
+void check_members(std::span<const int64_t> ranks, int64_t world) {
+  // A group in increasing order (a mesh's usually is) needs no sorted copy to find a repeat.
   const bool increasing = std::adjacent_find(ranks.begin(), ranks.end(), std::greater_equal<>()) == ranks.end();
   std::vector<int64_t> copy;
   if (!increasing) {
@@ -277,7 +279,7 @@ RankRegistry::GroupKey RankRegistry::key(int64_t rank, std::span<const int64_t> 
                                          const char* backend) {
   if (ranks.data() == world_ranks_.data() && ranks.size() == world_ranks_.size()) {
     check_backend(config, backend);
-    if (!runs_here(rank)) check_group(rank, ranks, world_, first_, count_, config, backend);  // throws, naming it
+    if (!runs_here(rank)) check_member(rank, ranks, first_, count_, config, backend);  // throws, naming it
     const uint64_t fp = config.fingerprint();
     std::lock_guard lk(mu_);
     auto [it, fresh] = world_digests_.try_emplace(fp, 0);
@@ -288,9 +290,9 @@ RankRegistry::GroupKey RankRegistry::key(int64_t rank, std::span<const int64_t> 
     count_steps(1);
     return GroupKey{it->second, static_cast<std::size_t>(rank)};
   }
-  check_group(rank, ranks, world_, first_, count_, config, backend);
+  check_member(rank, ranks, first_, count_, config, backend);
   const auto member = static_cast<std::size_t>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
-  count_steps(3 * static_cast<int64_t>(ranks.size()));  // checked, hashed, searched
+  count_steps(2 * static_cast<int64_t>(ranks.size()));  // searched, hashed
   return GroupKey{group_digest(ranks, config.fingerprint()), member};
 }
 
@@ -298,10 +300,16 @@ std::shared_ptr<GroupInfo> RankRegistry::group(int64_t rank, const GroupKey& key
                                                int64_t* instance) {
   std::lock_guard lk(mu_);
   if (diag_) throw_aborted();
-  *instance = slot(rank).instances[key.digest]++;
-  auto& ref = groups_[{key.digest, *instance}];
+  int64_t& created = slot(rank).instances[key.digest];
+  auto& ref = groups_[{key.digest, created}];
   if (!ref) {
     // Once per group, by its first member here.
+    try {
+      check_members(ranks, world_);
+    } catch (...) {
+      groups_.erase({key.digest, created});
+      throw;
+    }
     ref = std::make_shared<GroupInfo>();
     ref->ranks.assign(ranks.begin(), ranks.end());
     ref->entered.assign(ranks.size(), 0);
@@ -311,7 +319,13 @@ std::shared_ptr<GroupInfo> RankRegistry::group(int64_t rank, const GroupKey& key
       ref->local_count += ref->local[i] ? 1 : 0;
     }
     count_steps(static_cast<int64_t>(ranks.size()));
+  } else if (!(ranks.data() == world_ranks_.data() && ranks.size() == world_ranks_.size())) {
+    count_steps(static_cast<int64_t>(ranks.size()));
+    if (!std::equal(ranks.begin(), ranks.end(), ref->ranks.begin(), ref->ranks.end())) {
+      throw Internal("new_group: two different groups share the digest " + hex64(key.digest));
+    }
   }
+  *instance = created++;
   ++ref->joined;
   slot(rank).memberships.emplace_back(ref, key.member);
   return ref;
@@ -355,6 +369,7 @@ std::optional<Diagnosis> RankRegistry::enter(int64_t rank, const std::shared_ptr
     }
   }
   Slot& s = slot(rank);
+  clear_wait(s);  // a collective whose members were let go together may not be left yet
   s.in_op = true;
   WaitInfo w;
   w.rank = rank;
@@ -398,6 +413,7 @@ std::optional<Diagnosis> RankRegistry::enter_p2p(int64_t rank, const std::shared
     return departed_diagnosis({peer}, label_of(w, peer), g->ranks, {rank});
   }
   Slot& s = slot(rank);
+  clear_wait(s);
   s.in_op = true;
   s.wait = std::move(w);
   s.wait_group = g;
@@ -419,6 +435,7 @@ bool RankRegistry::peer_joined(const GroupInfo* g, const WaitInfo& w, int64_t pe
 void RankRegistry::enter_connect(int64_t rank, const std::shared_ptr<GroupInfo>& g) {
   std::lock_guard lk(mu_);
   Slot& s = slot(rank);
+  clear_wait(s);
   s.in_op = true;
   WaitInfo w;
   w.rank = rank;
@@ -430,9 +447,7 @@ void RankRegistry::enter_connect(int64_t rank, const std::shared_ptr<GroupInfo>&
   arrivals_.fetch_add(1, std::memory_order_relaxed);  // arriving at a group's creation is progress too
 }
 
-void RankRegistry::leave(int64_t rank) {
-  std::lock_guard lk(mu_);
-  Slot& s = slot(rank);
+void RankRegistry::clear_wait(Slot& s) {
   if (s.in_collective && s.wait_group) --s.wait_group->waiters;
   if (s.p2p_peer >= 0 && runs_here(s.p2p_peer)) --slot(s.p2p_peer).p2p_waiters;
   s.p2p_peer = -1;
@@ -441,7 +456,22 @@ void RankRegistry::leave(int64_t rank) {
   s.wait.reset();
   s.wait_group.reset();
   end_wait(s);
+}
+
+void RankRegistry::leave(int64_t rank) {
+  std::lock_guard lk(mu_);
+  clear_wait(slot(rank));
   count_steps(1);
+}
+
+void RankRegistry::leave_collective(const std::shared_ptr<GroupInfo>& g, uint64_t seq) {
+  std::lock_guard lk(mu_);
+  for (std::size_t i = 0; i < g->ranks.size(); ++i) {
+    if (!g->local[i]) continue;
+    Slot& s = slot(g->ranks[i]);
+    if (s.in_collective && s.wait_group == g && s.wait && s.wait->seq == seq) clear_wait(s);
+  }
+  count_steps(static_cast<int64_t>(g->ranks.size()));
 }
 
 bool RankRegistry::in_op(int64_t rank) const {
@@ -551,6 +581,11 @@ double RankRegistry::oldest_wait() const {
   std::lock_guard lk(mu_);
   if (wait_head_ < 0) return 0.0;
   return std::chrono::duration<double>(Clock::now() - slots_[static_cast<std::size_t>(wait_head_)].since).count();
+}
+
+bool RankRegistry::any_waiting() const {
+  std::lock_guard lk(mu_);
+  return wait_head_ >= 0;
 }
 
 bool RankRegistry::sleep_for(std::chrono::milliseconds d) {

@@ -51,10 +51,15 @@ uint64_t group_digest(std::span<const int64_t> ranks, uint64_t config_fingerprin
 // check_backend refuses a group config that names another backend than the run's.
 void check_backend(const BackendConfig& config, const char* backend);
 
-// check_group validates new_group's arguments: rank runs here, is a member, the members are
-// distinct and in [0, world), the config names no other backend.
-void check_group(int64_t rank, std::span<const int64_t> ranks, int64_t world, int64_t first, int64_t count,
-                 const BackendConfig& config, const char* backend);
+// check_member validates what each member of a new group checks for itself: the config names
+// no other backend, rank runs here ([first, first + count)), the group is not empty and rank is
+// a member of it. O(group size).
+void check_member(int64_t rank, std::span<const int64_t> ranks, int64_t first, int64_t count,
+                  const BackendConfig& config, const char* backend);
+// check_members validates what is the same for every member, so it is checked once per group:
+// the members are distinct and in [0, world). O(group size), plus a sorted copy when the group
+// is not in increasing order.
+void check_members(std::span<const int64_t> ranks, int64_t world);
 
 // this_host is gethostname(); process_alive says whether /proc/<pid> is a live (not zombie)
 // process of this host.
@@ -107,9 +112,9 @@ class RankRegistry {
   std::span<const int64_t> world_ranks() const { return world_ranks_; }
 
   // GroupKey is what every member of a new group computes first: the group's digest and the
-  // member's index in it. key() validates new_group's arguments (check_group) and hashes the
-  // ranks, O(group size) per member, except for world_ranks() itself, which is O(1): with a
-  // world of 65,536 fibers, every rank reading the world's members made creating it O(world^2).
+  // member's index in it. key() checks the member (check_member) and hashes the ranks, O(group
+  // size) per member, except for world_ranks() itself, which is O(1): with a world of 65,536
+  // fibers, every rank reading the world's members made creating it O(world^2).
   struct GroupKey {
     uint64_t digest = 0;
     std::size_t member = 0;
@@ -118,7 +123,10 @@ class RankRegistry {
 
   // group returns the shared record of the n-th group with this digest that `rank` (member
   // `key.member`) creates (the n-th creation by each member meets the n-th by every other)
-  // and its instance number.
+  // and its instance number. The first member here to create it checks the members
+  // (check_members, once per group: a sorted copy of a 16,384-rank group per member would be
+  // O(n^2 log n) for the group); the others compare their list with its (Internal if two
+  // groups share a digest).
   std::shared_ptr<GroupInfo> group(int64_t rank, const GroupKey& key, std::span<const int64_t> ranks,
                                    int64_t* instance);
 
@@ -136,6 +144,12 @@ class RankRegistry {
   // enter_connect marks `rank` as connecting group `g` (a wait without a collective).
   void enter_connect(int64_t rank, const std::shared_ptr<GroupInfo>& g);
   void leave(int64_t rank);
+  // leave_collective: every member of `g` here still waiting in its collective `seq` leaves
+  // it, under one lock (the member whose arrival completed a collective of thousands of rank
+  // threads lets them all go at once, instead of each taking the lock on its way out).
+  // O(group size). A member may enter its next wait first: entering leaves the wait before, so
+  // the two may come in either order; leave() after it is harmless.
+  void leave_collective(const std::shared_ptr<GroupInfo>& g, uint64_t seq);
   bool in_op(int64_t rank) const;
   Clock::time_point entered_at(int64_t rank) const;
 
@@ -156,6 +170,8 @@ class RankRegistry {
   // began), for a watchdog that asks often.
   std::vector<WaitInfo> waits() const;
   double oldest_wait() const;
+  // any_waiting: some rank of this process is in a wait (O(1)).
+  bool any_waiting() const;
   bool sleep_for(std::chrono::milliseconds d);
 
   // count_collective: a rank of this process completed a collective; collectives sums them.
@@ -191,6 +207,8 @@ class RankRegistry {
   Slot& slot(int64_t rank) { return slots_[static_cast<std::size_t>(rank - first_)]; }
   const Slot& slot(int64_t rank) const { return slots_[static_cast<std::size_t>(rank - first_)]; }
 
+  // clear_wait ends the slot's wait, if any (under mu_).
+  void clear_wait(Slot& s);
   // start_wait / end_wait keep the list of waiting slots (under mu_).
   void start_wait(Slot& s);
   void end_wait(Slot& s);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -37,8 +38,10 @@ struct Slot {
   bool mismatch = false;
 };
 
+// Group is the rendezvous of one group; its members, and how far each got for the SPMD
+// bookkeeping, are the registry's record (info).
 struct Group {
-  std::vector<int64_t> ranks;
+  std::shared_ptr<detail::GroupInfo> info;
   std::chrono::milliseconds timeout{0};
   std::mutex mu;
   std::condition_variable cv;
@@ -47,41 +50,30 @@ struct Group {
   std::map<std::tuple<int, int, uint64_t>, std::shared_ptr<Slot>> p2p;
 };
 
-// RankWait is what the watchdog reads about one rank.
-struct RankWait {
-  std::mutex mu;
-  bool active = false;
-  std::shared_ptr<Group> group;
-  uint64_t seq = 0;
-  bool p2p = false;
-  std::tuple<int, int, uint64_t> p2p_key;
-  CollectiveDesc desc;
-  Clock::time_point since;
-};
-
 }  // namespace
 
 struct detail::ThreadedState {
+  explicit ThreadedState(const ThreadedBackend::Options& o)
+      : options(o), reg(o.world_size, 0, o.world_size), departed(std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(o.world_size))) {}
+
   ThreadedBackend::Options options;
+  // The SPMD bookkeeping every registry backend shares: the run's diagnosis, who waits in what,
+  // departures, the counts of collectives.
+  RankRegistry reg;
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // aborted mirrors reg.aborted() (set after the diagnosis is recorded) so that waiters test
+  // it inside their group's lock without taking the registry's.
   std::atomic<bool> aborted{false};
-  mutable std::mutex diag_mu;
-  std::optional<Diagnosis> diagnosis;
-  std::condition_variable sleep_cv;  // with diag_mu
 
   mutable std::mutex groups_mu;  // group creation only
   std::vector<std::shared_ptr<Group>> groups;
-  // Groups by (digest of ranks and config, n-th creation); instances counts each rank's creations
-  // per digest. Digests keep per-rank bookkeeping O(1) whatever the group size.
+  // The rendezvous of each group record (by digest and instance, as the registry keys them).
   std::map<std::pair<uint64_t, int64_t>, std::shared_ptr<Group>> by_key;
-  std::map<std::pair<int64_t, uint64_t>, int64_t> instances;
-  std::shared_ptr<Group> world;  // created once
 
+  // A waiter's own test for a member that ended its program (a member that never created the
+  // group is in no record of the registry's): set by on_depart, read without a lock.
   std::unique_ptr<std::atomic<bool>[]> departed;
   std::atomic<int64_t> departures{0};  // how many ranks departed (waiters scan only when > 0)
-  std::unique_ptr<RankWait[]> waits;
-  std::atomic<int64_t> collectives{0};
-  std::atomic<int64_t> arrivals{0};  // ranks that began to wait in a collective or message
 
   void wake_all() {
     std::vector<std::shared_ptr<Group>> gs;
@@ -93,14 +85,9 @@ struct detail::ThreadedState {
       std::lock_guard lk(g->mu);
       g->cv.notify_all();
     }
-    std::lock_guard lk(diag_mu);
-    sleep_cv.notify_all();
   }
 
-  [[noreturn]] void throw_aborted() const {
-    std::lock_guard lk(diag_mu);
-    throw Aborted(diagnosis ? diagnosis->message : std::string("the run was aborted"));
-  }
+  [[noreturn]] void throw_aborted() const { reg.throw_aborted(); }
 };
 
 namespace {
@@ -109,7 +96,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
  public:
   ThreadedCommunicator(std::shared_ptr<detail::ThreadedState> s, ThreadedBackend* owner,
                        std::shared_ptr<Group> g, int me)
-      : MemberCommunicator(std::shared_ptr<const std::vector<int64_t>>(g, &g->ranks), me, "threaded"),
+      : MemberCommunicator(std::shared_ptr<const std::vector<int64_t>>(g, &g->info->ranks), me, "threaded"),
         s_(std::move(s)), owner_(owner), g_(std::move(g)), me_(me) {}
 
   void all_reduce(void* buf, int64_t count, DType t, ReduceOp op) override {
@@ -222,7 +209,8 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
  private:
   using Work = std::function<void(Slot&, int)>;
 
-  int64_t global(int r) const { return g_->ranks[static_cast<std::size_t>(r)]; }
+  int64_t global(int r) const { return g_->info->ranks[static_cast<std::size_t>(r)]; }
+  const std::vector<int64_t>& ranks() const { return g_->info->ranks; }
 
   void check_count(int64_t count) const {
     if (count < 0) throw InvalidArgument("collective count " + std::to_string(count) + " is negative");
@@ -239,27 +227,31 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     return Clock::now() + t;
   }
 
-  // RankWait bookkeeping for the watchdog.
-  struct Waiting {
-    RankWait& w;
-    Waiting(RankWait& rw, std::shared_ptr<Group> g, uint64_t seq, const CollectiveDesc& d,
-            bool p2p, std::tuple<int, int, uint64_t> key)
-        : w(rw) {
-      std::lock_guard lk(w.mu);
-      w.active = true;
-      w.group = std::move(g);
-      w.seq = seq;
-      w.desc = d;
-      w.p2p = p2p;
-      w.p2p_key = key;
-      w.since = Clock::now();
-    }
-    ~Waiting() {
-      std::lock_guard lk(w.mu);
-      w.active = false;
-      w.group.reset();
+  // Entered is a rank's wait in the registry (what the watchdog and a departure read), left
+  // however the call ends.
+  // A collective's members are let go together by the member that completed it (left = true).
+  struct Entered {
+    detail::RankRegistry& reg;
+    int64_t rank;
+    bool left = false;
+    ~Entered() {
+      if (!left) reg.leave(rank);
     }
   };
+
+  // enter records the wait (a departed member that never entered ends the run, naming it).
+  void enter(const CollectiveDesc& d, uint64_t seq) {
+    if (auto gone = s_->reg.enter(global(me_), g_->info, static_cast<std::size_t>(me_), seq - 1, d)) {
+      owner_->abort(std::move(*gone));
+      s_->throw_aborted();
+    }
+  }
+  void enter_p2p(const CollectiveDesc& d, int peer, uint64_t n_th) {
+    if (auto gone = s_->reg.enter_p2p(global(me_), g_->info, global(peer), d, n_th)) {
+      owner_->abort(std::move(*gone));
+      s_->throw_aborted();
+    }
+  }
 
   // wait blocks until done(), failing on abort, on a departed member that is still missing
   // (missing() lists group ranks not yet there), and at the deadline.
@@ -276,7 +268,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
       for (int r : s_->departures.load() > 0 ? missing() : std::vector<int>{}) {
         if (s_->departed[static_cast<std::size_t>(global(r))].load()) {
           // A point-to-point message has one waiter (this rank); a collective, the whole group.
-          Diagnosis dg = departed_diagnosis({global(r)}, what(), g_->ranks,
+          Diagnosis dg = departed_diagnosis({global(r)}, what(), ranks(),
                                             p2p ? std::vector<int64_t>{global(me_)} : std::vector<int64_t>{});
           lk.unlock();
           owner_->abort(std::move(dg));
@@ -288,7 +280,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
         std::vector<int64_t> gone;
         for (int r : missing()) gone.push_back(global(r));
         throw DeadlineExceeded("rank " + std::to_string(global(me_)) + " waited past its deadline in " +
-                               what() + " of group " + rank_list(g_->ranks) + "; ranks " + rank_list(gone) +
+                               what() + " of group " + rank_list(ranks()) + "; ranks " + rank_list(gone) +
                                " never arrived");
       }
     }
@@ -317,7 +309,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     }
     std::vector<std::pair<std::string, std::vector<int64_t>>> calls;
     for (auto& [d, ranks] : kinds) calls.emplace_back(d.to_string(), std::move(ranks));
-    return mismatch_diagnosis("#" + std::to_string(seq - 1), g_->ranks, calls);
+    return mismatch_diagnosis("#" + std::to_string(seq - 1), ranks(), calls);
   }
 
   // collective runs one rendezvous: arrive, check agreement, do the work (reading the other
@@ -329,9 +321,8 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     const uint64_t seq = ++seq_;
     auto what = [&] { return label(d, seq); };
     const auto until = deadline();
-    RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
-    s_->arrivals.fetch_add(1, std::memory_order_relaxed);
-    Waiting waiting(rw, g_, seq, d, false, {});
+    enter(d, seq);
+    Entered entered{s_->reg, global(me_)};
     std::unique_lock lk(g_->mu);
     auto& ref = g_->slots[seq];
     if (!ref) ref = std::make_shared<Slot>(static_cast<std::size_t>(n));
@@ -358,7 +349,8 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
       owner_->abort(std::move(dg));
       s_->throw_aborted();
     }
-    if (all_here()) {
+    const bool completed_here = all_here();
+    if (completed_here) {
       g_->cv.notify_all();
     } else {
       lk.unlock();
@@ -371,7 +363,11 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
       // The rank that found the mismatch aborts the run; wait for its diagnosis.
       wait_abort(until);
     }
+    // Every member is here: none waits any more. The member that completed the rendezvous lets
+    // them all go at once (after the lock: a member already in its next wait is left alone).
+    entered.left = true;
     lk.unlock();
+    if (completed_here) s_->reg.leave_collective(g_->info, seq - 1);
     // From here every rank of the group has arrived and only moves memory: the phase waits
     // neither abort nor time out, so no rank leaves while another still reads its buffers.
     std::exception_ptr err;
@@ -395,7 +391,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     if (++slot->left == n) g_->slots.erase(seq);
     lk.unlock();
     if (err) std::rethrow_exception(err);
-    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+    s_->reg.count_collective();
   }
 
   // spin waits briefly for `ready` when the group fits on the machine's cores, so that a
@@ -407,9 +403,10 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
   }
 
   void wait_abort(Clock::time_point until) {
-    std::unique_lock lk(s_->diag_mu);
-    s_->sleep_cv.wait_until(lk, until, [&] { return s_->aborted.load(); });
-    lk.unlock();
+    for (auto now = Clock::now(); !s_->aborted.load() && now < until; now = Clock::now()) {
+      s_->reg.sleep_for(std::chrono::ceil<std::chrono::milliseconds>(until - now));
+    }
+    if (!s_->aborted.load()) throw Internal("threaded backend: a collective's mismatch was found but never recorded");
     s_->throw_aborted();
   }
 
@@ -420,9 +417,8 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     auto what = [&] { return message_label(d, n_th, global(src), global(dst)); };
     const auto key = std::make_tuple(src, dst, n_th);
     const auto until = deadline();
-    RankWait& rw = s_->waits[static_cast<std::size_t>(global(me_))];
-    s_->arrivals.fetch_add(1, std::memory_order_relaxed);
-    Waiting waiting(rw, g_, n_th, d, true, key);
+    enter_p2p(d, sender ? dst : src, n_th);
+    Entered entered{s_->reg, global(me_)};
     std::unique_lock lk(g_->mu);
     auto& ref = g_->p2p[key];
     if (!ref) ref = std::make_shared<Slot>(2);
@@ -440,7 +436,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     const Arrival& s = slot->at[0];
     const Arrival& r = slot->at[1];
     if (s.desc.dtype != r.desc.dtype || s.desc.count != r.desc.count) {
-      Diagnosis dg = p2p_mismatch_diagnosis(g_->ranks, global(src), s.desc.to_string(), global(dst), r.desc.to_string());
+      Diagnosis dg = p2p_mismatch_diagnosis(ranks(), global(src), s.desc.to_string(), global(dst), r.desc.to_string());
       lk.unlock();
       owner_->abort(std::move(dg));
       s_->throw_aborted();
@@ -457,7 +453,7 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
            what, true);
     }
     lk.unlock();
-    s_->collectives.fetch_add(1, std::memory_order_relaxed);
+    s_->reg.count_collective();
   }
 
   std::shared_ptr<detail::ThreadedState> s_;
@@ -470,177 +466,56 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
 
 }  // namespace
 
-ThreadedBackend::ThreadedBackend(Options options) : s_(std::make_shared<detail::ThreadedState>()) {
+ThreadedBackend::ThreadedBackend(Options options) {
   if (options.world_size < 1 || options.world_size > (int64_t{1} << 20)) {
     throw InvalidArgument("threaded backend: world size " + std::to_string(options.world_size) +
                           " is out of range [1, 2^20]");
   }
   check_timeout("threaded backend", options.timeout);
-  s_->options = options;
-  const auto n = static_cast<std::size_t>(options.world_size);
-  s_->departed = std::make_unique<std::atomic<bool>[]>(n);
-  s_->waits = std::make_unique<RankWait[]>(n);
-  s_->world = std::make_shared<Group>();
-  s_->world->ranks.resize(n);
-  for (std::size_t i = 0; i < n; ++i) s_->world->ranks[i] = static_cast<int64_t>(i);
-  s_->groups.push_back(s_->world);
+  s_ = std::make_shared<detail::ThreadedState>(options);
+  attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
 }
 
 ThreadedBackend::~ThreadedBackend() = default;
 
-int64_t ThreadedBackend::world_size() const { return s_->options.world_size; }
-
-std::shared_ptr<Communicator> ThreadedBackend::world(int64_t rank) {
-  // One world group for every rank, built once: O(1) per rank.
-  if (rank < 0 || rank >= s_->options.world_size) {
-    throw OutOfRange("rank " + std::to_string(rank) + " is out of range [0, " +
-                     std::to_string(s_->options.world_size) + ")");
-  }
-  return std::make_shared<ThreadedCommunicator>(s_, this, s_->world, static_cast<int>(rank));
-}
-
 std::shared_ptr<Communicator> ThreadedBackend::new_group(int64_t rank,
                                                         std::span<const int64_t> ranks,
                                                         const BackendConfig& config) {
-  const int64_t world = s_->options.world_size;
-  if (rank < 0 || rank >= world) {
-    throw OutOfRange("rank " + std::to_string(rank) + " is out of range [0, " + std::to_string(world) + ")");
-  }
-  detail::check_backend(config, "threaded");
-  if (ranks.empty()) throw InvalidArgument("new_group: a group needs at least one rank");
-  auto pos = std::find(ranks.begin(), ranks.end(), rank);
-  if (pos == ranks.end()) {
-    throw InvalidArgument("new_group: rank " + std::to_string(rank) + " is not a member of " +
-                          rank_list(ranks));
-  }
-  // The n-th creation of the same (ranks, config) by a rank meets the n-th by every other member.
-  const uint64_t digest = detail::group_digest(ranks, config.fingerprint());
+  // The registry checks the member (O(group size) each) and the group (once), and meets the
+  // n-th creation of the same (ranks, config) by a rank with the n-th by every other member.
+  const detail::RankRegistry::GroupKey key = s_->reg.key(rank, ranks, config, "threaded");
+  int64_t instance = 0;
+  std::shared_ptr<detail::GroupInfo> info = s_->reg.group(rank, key, ranks, &instance);
   std::shared_ptr<Group> g;
   {
     std::lock_guard lk(s_->groups_mu);
-    const int64_t instance = s_->instances[{rank, digest}]++;
-    auto& ref = s_->by_key[{digest, instance}];
+    auto& ref = s_->by_key[{key.digest, instance}];
     if (!ref) {
-      // The first member validates the ranks once for the whole group.
-      std::vector<int64_t> sorted(ranks.begin(), ranks.end());
-      std::sort(sorted.begin(), sorted.end());
-      for (std::size_t i = 0; i < sorted.size(); ++i) {
-        if (sorted[i] < 0 || sorted[i] >= world) {
-          s_->instances[{rank, digest}]--;
-          throw OutOfRange("new_group: rank " + std::to_string(sorted[i]) + " is out of range [0, " +
-                           std::to_string(world) + ")");
-        }
-        if (i && sorted[i] == sorted[i - 1]) {
-          s_->instances[{rank, digest}]--;
-          throw InvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " appears twice");
-        }
-      }
       ref = std::make_shared<Group>();
-      ref->ranks.assign(ranks.begin(), ranks.end());
+      ref->info = info;
       ref->timeout = config.timeout;
       s_->groups.push_back(ref);
-    } else if (!std::equal(ranks.begin(), ranks.end(), ref->ranks.begin(), ref->ranks.end())) {
-      throw Internal("new_group: two different groups share the digest " + std::to_string(digest));
     }
     g = ref;
   }
-  auto comm = std::make_shared<ThreadedCommunicator>(s_, this, g, static_cast<int>(pos - ranks.begin()));
+  auto comm = std::make_shared<ThreadedCommunicator>(s_, this, g, static_cast<int>(key.member));
   comm->set_config(config);  // the group hands its config back
   return comm;
 }
 
 bool ThreadedBackend::abort(Diagnosis d) {
-  {
-    std::lock_guard lk(s_->diag_mu);
-    if (s_->diagnosis) return false;
-    s_->diagnosis = std::move(d);
-    s_->aborted.store(true);
-  }
+  if (!s_->reg.record(std::move(d))) return false;
+  s_->aborted.store(true);
   s_->wake_all();
   return true;
 }
 
-bool ThreadedBackend::aborted() const { return s_->aborted.load(); }
-
-std::optional<Diagnosis> ThreadedBackend::diagnosis() const {
-  std::lock_guard lk(s_->diag_mu);
-  return s_->diagnosis;
-}
-
-void ThreadedBackend::depart(int64_t rank) {
-  if (rank < 0 || rank >= s_->options.world_size) return;
+void ThreadedBackend::on_depart(int64_t rank) {
   if (!s_->departed[static_cast<std::size_t>(rank)].exchange(true)) s_->departures.fetch_add(1);
-  s_->wake_all();
+  // Only a rank in a wait can be waiting for this one: a waiter that begins later reads the
+  // flag above before it sleeps. (Waking every group on each departure made the end of a run
+  // of thousands of ranks O(ranks x groups).)
+  if (s_->reg.any_waiting()) s_->wake_all();
 }
-
-std::vector<WaitInfo> ThreadedBackend::waits() const {
-  std::vector<WaitInfo> out;
-  const auto now = Clock::now();
-  // Ranks waiting in one collective share its group's list and one missing list (computed once):
-  // a world waiting in the world group is O(world), not O(world^2).
-  std::map<std::pair<const Group*, uint64_t>, SharedRanks> missing;
-  for (int64_t r = 0; r < s_->options.world_size; ++r) {
-    RankWait& w = s_->waits[static_cast<std::size_t>(r)];
-    std::shared_ptr<Group> g;
-    WaitInfo info;
-    bool p2p = false;
-    std::tuple<int, int, uint64_t> key;
-    {
-      std::lock_guard lk(w.mu);
-      if (!w.active) continue;
-      g = w.group;
-      info.rank = r;
-      info.seq = w.seq;
-      info.desc = w.desc;
-      info.seconds = std::chrono::duration<double>(now - w.since).count();
-      p2p = w.p2p;
-      key = w.p2p_key;
-    }
-    info.group = SharedRanks(std::shared_ptr<const std::vector<int64_t>>(g, &g->ranks));
-    if (p2p) {
-      std::lock_guard lk(g->mu);
-      auto it = g->p2p.find(key);
-      if (it == g->p2p.end() || it->second->arrived < 2) {
-        const int other = info.desc.op == CollectiveOp::kSend ? std::get<1>(key) : std::get<0>(key);
-        info.missing = SharedRanks{g->ranks[static_cast<std::size_t>(other)]};
-      }
-    } else {
-      auto [it, fresh] = missing.try_emplace({g.get(), info.seq});
-      if (fresh) {
-        std::vector<int64_t> m;
-        std::lock_guard lk(g->mu);
-        auto slot = g->slots.find(info.seq);
-        for (std::size_t i = 0; i < g->ranks.size(); ++i) {
-          if (slot == g->slots.end() || !slot->second->at[i].arrived) m.push_back(g->ranks[i]);
-        }
-        it->second = SharedRanks(std::move(m));
-      }
-      info.missing = it->second;
-      --info.seq;  // collectives are numbered from 0 in what ranks read (slots count from 1)
-    }
-    out.push_back(std::move(info));
-  }
-  return out;
-}
-
-double ThreadedBackend::oldest_wait() const {
-  // What the watchdog asks every period: O(ranks) with no group list copied and no group lock
-  // taken (waits() is for the diagnosis only).
-  std::optional<Clock::time_point> oldest;
-  for (int64_t r = 0; r < s_->options.world_size; ++r) {
-    RankWait& w = s_->waits[static_cast<std::size_t>(r)];
-    std::lock_guard lk(w.mu);
-    if (w.active && (!oldest || w.since < *oldest)) oldest = w.since;
-  }
-  return oldest ? std::chrono::duration<double>(Clock::now() - *oldest).count() : 0.0;
-}
-
-bool ThreadedBackend::sleep_for(std::chrono::milliseconds d) {
-  std::unique_lock lk(s_->diag_mu);
-  return !s_->sleep_cv.wait_for(lk, d, [&] { return s_->aborted.load(); });
-}
-
-int64_t ThreadedBackend::collectives() const { return s_->collectives.load(); }
-int64_t ThreadedBackend::progress() const { return s_->collectives.load() + s_->arrivals.load(); }
 
 }  // namespace meshsim

@@ -1,5 +1,5 @@
 // meshsim/registry_backend.hpp — the base of the backends whose SPMD bookkeeping is a rank
-// registry (Gloo, NCCL, fiber): the run's one diagnosis, departures, what a blocked rank waits
+// registry (threaded, Gloo, NCCL, fiber): the run's one diagnosis, departures, what a blocked rank waits
 // for, and the count of completed collectives are answered here once; a backend adds how it
 // makes groups and what an abort does to its transport.
 //

@@ -14,7 +14,9 @@
 // Failure: abort(d) records the first diagnosis and wakes every waiter, which throws Aborted with
 // the diagnosis (naming the rank at fault); depart(r) says rank r's program ended, so a collective
 // still waiting for r fails at once naming it. waits() tells a watchdog, per blocked rank, the
-// collective it waits in and the ranks that have not arrived.
+// collective it waits in and the ranks that have not arrived. That bookkeeping (the diagnosis,
+// waits, departures, counts) is the rank registry Gloo, NCCL and fibers keep too
+// (RegistryBackend); this backend adds the rendezvous and the memory moves.
 //
 // Thread safety: every member is safe to call from any thread.
 #pragma once
@@ -26,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "meshsim/spmd_backend.hpp"
+#include "meshsim/registry_backend.hpp"
 
 namespace meshsim {
 
@@ -34,7 +36,7 @@ namespace detail {
 struct ThreadedState;
 }
 
-class ThreadedBackend final : public SpmdBackend {
+class ThreadedBackend final : public RegistryBackend {
  public:
   struct Options {
     int64_t world_size = 1;
@@ -49,23 +51,14 @@ class ThreadedBackend final : public SpmdBackend {
   ~ThreadedBackend() override;
 
   std::string name() const override { return "threaded"; }
-  int64_t world_size() const override;
-  std::shared_ptr<Communicator> world(int64_t rank) override;
   std::shared_ptr<Communicator> new_group(int64_t rank, std::span<const int64_t> ranks,
                                           const BackendConfig& config) override;
-
-  // The SPMD bookkeeping (see SpmdBackend); collectives() sums every rank's completed calls.
+  // abort records the run's one diagnosis and wakes every waiter (false if it had one).
   bool abort(Diagnosis d) override;
-  bool aborted() const override;
-  std::optional<Diagnosis> diagnosis() const override;
-  void depart(int64_t rank) override;
-  std::vector<WaitInfo> waits() const override;
-  double oldest_wait() const override;
-  int64_t progress() const override;
-  bool sleep_for(std::chrono::milliseconds d) override;
-  int64_t collectives() const override;
 
  private:
+  // A rank's departure wakes the waiters, which look for a departed member they still wait for.
+  void on_depart(int64_t rank) override;
   std::shared_ptr<detail::ThreadedState> s_;
 };
 
