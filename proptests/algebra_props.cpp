@@ -232,6 +232,41 @@ RC_GTEST_PROP(MeshLayout, NonOverlapAgreesWithBruteForce, (const Layout& l)) {
   RC_ASSERT(mesh_check_non_overlap(l) == reference::injective(l, Convention::kTorch));
 }
 
+// pairwise_nesting is check_orthogonal's rule written another way: over the leaves of size > 1
+// (not coalesced), of every two modes the one with the larger (stride, size) has a stride that
+// is a multiple of the other's stride x size (a zero span nests nothing).
+bool pairwise_nesting(const Layout& l) {
+  __extension__ using Int128 = __int128;
+  std::vector<reference::Leaf> modes;
+  for (const reference::Leaf& x : reference::leaves(l)) {
+    if (x.s != 1) modes.push_back(x);
+  }
+  const auto inside = [](const reference::Leaf& outer, const reference::Leaf& inner) {
+    const Int128 span = Int128{inner.d} * inner.s;
+    return span != 0 && Int128{outer.d} % span == 0;
+  };
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    for (std::size_t j = i + 1; j < modes.size(); ++j) {
+      const bool i_outer = modes[i].d > modes[j].d || (modes[i].d == modes[j].d && modes[i].s >= modes[j].s);
+      if (!(i_outer ? inside(modes[i], modes[j]) : inside(modes[j], modes[i]))) return false;
+    }
+  }
+  return true;
+}
+
+RC_GTEST_PROP(MeshLayout, OrthogonalIsPairwiseNestingAndImpliesNoOverlap, (const Layout& l)) {
+  const bool orthogonal = mesh_check_orthogonal(l);
+  // With a broadcast mode the two writings part: coalescing first merges 2:0 and 2:0 into one
+  // mode 4:0, which PyTorch's rule passes (a lone mode has nothing to compare), so it is not
+  // injective either.
+  bool broadcast = false;
+  for (const reference::Leaf& x : reference::leaves(l)) broadcast = broadcast || (x.s > 1 && x.d == 0);
+  if (!broadcast) {
+    RC_ASSERT(orthogonal == pairwise_nesting(l));
+    if (orthogonal) RC_ASSERT(reference::injective(l, Convention::kTorch));
+  }
+}
+
 RC_GTEST_PROP(MeshLayout, UnflattenThenFlattenKeepsTheRanks, ()) {
   Layout l = *gen::injective_layout(false);
   Layout flat = mesh_flatten(l);

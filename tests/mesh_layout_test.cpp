@@ -56,6 +56,34 @@ TEST(MeshLayout, CheckNonOverlapTooLargeToDecideIsResourceExhausted) {
   EXPECT_THROW(mesh_check_non_overlap(L("(1048576,1048576):(3,2)")), ResourceExhausted);
 }
 
+// PyTorch's _FlatLayout.check_orthogonal (torch/distributed/_mesh_layout.py, read at the
+// cyyever/pytorch mirror, commit 0011014f6f68f6fbcab776ee96d38e79d4086fae): the layout is
+// coalesced and flattened, the (stride, size) pairs sorted from the largest, and each stride
+// must be a multiple of the next stride x size. The expected values are that rule worked by
+// hand; the first three are the docstring's own examples.
+TEST(MeshLayout, CheckOrthogonalIsPyTorchsNestingRule) {
+  EXPECT_TRUE(mesh_check_orthogonal(L("(2,3):(6,1)")));   // 6 % (1*3) == 0
+  EXPECT_FALSE(mesh_check_orthogonal(L("(2,3):(2,1)")));  // 2 % 3 != 0: ranks 2 repeat
+  EXPECT_FALSE(mesh_check_orthogonal(L("(4,2):(1,1)")));  // (1,4),(1,2): 1 % 2 != 0
+  EXPECT_TRUE(mesh_check_orthogonal(L("4:1")));           // one mode
+  EXPECT_TRUE(mesh_check_orthogonal(L("(2,4):(4,1)")));   // coalesces to 8:1
+  EXPECT_TRUE(mesh_check_orthogonal(L("(1,1):(5,7)")));   // every mode of size 1: none left
+  EXPECT_TRUE(mesh_check_orthogonal(L("(2,2):(1,4)")));   // sorted (4,2),(1,2): 4 % 2 == 0
+  EXPECT_TRUE(mesh_check_orthogonal(L("((2,2),2):((8,1),2)")));  // (8,2),(2,2),(1,2)
+  // Stricter than non-overlap: injective ranks {0,3,2,5,4,7}, but 3 % (2*3) != 0.
+  EXPECT_TRUE(mesh_check_non_overlap(L("(3,2):(2,3)")));
+  EXPECT_FALSE(mesh_check_orthogonal(L("(3,2):(2,3)")));
+  // A broadcast mode: PyTorch divides by 0 (ZeroDivisionError); meshsim answers false. Alone,
+  // it passes, as in PyTorch (fewer than two modes: nothing to compare).
+  EXPECT_FALSE(mesh_check_orthogonal(L("(2,2):(0,1)")));
+  EXPECT_TRUE(mesh_check_orthogonal(L("2:0")));
+  EXPECT_TRUE(mesh_check_orthogonal(L("(2,2):(0,0)")));  // pycute's coalesce merges them: 4:0
+  EXPECT_FALSE(mesh_check_non_overlap(L("2:0")));
+  // No enumeration: 2^50 ranks answered from three modes.
+  EXPECT_TRUE(mesh_check_orthogonal(L("(1048576,1048576,1024):(1073741824,1024,1)")));
+  EXPECT_FALSE(mesh_check_orthogonal(L("(1048576,1048576):(3,2)")));
+}
+
 TEST(MeshLayout, CoalesceReplacesZeroStrides) {
   EXPECT_EQ(mesh_coalesce(L("(2,2):(0,0)")), L("4:1"));
   EXPECT_EQ(mesh_coalesce(L("1:0")), L("1:1"));

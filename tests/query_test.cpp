@@ -67,6 +67,14 @@ TEST(Query, ShapeDivAnswersAndRefuses) {
   EXPECT_EQ(b["error"]["type"], "InvalidArgument") << b.dump();
 }
 
+TEST(Query, CheckOrthogonalAndNonOverlapAnswerDifferentQuestions) {
+  // (3,2):(2,3) reaches {0,3,2,5,4,7}: no rank twice, but its modes do not nest (3 % 6 != 0).
+  EXPECT_EQ(ask(R"J({"op": "mesh_check_non_overlap", "layout": "(3,2):(2,3)"})J")["result"], true);
+  EXPECT_EQ(ask(R"J({"op": "mesh_check_orthogonal", "layout": "(3,2):(2,3)"})J")["result"], false);
+  EXPECT_EQ(ask(R"J({"op": "mesh_check_orthogonal", "layout": {"shape": [2, 3], "stride": [6, 1]}})J")["result"], true);
+  EXPECT_EQ(ask(R"J({"op": "mesh_check_orthogonal", "convention": "cute", "layout": "4:1"})J")["ok"], false);
+}
+
 TEST(Query, NumericIdsAreEchoedExactly) {
   for (const std::string id : {"123456789012345678901234567890", "-9223372036854775809", "1.50",
                                "1e400", "2E-7", "18446744073709551615", "7"}) {

@@ -83,6 +83,20 @@ bool mesh_check_non_overlap(const Layout& l) {
   return std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end();
 }
 
+bool mesh_check_orthogonal(const Layout& l) {
+  detail::Leaves m;
+  detail::coalesce_into(l, Convention::kTorch, m);
+  if (m.size() < 2) return true;
+  std::vector<Leaf> v(m.begin(), m.end());
+  std::sort(v.begin(), v.end(), [](const Leaf& a, const Leaf& b) { return a.d > b.d || (a.d == b.d && a.s > b.s); });
+  __extension__ using Int128 = __int128;
+  for (std::size_t i = 0; i + 1 < v.size(); ++i) {
+    const Int128 span = Int128{v[i + 1].d} * v[i + 1].s;  // exact: two int64 factors
+    if (span == 0 || Int128{v[i].d} % span != 0) return false;
+  }
+  return true;
+}
+
 std::vector<int64_t> mesh_all_ranks_from_zero(const Layout& l) {
   const int64_t n = size(l);
   check_enumeration(n, "mesh_all_ranks_from_zero", l);

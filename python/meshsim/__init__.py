@@ -401,6 +401,17 @@ class Layout:
     def idx2crd(self, indices, convention="torch"):
         return _meshsim.idx2crd(self._pair(), _listed(indices, "indices"), _convention(convention))
 
+    # PyTorch's layout checks (torch convention; meshsim/mesh_layout.hpp).
+    def check_orthogonal(self):
+        """_FlatLayout.check_orthogonal (newer PyTorch): the coalesced modes, sorted by stride,
+        nest (each stride a multiple of the next mode's stride x size). Stricter than
+        check_non_overlap: Layout("(3,2):(2,3)") is injective but not orthogonal."""
+        return _meshsim.mesh_check_orthogonal(self._pair())
+
+    def check_non_overlap(self):
+        """_MeshLayout.check_non_overlap: the layout maps its coordinates to distinct ranks."""
+        return _meshsim.mesh_check_non_overlap(self._pair())
+
     def __eq__(self, other):
         return isinstance(other, Layout) and (self.shape, self.stride) == (other.shape, other.stride)
 

@@ -395,10 +395,12 @@ PYBIND11_MODULE(_meshsim, m) {
       }, py::arg("ranks"), py::arg("mesh_dim_names") = py::none())
       .def_static("from_logical", [](std::vector<int64_t> shape, Names names) {
         meshsim::RootOptions o;
-        o.device_type = "meta";  // PyTorch's from_logical: no world, no process groups
+        o.device_type = "meta";  // a logical mesh: no world, no process groups
         o.init_backend = false;
         return DeviceMesh::init(shape, std::move(names), o);
-      }, py::arg("shape"), py::arg("mesh_dim_names") = py::none())
+      }, py::arg("shape"), py::arg("mesh_dim_names") = py::none(),
+         "meshsim's own, not PyTorch API (pytorch/pytorch#178550 proposed DeviceMesh.from_logical; it was "
+         "not merged): a mesh of the given shape on device 'meta', with no process groups.")
       .def("__getitem__", [](const DeviceMesh& self, const py::object& key) {
         const std::vector<std::string> n = names_of(key);
         return self.slice(std::span<const std::string>(n));
@@ -541,6 +543,8 @@ PYBIND11_MODULE(_meshsim, m) {
     convention_of(c);
     return meshsim::cosize(L(a));
   });
+  m.def("mesh_check_orthogonal", [L](const LayoutArgs& a) { return meshsim::mesh_check_orthogonal(L(a)); });
+  m.def("mesh_check_non_overlap", [L](const LayoutArgs& a) { return meshsim::mesh_check_non_overlap(L(a)); });
   m.def("coalesce", [L](const LayoutArgs& a, const std::string& c) { return py_of(meshsim::coalesce(L(a), convention_of(c))); });
   m.def("filter", [L](const LayoutArgs& a, const std::string& c) { return py_of(meshsim::filter(L(a), convention_of(c))); });
   m.def("complement", [L](const LayoutArgs& a, const py::object& bound, const std::string& c) {

@@ -63,6 +63,9 @@ def test_device_mesh_api_as_pytorch_names_it():
     assert logical.device_type == "meta"
     with pytest.raises(meshsim.FailedPrecondition, match="DeviceMesh process groups not initialized!"):
         logical.get_group()
+    # Not PyTorch's: the call says so where a user reads it.
+    assert "not PyTorch API" in meshsim.DeviceMesh.from_logical.__doc__
+    assert "pytorch/pytorch#178550" in meshsim.DeviceMesh.from_logical.__doc__
 
 
 def test_group_handles_and_the_cache():
@@ -194,6 +197,17 @@ def test_hostile_arguments_get_typed_errors_naming_the_value(call, cls, named):
 def test_equality_with_anything_else_is_false():
     mesh = meshsim.init_device_mesh((2, 2), ("a", "b"))
     assert (mesh == 5) is False and (mesh != "x") is True and mesh != None  # noqa: E711
+
+
+def test_layout_checks_match_the_query_and_pytorchs_rule():
+    # _FlatLayout.check_orthogonal's docstring examples, and a layout where the two checks part.
+    for text, orthogonal, non_overlap in (("(2,3):(6,1)", True, True), ("(2,3):(2,1)", False, False),
+                                          ("(4,2):(1,1)", False, False), ("(3,2):(2,3)", False, True)):
+        layout = meshsim.Layout(text)
+        assert layout.check_orthogonal() is orthogonal, text
+        assert layout.check_non_overlap() is non_overlap, text
+        assert cli_query({"op": "mesh_check_orthogonal", "layout": text})["result"] is orthogonal
+        assert cli_query({"op": "mesh_check_non_overlap", "layout": text})["result"] is non_overlap
 
 
 def test_layout_algebra_in_both_conventions():

@@ -326,6 +326,9 @@ const HandlerTable& handlers() {
     t["mesh_check_non_overlap"] = both([](const auto& a, Out& o) {
       o.boolean(mesh_check_non_overlap(a.layout("layout")));
     });
+    t["mesh_check_orthogonal"] = both([](const auto& a, Out& o) {
+      o.boolean(mesh_check_orthogonal(a.layout("layout")));
+    });
     t["mesh_all_ranks_from_zero"] = both([](const auto& a, Out& o) {
       const Layout l = a.layout("layout");
       charge(size(l), "the ranks of " + to_string(l), a.budget);

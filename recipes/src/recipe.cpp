@@ -174,7 +174,8 @@ RootSpec root_from_json(const Json& build) {
                           "'from_logical', got " + quote_input(kind));
   }
   r.names = optional_names(body, "mesh_dim_names");
-  // PyTorch's from_logical builds on 'meta', without process groups.
+  // from_logical (meshsim's own; pytorch/pytorch#178550 proposed it, unmerged) builds on 'meta',
+  // without process groups.
   if (r.kind == RootSpec::Kind::kLogical) r.device_type = "meta";
   if (const Json* dt = find(body, "device_type")) r.device_type = to_str(*dt, "device_type");
   if (const Json* bo = present(body, "backend_override")) r.backend_override = overrides_from_json(*bo);

@@ -66,7 +66,7 @@ struct RootOptions {
   std::optional<int64_t> world_size;       // unset: the rank map's largest rank + 1 is allowed
   std::vector<BackendConfig> backend_override;  // empty, or one per dim
   // init_backend is PyTorch's _init_backend: false builds the mesh without process groups
-  // (from_group and from_logical meshes), so get_group fails as PyTorch's does.
+  // (from_group meshes, and meshsim's own from_logical), so get_group fails as PyTorch's does.
   bool init_backend = true;
   // default_backend is init_process_group's choice: the backend of every group whose config
   // names none ("" = the run's own backend).

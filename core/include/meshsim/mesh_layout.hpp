@@ -25,6 +25,16 @@ inline constexpr int64_t kMaxEnumeration = int64_t{1} << 24;
 // Decided in O(rank log rank) when the sorted strides dominate; otherwise by enumeration
 // (ResourceExhausted when size(L) > kMaxEnumeration and the fast tests cannot decide).
 bool mesh_check_non_overlap(const Layout& l);
+// mesh_check_orthogonal is PyTorch's _FlatLayout.check_orthogonal: L coalesced (torch
+// convention) and flattened, its modes sorted by (stride, size) from the largest; true when
+// fewer than two modes remain or each stride is a multiple of the next mode's stride x size
+// (the modes nest, so no two coordinates meet). Stricter than mesh_check_non_overlap:
+// (3,2):(2,3) is injective but not orthogonal; but a lone broadcast mode (2:0) passes, as in
+// PyTorch (nothing to compare). PyTorch's DeviceMesh asserts it of a mesh's collapsed layout
+// (every dim's modes together). Where the divisor is 0 (a broadcast mode sorted last) PyTorch
+// raises ZeroDivisionError; this answers false.
+// O(modes log modes); no enumeration, any size.
+bool mesh_check_orthogonal(const Layout& l);
 // mesh_all_ranks_from_zero lists L(c) for the flattened coordinates in row-major order.
 std::vector<int64_t> mesh_all_ranks_from_zero(const Layout& l);
 // mesh_top_level_sizes is the size of each top-level mode.
