@@ -1043,6 +1043,31 @@ std::vector<std::vector<int64_t>> groups_of(const std::vector<int64_t>& sizes, s
   return out;
 }
 
+TEST(CliRecipe, SlicingAFlattenedDimFromTheRootWarnsOnStderrAndInJson) {
+  const std::string path = write_file("meshsim_flat_from_root.json", R"J({"world_size": 8,
+    "build": {"init_device_mesh": {"mesh_shape": [2, 2, 2], "mesh_dim_names": ["dp", "cp", "tp"]}},
+    "ops": [{"slice": ["dp", "cp"], "let": "dpcp"}, {"on": "dpcp", "flatten": "dp_cp", "let": "flat"},
+            {"on": "root", "slice": ["dp_cp", "tp"], "let": "v"}]})J");
+  for (const char* cmd : {"show", "run"}) {
+    // stderr alone: one warning line naming the step and the dim; stdout stays the answer.
+    Result err = run_shell(std::string(MESHSIM_EXE) + " " + cmd + " --recipe " + path + " 2>&1 >/dev/null");
+    ASSERT_EQ(err.status, 0) << cmd << ": " << joined(err);
+    ASSERT_EQ(err.lines.size(), 1u) << cmd << ": " << joined(err);
+    EXPECT_EQ(err.lines[0].rfind(std::string("meshsim ") + cmd + ": warning: ops[2]: slicing 'dp_cp'", 0), 0u) << err.lines[0];
+    EXPECT_NE(err.lines[0].find("pytorch/pytorch#164993"), std::string::npos) << err.lines[0];
+    Result json = run(std::string(cmd) + " --recipe " + path + " --format json");
+    ASSERT_EQ(json.status, 0) << cmd;
+    const Json j = Json::parse(joined(json));
+    ASSERT_EQ(j["warnings"].size(), 1u) << cmd << ": " << j.dump();
+    EXPECT_EQ(j["warnings"][0].get<std::string>().rfind("ops[2]: slicing 'dp_cp'", 0), 0u);
+  }
+  // Slicing the root's own dims warns of nothing, and the JSON has no "warnings" then.
+  Result quiet = run_shell(std::string(MESHSIM_EXE) + " show --mesh dp=2,cp=2,tp=2 --slice dp,tp 2>&1 >/dev/null");
+  EXPECT_EQ(quiet.status, 0);
+  EXPECT_TRUE(quiet.lines.empty()) << joined(quiet);
+  EXPECT_FALSE(Json::parse(joined(run("show --mesh dp=2,tp=2 --format json"))).contains("warnings"));
+}
+
 TEST(CliRecipe, ShowAndRunTakeSeveralViewsOfOneRootFromAFile) {
   const std::string path = write_file("meshsim_views.json", kViewsRecipe);
   Result shown = run("show --recipe " + path + " --format json");

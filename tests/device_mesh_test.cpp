@@ -264,6 +264,43 @@ TEST(DeviceMeshFlatten, SameNameSameLayoutReturnsEqualMeshOtherLayoutThrows) {
   EXPECT_EQ(m.slice("tp").flatten(), m.slice("tp"));  // 1-D into its own name: itself
 }
 
+TEST(DeviceMeshFlatten, SlicingAFlattenedDimFromTheRootIsNamedForItsWarning) {
+  DeviceMesh m = mesh_3d();  // dp=2, cp=2, tp=2
+  m.slice({"dp", "cp"}).flatten();
+  EXPECT_EQ(m.flattened_from_root(Names{"dp_cp", "tp"}), (Names{"dp_cp"}));
+  EXPECT_EQ(m.flattened_from_root(Names{"dp", "tp"}), Names{});
+  // Only a root resolves flattened names; a view refuses them (so there is nothing to warn of).
+  EXPECT_EQ(m.slice({"dp", "cp"}).flattened_from_root(Names{"dp_cp"}), Names{});
+  EXPECT_NE(flattened_slice_warning("dp_cp").find("'dp_cp'"), std::string::npos);
+  EXPECT_NE(flattened_slice_warning("dp_cp").find("pytorch/pytorch#164993"), std::string::npos);
+}
+
+TEST(DeviceMeshFlatten, FindFlattenedTellsEqualSizesApartByLayout) {
+  // dp_cp and cp_tp both hold 4 ranks; a lookup by size cannot tell them apart. Over the 2x2x2
+  // mesh (strides 4, 2, 1), dp_cp is 4:2 (ranks {0,2,4,6}, {1,3,5,7}) and cp_tp 4:1 ({0..3}, {4..7}).
+  DeviceMesh m = mesh_3d();
+  m.slice({"dp", "cp"}).flatten();
+  m.slice({"cp", "tp"}).flatten();
+  const std::optional<DeviceMesh> dp_cp = m.find_flattened(Names{"dp", "cp"});
+  ASSERT_TRUE(dp_cp.has_value());
+  EXPECT_EQ(dp_cp->names(), (Names{"dp_cp"}));
+  EXPECT_EQ(dp_cp->groups(0), (Rows{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  const std::optional<DeviceMesh> cp_tp = m.find_flattened(Names{"cp", "tp"});
+  ASSERT_TRUE(cp_tp.has_value());
+  EXPECT_EQ(cp_tp->names(), (Names{"cp_tp"}));
+  EXPECT_EQ(cp_tp->groups(0), (Rows{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_FALSE(m.find_flattened(Names{"dp", "tp"}).has_value());  // never flattened
+  // From a view, by the view's own dims; the result is the mesh the flatten made.
+  EXPECT_EQ(*m.slice({"dp", "cp"}).find_flattened(Names{"dp", "cp"}), m.slice({"dp", "cp"}).flatten());
+  // Under another name, the same layout is found by it (the first name registered).
+  DeviceMesh other = mesh_3d();
+  other.slice({"dp", "cp"}).flatten("batch");
+  EXPECT_EQ(other.find_flattened(Names{"dp", "cp"})->names(), (Names{"batch"}));
+  // The dims follow slice's rules and errors.
+  expect_throws_with<NotFound>([&] { m.find_flattened(Names{"dp", "zz"}); }, "Invalid mesh_dim_names");
+  expect_throws_with<InvalidArgument>([&] { m.find_flattened(Names{"tp", "dp"}); }, "ascending order");
+}
+
 TEST(DeviceMeshFlatten, AllSizeOneMesh) {
   DeviceMesh m = DeviceMesh::init({1, 1, 1}, Names{"a", "b", "c"});
   DeviceMesh f = m.flatten();

@@ -3,9 +3,10 @@
 #include "meshsim/run.hpp"
 
 #include <cstdlib>
+#include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <ostream>
+#include <nlohmann/json.hpp>
 
 #include "meshsim/check_meshes.hpp"
 #include "meshsim/error.hpp"
@@ -100,6 +101,11 @@ void print_report(const Options& o, const check::MeshCheckReport& r, std::ostrea
 
 int run(const Options& o, std::ostream& out) {
   const check::MeshCheckReport r = check::check_meshes(job_of(o));
+  // Warnings go to stderr (the JSON report carries them too), so stdout stays the report.
+  // Under a launcher only the reporting rank says it (every rank applied the same recipe).
+  if (!r.rank || *r.rank == 0) {
+    for (const std::string& w : r.warnings) std::cerr << "meshsim run: warning: " << w << "\n";
+  }
   print_report(o, r, out);
   const int code = r.passed() ? 0 : 1;
   // Detached rank threads must not outlive main's destructors: the tool ends here. A library

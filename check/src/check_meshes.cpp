@@ -387,6 +387,7 @@ MeshCheckReport check_meshes(const Job& job) {
   report.meshes = plan.meshes;
   for (const StepSpec& s : plan.recipe.steps) report.step_names.push_back(s.let);
   report.views = views(plan.recipe);
+  report.warnings = plan.expected->warnings;
   report.seen = std::move(r.seen);
   report.hosts = job.hosts;
   if (plan.launched) {

@@ -115,6 +115,37 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
                     std::move(configs));
 }
 
+std::string flattened_slice_warning(const std::string& name) {
+  return "slicing '" + name +
+         "' takes a flattened dim from the root mesh, which PyTorch deprecates (a warning since 2.10, "
+         "pytorch/pytorch#164993: \"Slicing a flattened dim from root mesh will be deprecated in PT 2.11. "
+         "Users need to bookkeep the flattened mesh directly.\"): keep the mesh flatten returned, or look it "
+         "up by the dims it flattens (find_flattened: by layout; a flattened dim found by its size alone may "
+         "hold other ranks)";
+}
+
+std::vector<std::string> DeviceMesh::flattened_from_root(std::span<const std::string> names) const {
+  std::vector<std::string> out;
+  if (!is_root_) return out;
+  for (const std::string& n : names) {
+    const bool own = names_ && std::find(names_->begin(), names_->end(), n) != names_->end();
+    if (!own && u_->find_flattened(n)) out.push_back(n);
+  }
+  return out;
+}
+
+std::optional<DeviceMesh> DeviceMesh::find_flattened(std::span<const std::string> dims) const {
+  const DeviceMesh selected = slice(dims);
+  const Layout want = canonical_of(mesh_flatten(selected.layout_));
+  for (Universe::Flattened& f : u_->flattened()) {
+    if (f.canonical == want) {
+      return DeviceMesh(u_, std::move(f.layout), std::move(f.canonical), std::vector<std::string>{f.name}, false,
+                        {std::move(f.config)});
+    }
+  }
+  return std::nullopt;
+}
+
 DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
                                std::optional<BackendConfig> config) const {
   if (!names_) {

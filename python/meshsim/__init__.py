@@ -193,7 +193,8 @@ def _typed_arguments(fn, qualname):
 
 
 for _name in ("__getitem__", "_flatten_impl", "_unflatten_impl", "transpose", "reshape", "size", "mesh_for",
-              "get_coordinate", "get_local_rank", "groups", "group_table", "group_of", "get_group", "get_all_groups"):
+              "get_coordinate", "get_local_rank", "groups", "group_table", "group_of", "get_group", "get_all_groups",
+              "find_flattened"):
     setattr(DeviceMesh, _name, _typed_arguments(DeviceMesh.__dict__[_name],
                                                 "DeviceMesh." + _name.replace("_impl", "").strip("_")))
 for _name in ("init", "_from_ranks", "_from_group", "from_logical"):

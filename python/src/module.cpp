@@ -108,6 +108,12 @@ py::list rows_as_lists(const meshsim::GroupTable& t) {
   return out;
 }
 
+// warn is warnings.warn(text) (a UserWarning) attributed `level` frames up; under
+// warnings-as-errors it raises.
+void warn(const std::string& text, int level) {
+  if (PyErr_WarnEx(PyExc_UserWarning, text.c_str(), level) != 0) throw py::error_already_set();
+}
+
 // named_views builds a recipe: its views in recipe order, [(name, DeviceMesh)]; named_views_in
 // names the recipe's file or preset in its errors, as the tool does.
 std::vector<std::pair<std::string, DeviceMesh>> views_of(const meshsim::MeshRecipe& r, const meshsim::BuiltMeshes& b) {
@@ -116,10 +122,14 @@ std::vector<std::pair<std::string, DeviceMesh>> views_of(const meshsim::MeshReci
   return out;
 }
 std::vector<std::pair<std::string, DeviceMesh>> named_views_in(const meshsim::MeshRecipe& r, const meshsim::RecipeFlags& f) {
-  return views_of(r, meshsim::apply_flags(r, f));
+  const meshsim::BuiltMeshes b = meshsim::apply_flags(r, f);
+  for (const std::string& w : b.warnings) warn(w, 3);
+  return views_of(r, b);
 }
 std::vector<std::pair<std::string, DeviceMesh>> named_views(const meshsim::MeshRecipe& r) {
-  return views_of(r, meshsim::apply(r));
+  const meshsim::BuiltMeshes b = meshsim::apply(r);
+  for (const std::string& w : b.warnings) warn(w, 3);
+  return views_of(r, b);
 }
 
 // py_of_json is a JSON tree (the report) as Python values; strings are decoded as UTF-8 with
@@ -403,8 +413,19 @@ PYBIND11_MODULE(_meshsim, m) {
          "not merged): a mesh of the given shape on device 'meta', with no process groups.")
       .def("__getitem__", [](const DeviceMesh& self, const py::object& key) {
         const std::vector<std::string> n = names_of(key);
-        return self.slice(std::span<const std::string>(n));
+        DeviceMesh out = self.slice(std::span<const std::string>(n));
+        // As PyTorch does (warnings.warn, stacklevel=2: the caller's line; the package's
+        // argument wrapper is one frame between).
+        for (const std::string& name : self.flattened_from_root(n)) warn(meshsim::flattened_slice_warning(name), 2);
+        return out;
       })
+      .def("find_flattened", [](const DeviceMesh& self, const py::object& dims) -> py::object {
+        const std::vector<std::string> n = names_of(dims);
+        std::optional<DeviceMesh> found = self.find_flattened(std::span<const std::string>(n));
+        return found ? py::cast(std::move(*found)) : py::none();
+      }, py::arg("dims"),
+         "The mesh flattened from these dims of this mesh, found by layout (never by size), or None. "
+         "What to use instead of slicing a flattened dim from the root, which PyTorch deprecates.")
       // The Python package wraps these two as flatten/unflatten: backends arrive as recipe JSON.
       .def("_flatten_impl", [](const DeviceMesh& self, std::optional<std::string> name, const py::object& backend) {
         std::optional<meshsim::BackendConfig> config;

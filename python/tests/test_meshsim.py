@@ -6,6 +6,7 @@ import signal
 import subprocess
 import threading
 import time
+import warnings
 
 import pytest
 from hypothesis import given, settings
@@ -66,6 +67,35 @@ def test_device_mesh_api_as_pytorch_names_it():
     # Not PyTorch's: the call says so where a user reads it.
     assert "not PyTorch API" in meshsim.DeviceMesh.from_logical.__doc__
     assert "pytorch/pytorch#178550" in meshsim.DeviceMesh.from_logical.__doc__
+
+
+def test_slicing_a_flattened_dim_from_the_root_warns_and_find_flattened_looks_up_by_layout():
+    mesh = meshsim.init_device_mesh((2, 2, 2), ("dp", "cp", "tp"))
+    mesh["dp", "cp"].flatten()
+    mesh["cp", "tp"].flatten()
+    with pytest.warns(UserWarning, match=r"slicing 'dp_cp' takes a flattened dim from the root mesh") as caught:
+        mesh["dp_cp"]
+    assert caught[0].filename == __file__  # attributed to the caller's line, as PyTorch's stacklevel=2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mesh["dp", "tp"]  # the root's own dims: no warning
+        mesh["dp", "cp"]["dp"]
+        # dp_cp and cp_tp both hold 4 ranks: found by their dims' layout, not their size.
+        assert mesh.find_flattened(["dp", "cp"]).groups(0) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+        assert mesh.find_flattened(("cp", "tp")).groups(0) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert mesh.find_flattened(["dp", "tp"]) is None
+    with pytest.raises(meshsim.NotFound):
+        mesh.find_flattened(["dp", "zz"])
+    with pytest.raises(meshsim.ArgumentTypeError):
+        mesh.find_flattened(3)
+    # A recipe that slices one from the root warns too, once per slice.
+    program = {"world_size": 8,
+               "build": {"init_device_mesh": {"mesh_shape": [2, 2, 2], "mesh_dim_names": ["dp", "cp", "tp"]}},
+               "ops": [{"slice": ["dp", "cp"], "let": "a"}, {"on": "a", "flatten": "dp_cp", "let": "f"},
+                       {"on": "root", "slice": ["dp_cp", "tp"], "let": "v"}]}
+    with pytest.warns(UserWarning, match=r"ops\[2\]: slicing 'dp_cp'"):
+        views = meshsim.recipe(program)
+    assert views["v"].mesh_dim_names == ("dp_cp", "tp")
 
 
 def test_group_handles_and_the_cache():

@@ -104,6 +104,7 @@ Json handle_json(const GroupHandle& h) {
 Json field(Program& p, const DeviceMesh& m, const std::string& name) {
   const int64_t me = p.rank.value_or(0);
   if (name == "device_type") return Json(m.device_type());
+  if (name == "warnings") return Json(p.built.warnings);
   if (name == "get_group_by_view") {
     // get_group of the root, then of every handle bound by `let` (by name): the cache counts
     // each, so a following cache_stats shows which views reused another's groups.
@@ -223,7 +224,7 @@ Json field(Program& p, const DeviceMesh& m, const std::string& name) {
                         "layout, shape, ndim, size, rank_map, mesh_by_rank, coordinate_by_rank, "
                         "groups_by_dim, local_rank_by_rank, backend_by_dim, coordinate, local_rank, my_groups, "
                         "get_local_rank, root, root_dim_index, flattened, cache_stats, device_type, get_group, "
-                        "get_all_groups");
+                        "get_all_groups, warnings");
 }
 
 }  // namespace

@@ -510,7 +510,14 @@ BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& sha
   h.last = h.root;
   std::vector<DeviceMesh> meshes;
   meshes.reserve(recipe.steps.size());
-  for (const StepSpec& s : recipe.steps) {
+  std::vector<std::string> warnings;
+  for (std::size_t k = 0; k < recipe.steps.size(); ++k) {
+    const StepSpec& s = recipe.steps[k];
+    if (s.kind == StepSpec::Kind::kSlice) {
+      for (const std::string& name : h.get(s.on).flattened_from_root(s.names)) {
+        warnings.push_back("ops[" + std::to_string(k) + "]: " + flattened_slice_warning(name));
+      }
+    }
     DeviceMesh m = apply_step(s, h);
     check_rank_view(recipe.rank, m);
     if (s.let) h.named.insert_or_assign(*s.let, m);
@@ -518,7 +525,7 @@ BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& sha
     meshes.push_back(std::move(m));
   }
   DeviceMesh result = recipe.result ? h.get(*recipe.result) : *h.last;
-  return BuiltMeshes{*h.root, std::move(meshes), std::move(h.named), std::move(result)};
+  return BuiltMeshes{*h.root, std::move(meshes), std::move(h.named), std::move(result), std::move(warnings)};
 }
 
 }  // namespace meshsim

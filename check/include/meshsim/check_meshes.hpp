@@ -125,6 +125,7 @@ struct MeshCheckReport {
   std::vector<std::vector<std::vector<std::vector<int64_t>>>> seen;
   std::optional<placement::Hosts> hosts;
   std::vector<std::string> misplaced;  // broken placement rules, one line each
+  std::vector<std::string> warnings;   // the recipe's (BuiltMeshes::warnings), in step order
   // Launched: this process's rank and launcher; own: this report lists the rank's own groups
   // only (rank 0 reports the whole job).
   std::optional<int64_t> rank;

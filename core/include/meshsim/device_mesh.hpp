@@ -125,6 +125,17 @@ class DeviceMesh {
   DeviceMesh slice(std::span<const std::string> names) const;
   DeviceMesh slice(std::initializer_list<std::string> names) const;
   DeviceMesh slice(std::string_view name) const;
+  // flattened_from_root lists the names of `names` that a slice would take from the root's
+  // flatten registry (names this root has only as flattened dims): what PyTorch warns about
+  // since 2.10 ("Slicing a flattened dim from root mesh will be deprecated", #164993). Empty
+  // on a mesh that is not a root (there such names are refused).
+  std::vector<std::string> flattened_from_root(std::span<const std::string> names) const;
+  // find_flattened is the safe replacement for that slice: the flattened mesh registered on the
+  // root whose layout is the flattening of `dims` of this mesh (compared as canonical layouts,
+  // never by size: two flattened dims of equal size and other ranks are told apart), the first
+  // registered when several names hold it; nullopt when none was flattened. `dims` follow
+  // slice's rules (names of this mesh, stride order; errors as slice's).
+  std::optional<DeviceMesh> find_flattened(std::span<const std::string> dims) const;
   // flatten merges every dim into one named dim (default: names joined by "_"), registered on
   // the root: the same name with the same layout returns an equal mesh, another layout throws.
   DeviceMesh flatten(std::optional<std::string> name = std::nullopt,
@@ -271,6 +282,10 @@ class DeviceMesh {
   bool is_root_ = false;
   std::size_t hash_ = 0;
 };
+
+// flattened_slice_warning is the one wording of the warning for slicing `name`, a flattened
+// dim, from the root mesh (DeviceMesh::flattened_from_root), which PyTorch deprecates.
+std::string flattened_slice_warning(const std::string& name);
 
 }  // namespace meshsim
 

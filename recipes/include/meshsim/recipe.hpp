@@ -149,12 +149,14 @@ struct View {
 std::vector<View> views(const MeshRecipe& recipe);
 
 // BuiltMeshes are the meshes a recipe makes: the root, one mesh per step in order, the handles
-// bound by `let`, and the result.
+// bound by `let`, the result, and the warnings of its steps ("ops[2]: slicing 'dp_cp' takes a
+// flattened dim from the root mesh, ..."; flattened_slice_warning), in step order.
 struct BuiltMeshes {
   DeviceMesh root;
   std::vector<DeviceMesh> meshes;
   std::map<std::string, DeviceMesh> handles;
   DeviceMesh result;
+  std::vector<std::string> warnings;
 };
 
 // apply builds the recipe; with `shared_root`, steps start from that root instead of building
