@@ -301,6 +301,23 @@ TEST(DeviceMeshFlatten, FindFlattenedTellsEqualSizesApartByLayout) {
   expect_throws_with<InvalidArgument>([&] { m.find_flattened(Names{"tp", "dp"}); }, "ascending order");
 }
 
+TEST(DeviceMeshFlatten, AnAllSizeOneFlattenedDimSlicesWithTheOthers) {
+  // torchtitan with dp_shard=1, cp=1 (what pytorch/pytorch#169454 fixed: PyTorch 2.10 refused
+  // these slices, "Mesh dim indices should be in ascending order"). Over (2,1,1,4) with strides
+  // (4,4,4,1): dp_replicate groups {r, r+4}, tp groups of 4 consecutive ranks, the size-1 dim
+  // one rank each.
+  DeviceMesh m = DeviceMesh::init({2, 1, 1, 4}, Names{"dp_replicate", "dp_shard", "cp", "tp"});
+  m.slice({"dp_shard", "cp"}).flatten();
+  const DeviceMesh v = m.slice({"dp_replicate", "dp_shard_cp", "tp"});
+  EXPECT_EQ(v.shape(), (V{2, 1, 4}));
+  EXPECT_EQ(v.groups(0), (Rows{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(v.groups(1), (Rows{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  EXPECT_EQ(v.groups(2), (Rows{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(m.slice({"dp_shard_cp", "tp"}).groups(1), (Rows{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  m.slice({"dp_replicate", "dp_shard", "cp"}).flatten("dp");
+  EXPECT_EQ(m.slice({"dp", "tp"}).groups(0), (Rows{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+}
+
 TEST(DeviceMeshFlatten, AllSizeOneMesh) {
   DeviceMesh m = DeviceMesh::init({1, 1, 1}, Names{"a", "b", "c"});
   DeviceMesh f = m.flatten();

@@ -20,6 +20,8 @@ TEST(Layout, ShapeAloneGetsTorchCompactStrides) { EXPECT_EQ(L("(2,3)"), L("(2,3)
 
 TEST(Layout, CongruenceIsChecked) {
   testing::expect_throws_with<InvalidArgument>([] { L("(2,2):((1),2)"); }, "not congruent");
+  // Newer PyTorch's words lead (_FlatLayout: f"sizes {shape} and strides {stride} don't match").
+  testing::expect_throws_with<InvalidArgument>([] { L("(2,2):((1),2)"); }, "sizes (2,2) and strides ((1),2) don't match");
   EXPECT_THROW(L("(2,2):(1,2,3)"), InvalidArgument);
   EXPECT_THROW(L("4:(1)"), InvalidArgument);
 }

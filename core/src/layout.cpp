@@ -24,8 +24,10 @@ namespace {
 // Errors of check_layout, out of line. Congruence is reported first whatever else is wrong, so
 // a leaf's error is raised only once the whole tree is known to be congruent (fail_leaf).
 [[noreturn, gnu::cold, gnu::noinline]] void fail_congruence(const Layout& l) {
-  throw InvalidArgument("layout " + to_string(l.shape()) + ":" + to_string(l.stride()) +
-                        ": shape and stride are not congruent (same tree structure required)");
+  // PyTorch's words first (_FlatLayout: "sizes ... and strides ... don't match").
+  throw InvalidArgument("sizes " + to_string(l.shape()) + " and strides " + to_string(l.stride()) +
+                        " don't match: layout " + to_string(l.shape()) + ":" + to_string(l.stride()) +
+                        " has a shape and a stride that are not congruent (same tree structure required)");
 }
 enum class LeafFault { kSize, kStride, kSizeOverflow, kCosizeOverflow };
 [[noreturn, gnu::cold, gnu::noinline]] void fail_leaf(const Layout& l, LeafFault f, int64_t v) {
