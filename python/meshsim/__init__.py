@@ -199,7 +199,7 @@ for _name in ("__getitem__", "_flatten_impl", "_unflatten_impl", "transpose", "r
                                                 "DeviceMesh." + _name.replace("_impl", "").strip("_")))
 for _name in ("init", "_from_ranks", "_from_group", "from_logical"):
     setattr(DeviceMesh, _name, staticmethod(_typed_arguments(getattr(DeviceMesh, _name), "DeviceMesh." + _name.strip("_"))))
-for _name in ("run", "run_flags", "preset_views", "recipe_views", "query"):
+for _name in ("run", "run_flags", "preset_views", "recipe_views", "recipe_file_views", "query"):
     setattr(_meshsim, _name, _typed_arguments(getattr(_meshsim, _name), "meshsim." + _name))
 concatenate = _typed_arguments(concatenate, "meshsim.concatenate")
 equivalent = _typed_arguments(equivalent, "meshsim.equivalent")

@@ -69,7 +69,7 @@ def test_device_mesh_api_as_pytorch_names_it():
     assert "pytorch/pytorch#178550" in meshsim.DeviceMesh.from_logical.__doc__
 
 
-def test_slicing_a_flattened_dim_from_the_root_warns_and_find_flattened_looks_up_by_layout():
+def test_slicing_a_flattened_dim_from_the_root_warns_and_find_flattened_looks_up_by_layout(tmp_path):
     mesh = meshsim.init_device_mesh((2, 2, 2), ("dp", "cp", "tp"))
     mesh["dp", "cp"].flatten()
     mesh["cp", "tp"].flatten()
@@ -93,9 +93,16 @@ def test_slicing_a_flattened_dim_from_the_root_warns_and_find_flattened_looks_up
                "build": {"init_device_mesh": {"mesh_shape": [2, 2, 2], "mesh_dim_names": ["dp", "cp", "tp"]}},
                "ops": [{"slice": ["dp", "cp"], "let": "a"}, {"on": "a", "flatten": "dp_cp", "let": "f"},
                        {"on": "root", "slice": ["dp_cp", "tp"], "let": "v"}]}
-    with pytest.warns(UserWarning, match=r"ops\[2\]: slicing 'dp_cp'"):
+    with pytest.warns(UserWarning, match=r"ops\[2\]: slicing 'dp_cp'") as caught:
         views = meshsim.recipe(program)
     assert views["v"].mesh_dim_names == ("dp_cp", "tp")
+    assert caught[0].filename == __file__
+    path = os.path.join(tmp_path, "flat.json")
+    with open(path, "w") as f:
+        json.dump(program, f)
+    with pytest.warns(UserWarning, match=r"ops\[2\]: slicing 'dp_cp'") as caught:
+        meshsim.recipe(path)
+    assert caught[0].filename == __file__
 
 
 def test_group_handles_and_the_cache():
