@@ -273,6 +273,8 @@ TEST(DeviceMeshFlatten, SlicingAFlattenedDimFromTheRootIsNamedForItsWarning) {
   EXPECT_EQ(m.slice({"dp", "cp"}).flattened_from_root(Names{"dp_cp"}), Names{});
   EXPECT_NE(flattened_slice_warning("dp_cp").find("'dp_cp'"), std::string::npos);
   EXPECT_NE(flattened_slice_warning("dp_cp").find("pytorch/pytorch#164993"), std::string::npos);
+  // A name of any length is quoted clipped, as errors quote input.
+  EXPECT_LT(flattened_slice_warning(std::string(1 << 20, 'x')).size(), 1000u);
 }
 
 TEST(DeviceMeshFlatten, FindFlattenedTellsEqualSizesApartByLayout) {

@@ -116,8 +116,8 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
 }
 
 std::string flattened_slice_warning(const std::string& name) {
-  return "slicing '" + name +
-         "' takes a flattened dim from the root mesh, which PyTorch deprecates (a warning since 2.10, "
+  return "slicing " + quote_input(name) +
+         " takes a flattened dim from the root mesh, which PyTorch deprecates (a warning since 2.10, "
          "pytorch/pytorch#164993: \"Slicing a flattened dim from root mesh will be deprecated in PT 2.11. "
          "Users need to bookkeep the flattened mesh directly.\"): keep the mesh flatten returned, or look it "
          "up by the dims it flattens (find_flattened: by layout; a flattened dim found by its size alone may "
