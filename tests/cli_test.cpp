@@ -1061,6 +1061,17 @@ TEST(CliRecipe, SlicingAFlattenedDimFromTheRootWarnsOnStderrAndInJson) {
     ASSERT_EQ(j["warnings"].size(), 1u) << cmd << ": " << j.dump();
     EXPECT_EQ(j["warnings"][0].get<std::string>().rfind("ops[2]: slicing 'dp_cp'", 0), 0u);
   }
+  // A recipe of many such slices: 16 shown, then the count, on stderr and in JSON alike.
+  std::string ops = R"J([{"slice": ["dp", "cp"], "let": "dpcp"}, {"on": "dpcp", "flatten": "dp_cp", "let": "flat"})J";
+  for (int i = 0; i < 40; ++i) ops += R"J(, {"on": "root", "slice": ["dp_cp", "tp"]})J";
+  const std::string many = write_file("meshsim_flat_many.json", R"J({"world_size": 8,
+    "build": {"init_device_mesh": {"mesh_shape": [2, 2, 2], "mesh_dim_names": ["dp", "cp", "tp"]}}, "ops": )J" + ops + "]}");
+  Result err = run_shell(std::string(MESHSIM_EXE) + " show --recipe " + many + " 2>&1 >/dev/null");
+  ASSERT_EQ(err.lines.size(), 17u) << joined(err);
+  EXPECT_EQ(err.lines[16], "meshsim show: warning: ... and 24 more warnings");
+  const Json j = Json::parse(joined(run("run --recipe " + many + " --format json")));
+  ASSERT_EQ(j["warnings"].size(), 17u);
+  EXPECT_EQ(j["warnings"][16], "... and 24 more warnings");
   // Slicing the root's own dims warns of nothing, and the JSON has no "warnings" then.
   Result quiet = run_shell(std::string(MESHSIM_EXE) + " show --mesh dp=2,cp=2,tp=2 --slice dp,tp 2>&1 >/dev/null");
   EXPECT_EQ(quiet.status, 0);

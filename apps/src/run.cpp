@@ -104,7 +104,7 @@ int run(const Options& o, std::ostream& out) {
   // Warnings go to stderr (the JSON report carries them too), so stdout stays the report.
   // Under a launcher only the reporting rank says it (every rank applied the same recipe).
   if (!r.rank || *r.rank == 0) {
-    for (const std::string& w : r.warnings) std::cerr << "meshsim run: warning: " << w << "\n";
+    for (const std::string& w : shown_warnings(r.warnings)) std::cerr << "meshsim run: warning: " << w << "\n";
   }
   print_report(o, r, out);
   const int code = r.passed() ? 0 : 1;

@@ -135,7 +135,7 @@ int run(const Options& o, std::ostream& out) {
   BuiltMeshes built = apply_flags(recipe, o.recipe);
   if (o.color_dim && o.svg_file.empty()) throw InvalidArgument("--color-dim needs --svg FILE");
   // Warnings go to stderr (the JSON answer carries them too), so stdout stays the answer.
-  for (const std::string& w : built.warnings) std::cerr << "meshsim show: warning: " << w << "\n";
+  for (const std::string& w : shown_warnings(built.warnings)) std::cerr << "meshsim show: warning: " << w << "\n";
   std::vector<std::string> broken;
   if (hosts) {
     // Every view is placed, not only the result: a recipe's views share the hosts.
@@ -162,7 +162,7 @@ int run(const Options& o, std::ostream& out) {
     if (recipe.rank) want.insert(want.end(), {"coordinate", "my_groups"});
     Json result = query::describe(recipe, built, want);
     result["views"] = views_json(recipe, built, hosts);
-    if (!built.warnings.empty()) result["warnings"] = built.warnings;
+    if (!built.warnings.empty()) result["warnings"] = shown_warnings(built.warnings);
     if (hosts) {
       result["placement"] = placement_json(built.result, *hosts);
       result["placement_failures"] = broken;

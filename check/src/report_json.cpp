@@ -54,7 +54,7 @@ nlohmann::json report_json(const MeshCheckReport& r) {
   j["checks"] = r.checks;
   j["collectives"] = r.collectives;
   j["seconds"] = r.seconds;
-  if (!r.warnings.empty()) j["warnings"] = r.warnings;
+  if (!r.warnings.empty()) j["warnings"] = shown_warnings(r.warnings);
   Json fs = Json::array();
   // One entry per rank at fault, as many as the budget allows; failures_count says how many.
   j["failures_count"] = r.failures.size() + r.stuck.size();

@@ -123,12 +123,12 @@ std::vector<std::pair<std::string, DeviceMesh>> views_of(const meshsim::MeshReci
 }
 std::vector<std::pair<std::string, DeviceMesh>> named_views_in(const meshsim::MeshRecipe& r, const meshsim::RecipeFlags& f) {
   const meshsim::BuiltMeshes b = meshsim::apply_flags(r, f);
-  for (const std::string& w : b.warnings) warn(w, 3);
+  for (const std::string& w : meshsim::shown_warnings(b.warnings)) warn(w, 3);
   return views_of(r, b);
 }
 std::vector<std::pair<std::string, DeviceMesh>> named_views(const meshsim::MeshRecipe& r) {
   const meshsim::BuiltMeshes b = meshsim::apply(r);
-  for (const std::string& w : b.warnings) warn(w, 3);
+  for (const std::string& w : meshsim::shown_warnings(b.warnings)) warn(w, 3);
   return views_of(r, b);
 }
 

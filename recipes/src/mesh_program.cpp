@@ -104,7 +104,10 @@ Json handle_json(const GroupHandle& h) {
 Json field(Program& p, const DeviceMesh& m, const std::string& name) {
   const int64_t me = p.rank.value_or(0);
   if (name == "device_type") return Json(m.device_type());
-  if (name == "warnings") return Json(p.built.warnings);
+  if (name == "warnings") {
+    budget(p, static_cast<int64_t>(p.built.warnings.size()), 1, "warnings");
+    return Json(p.built.warnings);
+  }
   if (name == "get_group_by_view") {
     // get_group of the root, then of every handle bound by `let` (by name): the cache counts
     // each, so a following cache_stats shows which views reused another's groups.

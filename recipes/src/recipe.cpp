@@ -492,6 +492,13 @@ std::vector<View> views(const MeshRecipe& recipe) {
   return out;
 }
 
+std::vector<std::string> shown_warnings(const std::vector<std::string>& all) {
+  if (all.size() <= kShownWarnings) return all;
+  std::vector<std::string> out(all.begin(), all.begin() + kShownWarnings);
+  out.push_back("... and " + std::to_string(all.size() - kShownWarnings) + " more warnings");
+  return out;
+}
+
 BuiltMeshes apply(const MeshRecipe& recipe, const std::optional<DeviceMesh>& shared_root) {
   // A view is known by its name: one name, one view (a second binding would leave two views of
   // one name in every report, and a lookup by name would find only the last).

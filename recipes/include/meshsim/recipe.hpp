@@ -158,6 +158,11 @@ struct BuiltMeshes {
   DeviceMesh result;
   std::vector<std::string> warnings;
 };
+// kShownWarnings bounds the warnings a tool prints or reports (the rest are counted): a recipe
+// of thousands of such slices warns thousands of times.
+inline constexpr std::size_t kShownWarnings = 16;
+// shown_warnings is the first kShownWarnings of `all`, then "... and N more warnings" if any.
+std::vector<std::string> shown_warnings(const std::vector<std::string>& all);
 
 // apply builds the recipe; with `shared_root`, steps start from that root instead of building
 // one. With `recipe.rank`, a derived mesh with several copies must hold that rank (PyTorch's
