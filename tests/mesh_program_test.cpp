@@ -80,6 +80,29 @@ TEST(MeshProgram, ExplicitRankOutsideASlicedMeshFailsAsInPyTorch) {
   EXPECT_EQ(ask(req)["result"]["mesh_by_rank"].size(), 4u);
 }
 
+TEST(MeshProgram, FindFlattenedBindsTheFlattenedMeshByItsDims) {
+  // dp_cp and cp_tp hold 4 ranks each; over strides (4, 2, 1) dp_cp is {0,2,4,6},{1,3,5,7}.
+  const Json flattens = Json::array({{{"slice", {"dp", "cp"}}, {"let", "a"}}, {{"on", "a"}, {"flatten", "dp_cp"}},
+                                     {{"slice", {"cp", "tp"}}, {"let", "b"}}, {{"on", "b"}, {"flatten", "cp_tp"}}});
+  Json ops = flattens;
+  ops.push_back({{"on", "root"}, {"find_flattened", {"dp", "cp"}}, {"let", "f"}});
+  Json a = ask(program(ops, {"mesh_dim_names", "groups_by_dim", "warnings"}));
+  ASSERT_TRUE(a["ok"].get<bool>()) << a.dump();
+  EXPECT_EQ(a["result"]["mesh_dim_names"], Json({"dp_cp"}));
+  EXPECT_EQ(a["result"]["groups_by_dim"]["dp_cp"], Json::parse("[[0,2,4,6],[1,3,5,7]]"));
+  EXPECT_EQ(a["result"]["warnings"], Json::array());  // the safe way warns of nothing
+  // From a view, by the view's own dims.
+  ops = flattens;
+  ops.push_back({{"on", "b"}, {"find_flattened", {"cp", "tp"}}});
+  a = ask(program(ops, {"groups_by_dim"}));
+  ASSERT_TRUE(a["ok"].get<bool>()) << a.dump();
+  EXPECT_EQ(a["result"]["groups_by_dim"]["cp_tp"], Json::parse("[[0,1,2,3],[4,5,6,7]]"));
+  // Never flattened: NotFound naming the dims; dims out of order: slice's error.
+  EXPECT_EQ(error_type(ask(program(Json::array({{{"find_flattened", {"dp", "tp"}}}})))), "NotFound");
+  EXPECT_EQ(error_type(ask(program(Json::array({{{"find_flattened", {"tp", "dp"}}}})))), "InvalidArgument");
+  EXPECT_EQ(error_type(ask(program(Json::array({{{"find_flattened", 3}}})))), "InvalidArgument");
+}
+
 TEST(MeshProgram, RuleBreakingProgramsGetTypedErrors) {
   auto with_build = [](const char* build, int64_t world = 8) {
     return Json{{"op", "mesh.program"}, {"world_size", world}, {"build", Json::parse(build)}};

@@ -193,11 +193,15 @@ RootSpec root_from_json(const Json& build) {
 StepSpec step_from_json(const Json& s, std::size_t index) {
   const std::string where = "ops[" + std::to_string(index) + "]";
   need_object(s, where);
-  check_keys(s, {"slice", "flatten", "unflatten", "concatenate", "transpose", "reshape", "on", "let", "backend"}, where);
+  check_keys(s, {"slice", "flatten", "unflatten", "concatenate", "transpose", "reshape", "find_flattened", "on", "let",
+                 "backend"}, where);
   int kinds = 0;
-  for (const char* k : {"slice", "flatten", "unflatten", "concatenate", "transpose", "reshape"}) kinds += s.contains(k);
+  for (const char* k : {"slice", "flatten", "unflatten", "concatenate", "transpose", "reshape", "find_flattened"}) {
+    kinds += s.contains(k);
+  }
   if (kinds != 1) {
-    throw InvalidArgument(where + " must hold exactly one of slice, flatten, unflatten, concatenate, transpose, reshape");
+    throw InvalidArgument(where + " must hold exactly one of slice, flatten, unflatten, concatenate, transpose, reshape, "
+                                  "find_flattened");
   }
   StepSpec st;
   if (const Json* on = present(s, "on")) st.on = to_str(*on, "on");
@@ -213,6 +217,9 @@ StepSpec step_from_json(const Json& s, std::size_t index) {
   if (const Json* j = find(s, "slice")) {
     st.kind = StepSpec::Kind::kSlice;
     st.names = j->is_string() ? std::vector<std::string>{j->get<std::string>()} : to_names(*j, "slice");
+  } else if (const Json* ff = find(s, "find_flattened")) {
+    st.kind = StepSpec::Kind::kFindFlattened;
+    st.names = ff->is_string() ? std::vector<std::string>{ff->get<std::string>()} : to_names(*ff, "find_flattened");
   } else if (const Json* f = find(s, "flatten")) {
     st.kind = StepSpec::Kind::kFlatten;
     if (!f->is_null()) st.flatten_name = to_str(*f, "flatten");
@@ -298,11 +305,27 @@ DeviceMesh build_root(const RootSpec& r, int64_t world, std::optional<int64_t> r
   throw Internal("unknown root kind");
 }
 
+// names_text lists names for a message: "['dp', 'cp']", each quoted clipped, at most 8 then a count.
+std::string names_text(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size() && i < 8; ++i) out += (i ? ", " : "") + quote_input(v[i]);
+  if (v.size() > 8) out += ", ... (" + std::to_string(v.size()) + " in all)";
+  return out + "]";
+}
+
 DeviceMesh apply_step(const StepSpec& s, const Handles& h) {
   const DeviceMesh& src = h.get(s.on);
   switch (s.kind) {
     case StepSpec::Kind::kSlice:
       return src.slice(s.names);
+    case StepSpec::Kind::kFindFlattened: {
+      std::optional<DeviceMesh> found = src.find_flattened(s.names);
+      if (!found) {
+        throw NotFound("find_flattened: no flattened mesh holds the dims " + names_text(s.names) + " of " + src.to_string() +
+                       " (flatten them first; flattened names: " + names_text(src.flattened_names()) + ")");
+      }
+      return *found;
+    }
     case StepSpec::Kind::kFlatten:
       return src.flatten(s.flatten_name, s.flatten_config);
     case StepSpec::Kind::kTranspose:

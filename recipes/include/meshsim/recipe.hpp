@@ -63,11 +63,13 @@ struct RootSpec {
 // StepSpec is one transformation. `on` names the input mesh (a handle; "root" or "_last"),
 // `let` binds the result to a handle.
 struct StepSpec {
-  enum class Kind { kSlice, kFlatten, kUnflatten, kConcatenate, kTranspose, kReshape };
+  // kFindFlattened binds the mesh flattened from `names` of `on`, found by layout
+  // (DeviceMesh::find_flattened); NotFound when none was flattened.
+  enum class Kind { kSlice, kFlatten, kUnflatten, kConcatenate, kTranspose, kReshape, kFindFlattened };
   Kind kind = Kind::kSlice;
   std::string on = "root";
   std::optional<std::string> let;
-  std::vector<std::string> names;            // slice, transpose: dims; unflatten, reshape: new names
+  std::vector<std::string> names;            // slice, transpose, find_flattened: dims; unflatten, reshape: new names
   std::vector<int> order;                    // transpose by indices
   std::optional<std::string> flatten_name;   // flatten
   std::optional<BackendConfig> flatten_config;
