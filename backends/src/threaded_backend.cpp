@@ -406,7 +406,12 @@ class ThreadedCommunicator final : public detail::MemberCommunicator {
     for (auto now = Clock::now(); !s_->aborted.load() && now < until; now = Clock::now()) {
       s_->reg.sleep_for(std::chrono::ceil<std::chrono::milliseconds>(until - now));
     }
-    if (!s_->aborted.load()) throw Internal("threaded backend: a collective's mismatch was found but never recorded");
+    // This rank's deadline can come before the member that found the mismatch records it (that
+    // member first waits its grace for the rest of the group): a deadline, not a fault of ours.
+    if (!s_->aborted.load()) {
+      throw DeadlineExceeded("rank " + std::to_string(global(me_)) + " waited past its deadline in group " +
+                             rank_list(ranks()) + " for the diagnosis of a mismatched collective");
+    }
     s_->throw_aborted();
   }
 
