@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <unordered_set>
 
@@ -698,6 +700,119 @@ TEST(DeviceMeshJson, MalformedTruncatedOrHostileInputIsATypedError) {
   EXPECT_THROW(load_mesh(std::string(100000, '[')), ParseError);
   EXPECT_THROW(load_mesh("null"), ParseError);
   EXPECT_THROW(load_mesh(""), ParseError);
+}
+
+
+// ---- group names follow the groups (members and config), not the universe that found them ----
+
+// Two meshes over one world, one with the ranks transposed: the position layout 2:1 is rank 0's
+// tp group [0, 1] in one and [0, 2] in the other, so the names must differ, and the group
+// [0, 1] has one name wherever it is found.
+TEST(GroupNames, FollowTheMembersInEveryUniverse) {
+  DeviceMesh a = DeviceMesh::from_ranks(V{2, 2}, V{0, 1, 2, 3}, Names{"dp", "tp"});
+  DeviceMesh b = DeviceMesh::from_ranks(V{2, 2}, V{0, 2, 1, 3}, Names{"tp", "dp"});
+  ASSERT_EQ(a.group_record(1)->rows(), (Rows{{0, 1}, {2, 3}}));
+  ASSERT_EQ(b.group_record(1)->rows(), (Rows{{0, 2}, {1, 3}}));
+  EXPECT_EQ(a.group_record(1)->name, "group[2:1]@default");  // rows step 1, start at 0
+  EXPECT_EQ(b.group_record(1)->name, "group[2:2]@default");  // rows step 2
+  EXPECT_EQ(b.group_record(0)->name, "group[2:1]@default");  // [0, 1], [2, 3] again
+  EXPECT_EQ(a.group_record(0)->name, "group[2:2]@default");
+  // The same groups in a larger world keep the name: rank 4's tp group is [4, 5] in both.
+  EXPECT_EQ(DeviceMesh::init({4, 2}, Names{"dp", "tp"}).group_record(1)->name, "group[2:1]@default");
+  EXPECT_EQ(DeviceMesh::from_ranks(V{2}, V{4, 5}, Names{"tp"}).group_record(0)->name, "group[2:1]@default");
+  // [5, 6] is in no group of 2:1 ([4, 5], [6, 7]): the family shifted by 1, which [1, 2] is in too.
+  EXPECT_EQ(DeviceMesh::from_ranks(V{2}, V{5, 6}, Names{"tp"}).group_record(0)->name, "group[2:1+1]@default");
+  EXPECT_EQ(DeviceMesh::from_ranks(V{2}, V{1, 2}, Names{"tp"}).group_record(0)->name, "group[2:1+1]@default");
+  // A rank map that is not one run: [8, 12], [9, 13] are rows of 2:4 (rank 8's dp group in a
+  // (2, 4) mesh over ranks 8..15).
+  EXPECT_EQ(DeviceMesh::from_ranks(V{2, 2}, V{8, 9, 12, 13}, Names{"dp", "x"}).group_record(0)->name, "group[2:4]@default");
+  EXPECT_EQ(DeviceMesh::from_ranks(V{2, 4}, V{8, 9, 10, 11, 12, 13, 14, 15}, Names{"dp", "tp"}).group_record(0)->name,
+            "group[2:4]@default");
+}
+
+// Rows that no layout lays out ([0, 3] and [1, 2]) are named by their members: the same rows in
+// another order, from another rank map, have the same name; other rows another.
+TEST(GroupNames, RowsNoLayoutDescribesAreNamedByTheirMembers) {
+  DeviceMesh a = DeviceMesh::from_ranks(V{2, 2}, V{0, 3, 1, 2}, Names{"x", "y"});
+  DeviceMesh b = DeviceMesh::from_ranks(V{2, 2}, V{1, 2, 0, 3}, Names{"x", "y"});
+  DeviceMesh c = DeviceMesh::from_ranks(V{2, 2}, V{0, 3, 2, 1}, Names{"x", "y"});
+  ASSERT_EQ(a.group_record(1)->rows(), (Rows{{0, 3}, {1, 2}}));
+  ASSERT_EQ(c.group_record(1)->rows(), (Rows{{0, 3}, {2, 1}}));
+  EXPECT_EQ(a.group_record(1)->name.rfind("group[{", 0), 0u) << a.group_record(1)->name;
+  EXPECT_EQ(a.group_record(1)->name, b.group_record(1)->name);
+  EXPECT_NE(a.group_record(1)->name, c.group_record(1)->name);  // [2, 1] is another order: other local ranks
+}
+
+// Brute force: over many universes (roots of every small shape, over runs and over shuffled
+// rank maps, and their flattened and unflattened views), two records of one name give every
+// rank they both hold the same group, in the same order.
+TEST(GroupNames, OneNameIsOneGroupForEveryRankThatHoldsIt) {
+  std::vector<DeviceMesh> meshes;
+  std::mt19937_64 rng(20261127);
+  const std::vector<V> shapes{{4}, {2, 2}, {2, 4}, {4, 2}, {2, 2, 2}, {2, 3}, {3, 2}, {2, 2, 3}};
+  for (const V& shape : shapes) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < shape.size(); ++i) names.push_back("d" + std::to_string(i));
+    for (int trial = 0; trial < 6; ++trial) {
+      V ranks(static_cast<std::size_t>(n));
+      const int64_t start = trial < 3 ? trial * 2 : 0;
+      std::iota(ranks.begin(), ranks.end(), start);
+      if (trial >= 3) std::shuffle(ranks.begin(), ranks.end(), rng);
+      DeviceMesh root = DeviceMesh::from_ranks(shape, ranks, names);
+      meshes.push_back(root);
+      meshes.push_back(root.flatten("all"));
+      if (shape.size() >= 2) meshes.push_back(root.slice(Names{names[0], names[1]}).flatten("f01"));
+      if (shape.back() % 2 == 0 && shape.back() > 2) {
+        meshes.push_back(root.unflatten(static_cast<int>(shape.size()) - 1, V{2, shape.back() / 2}, Names{"u0", "u1"}));
+      }
+    }
+  }
+  std::map<std::string, std::map<int64_t, std::vector<int64_t>>> group_by_name;  // name -> rank -> group
+  int64_t compared = 0;
+  for (const DeviceMesh& m : meshes) {
+    for (int d = 0; d < m.ndim(); ++d) {
+      auto rec = m.group_record(d);
+      for (const auto& row : rec->rows()) {
+        for (int64_t r : row) {
+          auto [it, fresh] = group_by_name[rec->name].emplace(r, row);
+          if (!fresh) {
+            ++compared;
+            EXPECT_EQ(it->second, row) << rec->name << " gives rank " << r << " two groups";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 500);
+}
+
+// from_group keeps the groups it is handed: their names (and configs) are what get_group hands
+// back, in the root and in every view that reuses them; other groups keep the members' names.
+TEST(GroupNames, HandedGroupsKeepTheirNames) {
+  BackendConfig gloo{.backend = "gloo"};
+  RootOptions o;
+  o.group_names = {std::string("dp_pg"), std::string("tp_pg")};
+  o.backend_override = {BackendConfig{}, gloo};
+  const std::vector<V> groups{{0, 2}, {0, 1}};
+  DeviceMesh m = DeviceMesh::from_group(groups, true, MeshArray{{2, 2}, {0, 1, 2, 3}}, Names{"dp", "tp"}, 0, o);
+  EXPECT_EQ(m.get_group(0, "dp").record->name, "dp_pg");
+  EXPECT_EQ(m.get_group(3, "tp").record->name, "tp_pg");
+  EXPECT_EQ(m.get_group(3, "tp").backend, "gloo");
+  EXPECT_EQ(m.slice("tp").get_group(1).record->name, "tp_pg");
+  EXPECT_EQ(m.flatten("dp_tp").get_group(0).record->name, "group[4:1]@default");
+  // One name for two different groups is refused.
+  RootOptions twice;
+  twice.group_names = {std::string("pg"), std::string("pg")};
+  expect_throws_with<InvalidArgument>(
+      [&] { DeviceMesh::from_group(groups, true, MeshArray{{2, 2}, {0, 1, 2, 3}}, Names{"dp", "tp"}, 0, twice); },
+      "is handed for two different groups");
+  RootOptions empty;
+  empty.group_names = {std::string(""), std::nullopt};
+  expect_throws_with<InvalidArgument>(
+      [&] { DeviceMesh::from_group(groups, true, MeshArray{{2, 2}, {0, 1, 2, 3}}, Names{"dp", "tp"}, 0, empty); },
+      "must hold 1 to 256 bytes");
 }
 
 }  // namespace

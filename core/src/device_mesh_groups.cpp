@@ -1,12 +1,15 @@
 #include "meshsim/device_mesh.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
 
 #include "meshsim/algebra.hpp"
+#include "meshsim/digest.hpp"
 #include "meshsim/error.hpp"
 #include "checked_math.hpp"
 #include "device_mesh_parts.hpp"
@@ -26,6 +29,89 @@ GroupTable table_of(const Universe& u, const Layout& dim_layout) {
   for (int64_t& v : t.ranks) v = u.rank_map.at(v);
   return t;
 }
+
+// floor_div is division rounding toward negative infinity (d > 0).
+int64_t floor_div(int64_t a, int64_t d) { return a / d - ((a % d != 0) && (a < 0)); }
+
+// FamilyName is a dim's groups as global ranks, named by what they are, not by the universe
+// they were found in: the coalesced dim layout L (PyTorch's order, as canonical layouts print)
+// and the offset of the family's rows modulo L's span M (the family's period: shifting every
+// row by a multiple of M gives rows of the same family), "L" or "L+o". Two universes that hold
+// a rank in groups of the same name hold it in the same group. A family no layout describes
+// (an explicit rank map's rows that are not the rows of one layout shifted) is named by a
+// digest of its rows: "{16 hex digits}".
+struct FamilyName {
+  static std::string of(const Layout& dim, int64_t first_rank) {
+    const detail::Leaves modes = detail::leaves(dim);
+    int64_t span = 1;
+    for (const detail::Leaf& m : modes) {
+      if (m.s > 1 && m.d > 0) span = std::max(span, checked_mul(m.s, m.d, "group name"));
+    }
+    const int64_t o = ((first_rank % span) + span) % span;
+    return meshsim::to_string(dim) + (o == 0 ? "" : "+" + std::to_string(o));
+  }
+  // derived is the coalesced layout whose row is `row` (strictly positive strides), if any.
+  static std::optional<Layout> derived(std::span<const int64_t> row) {
+    const int64_t k = static_cast<int64_t>(row.size());
+    if (k == 1) return Layout();
+    detail::Leaves modes;  // fastest first
+    int64_t block = 1;
+    while (block < k) {
+      const int64_t stride = row[static_cast<std::size_t>(block)] - row[0];
+      if (stride <= 0) return std::nullopt;
+      int64_t m = 1;
+      int64_t next = 0;
+      while (block * (m + 1) <= k && !__builtin_mul_overflow(m, stride, &next) &&
+             row[static_cast<std::size_t>(block * m)] - row[0] == next) {
+        ++m;
+      }
+      while (m > 1 && k % (block * m) != 0) --m;
+      if (m < 2) return std::nullopt;
+      detail::add(modes, m, stride);
+      block *= m;
+    }
+    Layout l = coalesce(detail::make_flat(modes.data(), modes.size(), true), Convention::kTorch);
+    for (int64_t i = 0; i < k; ++i) {
+      if (row[static_cast<std::size_t>(i)] - row[0] != mesh_rank_at(l, i)) return std::nullopt;
+    }
+    return l;
+  }
+  // of_table names an explicit rank map's family from its rows: the layout of row 0, when every
+  // row is that layout shifted by an offset whose digits along the layout's modes are those of
+  // row 0's; else the digest of the rows.
+  static std::string of_table(const GroupTable& t) {
+    if (t.count > 0) {
+      if (std::optional<Layout> l = derived(t.row(0))) {
+        const detail::Leaves modes = detail::leaves(*l);
+        const int64_t base = t.row(0)[0];
+        bool same = true;
+        for (int64_t g = 1; g < t.count && same; ++g) {
+          std::span<const int64_t> r = t.row(g);
+          for (int64_t i = 0; i < t.size && same; ++i) same = r[static_cast<std::size_t>(i)] - r[0] == mesh_rank_at(*l, i);
+          for (const detail::Leaf& m : modes) {
+            if (same && m.s > 1 && m.d > 0) {
+              const int64_t diff = r[0] - base;  // |diff| < 2^63: both are ranks
+              same = ((floor_div(diff, m.d) % m.s) + m.s) % m.s == 0;
+            }
+          }
+        }
+        if (same) return of(*l, base);
+      }
+    }
+    std::vector<int64_t> firsts(static_cast<std::size_t>(t.count));
+    for (int64_t g = 0; g < t.count; ++g) firsts[static_cast<std::size_t>(g)] = g;
+    std::sort(firsts.begin(), firsts.end(), [&](int64_t a, int64_t b) { return t.row(a)[0] < t.row(b)[0]; });
+    Fnv1a f;
+    f.u64(static_cast<uint64_t>(t.count));
+    f.u64(static_cast<uint64_t>(t.size));
+    for (int64_t g : firsts) {
+      for (int64_t r : t.row(g)) f.u64(static_cast<uint64_t>(r));
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.value()));
+    return std::string("{") + hex + "}";
+  }
+};
 
 std::vector<std::vector<int64_t>> rows_of(const GroupTable& t) {
   std::vector<std::vector<int64_t>> rows;
@@ -81,8 +167,19 @@ std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim,
     // The record holds its universe weakly (the universe's cache holds the record).
     std::weak_ptr<const Universe> weak = u_;
     Layout dim_layout = canonical_[dim];
+    // The name follows the groups' members and the config, whatever universe found them (the
+    // same group is the same name in every mesh of every root), unless the root was handed the
+    // group under a name of its own (from_group).
+    std::string name;
+    if (std::optional<std::string> handed = u_->handed_name(canonical_[dim], config)) {
+      name = *handed;
+    } else {
+      const std::string family = u_->rank_map.start() ? FamilyName::of(canonical_[dim], *u_->rank_map.start())
+                                                      : FamilyName::of_table(table_of(*u_, canonical_[dim]));
+      name = "group[" + family + "]@" + config.to_string();
+    }
     return std::make_shared<GroupRecord>(
-        "group[" + meshsim::to_string(canonical_[dim]) + "]@" + config.to_string(), canonical_[dim],
+        std::move(name), canonical_[dim],
         config, [weak, dim_layout] {
           std::shared_ptr<const Universe> u = weak.lock();
           if (!u) {

@@ -18,6 +18,40 @@ namespace meshsim {
 
 using namespace mesh_detail;
 
+namespace {
+// handed_groups checks a root's handed group names (one per dim, or none) and pairs each with
+// its dim's canonical layout and config.
+std::vector<Universe::HandedGroup> handed_groups(const std::vector<std::optional<std::string>>& names,
+                                                 const Layout& layout, const std::vector<BackendConfig>& configs,
+                                                 const MeshNames& dim_names) {
+  std::vector<Universe::HandedGroup> out;
+  if (names.empty()) return out;
+  if (static_cast<int>(names.size()) != layout.rank()) {
+    throw InvalidArgument("from_group: " + std::to_string(names.size()) + " group names for a mesh of " +
+                          std::to_string(layout.rank()) + " dims (one per dim, or none)");
+  }
+  const Layout canonical = canonical_of(layout);
+  for (int d = 0; d < layout.rank(); ++d) {
+    const std::optional<std::string>& n = names[static_cast<std::size_t>(d)];
+    if (!n) continue;
+    const std::string dim = dim_names ? quote_input((*dim_names)[static_cast<std::size_t>(d)]) : std::to_string(d);
+    if (n->empty() || n->size() > kMaxGroupNameBytes) {
+      throw InvalidArgument("from_group: the group name of dim " + dim + " must hold 1 to " +
+                            std::to_string(kMaxGroupNameBytes) + " bytes, got " + std::to_string(n->size()));
+    }
+    Universe::HandedGroup h{canonical[d], configs.empty() ? BackendConfig{} : configs[static_cast<std::size_t>(d)], *n};
+    for (const Universe::HandedGroup& o : out) {
+      if (o.name == h.name && (o.canonical != h.canonical || o.config != h.config)) {
+        throw InvalidArgument("from_group: the name " + quote_input(h.name) + " is handed for two different groups "
+                              "(dim " + dim + " and an earlier dim): one name, one group");
+      }
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+}  // namespace
+
 // make_root is the one way a root is built (init_device_mesh and DeviceMesh(mesh)): names,
 // device, a row-major layout of `shape`, the world, the configs, then the rank map — the
 // identity run when `ranks` is null, else the given ranks, checked.
@@ -36,9 +70,13 @@ DeviceMesh DeviceMesh::make_root(const char* what, std::span<const int64_t> shap
   check_world(options.world_size, n);
   auto configs = checked_configs(std::move(options.backend_override), layout.rank());
   RankMap map = ranks ? RankMap::explicit_ranks(*ranks, options.world_size) : RankMap::affine(0, n);
+  std::vector<Universe::HandedGroup> handed = handed_groups(options.group_names, layout, configs, names);
   auto u = std::make_shared<const Universe>(options.device_type, options.world_size, std::move(map),
                                             layout, names, configs, options.init_backend,
-                                            std::move(options.default_backend));
+                                            std::move(options.default_backend), std::move(handed));
+  const bool handed_root = std::string_view(what) == "from_group";
+  u->record(GroupCreationEvent{GroupCreationEvent::Op::kRoot, what, options.init_backend && !handed_root, 0,
+                               options.init_backend && !handed_root ? layout.rank() : 0, layout, names, configs});
   return DeviceMesh(std::move(u), layout, std::move(names), true, configs);
 }
 
@@ -64,8 +102,7 @@ DeviceMesh DeviceMesh::from_group(std::span<const int64_t> group_ranks, MeshName
                           "has no ranks)");
   }
   const int64_t n = static_cast<int64_t>(group_ranks.size());
-  return from_ranks(std::span<const int64_t>(&n, 1), group_ranks, std::move(names),
-                    std::move(options));
+  return make_root("from_group", std::span<const int64_t>(&n, 1), &group_ranks, std::move(names), std::move(options));
 }
 
 namespace {
@@ -136,7 +173,7 @@ DeviceMesh DeviceMesh::from_groups(std::span<const std::vector<int64_t>> groups,
                           "but got a mesh of shape " + int_list(shape) + " and " +
                           std::to_string(groups.size()) + " ProcessGroups");
   }
-  DeviceMesh mesh = from_ranks(shape, ranks, std::move(names), std::move(options));
+  DeviceMesh mesh = make_root("from_group", shape, &ranks, std::move(names), std::move(options));
   if (!mesh.contains(rank)) {
     throw InvalidArgument("from_groups: rank " + std::to_string(rank) +
                           " is not in the mesh, so its groups cannot be checked");

@@ -155,7 +155,10 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
   const std::string flat_name = name ? *name : join(*names_, "_", false);
   if (flat_name.empty()) throw InvalidArgument("flatten: the mesh_dim_name must not be empty");
   check_utf8(flat_name, "flatten: mesh_dim_name");
-  if (ndim() == 1 && flat_name == (*names_)[0]) return *this;
+  if (ndim() == 1 && flat_name == (*names_)[0]) {
+    u_->record(GroupCreationEvent{GroupCreationEvent::Op::kFlatten, "flatten", false, 0, 0, layout_, names_, configs_});
+    return *this;
+  }
   if (u_->root_names) {
     const auto& rn = *u_->root_names;
     if (std::find(rn.begin(), rn.end(), flat_name) != rn.end()) {
@@ -167,14 +170,22 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
   const Layout flat = mesh_flatten(layout_);
   // The registry keeps the first layout written under a name; the same canonical layout
   // returns it, another one throws AlreadyExists.
+  const bool fresh = !u_->find_flattened(flat_name);
   Universe::Flattened reg = u_->register_flatten(flat_name, flat, canonical_of(flat), config);
   BackendConfig cfg = std::move(reg.config);
-  return DeviceMesh(u_, std::move(reg.layout), std::move(reg.canonical),
-                    std::vector<std::string>{flat_name}, false, {cfg});
+  DeviceMesh out(u_, std::move(reg.layout), std::move(reg.canonical), std::vector<std::string>{flat_name}, false, {cfg});
+  u_->record(GroupCreationEvent{GroupCreationEvent::Op::kFlatten, "flatten", fresh, 0, fresh ? 1 : 0, out.layout_,
+                                out.names_, out.configs_});
+  return out;
 }
 
 DeviceMesh DeviceMesh::unflatten(std::string_view dim, std::span<const int64_t> sizes,
                                  std::span<const std::string> names) const {
+  return unflatten(dim, sizes, names, {});
+}
+
+DeviceMesh DeviceMesh::unflatten(std::string_view dim, std::span<const int64_t> sizes, std::span<const std::string> names,
+                                 std::vector<BackendConfig> new_configs) const {
   if (!names_) {
     // The same condition and class as unflatten by index (and as slice and flatten).
     throw FailedPrecondition("Cannot unflatten a DeviceMesh without mesh_dim_names! (" +
@@ -184,11 +195,16 @@ DeviceMesh DeviceMesh::unflatten(std::string_view dim, std::span<const int64_t> 
     throw NotFound("dim " + std::string(dim) + " specified in `_unflatten` is not in " +
                    py_tuple(*names_) + ".");
   }
-  return unflatten(dim_index(dim), sizes, names);
+  return unflatten(dim_index(dim), sizes, names, std::move(new_configs));
 }
 
 DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes,
                                  std::span<const std::string> names) const {
+  return unflatten(dim, sizes, names, {});
+}
+
+DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes, std::span<const std::string> names,
+                                 std::vector<BackendConfig> new_configs) const {
   if (dim >= ndim() || dim < 0) {
     throw OutOfRange("dim " + std::to_string(dim) + " specified in `_unflatten` is out of range " +
                      std::to_string(ndim()) + (dim < 0 ? " (negative dims are not accepted)" : ""));
@@ -222,16 +238,28 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes,
   new_names.insert(new_names.end(), names.begin(), names.end());
   new_names.insert(new_names.end(), names_->begin() + d + 1, names_->end());
   check_unique_names(new_names, " after _unflatten");
+  if (!new_configs.empty() && new_configs.size() != sizes.size()) {
+    throw InvalidArgument("_unflatten: " + std::to_string(new_configs.size()) + " backend configs for " +
+                          std::to_string(sizes.size()) + " new dims");
+  }
   std::vector<BackendConfig> configs;
-  if (!configs_.empty()) {
-    configs.assign(configs_.begin(), configs_.begin() + d);
-    configs.insert(configs.end(), sizes.size(), BackendConfig{});
-    configs.insert(configs.end(), configs_.begin() + d + 1, configs_.end());
+  if (!configs_.empty() || !new_configs.empty()) {
+    for (int k = 0; k < d; ++k) configs.push_back(backend_config(k));
+    for (std::size_t k = 0; k < sizes.size(); ++k) configs.push_back(new_configs.empty() ? BackendConfig{} : new_configs[k]);
+    for (int k = d + 1; k < ndim(); ++k) configs.push_back(backend_config(k));
   }
   Layout layout = mesh_unflatten(layout_, dim, sizes);
   Layout canonical = canonical_after_unflatten(canonical_, layout, d, static_cast<int>(sizes.size()));
-  return DeviceMesh(u_, std::move(layout), std::move(canonical), std::move(new_names), false,
-                    std::move(configs));
+  DeviceMesh out(u_, std::move(layout), std::move(canonical), std::move(new_names), false, std::move(configs));
+  u_->record(GroupCreationEvent{GroupCreationEvent::Op::kUnflatten, "unflatten", true, d, static_cast<int>(sizes.size()),
+                                out.layout_, out.names_, out.configs_});
+  return out;
+}
+
+std::vector<GroupCreationEvent> DeviceMesh::creation_events() const { return u_->events(); }
+
+DeviceMesh DeviceMesh::event_mesh(const GroupCreationEvent& e) const {
+  return DeviceMesh(u_, e.layout, e.names, e.op == GroupCreationEvent::Op::kRoot, e.configs);
 }
 
 DeviceMesh DeviceMesh::with_backend_configs(std::vector<BackendConfig> configs) const {

@@ -16,7 +16,7 @@ uint64_t next_id() {
 
 Universe::Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks,
                    Layout root_layout, MeshNames root_names, std::vector<BackendConfig> root_configs,
-                   bool init_backend, std::string default_backend)
+                   bool init_backend, std::string default_backend, std::vector<HandedGroup> handed)
     : id(next_id()),
       device_type(std::move(device_type)),
       world_size(world),
@@ -25,7 +25,15 @@ Universe::Universe(std::string device_type, std::optional<int64_t> world, RankMa
       root_names(std::move(root_names)),
       root_configs(std::move(root_configs)),
       init_backend(init_backend),
-      default_backend(std::move(default_backend)) {}
+      default_backend(std::move(default_backend)),
+      handed(std::move(handed)) {}
+
+std::optional<std::string> Universe::handed_name(const Layout& canonical, const BackendConfig& config) const {
+  for (const HandedGroup& h : handed) {
+    if (h.canonical == canonical && h.config == config) return h.name;
+  }
+  return std::nullopt;
+}
 
 std::size_t Universe::GroupKeyHash::operator()(const GroupKey& k) const {
   const std::size_t seed = k.layout.hash();
@@ -89,6 +97,24 @@ std::shared_ptr<const GroupRecord> Universe::find_or_create_group(
   }
   stats_.size = static_cast<int64_t>(groups_.size());
   return it->second;
+}
+
+void Universe::record(GroupCreationEvent e) const {
+  std::lock_guard lock(mu_);
+  if (events_.size() >= kMaxCreationEvents) {
+    events_overflowed_ = true;
+    return;
+  }
+  events_.push_back(std::move(e));
+}
+
+std::vector<GroupCreationEvent> Universe::events() const {
+  std::lock_guard lock(mu_);
+  if (events_overflowed_) {
+    throw ResourceExhausted("the mesh's universe made more than " + std::to_string(kMaxCreationEvents) +
+                            " group-making operations (flatten, unflatten): its creation plan is not kept");
+  }
+  return events_;
 }
 
 CacheStats Universe::stats() const {

@@ -22,9 +22,16 @@ namespace meshsim {
 // that take the universe's lock. Thread safety: every method may be called from many threads.
 class Universe {
  public:
+  // HandedGroup is a group a root was handed (from_group) under a name of its own: the root dim's
+  // canonical layout, its config and the name every mesh of the universe calls it by.
+  struct HandedGroup {
+    Layout canonical;
+    BackendConfig config;
+    std::string name;
+  };
   Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks, Layout root_layout,
            MeshNames root_names, std::vector<BackendConfig> root_configs, bool init_backend = true,
-           std::string default_backend = {});
+           std::string default_backend = {}, std::vector<HandedGroup> handed = {});
 
   const uint64_t id;  // unique within the process
   const std::string device_type;
@@ -35,6 +42,11 @@ class Universe {
   const std::vector<BackendConfig> root_configs;
   const bool init_backend;             // PyTorch's _init_backend: false means no process groups
   const std::string default_backend;   // the world's default backend ("" = the run's own)
+  const std::vector<HandedGroup> handed;  // root dims handed by name (from_group), in dim order
+
+  // handed_name is the name the root was handed for (canonical dim layout, config), if any (the
+  // first such dim's).
+  std::optional<std::string> handed_name(const Layout& canonical, const BackendConfig& config) const;
 
   // Flattened is one flatten registration: its name, layout as written, the layout's canonical
   // form (what identity compares) and backend config.
@@ -61,7 +73,14 @@ class Universe {
       const std::function<std::shared_ptr<GroupRecord>()>& make) const;
   CacheStats stats() const;
 
+  // record appends a group-making operation to the creation log (past kMaxCreationEvents the
+  // log only counts); events is the log, ResourceExhausted once it overflowed.
+  void record(GroupCreationEvent e) const;
+  std::vector<GroupCreationEvent> events() const;
+
  private:
+  mutable std::vector<GroupCreationEvent> events_;
+  mutable bool events_overflowed_ = false;
   struct GroupKey {
     Layout layout;
     BackendConfig config;

@@ -71,7 +71,16 @@ struct RootOptions {
   // default_backend is init_process_group's choice: the backend of every group whose config
   // names none ("" = the run's own backend).
   std::string default_backend;
+  // group_names are the names of the groups a root was handed (from_group: PyTorch keeps the
+  // ProcessGroups it is given, and get_group hands back the same groups): empty, or one per dim
+  // (nullopt: the dim's groups are named by their members and config, as every other group).
+  // A name must be non-empty and at most kMaxGroupNameBytes; two dims handed the same name
+  // must be the same groups.
+  std::vector<std::optional<std::string>> group_names;
 };
+
+// kMaxGroupNameBytes bounds a handed group's name.
+inline constexpr std::size_t kMaxGroupNameBytes = 256;
 
 // GroupHandle is what PyTorch's get_group(dim) hands a rank: its group along the dim and how the
 // group is made. The record is the universe's cached group (its name is the cache identity);
@@ -145,6 +154,16 @@ class DeviceMesh {
                        std::span<const std::string> names) const;
   DeviceMesh unflatten(std::string_view dim, std::span<const int64_t> sizes,
                        std::span<const std::string> names) const;
+  // unflatten with the new dims' backend configs (PyTorch's backend_override of _unflatten):
+  // empty, or one per new dim.
+  DeviceMesh unflatten(int64_t dim, std::span<const int64_t> sizes, std::span<const std::string> names,
+                       std::vector<BackendConfig> new_configs) const;
+  DeviceMesh unflatten(std::string_view dim, std::span<const int64_t> sizes, std::span<const std::string> names,
+                       std::vector<BackendConfig> new_configs) const;
+  // creation_events is the universe's log of group-making operations, in call order
+  // (ResourceExhausted once it passed kMaxCreationEvents); event_mesh is an event's mesh.
+  std::vector<GroupCreationEvent> creation_events() const;
+  DeviceMesh event_mesh(const GroupCreationEvent& e) const;
   // with_backend_configs is this mesh with one backend config per dim (empty: the defaults);
   // identity is unchanged (configs are not part of ==), group records follow the new configs.
   DeviceMesh with_backend_configs(std::vector<BackendConfig> configs) const;

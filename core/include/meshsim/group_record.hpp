@@ -53,4 +53,25 @@ struct CacheStats {
   int64_t size = 0;    // records held
 };
 
+// GroupCreationEvent is one call, in a universe, of a DeviceMesh operation that PyTorch's
+// DeviceMesh creates process groups in (its root, _flatten, _unflatten), in call order: what a
+// rank's process-group calls are made of (recipes' creation_plan.hpp reads them).
+struct GroupCreationEvent {
+  enum class Op { kRoot, kFlatten, kUnflatten };
+  Op op = Op::kRoot;
+  std::string what;   // root: "init_device_mesh", "DeviceMesh" or "from_group"; else the op's name
+  // creates: the op makes its groups (a root with process groups that were not handed to it; a
+  // flatten under a name not flattened before, not a 1-D mesh into its own name; an unflatten).
+  bool creates = true;
+  int first = 0;      // the dims of the resulting mesh it makes groups for: [first, first + count)
+  int count = 0;
+  Layout layout;      // the resulting mesh
+  MeshNames names;
+  std::vector<BackendConfig> configs;
+};
+
+// kMaxCreationEvents bounds a universe's creation log (a program that flattens or unflattens
+// more often than that has its plan refused, ResourceExhausted, rather than cut).
+inline constexpr std::size_t kMaxCreationEvents = 1 << 16;
+
 }  // namespace meshsim
