@@ -91,6 +91,22 @@ TEST_P(EveryEngine, ASummaryKeepsTheFirstGroupsOfEachDim) {
   EXPECT_EQ(r.seen[0][0].size(), 2u);  // dp: 2 groups
 }
 
+// A rank that creates its process groups in another order than PyTorch's DeviceMesh does (its
+// first two dims swapped) is named by itself, with the first creation where it parts from the
+// plan; the other ranks end without a diagnosis of their own.
+TEST_P(EveryEngine, APlantedReorderOfGroupCreationsIsNamed) {
+  Job job{.recipe = three_dims(), .engine = GetParam(), .faults = {{FaultKind::kReorder, 6}},
+          .timeout = std::chrono::seconds(20)};
+  const MeshCheckReport r = check_meshes(job);
+  ASSERT_FALSE(r.ok);
+  ASSERT_EQ(r.failures.size(), 1u) << r.failures[0].message;
+  EXPECT_EQ(r.failures[0].ranks, V{6});
+  const std::string& m = r.failures[0].message;
+  EXPECT_NE(m.find("creation 1 of 3: it makes new_group x4 for dim 'cp'"), std::string::npos) << m;
+  EXPECT_NE(m.find("where every rank makes new_group x4 for dim 'dp'"), std::string::npos) << m;
+  EXPECT_TRUE(r.stuck.empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, EveryEngine, ::testing::Values("threaded", "fiber", "local"),
                          [](const auto& info) { return info.param; });
 
@@ -116,6 +132,17 @@ TEST(CheckFaults, TypedFaultsAreCheckedLikeTheirSpelling) {
   refused(Job{.recipe = bad, .origin = "--recipe 'x.json'"}, "--recipe 'x.json': ");
   refused(Job{.recipe = bad, .engine = "local"}, "zz");
   refused(Job{.recipe = three_dims(), .stack_bytes = 1024}, "out of range");
+  EXPECT_EQ(parse_faults({"reorder@2"}, 8), (std::vector<Fault>{{FaultKind::kReorder, 2}}));
+  // One dim of the world's size reuses the default group: nothing to reorder.
+  refused(Job{.recipe = recipe_from_flags({.mesh = "world=8"}), .faults = {{FaultKind::kReorder, 1}}},
+          "needs a recipe whose ranks create the groups of at least two dims (this one creates 0)");
+  // What PyTorch refuses is refused before any rank starts: a bound default group whose backend
+  // cannot split.
+  MeshRecipe xccl = three_dims();
+  xccl.root.device_type = "xpu";
+  xccl.root.default_backend = "xccl";
+  xccl.root.creation.bound_device = true;
+  refused(Job{.recipe = xccl}, "the default backend 'xccl' cannot split");
 }
 
 // ---- a launched rank's typed result ----

@@ -350,3 +350,169 @@ TEST(RecipeBuilder, BuildsWhatTheDecoderReads) {
 }
 
 }  // namespace
+
+// ---- the creation plan: PyTorch's DeviceMesh._init_one_process_group, call by call ----
+// Expected calls are written from torch/distributed/device_mesh.py (cyyever/pytorch 2ef3b7f,
+// _init_one_process_group and _init_process_groups): a dim's groups are the rows of
+// _MeshLayout([dim]).remap_to_tensor(rank_map), in that order, one new_group each on every rank.
+
+namespace creation {
+
+Json plan_of(Json build, Json ops = Json::array(), int64_t world = 8, std::optional<int64_t> rank = std::nullopt) {
+  Json p = {{"op", "mesh.program"}, {"world_size", world}, {"build", std::move(build)}, {"ops", std::move(ops)},
+            {"want", {"creation_plan"}}};
+  if (rank) p["rank"] = *rank;
+  return ask(p);
+}
+
+Json init(Json shape, Json names, Json extra = Json::object()) {
+  Json body = {{"mesh_shape", std::move(shape)}, {"mesh_dim_names", std::move(names)}};
+  body.update(extra);
+  return {{"init_device_mesh", body}};
+}
+
+// calls_text is each call as "kind dim ranks" (split_group: its split_ranks).
+std::vector<std::string> calls_text(const Json& answer) {
+  std::vector<std::string> out;
+  for (const Json& c : answer.at("result").at("creation_plan").at("calls")) {
+    std::string t = c["call"].get<std::string>() + " " + c["dim"].get<std::string>();
+    if (c.contains("ranks")) t += " " + c["ranks"].dump();
+    if (c.contains("split_ranks")) t += " " + c["split_ranks"].dump();
+    out.push_back(t);
+  }
+  return out;
+}
+
+using Calls = std::vector<std::string>;
+
+}  // namespace creation
+
+TEST(CreationPlan, EveryGroupOfEveryDimIsANewGroupOnEveryRank) {
+  using namespace creation;
+  Json a = plan_of(init({2, 4}, {"dp", "tp"}));
+  ASSERT_TRUE(a["ok"].get<bool>()) << a.dump();
+  EXPECT_EQ(calls_text(a), (Calls{"new_group dp [0,4]", "new_group dp [1,5]", "new_group dp [2,6]", "new_group dp [3,7]",
+                                  "new_group tp [0,1,2,3]", "new_group tp [4,5,6,7]"}));
+  const Json& plan = a["result"]["creation_plan"];
+  EXPECT_EQ(plan["options"]["default_backend"], "gloo");  // a cpu mesh's default group
+  EXPECT_EQ(plan["calls"][0]["group_desc"], "mesh_dp");
+  EXPECT_EQ(plan["calls"][0]["use_local_synchronization"], false);
+  EXPECT_EQ(plan["steps"][0]["op"], "init_device_mesh");
+  EXPECT_EQ(plan["steps"][0]["created"], 6);
+  // Rank 5 makes the same calls: new_group is collective over the world.
+  EXPECT_EQ(calls_text(plan_of(init({2, 4}, {"dp", "tp"}), Json::array(), 8, 5)), calls_text(a));
+}
+
+TEST(CreationPlan, ABoundDefaultGroupSplitsOncePerDim) {
+  using namespace creation;
+  Json a = plan_of(init({2, 4}, {"dp", "tp"}, {{"device_type", "cuda"}, {"bound_device", true}}));
+  ASSERT_TRUE(a["ok"].get<bool>()) << a.dump();
+  EXPECT_EQ(calls_text(a), (Calls{"split_group dp [[0,4],[1,5],[2,6],[3,7]]", "split_group tp [[0,1,2,3],[4,5,6,7]]"}));
+  EXPECT_EQ(a["result"]["creation_plan"]["calls"][0]["parent"], "default");
+  EXPECT_EQ(a["result"]["creation_plan"]["calls"][0]["backend"], "nccl");
+  // Without an accelerator the bound device does not matter: new_group per group.
+  EXPECT_EQ(calls_text(plan_of(init({2, 4}, {"dp", "tp"}, {{"bound_device", true}}))).size(), 6u);
+  // A dim overridden to another backend than the default's is made with new_group.
+  Json mixed = plan_of(init({2, 4}, {"dp", "tp"}, {{"device_type", "cuda"}, {"bound_device", true},
+                                                   {"backend_override", {{"dp", "gloo"}}}}));
+  EXPECT_EQ(calls_text(mixed), (Calls{"new_group dp [0,4]", "new_group dp [1,5]", "new_group dp [2,6]", "new_group dp [3,7]",
+                                      "split_group tp [[0,1,2,3],[4,5,6,7]]"}));
+  // torchcomms takes the split path without a bound device.
+  EXPECT_EQ(calls_text(plan_of(init({2, 4}, {"dp", "tp"}, {{"device_type", "cuda"}, {"use_torchcomms", true}}))).size(), 2u);
+}
+
+TEST(CreationPlan, ABackendThatCannotSplitIsRefusedNamingTheDim) {
+  using namespace creation;
+  Json a = plan_of(init({2, 4}, {"dp", "tp"}, {{"device_type", "xpu"}, {"default_backend", "xccl"}, {"bound_device", true}}));
+  EXPECT_EQ(error_type(a), "FailedPrecondition");
+  const std::string m = a["error"]["message"].get<std::string>();
+  EXPECT_NE(m.find("dim 'dp'"), std::string::npos) << m;
+  EXPECT_NE(m.find("'xccl' cannot split"), std::string::npos) << m;
+  EXPECT_NE(m.find("does not support splitting"), std::string::npos) << m;
+  // new_group_use_split_group splits the default group on every new_group.
+  Json b = plan_of(init({2, 4}, {"dp", "tp"}, {{"default_backend", "mpi"}, {"new_group_use_split_group", true}}));
+  EXPECT_EQ(error_type(b), "FailedPrecondition");
+  Json c = plan_of(init({2, 4}, {"dp", "tp"}, {{"new_group_use_split_group", true}}));
+  ASSERT_TRUE(c["ok"].get<bool>()) << c.dump();
+  EXPECT_EQ(c["result"]["creation_plan"]["calls"][0]["new_group_use_split_group"], true);
+}
+
+TEST(CreationPlan, AWorldSizedDimReusesTheDefaultGroup) {
+  using namespace creation;
+  EXPECT_EQ(calls_text(plan_of(init({8}, {"world"}))), (Calls{"default world"}));
+  // On an accelerator machine whose default backend is gloo: new_group of every rank, "mesh_default".
+  Json a = plan_of(init({8}, {"world"}, {{"device_type", "cuda"}, {"default_backend", "gloo"}}));
+  EXPECT_EQ(calls_text(a), (Calls{"new_group world [0,1,2,3,4,5,6,7]"}));
+  EXPECT_EQ(a["result"]["creation_plan"]["calls"][0]["group_desc"], "mesh_default");
+  // With an override the dim is not the default group's.
+  EXPECT_EQ(calls_text(plan_of(init({8}, {"world"}, {{"backend_override", {{"world", "gloo"}}}}))),
+            (Calls{"new_group world [0,1,2,3,4,5,6,7]"}));
+  // Flattening a whole mesh gives a world-sized dim: the default group again.
+  Json f = plan_of(init({2, 4}, {"dp", "tp"}), Json::parse(R"([{"flatten": "all"}])"));
+  EXPECT_EQ(calls_text(f).back(), "default all");
+}
+
+TEST(CreationPlan, FlattenUnflattenSliceAndFromGroupCreateAsPyTorchDoes) {
+  using namespace creation;
+  // flatten creates its dim; the same name again reuses it; slices create nothing.
+  Json a = plan_of(init({2, 2, 2}, {"dp", "cp", "tp"}), Json::parse(R"([
+      {"slice": ["dp", "cp"], "let": "dc"}, {"on": "dc", "flatten": "dp_cp", "let": "f1"},
+      {"on": "dc", "flatten": "dp_cp", "let": "f2"}, {"on": "f1", "flatten": "dp_cp", "let": "f3"},
+      {"on": "root", "slice": "tp", "let": "t"}])"));
+  ASSERT_TRUE(a["ok"].get<bool>()) << a.dump();
+  const Json& steps = a["result"]["creation_plan"]["steps"];
+  EXPECT_EQ(steps[1]["created"], 0);   // slice
+  EXPECT_EQ(steps[1]["reused"], 8);    // dp and cp: 4 groups each
+  EXPECT_EQ(steps[2]["created"], 2);   // [0, 2, 4, 6], [1, 3, 5, 7]
+  EXPECT_EQ(steps[3]["created"], 0);   // flattened before with the same layout
+  EXPECT_EQ(steps[4]["created"], 0);   // a 1-D mesh into its own name is itself
+  EXPECT_EQ(calls_text(a).back(), "new_group dp_cp [1,3,5,7]");
+  // unflatten creates its new dims even where the same groups exist.
+  Json u = plan_of(init({8}, {"world"}), Json::parse(R"([{"unflatten": {"dim": "world", "sizes": [2, 4], "names": ["dp", "tp"]}},
+                                                        {"on": "root", "unflatten": {"dim": "world", "sizes": [2, 4], "names": ["a", "b"]}}])"));
+  const Json& us = u["result"]["creation_plan"]["steps"];
+  EXPECT_EQ(us[1]["created"], 6);
+  EXPECT_EQ(us[1]["created_again"], 0);
+  EXPECT_EQ(us[2]["created"], 6);
+  EXPECT_EQ(us[2]["created_again"], 6);
+  // from_group keeps the handed groups; flattening its mesh creates.
+  Json g = plan_of({{"from_group", {{"group", {0, 1, 2, 3}}, {"mesh_dim_names", {"x"}}}}},
+                   Json::parse(R"([{"unflatten": {"dim": "x", "sizes": [2, 2], "names": ["a", "b"]}}])"), 4);
+  ASSERT_TRUE(g["ok"].get<bool>()) << g.dump();
+  EXPECT_EQ(g["result"]["creation_plan"]["steps"][0]["created"], 0);
+  EXPECT_EQ(g["result"]["creation_plan"]["steps"][0]["reused"], 1);
+  EXPECT_EQ(calls_text(g), (Calls{"new_group a [0,2]", "new_group a [1,3]", "new_group b [0,1]", "new_group b [2,3]"}));
+  // A mesh built without groups (_init_backend false) unflattens without creating.
+  EXPECT_TRUE(calls_text(plan_of(init({8}, {"world"}, {{"_init_backend", false}}),
+                                 Json::parse(R"([{"unflatten": {"dim": "world", "sizes": [2, 4], "names": ["a", "b"]}}])")))
+                  .empty());
+}
+
+TEST(CreationPlan, FakeDimsUnderTorchcommsSynchronizeLocally) {
+  using namespace creation;
+  Json build = init({2, 4}, {"dp", "tp"}, {{"device_type", "cuda"}, {"use_torchcomms", true},
+                                           {"backend_override", {{"dp", "fake"}}}});
+  Json a = plan_of(build, Json::array(), 8, 5);
+  ASSERT_TRUE(a["ok"].get<bool>()) << a.dump();
+  // Members call their own group's new_group only: rank 5 is in [1, 5].
+  EXPECT_EQ(calls_text(a), (Calls{"new_group dp [1,5]", "split_group tp [[0,1,2,3],[4,5,6,7]]"}));
+  EXPECT_EQ(a["result"]["creation_plan"]["calls"][0]["use_local_synchronization"], true);
+}
+
+TEST(CreationPlan, HandedGroupsKeepTheirNamesAndBackends) {
+  Json p = {{"op", "mesh.program"}, {"world_size", 4},
+            {"build", {{"from_group", {{"groups", Json::parse(R"([{"ranks": [0, 2], "name": "dp_pg"},
+                                                                  {"ranks": [0, 1], "name": "tp_pg", "backend": "gloo"}])")},
+                                       {"mesh", {{0, 1}, {2, 3}}}, {"mesh_dim_names", {"dp", "tp"}}}}}},
+            {"ops", Json::parse(R"([{"slice": "tp", "let": "t"}])")}, {"want", {"get_group_by_view"}}, {"rank", 0}};
+  Json a = ask(p);
+  ASSERT_TRUE(a["ok"].get<bool>()) << a.dump();
+  const Json& v = a["result"]["get_group_by_view"];
+  EXPECT_EQ(v["root"]["dp"]["name"], "dp_pg");
+  EXPECT_EQ(v["root"]["tp"]["name"], "tp_pg");
+  EXPECT_EQ(v["root"]["tp"]["backend"], "gloo");
+  EXPECT_EQ(v["t"]["tp"]["name"], "tp_pg");
+  // A group's own backend and backend_override for the same dim are two answers to one question.
+  p["build"]["from_group"]["backend_override"] = {{"tp", "nccl"}};
+  EXPECT_EQ(error_type(ask(p)), "InvalidArgument");
+}

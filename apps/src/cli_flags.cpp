@@ -78,7 +78,7 @@ void add_run_flags(CLI::App* sub, run::Options& o, RecipeOptions& recipe) {
                   "the JSON report's element budget (default 2^21, as the query's); a bigger report is refused");
   sub->add_option("--rank-stack-kib", o.rank_stack_kib,
                   "each rank thread's or fiber's stack in KiB, 64 to 1048576 (default 512)");
-  sub->add_option("--fault", o.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit");
+  sub->add_option("--fault", o.faults, "plant a fault: KIND@RANK, KIND in throw, skip, mismatch, mesh, stall, exit, reorder");
   add_placement(sub, o.placement);
 }
 

@@ -75,6 +75,14 @@ int main(int argc, char** argv) {
   show->add_option("--max-rows", so.max_rows, "rows printed per table (text)");
   add_placement(show, so.placement);
   show->add_option("--svg", so.svg_file, "also draw the mesh to this SVG file (ranks, groups as colours, hosts)");
+  show->add_flag("--creation-plan", so.creation_plan,
+                 "print each rank's process-group calls (new_group, split_group) as PyTorch's DeviceMesh makes them");
+  show->add_option("--bound-device", so.bound_device, "with --creation-plan: the default group is bound to a device (true/false)");
+  show->add_option("--new-group-use-split-group", so.new_group_use_split_group,
+                   "with --creation-plan: torch.distributed.config.new_group_use_split_group (true/false)");
+  show->add_option("--use-torchcomms", so.use_torchcomms, "with --creation-plan: torch.distributed.config.use_torchcomms (true/false)");
+  show->add_option("--default-backend", so.default_backend, "init_process_group's backend (gloo, nccl, ...)");
+  show->add_option("--device-type", so.device_type, "the mesh's device type (cpu, cuda, ...)");
   show->add_option("--color-dim", so.color_dim, "with --svg: the dim whose groups are coloured (default: the last)");
 
   auto* run = app.add_subcommand("run", "simulate every rank over a backend and check the mesh's groups");

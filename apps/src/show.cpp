@@ -8,6 +8,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "meshsim/creation_plan.hpp"
 #include "meshsim/json_codec.hpp"
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/error.hpp"
@@ -121,6 +122,66 @@ void print_views(const MeshRecipe& recipe, const BuiltMeshes& built, const std::
   }
 }
 
+// print_creation_plan lists rank `me`'s process-group calls in order, step by step: at most
+// `max_calls` calls per dim (the rest counted), each group cut to kMaxRowValues ranks.
+void print_creation_plan(const CreationPlan& plan, int64_t me, int64_t max_calls, std::ostream& out) {
+  auto ranks_text = [](std::span<const int64_t> r) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < r.size() && i < static_cast<std::size_t>(kMaxRowValues); ++i) t += (i ? ", " : "") + std::to_string(r[i]);
+    if (r.size() > static_cast<std::size_t>(kMaxRowValues)) t += ", ... (" + std::to_string(r.size()) + " ranks)";
+    return t + "]";
+  };
+  out << "creation plan of rank " << me << " (default backend " << plan.default_backend << ", "
+      << (plan.accelerator ? "an accelerator" : "no accelerator") << "; bound_device "
+      << (plan.options.bound_device ? "true" : "false") << ", new_group_use_split_group "
+      << (plan.options.new_group_use_split_group ? "true" : "false") << ", use_torchcomms "
+      << (plan.options.use_torchcomms ? "true" : "false") << "):\n";
+  int64_t total = 0;
+  for (std::size_t k = 0; k < plan.steps.size(); ++k) {
+    const CreationStep& st = plan.steps[k];
+    out << "  " << st.view << " (" << st.op << (st.pytorch ? "" : ", meshsim's own") << "): creates " << st.created
+        << (st.created == 1 ? " group" : " groups") << ", reuses " << st.reused;
+    if (st.created_again) out << "; " << st.created_again << " of them exist already (PyTorch creates them again)";
+    out << "\n";
+    for (const CreationBatch& b : plan.batches) {
+      if (b.step != k) continue;
+      const std::string tail = ", backend='" + b.backend + "', group_desc='" + b.group_desc + "')";
+      if (b.kind == CreationBatch::Kind::kDefault) {
+        out << "    " << b.dim << ": the default group (no call)\n";
+        continue;
+      }
+      if (b.kind == CreationBatch::Kind::kSplitGroup) {
+        const GroupTable t = b.record->table();
+        out << "    " << b.dim << ": split_group(parent=default, split_ranks=[";
+        for (int64_t g = 0; g < t.count && g < 8; ++g) out << (g ? ", " : "") << ranks_text(t.row(g));
+        if (t.count > 8) out << ", ... (" << t.count << " groups)";
+        out << "]" << tail << "\n";
+        ++total;
+        continue;
+      }
+      if (b.group_desc == "mesh_default") {
+        out << "    " << b.dim << ": new_group(ranks=range(" << plan.world << ")" << tail << "\n";
+        ++total;
+        continue;
+      }
+      const GroupTable& t = b.record->table();
+      int64_t shown = 0, mine = 0;
+      for (int64_t g = 0; g < t.count; ++g) {
+        if (!makes_call(b, g, me)) continue;
+        ++mine;
+        if (shown++ >= max_calls) continue;
+        out << "    " << b.dim << ": new_group(ranks=" << ranks_text(t.row(g));
+        if (b.local_sync) out << ", use_local_synchronization=True";
+        out << tail << (b.via_split ? " (a split of the default group: new_group_use_split_group)" : "") << "\n";
+      }
+      if (shown > max_calls) out << "    " << b.dim << ": ... " << (shown - max_calls) << " more new_group calls (raise --max-rows)\n";
+      total += mine;
+    }
+  }
+  out << total << (total == 1 ? " call" : " calls") << " on every rank, in this order (a rank that makes them in "
+      << "another order hangs in them)\n";
+}
+
 }  // namespace
 
 int run(const Options& o, std::ostream& out) {
@@ -131,7 +192,16 @@ int run(const Options& o, std::ostream& out) {
     throw InvalidArgument("--format must be text or json, not " + o.format);
   }
   const std::optional<placement::Hosts> hosts = placement::from_flags(o.placement);
-  const MeshRecipe recipe = recipe_from_flags(o.recipe);
+  MeshRecipe recipe = recipe_from_flags(o.recipe);
+  const bool setup = o.bound_device || o.new_group_use_split_group || o.use_torchcomms;
+  if (setup && !o.creation_plan) {
+    throw InvalidArgument("--bound-device, --new-group-use-split-group and --use-torchcomms apply to --creation-plan");
+  }
+  if (o.bound_device) recipe.root.creation.bound_device = *o.bound_device;
+  if (o.new_group_use_split_group) recipe.root.creation.new_group_use_split_group = *o.new_group_use_split_group;
+  if (o.use_torchcomms) recipe.root.creation.use_torchcomms = *o.use_torchcomms;
+  if (o.default_backend) recipe.root.default_backend = *o.default_backend;
+  if (o.device_type) recipe.root.device_type = *o.device_type;
   BuiltMeshes built = apply_flags(recipe, o.recipe);
   if (o.color_dim && o.svg_file.empty()) throw InvalidArgument("--color-dim needs --svg FILE");
   // Warnings go to stderr (the JSON answer carries them too), so stdout stays the answer.
@@ -143,6 +213,26 @@ int run(const Options& o, std::ostream& out) {
     all.insert(all.end(), built.meshes.begin(), built.meshes.end());
     placement::check_required(*hosts, all);
     broken = placement::violations(*hosts, all);
+  }
+  if (o.creation_plan) {
+    if (built.root.rank_map_size() > kMaxEnumeration) {
+      throw ResourceExhausted("the rank map holds " + std::to_string(built.root.rank_map_size()) +
+                              " ranks, over the limit of " + std::to_string(kMaxEnumeration) +
+                              " whose groups meshsim show --creation-plan lists");
+    }
+    if (o.format == "json") {
+      Json result{{"creation_plan", query::describe(recipe, built, {"creation_plan"})["creation_plan"]}};
+      if (!built.warnings.empty()) result["warnings"] = shown_warnings(built.warnings);
+      out << "{\n";
+      std::size_t i = 0;
+      for (const auto& [k, v] : result.items()) {
+        out << "  " << Json(k).dump() << ": " << json::short_dump(v, SIZE_MAX) << (++i < result.size() ? ",\n" : "\n");
+      }
+      out << "}\n";
+    } else {
+      print_creation_plan(creation_plan(recipe, built), recipe.rank.value_or(0), o.max_rows, out);
+    }
+    return 0;
   }
   const DeviceMesh& m = built.result;
   if (o.format == "text" && m.rank_map_size() > kMaxEnumeration) {

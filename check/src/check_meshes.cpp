@@ -68,6 +68,7 @@ std::string_view to_string(FaultKind k) {
     case FaultKind::kMesh: return "mesh";
     case FaultKind::kStall: return "stall";
     case FaultKind::kExit: return "exit";
+    case FaultKind::kReorder: return "reorder";
   }
   return "?";
 }
@@ -94,7 +95,8 @@ std::string spelled(const Fault& f) { return std::string(to_string(f.kind)) + "@
 std::vector<Fault> parse_faults(const std::vector<std::string>& specs, int64_t world) {
   static const std::map<std::string, FaultKind> kinds{{"throw", FaultKind::kThrow}, {"skip", FaultKind::kSkip},
                                                       {"mismatch", FaultKind::kMismatch}, {"mesh", FaultKind::kMesh},
-                                                      {"stall", FaultKind::kStall}, {"exit", FaultKind::kExit}};
+                                                      {"stall", FaultKind::kStall}, {"exit", FaultKind::kExit},
+                                                      {"reorder", FaultKind::kReorder}};
   std::vector<Fault> out;
   for (const std::string& s : specs) {
     const auto at = s.find('@');
@@ -103,7 +105,7 @@ std::vector<Fault> parse_faults(const std::vector<std::string>& specs, int64_t w
     auto it = kinds.find(kind);
     if (it == kinds.end()) {
       throw InvalidArgument("--fault '" + s + "': unknown kind '" + kind +
-                            "' (known: throw, skip, mismatch, mesh, stall, exit)");
+                            "' (known: throw, skip, mismatch, mesh, stall, exit, reorder)");
     }
     const std::string rank_text = s.substr(at + 1);
     std::size_t used = 0;
@@ -283,6 +285,18 @@ std::shared_ptr<Plan> make_plan(const Job& job, const EngineEntry& engine, std::
   plan.meshes.insert(plan.meshes.end(), plan.expected->meshes.begin(), plan.expected->meshes.end());
   for (const DeviceMesh& m : plan.meshes) plan.parts.push_back(mesh_parts(m));
   plan.expected_checks = checks::total(plan.meshes);
+  // The process-group calls PyTorch's DeviceMesh makes for the recipe: a configuration PyTorch
+  // refuses (a backend that cannot split) is refused before any rank starts.
+  plan.creation = std::make_shared<const CreationPlan>(creation_plan(plan.recipe, *plan.expected));
+  for (const Fault& f : plan.faults) {
+    if (f.kind != FaultKind::kReorder) continue;
+    const auto made = std::count_if(plan.creation->batches.begin(), plan.creation->batches.end(),
+                                    [](const CreationBatch& b) { return b.kind != CreationBatch::Kind::kDefault; });
+    if (made < 2) {
+      throw InvalidArgument("--fault reorder@" + std::to_string(f.rank) + " needs a recipe whose ranks create the groups "
+                            "of at least two dims (this one creates " + std::to_string(made) + ")");
+    }
+  }
   if (!engine.lockstep) check_footprint(plan, plan.launched ? 1 : plan.world);
   keep_for_report(job, plan);
   if (job.hosts) {

@@ -25,6 +25,7 @@ class LocalEngine final : public Engine {
       if (f.kind == FaultKind::kSkip) skipping_.insert(f.rank);
       if (f.kind == FaultKind::kMismatch) odd_count_.insert(f.rank);
       if (f.kind == FaultKind::kMesh) odd_mesh_.insert(f.rank);
+      if (f.kind == FaultKind::kReorder) reordering_.insert(f.rank);
     }
   }
 
@@ -64,6 +65,17 @@ class LocalEngine final : public Engine {
       throw LocalFailure(mesh_diagnosis(std::vector<int64_t>(odd_mesh_.begin(), odd_mesh_.end()),
                                         differing_parts(odd_parts_[i], plan_.parts[i]), true, odd_text_[i]));
     }
+  }
+
+  // Group creation: every rank's calls are the recipe's, but a planted reorder's (its first two
+  // dims swapped); the ranks meet in one world collective, as they do over a backend.
+  void creation() override {
+    LocalCall c;
+    c.count = 1;
+    w_.all_reduce(w_.world_groups(), rank_value_, ReduceOp::kMin, c);
+    if (reordering_.empty()) return;
+    const CreationPlan& plan = *plan_.creation;
+    fail_check(*reordering_.begin(), checks::creation_wrong(plan, plan, checks::creation_order(plan, 0)));
   }
 
   // The checks of dim d of mesh i for every rank at once.
@@ -133,7 +145,7 @@ class LocalEngine final : public Engine {
   LocalWorld& w_;
   Outcome& out_;
   const LocalValue<int64_t> rank_value_;
-  std::set<int64_t> throwing_, skipping_, odd_count_, odd_mesh_;
+  std::set<int64_t> throwing_, skipping_, odd_count_, odd_mesh_, reordering_;
   std::vector<MeshParts> odd_parts_;
   std::vector<std::string> odd_text_;
 };

@@ -22,6 +22,7 @@ void run_program(Engine& e) {
   e.world();
   e.exit_point();
   for (std::size_t i = 0; i < e.mesh_count(); ++i) e.agree(i);
+  e.creation();
   for (std::size_t i = 0; i < e.mesh_count(); ++i) {
     for (int d = 0; d < e.ndim(i); ++d) e.dim(i, d);
     if (i == 0) e.throw_point();
@@ -56,6 +57,33 @@ int64_t total(const std::vector<DeviceMesh>& meshes) {
 
 bool world_right(int64_t world, int64_t rank_sum, int64_t count) {
   return rank_sum == world * (world - 1) / 2 && count == world;
+}
+
+std::vector<const CreationBatch*> creation_order(const CreationPlan& plan, int64_t swap) {
+  std::vector<const CreationBatch*> out;
+  for (const CreationBatch& b : plan.batches) {
+    if (b.kind != CreationBatch::Kind::kDefault) out.push_back(&b);
+  }
+  if (swap >= 0 && static_cast<std::size_t>(swap) + 1 < out.size()) {
+    std::swap(out[static_cast<std::size_t>(swap)], out[static_cast<std::size_t>(swap) + 1]);
+  }
+  return out;
+}
+
+std::string creation_wrong(const CreationPlan& plan, const CreationPlan& own, const std::vector<const CreationBatch*>& mine) {
+  const std::vector<const CreationBatch*> want = creation_order(plan, -1);
+  std::size_t k = 0;
+  while (k < mine.size() && k < want.size() && describe_batch(own, *mine[k]) == describe_batch(plan, *want[k])) ++k;
+  if (k == mine.size() && k == want.size()) {
+    return "group creation: its process-group calls differ from the plan's within a dim (the calls of a fake dim's "
+           "members, or their order)";
+  }
+  std::string out = "group creation: its process-group calls leave the plan at creation " + std::to_string(k + 1) + " of " +
+                    std::to_string(want.size()) + ": it makes ";
+  out += k < mine.size() ? describe_batch(own, *mine[k]) : std::string("no more calls");
+  out += " where every rank makes ";
+  out += k < want.size() ? describe_batch(plan, *want[k]) : std::string("no more calls");
+  return out + " (ranks that create groups in different orders hang in new_group)";
 }
 
 std::string world_wrong(int64_t rank_sum, int64_t count) {

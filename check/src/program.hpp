@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "meshsim/check_meshes.hpp"
+#include "meshsim/creation_plan.hpp"
 #include "meshsim/launch_env.hpp"
 #include "meshsim/store.hpp"
 
@@ -28,6 +29,7 @@ struct Plan {
   std::vector<MeshParts> parts;
   int64_t world = 0;
   int64_t expected_checks = 0;
+  std::shared_ptr<const CreationPlan> creation;  // the recipe's group creations, as every rank must make them
   std::vector<Fault> faults;
   std::chrono::milliseconds timeout{0};
   std::string engine = "threaded";
@@ -82,6 +84,9 @@ struct Outcome {
 //   1. the world: all_reduce(sum) of (rank, 1) over every rank gives (world(world-1)/2, world);
 //      a planted exit fires after it;
 //   2. every mesh: the ranks agree on it (its fingerprints, against the recipe's);
+//   2b. group creation: every rank's process-group calls (creation_plan.hpp), as a digest, agree
+//      (min and max over the world); a rank whose calls leave the recipe's names itself and the
+//      first call where they part (a planted reorder swaps its first two dims' calls);
 //   3. per mesh a rank belongs to, per dim, kPerDim checks: its communicator holds the dim's
 //      group, an all_gather of ranks returns the group, an all_reduce(sum) of rank+1 gives
 //      group_sum; a planted throw fires after the root mesh's checks;
@@ -103,6 +108,12 @@ std::string gathered_wrong(const std::string& where, std::span<const int64_t> go
 std::string sum_wrong(const std::string& where, int64_t got, int64_t want);
 std::string agreement_wrong(int64_t total, int64_t expected);
 std::string planted_throw(int64_t rank);
+// creation_wrong: a rank's calls (`mine`, batches of its own plan `own`, in the order it makes
+// them) leave the recipe's plan at their first difference.
+std::string creation_wrong(const CreationPlan& plan, const CreationPlan& own, const std::vector<const CreationBatch*>& mine);
+// creation_order: the plan's batches that make calls, in order, with batches swap and swap + 1
+// exchanged (swap -1: none).
+std::vector<const CreationBatch*> creation_order(const CreationPlan& plan, int64_t swap);
 
 }  // namespace checks
 
@@ -117,6 +128,7 @@ class Engine {
   virtual void world() = 0;                     // step 1
   virtual void exit_point() = 0;                // a planted exit
   virtual void agree(std::size_t mesh) = 0;     // step 2
+  virtual void creation() = 0;                  // step 2b
   virtual void dim(std::size_t mesh, int d) = 0;  // step 3, one dim
   virtual void throw_point() = 0;               // a planted throw
   virtual void agreement() = 0;                 // step 4

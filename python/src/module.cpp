@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "meshsim/check_meshes.hpp"
+#include "meshsim/creation_plan.hpp"
+#include "meshsim/mesh_program.hpp"
 #include "meshsim/cli_flags.hpp"
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/error.hpp"
@@ -427,6 +429,28 @@ PYBIND11_MODULE(_meshsim, m) {
          "The mesh flattened from these dims of this mesh, found by layout (never by size), or None. "
          "What to use instead of slicing a flattened dim from the root, which PyTorch deprecates.")
       // The Python package wraps these two as flatten/unflatten: backends arrive as recipe JSON.
+      .def("creation_plan", [](const DeviceMesh& self, int64_t rank, bool bound_device, bool new_group_use_split_group,
+                               bool use_torchcomms, std::optional<int64_t> world_size) {
+        // The calls PyTorch's DeviceMesh makes for every root, flatten and unflatten of this
+        // mesh's root so far, in call order (creation_plan.hpp).
+        const meshsim::CreationOptions o{bound_device, new_group_use_split_group, use_torchcomms};
+        const meshsim::CreationPlan plan = meshsim::creation_plan(self, o, world_size.value_or(0));
+        int64_t left = meshsim::query::kDefaultMaxAnswerElements;
+        return py_of_json(meshsim::creation_plan_json(plan, rank, [&left](int64_t keys, int64_t per_key, int64_t overhead) {
+          const int64_t per = per_key > INT64_MAX - overhead ? INT64_MAX : per_key + overhead;
+          if (keys > left / per) {
+            throw meshsim::ResourceExhausted("creation_plan: the plan would list more than " +
+                                             std::to_string(meshsim::query::kDefaultMaxAnswerElements) + " elements");
+          }
+          left -= keys * per;
+        }));
+      }, py::kw_only(), py::arg("rank") = 0, py::arg("bound_device") = false, py::arg("new_group_use_split_group") = false,
+         py::arg("use_torchcomms") = false, py::arg("world_size") = py::none(),
+         "The process-group calls PyTorch's DeviceMesh makes, in order, on `rank`, for every root, _flatten and\n"
+         "_unflatten call on this mesh's root so far (a dict: rank, options, steps, calls; one call a dict\n"
+         "{'call': 'new_group'|'split_group'|'default', 'dim', 'ranks' | 'split_ranks', ...}). bound_device:\n"
+         "init_process_group(device_id=...) bound the default group; new_group_use_split_group and\n"
+         "use_torchcomms: torch.distributed.config's. FailedPreconditionError where the default backend cannot split.")
       .def("_flatten_impl", [](const DeviceMesh& self, std::optional<std::string> name, const py::object& backend) {
         std::optional<meshsim::BackendConfig> config;
         if (!backend.is_none()) config = meshsim::backend_config_from_json(tree_of(backend, "backend_override"), "backend_override");
@@ -435,14 +459,13 @@ PYBIND11_MODULE(_meshsim, m) {
       .def("_unflatten_impl", [](const DeviceMesh& self, const py::object& dim, std::vector<int64_t> sizes,
                                  std::vector<std::string> names, const py::object& override_value) {
         const bool by_name = py::isinstance<py::str>(dim);
-        DeviceMesh out = by_name ? self.unflatten(dim.cast<std::string>(), sizes, names)
-                                 : self.unflatten(int64_of(dim, "dim"), sizes, names);
-        if (override_value.is_none()) return out;
-        const int first = dim_of(self, dim);
-        return meshsim::with_new_dim_configs(
-            out, first,
-            meshsim::backend_override_from_json(tree_of(override_value, "backend_override"), meshsim::MeshNames(names),
-                                                static_cast<int>(sizes.size())));
+        std::vector<meshsim::BackendConfig> inner;
+        if (!override_value.is_none()) {
+          inner = meshsim::backend_override_from_json(tree_of(override_value, "backend_override"), meshsim::MeshNames(names),
+                                                      static_cast<int>(sizes.size()));
+        }
+        return by_name ? self.unflatten(dim.cast<std::string>(), sizes, names, std::move(inner))
+                       : self.unflatten(int64_of(dim, "dim"), sizes, names, std::move(inner));
       })
       .def("transpose", [](const DeviceMesh& self, const py::sequence& order) {
         if (py::len(order) > 0 && py::isinstance<py::str>(order[0])) {

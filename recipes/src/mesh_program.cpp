@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "meshsim/creation_plan.hpp"
 #include "meshsim/json_codec.hpp"
 #include "meshsim/recipe.hpp"
 #include "meshsim/error.hpp"
@@ -25,6 +26,7 @@ using json::to_names;
 // Program is a decoded and applied request: the world it runs in, the rank it runs as, and the
 // meshes its recipe made.
 struct Program {
+  MeshRecipe recipe;
   int64_t world = 0;
   std::optional<int64_t> rank;
   BuiltMeshes built;
@@ -38,7 +40,8 @@ Program run(const Json& req, int64_t max_elements = kDefaultMaxAnswerElements,
   BuiltMeshes built = meshsim::apply(recipe, shared_root);
   int64_t world = recipe.world_size;
   if (world == 0) world = built.root.rank_map_size();
-  return Program{world, recipe.rank, std::move(built), max_elements, max_elements};
+  std::optional<int64_t> rank = recipe.rank;
+  return Program{std::move(recipe), world, rank, std::move(built), max_elements, max_elements};
 }
 
 // budget charges `keys` entries of `per_key` values each, plus `overhead` per entry (the key,
@@ -101,8 +104,16 @@ Json handle_json(const GroupHandle& h) {
               {"name", h.record->name}};
 }
 
+// creation_plan_json is the recipe's creation plan as `me` makes it, charged to the budget.
+Json creation_plan_of(Program& p, int64_t me) {
+  return creation_plan_json(creation_plan(p.recipe, p.built), me, [&p](int64_t keys, int64_t per_key, int64_t overhead) {
+    budget(p, keys, per_key, "creation_plan", overhead);
+  });
+}
+
 Json field(Program& p, const DeviceMesh& m, const std::string& name) {
   const int64_t me = p.rank.value_or(0);
+  if (name == "creation_plan") return creation_plan_of(p, me);
   if (name == "device_type") return Json(m.device_type());
   if (name == "warnings") {
     budget(p, static_cast<int64_t>(p.built.warnings.size()), 1, "warnings");
@@ -227,7 +238,7 @@ Json field(Program& p, const DeviceMesh& m, const std::string& name) {
                         "layout, shape, ndim, size, rank_map, mesh_by_rank, coordinate_by_rank, "
                         "groups_by_dim, local_rank_by_rank, backend_by_dim, coordinate, local_rank, my_groups, "
                         "get_local_rank, root, root_dim_index, flattened, cache_stats, device_type, get_group, "
-                        "get_all_groups, warnings");
+                        "get_all_groups, warnings, creation_plan");
 }
 
 }  // namespace
@@ -257,7 +268,7 @@ Json describe(const MeshRecipe& recipe, const BuiltMeshes& built, const std::vec
               int64_t max_elements) {
   int64_t world = recipe.world_size;
   if (world == 0) world = built.root.rank_map_size();
-  Program p{world, recipe.rank, built, max_elements, max_elements};
+  Program p{recipe, world, recipe.rank, built, max_elements, max_elements};
   Json out = Json::object();
   for (const std::string& f : want) out[f] = field(p, built.result, f);
   return out;

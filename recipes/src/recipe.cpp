@@ -129,25 +129,45 @@ RootSpec root_from_json(const Json& build) {
   need_object(body, "'" + kind + "'");
   if (kind == "init_device_mesh" || kind == "from_logical") {
     r.kind = kind == "init_device_mesh" ? RootSpec::Kind::kInit : RootSpec::Kind::kLogical;
-    check_keys(body, {"mesh_shape", "mesh_dim_names", "device_type", "backend_override", "_init_backend", "default_backend"}, kind);
+    check_keys(body, {"mesh_shape", "mesh_dim_names", "device_type", "backend_override", "_init_backend", "default_backend", "bound_device",
+                      "new_group_use_split_group", "use_torchcomms"}, kind);
     r.shape = json::to_int_list(need(body, "mesh_shape", kind), "mesh_shape");
   } else if (kind == "DeviceMesh") {
     r.kind = RootSpec::Kind::kRanks;
-    check_keys(body, {"mesh", "mesh_dim_names", "device_type", "backend_override", "_init_backend", "default_backend"}, kind);
+    check_keys(body, {"mesh", "mesh_dim_names", "device_type", "backend_override", "_init_backend", "default_backend", "bound_device",
+                      "new_group_use_split_group", "use_torchcomms"}, kind);
     const Json& mesh = need(body, "mesh", kind);
     if (!mesh.is_array()) throw InvalidArgument("'mesh' must be a (nested) list of ranks");
     read_nested(mesh, 0, r.shape, r.ranks);
   } else if (kind == "from_group") {
     r.kind = RootSpec::Kind::kGroup;
     check_keys(body, {"group", "groups", "mesh", "mesh_dim_names", "device_type", "backend_override", "_init_backend",
-                      "default_backend"}, kind);
+                      "default_backend", "bound_device", "new_group_use_split_group", "use_torchcomms"}, kind);
     // PyTorch's from_group(group | [groups], device_type, mesh=None, mesh_dim_names=None).
     if (body.contains("group") == body.contains("groups")) {
       throw InvalidArgument("'from_group' takes exactly one of 'group' (one group's ranks) or 'groups' (a list)");
     }
+    // A group is its ranks, or {"ranks": [...], "name": "...", "backend": ...}: a ProcessGroup
+    // handed with its own name and options, which the mesh keeps.
+    auto read_group = [&r](const Json& g, const std::string& where) {
+      if (!g.is_object()) {
+        r.groups.push_back(json::to_int_list(g, where));
+        r.group_names.emplace_back();
+        r.group_configs.emplace_back();
+        return;
+      }
+      check_keys(g, {"ranks", "name", "backend"}, where);
+      r.groups.push_back(json::to_int_list(need(g, "ranks", where), where + ".ranks"));
+      std::optional<std::string> name;
+      if (const Json* n = present(g, "name")) name = to_str(*n, where + ".name");
+      r.group_names.push_back(std::move(name));
+      std::optional<BackendConfig> config;
+      if (const Json* b = present(g, "backend")) config = config_from_json(*b, where + ".backend");
+      r.group_configs.push_back(std::move(config));
+    };
     if (const Json* one = find(body, "group")) {
-      r.ranks = json::to_int_list(*one, "group");
-      r.groups = {r.ranks};
+      read_group(*one, "group");
+      r.ranks = r.groups.front();
       r.shape = {static_cast<int64_t>(r.ranks.size())};
     } else {
       const Json& list = body.at("groups");
@@ -156,7 +176,7 @@ RootSpec root_from_json(const Json& build) {
         throw InvalidArgument("'groups' lists " + std::to_string(list.size()) + " groups, over the limit of " +
                               std::to_string(kMaxMeshDims) + " dims");
       }
-      for (const Json& g : list) r.groups.push_back(json::to_int_list(g, "groups"));
+      for (std::size_t i = 0; i < list.size(); ++i) read_group(list[i], "groups[" + std::to_string(i) + "]");
       r.group_list = true;
     }
     if (const Json* m = present(body, "mesh")) {
@@ -187,6 +207,15 @@ RootSpec root_from_json(const Json& build) {
     throw InvalidArgument("from_logical builds no process groups: '_init_backend' cannot be true");
   }
   if (const Json* db = present(body, "default_backend")) r.default_backend = to_str(*db, "default_backend");
+  // How PyTorch's world was set up decides how DeviceMesh creates its groups (the creation plan).
+  for (auto [key, field] : {std::pair{"bound_device", &r.creation.bound_device},
+                            std::pair{"new_group_use_split_group", &r.creation.new_group_use_split_group},
+                            std::pair{"use_torchcomms", &r.creation.use_torchcomms}}) {
+    if (const Json* b = present(body, key)) {
+      if (!b->is_boolean()) throw InvalidArgument("'" + std::string(key) + "' must be a boolean, got " + json::short_dump(*b));
+      *field = b->get<bool>();
+    }
+  }
   return r;
 }
 
@@ -293,6 +322,23 @@ DeviceMesh build_root(const RootSpec& r, int64_t world, std::optional<int64_t> r
     opts.backend_override =
         resolve_backend_override(r.backend_override, r.names, static_cast<int>(r.shape.size()));
   }
+  if (r.kind == RootSpec::Kind::kGroup) {
+    // A handed group's own backend is its dim's config; naming one in backend_override too is
+    // two answers to one question.
+    for (std::size_t d = 0; d < r.group_configs.size() && d < r.shape.size(); ++d) {
+      if (!r.group_configs[d]) continue;
+      if (opts.backend_override.empty()) opts.backend_override.resize(r.shape.size());
+      if (opts.backend_override[d] != BackendConfig{}) {
+        throw InvalidArgument("from_group: group " + std::to_string(d) + " carries its own backend and "
+                              "backend_override names its dim too");
+      }
+      opts.backend_override[d] = *r.group_configs[d];
+    }
+    if (std::any_of(r.group_names.begin(), r.group_names.end(), [](const auto& n) { return n.has_value(); })) {
+      opts.group_names = r.group_names;
+      opts.group_names.resize(r.shape.size());
+    }
+  }
   switch (r.kind) {
     case RootSpec::Kind::kInit:
     case RootSpec::Kind::kLogical:
@@ -333,14 +379,13 @@ DeviceMesh apply_step(const StepSpec& s, const Handles& h) {
     case StepSpec::Kind::kReshape:
       return src.reshape(s.sizes, s.names);
     case StepSpec::Kind::kUnflatten: {
-      DeviceMesh out = s.dim_name ? src.unflatten(*s.dim_name, s.sizes, s.names)
-                                  : src.unflatten(s.dim_index, s.sizes, s.names);
-      if (s.backend_override.empty()) return out;
-      // Overrides name the new dims; they replace the default configs of those dims.
-      const int first = s.dim_name ? src.dim_index(*s.dim_name) : static_cast<int>(s.dim_index);
-      MeshNames new_names(s.names);
-      return with_new_dim_configs(
-          out, first, resolve_backend_override(s.backend_override, new_names, static_cast<int>(s.sizes.size())));
+      // Overrides name the new dims; they are the configs of those dims.
+      std::vector<BackendConfig> inner;
+      if (!s.backend_override.empty()) {
+        inner = resolve_backend_override(s.backend_override, MeshNames(s.names), static_cast<int>(s.sizes.size()));
+      }
+      return s.dim_name ? src.unflatten(*s.dim_name, s.sizes, s.names, std::move(inner))
+                        : src.unflatten(s.dim_index, s.sizes, s.names, std::move(inner));
     }
     case StepSpec::Kind::kConcatenate: {
       std::vector<DeviceMesh> meshes;

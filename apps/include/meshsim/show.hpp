@@ -22,6 +22,15 @@ struct Options {
   placement::Flags placement;  // --gpus-per-host, --nvlink-domain, --require
   std::string svg_file;                  // --svg FILE: draw the result mesh (meshsim/svg.hpp)
   std::optional<std::string> color_dim;  // --color-dim: whose groups are the colours
+  // --creation-plan: print the process-group calls PyTorch's DeviceMesh makes for the recipe
+  // (creation_plan.hpp) instead of the mesh; the world's setup that decides them, each
+  // overriding the recipe's when given.
+  bool creation_plan = false;
+  std::optional<bool> bound_device;               // --bound-device
+  std::optional<bool> new_group_use_split_group;  // --new-group-use-split-group
+  std::optional<bool> use_torchcomms;             // --use-torchcomms
+  std::optional<std::string> default_backend;     // --default-backend
+  std::optional<std::string> device_type;         // --device-type
 };
 
 // run prints the mesh (and, with --gpus-per-host, where its groups land); returns 0, or 1 when a

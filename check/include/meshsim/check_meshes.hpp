@@ -15,7 +15,8 @@
 // Planted faults (Fault) exercise every diagnostic: throw (the rank throws mid-run), skip (the
 // rank skips its last collective), mismatch (the rank issues a different count), mesh (the rank
 // builds a different mesh), stall (the rank sleeps past the timeout outside any collective),
-// exit (the rank's thread or process ends abruptly).
+// exit (the rank's thread or process ends abruptly), reorder (the rank creates its process groups
+// in another order than PyTorch's DeviceMesh does: its first two dims' creations swapped).
 //
 // Launched (a backend that spans processes, and a launcher's variables in the environment): this
 // process runs its one rank, joins the job's store, and the processes exchange their typed
@@ -63,7 +64,7 @@ std::string engine_names_text();
 
 // ---- faults ----
 
-enum class FaultKind { kThrow, kSkip, kMismatch, kMesh, kStall, kExit };
+enum class FaultKind { kThrow, kSkip, kMismatch, kMesh, kStall, kExit, kReorder };
 
 struct Fault {
   FaultKind kind = FaultKind::kThrow;
@@ -71,7 +72,7 @@ struct Fault {
   bool operator==(const Fault&) const = default;
 };
 
-// to_string: "throw", "skip", "mismatch", "mesh", "stall", "exit".
+// to_string: "throw", "skip", "mismatch", "mesh", "stall", "exit", "reorder".
 std::string_view to_string(FaultKind k);
 
 // parse_faults reads "KIND@RANK" specs (--fault) for a world of `world` ranks: InvalidArgument

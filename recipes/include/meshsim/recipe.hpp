@@ -37,6 +37,18 @@ struct DimOverride {
   std::optional<BackendConfig> config;
 };
 
+// CreationOptions are how PyTorch's world was set up, which decides how DeviceMesh creates its
+// groups (creation_plan.hpp): bound_device is init_process_group(device_id=...) (the default
+// group is bound to a device, so dims are made with one split_group), new_group_use_split_group
+// is torch.distributed.config.new_group_use_split_group (TORCH_DIST_NEW_GROUP_USE_SPLIT_GROUP:
+// new_group splits the default group), use_torchcomms is torch.distributed.config.use_torchcomms.
+struct CreationOptions {
+  bool bound_device = false;
+  bool new_group_use_split_group = false;
+  bool use_torchcomms = false;
+  friend bool operator==(const CreationOptions&, const CreationOptions&) = default;
+};
+
 // RootSpec is how the root mesh is made.
 struct RootSpec {
   enum class Kind {
@@ -52,12 +64,17 @@ struct RootSpec {
   // kGroup with a list of groups ("groups"), and the optional "mesh" argument (shape, ranks).
   std::vector<std::vector<int64_t>> groups;
   bool group_list = false;
+  // kGroup: each handed group's own name and backend, when given as {"ranks", "name",
+  // "backend"} (PyTorch keeps a handed ProcessGroup's name and options); one entry per group.
+  std::vector<std::optional<std::string>> group_names;
+  std::vector<std::optional<BackendConfig>> group_configs;
   std::optional<MeshArray> mesh_arg;
   MeshNames names;
   std::string device_type = "cpu";           // from_logical: "meta" unless given
   std::vector<DimOverride> backend_override;
   std::optional<bool> init_backend;          // PyTorch's _init_backend (from_logical: false)
   std::string default_backend;               // init_process_group's backend ("" = the run's)
+  CreationOptions creation;                  // build keys bound_device, new_group_use_split_group, use_torchcomms
 };
 
 // StepSpec is one transformation. `on` names the input mesh (a handle; "root" or "_last"),
