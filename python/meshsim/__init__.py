@@ -63,24 +63,49 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
     """PyTorch's DeviceMesh.from_group(group | [groups], device_type, mesh, mesh_dim_names): a
     group is a list of ranks. One group gives a 1-D mesh over its ranks; a list of groups (one
     per dim, as `rank` sees them; default: the one rank they all hold) needs `mesh` and
-    `mesh_dim_names`, and each group must be `rank`'s group along its dim."""
-    group = _listed(group, "group")
-    is_list = len(group) == 0 or all(isinstance(g, (list, tuple)) for g in group)
+    `mesh_dim_names`, and each group must be `rank`'s group along its dim. A group may also be
+    a dict {"ranks": [...], "name": "...", "backend": ...}: a ProcessGroup with its own name
+    (get_group hands it back under that name, as PyTorch keeps the groups it is given) and
+    backend."""
+    if isinstance(group, _Mapping):
+        group = dict(group)
+    else:
+        group = _listed(group, "group")
+    named = isinstance(group, dict) or (isinstance(group, list) and any(isinstance(g, _Mapping) for g in group))
+    is_list = not isinstance(group, dict) and (len(group) == 0 or all(isinstance(g, (list, tuple, _Mapping))
+                                                                        for g in group))
     names = None if mesh_dim_names is None else _names(mesh_dim_names, "mesh_dim_names")
-    if not is_list and mesh is None and rank is None and backend_override is None and default_backend is None \
-            and device_type == "cpu" and world_size is None:
+    if not named and not is_list and mesh is None and rank is None and backend_override is None \
+            and default_backend is None and device_type == "cpu" and world_size is None:
         return DeviceMesh._from_group(group, names)
     body = {"device_type": device_type}
     if is_list:
-        body["groups"] = [[_int(r, "group") for r in g] for g in group]
+        body["groups"] = [_group_json(g) for g in group]
     else:
-        body["group"] = [_int(r, "group") for r in group]
+        body["group"] = _group_json(group)
     if mesh is not None:
         body["mesh"] = mesh
     if world_size is None:
-        every = [r for g in body.get("groups", [body.get("group", [])]) for r in g] + _flat(mesh)
-        world_size = max(every, default=-1) + 1
+        every = [r for g in body.get("groups", [body.get("group", [])]) for r in (g["ranks"] if isinstance(g, dict) else g)]
+        world_size = max(every + _flat(mesh), default=-1) + 1
     return _build("from_group", body, names, backend_override, default_backend, world_size, rank)
+
+
+def _group_json(g):
+    """One handed group as the recipe spells it: its ranks, or {"ranks", "name", "backend"}."""
+    if not isinstance(g, _Mapping):
+        return [_int(r, "group") for r in _listed(g, "group")]
+    unknown = set(g) - {"ranks", "name", "backend"}
+    if unknown:
+        raise errors.InvalidArgument("a group's keys are ranks, name and backend, got " + repr(sorted(map(str, unknown)))[:200])
+    if "ranks" not in g:
+        raise errors.InvalidArgument("a group given as a dict needs its 'ranks'")
+    out = {"ranks": [_int(r, "group") for r in _listed(g["ranks"], "ranks")]}
+    if g.get("name") is not None:
+        out["name"] = _names([g["name"]], "group name")[0]
+    if g.get("backend") is not None:
+        out["backend"] = _backend_json(g["backend"])
+    return out
 
 
 def _flatten(self, name=None, backend_override=None):

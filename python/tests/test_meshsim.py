@@ -564,3 +564,62 @@ def test_backends_are_the_one_list_the_tool_reads():
         assert b["name"] + " (" + b["description"] in help_text
     with pytest.raises(meshsim.InvalidArgument, match="known: " + ", ".join(names) + r"\)"):
         meshsim.run("dp=2", backend="nope")
+
+
+# ---- the creation plan (PyTorch's DeviceMesh._init_one_process_group, torch/distributed/
+# device_mesh.py at cyyever/pytorch 2ef3b7f): expected calls written from PyTorch's rules ----
+
+def _calls(plan):
+    return [(c["call"], c["dim"], c.get("ranks", c.get("split_ranks"))) for c in plan["calls"]]
+
+
+def test_creation_plan_lists_every_call_of_the_universe_in_call_order():
+    mesh = meshsim.init_device_mesh((2, 4), ("dp", "tp"))
+    assert _calls(mesh.creation_plan()) == [
+        ("new_group", "dp", [0, 4]), ("new_group", "dp", [1, 5]), ("new_group", "dp", [2, 6]),
+        ("new_group", "dp", [3, 7]), ("new_group", "tp", [0, 1, 2, 3]), ("new_group", "tp", [4, 5, 6, 7])]
+    tp = mesh["tp"]                       # a slice creates nothing
+    tp.unflatten(0, (2, 2), ("a", "b"))   # PyTorch creates the new dims' groups, even where they exist
+    mesh.flatten("dp_tp")                 # as large as the world: the default group
+    plan = mesh.creation_plan(rank=5)
+    assert [s["op"] for s in plan["steps"]] == ["init_device_mesh", "unflatten", "flatten"]
+    assert _calls(plan)[6:] == [
+        ("new_group", "a", [0, 2]), ("new_group", "a", [1, 3]), ("new_group", "a", [4, 6]), ("new_group", "a", [5, 7]),
+        ("new_group", "b", [0, 1]), ("new_group", "b", [2, 3]), ("new_group", "b", [4, 5]), ("new_group", "b", [6, 7]),
+        ("default", "dp_tp", None)]
+    assert plan["steps"][1]["created"] == 8 and plan["steps"][2]["reused"] == 1
+    # The plan is the root's: any mesh of it gives the same.
+    assert tp.creation_plan(rank=5) == plan
+
+
+def test_creation_plan_splits_a_bound_default_group_and_refuses_one_that_cannot_split():
+    mesh = meshsim.init_device_mesh((2, 4), ("dp", "tp"), device_type="cuda")
+    assert _calls(mesh.creation_plan(bound_device=True)) == [
+        ("split_group", "dp", [[0, 4], [1, 5], [2, 6], [3, 7]]), ("split_group", "tp", [[0, 1, 2, 3], [4, 5, 6, 7]])]
+    xpu = meshsim.init_device_mesh((2, 4), ("dp", "tp"), device_type="xpu", default_backend="xccl")
+    with pytest.raises(meshsim.FailedPrecondition, match="'xccl' cannot split"):
+        xpu.creation_plan(bound_device=True)
+    assert len(xpu.creation_plan()["calls"]) == 6  # without a bound device: new_group per group
+
+
+def test_from_group_keeps_the_names_and_backends_of_the_groups_it_is_handed():
+    mesh = meshsim.DeviceMesh.from_group([{"ranks": [0, 2], "name": "dp_pg"}, {"ranks": [0, 1], "name": "tp_pg", "backend": "gloo"}],
+                                         mesh=[[0, 1], [2, 3]], mesh_dim_names=("dp", "tp"))
+    assert mesh.get_group("dp")["name"] == "dp_pg"
+    assert mesh.get_group("tp", rank=3)["name"] == "tp_pg"
+    assert mesh.get_group("tp", rank=3)["backend"] == "gloo"
+    assert mesh["tp"].get_group(rank=2)["name"] == "tp_pg"
+    assert mesh.creation_plan()["calls"] == []  # handed groups are not created
+    one = meshsim.DeviceMesh.from_group({"ranks": [4, 5], "name": "pair"}, mesh_dim_names=["x"])
+    assert one.get_group(rank=4)["name"] == "pair"
+    with pytest.raises(meshsim.InvalidArgument, match="keys are ranks, name and backend"):
+        meshsim.DeviceMesh.from_group({"ranks": [0], "nme": "x"})
+
+
+def test_a_group_has_one_name_in_every_mesh_of_a_world():
+    a = meshsim.DeviceMesh.from_ranks((2, 2), [0, 1, 2, 3], ("dp", "tp"))
+    b = meshsim.DeviceMesh.from_ranks((2, 2), [0, 2, 1, 3], ("x", "y"))  # [[0, 2], [1, 3]]
+    assert a.get_group("tp")["ranks"] == b.get_group("x")["ranks"] == [0, 1]
+    assert a.get_group("tp")["name"] == b.get_group("x")["name"] == "group[2:1]@default"
+    assert a.get_group("dp")["ranks"] == b.get_group("y")["ranks"] == [0, 2]
+    assert a.get_group("dp")["name"] == b.get_group("y")["name"] == "group[2:2]@default"
