@@ -192,6 +192,43 @@ TEST(Cli, ShowAppliesTransformationsInCommandLineOrderAndPrintsJson) {
   EXPECT_EQ(j["mesh_dim_names"], Json::parse(R"(["dp"])"));
 }
 
+// meshsim show --creation-plan: each rank's process-group calls, in PyTorch's order (the rows of
+// each dim in complement order: device_mesh.py's remap_to_tensor), written down by hand.
+TEST(Cli, ShowPrintsTheCreationPlanCallByCall) {
+  Result r = run("show --mesh dp=2,tp=4 --rank-map 8..15 --world-size 16 --creation-plan");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_TRUE(has_line(r, "  root (DeviceMesh): creates 6 groups, reuses 0"));  // a rank map: DeviceMesh(mesh)
+  EXPECT_TRUE(has_line(r, "    dp: new_group(ranks=[8, 12], backend='gloo', group_desc='mesh_dp')"));
+  EXPECT_TRUE(has_line(r, "    tp: new_group(ranks=[12, 13, 14, 15], backend='gloo', group_desc='mesh_tp')"));
+  Result split = run("show --mesh dp=2,tp=4 --creation-plan --device-type cuda --bound-device true");
+  ASSERT_EQ(split.status, 0);
+  EXPECT_TRUE(has_line(split, "    dp: split_group(parent=default, split_ranks=[[0, 4], [1, 5], [2, 6], [3, 7]], "
+                              "backend='nccl', group_desc='mesh_dp')"));
+  // --max-rows bounds the calls listed per dim; the rest are counted.
+  Result few = run("show --mesh dp=8,tp=2 --creation-plan --max-rows 3");
+  EXPECT_TRUE(has_line(few, "    tp: ... 5 more new_group calls (raise --max-rows)"));
+  // A backend that cannot split, under a bound device: refused naming the dim and backend.
+  Result no = run_shell(std::string(MESHSIM_EXE) + " show --mesh dp=2,tp=4 --creation-plan --device-type xpu "
+                        "--default-backend xccl --bound-device true 2>&1");
+  EXPECT_EQ(no.status, 2);
+  ASSERT_FALSE(no.lines.empty());
+  EXPECT_NE(no.lines[0].find("dim 'dp' of root"), std::string::npos) << no.lines[0];
+  EXPECT_NE(no.lines[0].find("'xccl' cannot split"), std::string::npos) << no.lines[0];
+  // The world's setup flags belong to --creation-plan.
+  EXPECT_EQ(run("show --mesh dp=2 --bound-device true").status, 2);
+  // JSON: one object a call.
+  Result j = run("show --mesh dp=2,tp=2 --slice tp --creation-plan --format json");
+  ASSERT_EQ(j.status, 0);
+  std::string text;
+  for (const auto& l : j.lines) text += l;
+  const Json plan = Json::parse(text)["creation_plan"];
+  EXPECT_EQ(plan["calls"].size(), 4u);
+  EXPECT_EQ(plan["calls"][3], Json::parse(R"({"call": "new_group", "dim": "tp", "view": "root", "ranks": [2, 3],
+      "backend": "gloo", "group_desc": "mesh_tp", "use_local_synchronization": false, "new_group_use_split_group": false})"));
+  EXPECT_EQ(plan["steps"][1], Json::parse(R"({"op": "slice", "view": "ops[0]", "created": 0, "reused": 2,
+      "created_again": 0, "pytorch": true})"));
+}
+
 TEST(Cli, EmptyDimNamesAreRefusedNamingTheFlag) {
   const std::vector<std::pair<std::string, std::string>> bad{
       {"--mesh =2", "--mesh: name 0 of 1 is empty"},
@@ -283,7 +320,7 @@ TEST(CliRun, PassesAndReportsTheCheckedGroups) {
 }
 
 TEST(CliRun, EveryFaultKindAtEveryRankIsDiagnosedNamingIt) {
-  for (const std::string kind : {"throw", "skip", "mismatch", "mesh", "stall"}) {
+  for (const std::string kind : {"throw", "skip", "mismatch", "mesh", "stall", "reorder"}) {
     for (int rank : {0, 3, 5}) {
       int status = -1;
       Json j = run_json("--mesh dp=2,tp=3 --timeout 0.5 --fault " + kind + "@" + std::to_string(rank), &status);
@@ -316,7 +353,7 @@ TEST(CliRun, LocalBackendReportsWhatTheThreadedOneDoes) {
 }
 
 TEST(CliRun, LocalBackendDiagnosesEveryFaultNamingTheRank) {
-  for (const std::string kind : {"throw", "skip", "mismatch", "mesh"}) {
+  for (const std::string kind : {"throw", "skip", "mismatch", "mesh", "reorder"}) {
     for (int rank : {0, 3, 5}) {
       int status = -1;
       Json j = run_json("--backend local --mesh dp=2,tp=3 --fault " + kind + "@" + std::to_string(rank), &status);
@@ -328,7 +365,7 @@ TEST(CliRun, LocalBackendDiagnosesEveryFaultNamingTheRank) {
       EXPECT_TRUE(named) << kind << "@" << rank << ": " << j["failures"];
       // The same kind of diagnosis as the threaded run gives.
       const std::map<std::string, std::string> want{{"throw", "error"}, {"skip", "departed"},
-                                                    {"mismatch", "mismatch"}, {"mesh", "mesh"}};
+                                                    {"mismatch", "mismatch"}, {"mesh", "mesh"}, {"reorder", "check"}};
       EXPECT_EQ(j["failures"][0]["kind"], want.at(kind)) << j["failures"];
     }
   }
@@ -355,7 +392,8 @@ TEST(CliRun, OneFaultReadsTheSameOnEveryBackend) {
   // (the collective's number, its arguments, the waiting ranks in full), whichever backend ran
   // it: threaded, gloo, fiber and local mode (which cannot stall: one thread).
   for (const std::string mesh : {"dp=2,tp=2", "dp=2,cp=2,tp=2"}) {
-    for (const std::string fault : {"throw@3", "skip@3", "skip@1", "mismatch@3", "mismatch@0", "mesh@2", "stall@3"}) {
+    for (const std::string fault : {"throw@3", "skip@3", "skip@1", "mismatch@3", "mismatch@0", "mesh@2", "stall@3",
+                                    "reorder@3", "reorder@0"}) {
       const std::string args = "--mesh " + mesh + " --timeout 2 --fault " + fault;
       int st = -1;
       Json t = run_json(args, &st);
@@ -375,7 +413,8 @@ TEST(CliRun, OneFaultReadsTheSameOnEveryBackend) {
 
 TEST(CliRun, GlooRankThreadsDiagnoseEveryFaultNamingTheRank) {
   const std::map<std::string, std::string> want{{"throw", "error"}, {"skip", "departed"}, {"mismatch", "mismatch"},
-                                                {"mesh", "mesh"}, {"stall", "stall"}, {"exit", "exit"}};
+                                                {"mesh", "mesh"}, {"stall", "stall"}, {"exit", "exit"},
+                                                {"reorder", "check"}};
   for (const auto& [kind, diagnosis] : want) {
     for (int rank : {0, 5}) {
       int status = -1;
