@@ -290,8 +290,7 @@ std::shared_ptr<Plan> make_plan(const Job& job, const EngineEntry& engine, std::
   plan.creation = std::make_shared<const CreationPlan>(creation_plan(plan.recipe, *plan.expected));
   for (const Fault& f : plan.faults) {
     if (f.kind != FaultKind::kReorder) continue;
-    const auto made = std::count_if(plan.creation->batches.begin(), plan.creation->batches.end(),
-                                    [](const CreationBatch& b) { return b.kind != CreationBatch::Kind::kDefault; });
+    const std::size_t made = creation_order(*plan.creation).size();
     if (made < 2) {
       throw InvalidArgument("--fault reorder@" + std::to_string(f.rank) + " needs a recipe whose ranks create the groups "
                             "of at least two dims (this one creates " + std::to_string(made) + ")");

@@ -75,7 +75,7 @@ class LocalEngine final : public Engine {
     w_.all_reduce(w_.world_groups(), rank_value_, ReduceOp::kMin, c);
     if (reordering_.empty()) return;
     const CreationPlan& plan = *plan_.creation;
-    fail_check(*reordering_.begin(), checks::creation_wrong(plan, plan, checks::creation_order(plan, 0)));
+    fail_check(*reordering_.begin(), checks::creation_wrong(plan, plan, creation_order(plan, 0)));
   }
 
   // The checks of dim d of mesh i for every rank at once.

@@ -59,17 +59,6 @@ bool world_right(int64_t world, int64_t rank_sum, int64_t count) {
   return rank_sum == world * (world - 1) / 2 && count == world;
 }
 
-std::vector<const CreationBatch*> creation_order(const CreationPlan& plan, int64_t swap) {
-  std::vector<const CreationBatch*> out;
-  for (const CreationBatch& b : plan.batches) {
-    if (b.kind != CreationBatch::Kind::kDefault) out.push_back(&b);
-  }
-  if (swap >= 0 && static_cast<std::size_t>(swap) + 1 < out.size()) {
-    std::swap(out[static_cast<std::size_t>(swap)], out[static_cast<std::size_t>(swap) + 1]);
-  }
-  return out;
-}
-
 std::string creation_wrong(const CreationPlan& plan, const CreationPlan& own, const std::vector<const CreationBatch*>& mine) {
   const std::vector<const CreationBatch*> want = creation_order(plan, -1);
   std::size_t k = 0;

@@ -111,9 +111,7 @@ std::string planted_throw(int64_t rank);
 // creation_wrong: a rank's calls (`mine`, batches of its own plan `own`, in the order it makes
 // them) leave the recipe's plan at their first difference.
 std::string creation_wrong(const CreationPlan& plan, const CreationPlan& own, const std::vector<const CreationBatch*>& mine);
-// creation_order: the plan's batches that make calls, in order, with batches swap and swap + 1
-// exchanged (swap -1: none).
-std::vector<const CreationBatch*> creation_order(const CreationPlan& plan, int64_t swap);
+
 
 }  // namespace checks
 

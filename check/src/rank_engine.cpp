@@ -55,7 +55,7 @@ class RankEngine final : public Engine {
     const bool same = creation_digest(own, me_, swap) == creation_digest(*plan_.creation, me_);
     int64_t all_same = same ? 1 : 0;
     ctx_.world().all_reduce(std::span<int64_t>(&all_same, 1), ReduceOp::kMin);
-    if (!same) ctx_.fail(checks::creation_wrong(*plan_.creation, own, checks::creation_order(own, swap)));
+    if (!same) ctx_.fail(checks::creation_wrong(*plan_.creation, own, creation_order(own, swap)));
     if (all_same == 0) {
       // Another rank parted from the plan and fails naming itself: this one waits in a world
       // collective the failing ranks never join (the abort ends it), instead of going on to

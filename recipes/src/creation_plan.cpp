@@ -257,7 +257,7 @@ std::string_view kind_name(CreationBatch::Kind k) {
 
 bool can_split(std::string_view backend) { return backend == "nccl" || backend == "gloo" || backend == "fake"; }
 
-uint64_t creation_digest(const CreationPlan& plan, int64_t rank, int64_t swap) {
+std::vector<const CreationBatch*> creation_order(const CreationPlan& plan, int64_t swap) {
   std::vector<const CreationBatch*> order;
   for (const CreationBatch& b : plan.batches) {
     if (b.kind != CreationBatch::Kind::kDefault) order.push_back(&b);
@@ -265,8 +265,12 @@ uint64_t creation_digest(const CreationPlan& plan, int64_t rank, int64_t swap) {
   if (swap >= 0 && static_cast<std::size_t>(swap) + 1 < order.size()) {
     std::swap(order[static_cast<std::size_t>(swap)], order[static_cast<std::size_t>(swap) + 1]);
   }
+  return order;
+}
+
+uint64_t creation_digest(const CreationPlan& plan, int64_t rank, int64_t swap) {
   Fnv1a f;
-  for (const CreationBatch* b : order) {
+  for (const CreationBatch* b : creation_order(plan, swap)) {
     f.u64(static_cast<uint64_t>(b->kind));
     f.str(b->dim);
     f.str(b->group_desc);

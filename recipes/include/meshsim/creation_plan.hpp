@@ -101,6 +101,10 @@ std::string_view kind_name(CreationBatch::Kind k);
 // and the fake backend do; XCCL, MPI, UCC and others do not).
 bool can_split(std::string_view backend);
 
+// creation_order is the plan's batches that make calls (not `default`), in order, with batches
+// swap and swap + 1 exchanged (a planted reorder; -1: none).
+std::vector<const CreationBatch*> creation_order(const CreationPlan& plan, int64_t swap = -1);
+
 // creation_digest is a rank's creation sequence as a 64-bit digest (kind, dim, description,
 // backend, the groups' name and count per batch, and for local-synchronization batches the
 // rank's own group), computed in O(batches). `swap` exchanges batches swap and swap + 1 first
