@@ -288,6 +288,7 @@ std::shared_ptr<Plan> make_plan(const Job& job, const EngineEntry& engine, std::
   // The process-group calls PyTorch's DeviceMesh makes for the recipe: a configuration PyTorch
   // refuses (a backend that cannot split) is refused before any rank starts.
   plan.creation = std::make_shared<const CreationPlan>(creation_plan(plan.recipe, *plan.expected));
+  plan.creation_events = plan.expected->root.creation_log_digest();
   for (const Fault& f : plan.faults) {
     if (f.kind != FaultKind::kReorder) continue;
     const std::size_t made = creation_order(*plan.creation).size();

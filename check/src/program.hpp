@@ -30,6 +30,7 @@ struct Plan {
   int64_t world = 0;
   int64_t expected_checks = 0;
   std::shared_ptr<const CreationPlan> creation;  // the recipe's group creations, as every rank must make them
+  uint64_t creation_events = 0;                  // the recipe's root's creation_log_digest
   std::vector<Fault> faults;
   std::chrono::milliseconds timeout{0};
   std::string engine = "threaded";

@@ -21,7 +21,9 @@ using namespace mesh_detail;
 namespace {
 // handed_groups checks a root's handed group names (one per dim, or none) and pairs each with
 // its dim's canonical layout and config.
-std::vector<Universe::HandedGroup> handed_groups(const std::vector<std::optional<std::string>>& names,
+// Not inlined: its locals (layouts, configs) would enlarge make_root's frame on every rank
+// thread's stack, though most roots are handed no names.
+[[gnu::noinline]] std::vector<Universe::HandedGroup> handed_groups(const std::vector<std::optional<std::string>>& names,
                                                  const Layout& layout, const std::vector<BackendConfig>& configs,
                                                  const MeshNames& dim_names) {
   std::vector<Universe::HandedGroup> out;
@@ -75,8 +77,8 @@ DeviceMesh DeviceMesh::make_root(const char* what, std::span<const int64_t> shap
                                             layout, names, configs, options.init_backend,
                                             std::move(options.default_backend), std::move(handed));
   const bool handed_root = std::string_view(what) == "from_group";
-  u->record(GroupCreationEvent{GroupCreationEvent::Op::kRoot, what, options.init_backend && !handed_root, 0,
-                               options.init_backend && !handed_root ? layout.rank() : 0, layout, names, configs});
+  u->record(GroupCreationEvent::Op::kRoot, what, options.init_backend && !handed_root, 0,
+            options.init_backend && !handed_root ? layout.rank() : 0, layout, names, configs);
   return DeviceMesh(std::move(u), layout, std::move(names), true, configs);
 }
 

@@ -156,7 +156,7 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
   if (flat_name.empty()) throw InvalidArgument("flatten: the mesh_dim_name must not be empty");
   check_utf8(flat_name, "flatten: mesh_dim_name");
   if (ndim() == 1 && flat_name == (*names_)[0]) {
-    u_->record(GroupCreationEvent{GroupCreationEvent::Op::kFlatten, "flatten", false, 0, 0, layout_, names_, configs_});
+    u_->record(GroupCreationEvent::Op::kFlatten, "flatten", false, 0, 0, layout_, names_, configs_);
     return *this;
   }
   if (u_->root_names) {
@@ -174,8 +174,7 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
   Universe::Flattened reg = u_->register_flatten(flat_name, flat, canonical_of(flat), config);
   BackendConfig cfg = std::move(reg.config);
   DeviceMesh out(u_, std::move(reg.layout), std::move(reg.canonical), std::vector<std::string>{flat_name}, false, {cfg});
-  u_->record(GroupCreationEvent{GroupCreationEvent::Op::kFlatten, "flatten", fresh, 0, fresh ? 1 : 0, out.layout_,
-                                out.names_, out.configs_});
+  u_->record(GroupCreationEvent::Op::kFlatten, "flatten", fresh, 0, fresh ? 1 : 0, out.layout_, out.names_, out.configs_);
   return out;
 }
 
@@ -251,12 +250,13 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes, st
   Layout layout = mesh_unflatten(layout_, dim, sizes);
   Layout canonical = canonical_after_unflatten(canonical_, layout, d, static_cast<int>(sizes.size()));
   DeviceMesh out(u_, std::move(layout), std::move(canonical), std::move(new_names), false, std::move(configs));
-  u_->record(GroupCreationEvent{GroupCreationEvent::Op::kUnflatten, "unflatten", true, d, static_cast<int>(sizes.size()),
-                                out.layout_, out.names_, out.configs_});
+  u_->record(GroupCreationEvent::Op::kUnflatten, "unflatten", true, d, static_cast<int>(sizes.size()), out.layout_,
+             out.names_, out.configs_);
   return out;
 }
 
 std::vector<GroupCreationEvent> DeviceMesh::creation_events() const { return u_->events(); }
+uint64_t DeviceMesh::creation_log_digest() const { return u_->events_digest(); }
 
 DeviceMesh DeviceMesh::event_mesh(const GroupCreationEvent& e) const {
   return DeviceMesh(u_, e.layout, e.names, e.op == GroupCreationEvent::Op::kRoot, e.configs);

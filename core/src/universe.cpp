@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "meshsim/digest.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim {
@@ -99,13 +100,21 @@ std::shared_ptr<const GroupRecord> Universe::find_or_create_group(
   return it->second;
 }
 
-void Universe::record(GroupCreationEvent e) const {
+void Universe::record(GroupCreationEvent::Op op, const char* what, bool creates, int first, int count,
+                      const Layout& layout, const MeshNames& names, const std::vector<BackendConfig>& configs) const {
+  std::unique_ptr<GroupCreationEvent> mesh;
+  if (op != GroupCreationEvent::Op::kRoot) {
+    mesh = std::make_unique<GroupCreationEvent>();
+    mesh->layout = layout;
+    mesh->names = names;
+    mesh->configs = configs;
+  }
   std::lock_guard lock(mu_);
   if (events_.size() >= kMaxCreationEvents) {
     events_overflowed_ = true;
     return;
   }
-  events_.push_back(std::move(e));
+  events_.push_back(Logged{op, what, creates, first, count, std::move(mesh)});
 }
 
 std::vector<GroupCreationEvent> Universe::events() const {
@@ -114,7 +123,44 @@ std::vector<GroupCreationEvent> Universe::events() const {
     throw ResourceExhausted("the mesh's universe made more than " + std::to_string(kMaxCreationEvents) +
                             " group-making operations (flatten, unflatten): its creation plan is not kept");
   }
-  return events_;
+  std::vector<GroupCreationEvent> out;
+  out.reserve(events_.size());
+  for (const Logged& l : events_) {
+    GroupCreationEvent& e = out.emplace_back();
+    e.op = l.op;
+    e.what = l.what;
+    e.creates = l.creates;
+    e.first = l.first;
+    e.count = l.count;
+    e.layout = l.mesh ? l.mesh->layout : root_layout;
+    e.names = l.mesh ? l.mesh->names : root_names;
+    e.configs = l.mesh ? l.mesh->configs : root_configs;
+  }
+  return out;
+}
+
+uint64_t Universe::events_digest() const {
+  std::lock_guard lock(mu_);
+  Fnv1a f;
+  f.u64(events_overflowed_);
+  for (const Logged& e : events_) {
+    f.u64(static_cast<uint64_t>(e.op));
+    f.str(e.what);
+    f.u64(e.creates);
+    f.u64(static_cast<uint64_t>(e.first));
+    f.u64(static_cast<uint64_t>(e.count));
+    const Layout& layout = e.mesh ? e.mesh->layout : root_layout;
+    const MeshNames& names = e.mesh ? e.mesh->names : root_names;
+    const std::vector<BackendConfig>& configs = e.mesh ? e.mesh->configs : root_configs;
+    f.u64(layout.hash());
+    f.u64(names.has_value());
+    if (names) {
+      for (const std::string& n : *names) f.str(n);
+    }
+    f.u64(configs.size());
+    for (const BackendConfig& c : configs) f.u64(c.fingerprint());
+  }
+  return f.value();
 }
 
 CacheStats Universe::stats() const {

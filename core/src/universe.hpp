@@ -75,11 +75,24 @@ class Universe {
 
   // record appends a group-making operation to the creation log (past kMaxCreationEvents the
   // log only counts); events is the log, ResourceExhausted once it overflowed.
-  void record(GroupCreationEvent e) const;
+  // (The event is built in place: a rank thread's stack holds no copy of it.)
+  void record(GroupCreationEvent::Op op, const char* what, bool creates, int first, int count, const Layout& layout,
+              const MeshNames& names, const std::vector<BackendConfig>& configs) const;
   std::vector<GroupCreationEvent> events() const;
+  uint64_t events_digest() const;
 
  private:
-  mutable std::vector<GroupCreationEvent> events_;
+  // Logged is one event as kept: a root's mesh is the universe's own root (not copied: every
+  // rank thread's universe logs its root); a flatten's or unflatten's mesh is kept beside it.
+  struct Logged {
+    GroupCreationEvent::Op op;
+    const char* what;
+    bool creates;
+    int first;
+    int count;
+    std::unique_ptr<const GroupCreationEvent> mesh;  // null for a root
+  };
+  mutable std::vector<Logged> events_;
   mutable bool events_overflowed_ = false;
   struct GroupKey {
     Layout layout;

@@ -268,7 +268,7 @@ std::vector<const CreationBatch*> creation_order(const CreationPlan& plan, int64
   return order;
 }
 
-uint64_t creation_digest(const CreationPlan& plan, int64_t rank, int64_t swap) {
+uint64_t creation_digest(const CreationPlan& plan, int64_t swap) {
   Fnv1a f;
   for (const CreationBatch* b : creation_order(plan, swap)) {
     f.u64(static_cast<uint64_t>(b->kind));
@@ -279,15 +279,7 @@ uint64_t creation_digest(const CreationPlan& plan, int64_t rank, int64_t swap) {
     f.str(b->record->name);
     f.u64(b->local_sync);
     f.u64(b->via_split);
-    if (b->local_sync) {
-      // Members call their own group's new_group only: the rank's part is its group.
-      const GroupTable& t = b->record->table();
-      for (int64_t g = 0; g < t.count; ++g) {
-        if (makes_call(*b, g, rank)) f.u64(static_cast<uint64_t>(g));
-      }
-    } else if (b->group_desc != "mesh_default") {
-      f.u64(static_cast<uint64_t>(b->groups));
-    }
+    f.u64(static_cast<uint64_t>(b->groups));
   }
   return f.value();
 }

@@ -163,6 +163,9 @@ class DeviceMesh {
   // creation_events is the universe's log of group-making operations, in call order
   // (ResourceExhausted once it passed kMaxCreationEvents); event_mesh is an event's mesh.
   std::vector<GroupCreationEvent> creation_events() const;
+  // creation_log_digest is the creation log as a digest, read in place (no copy): what this
+  // universe's ops did, in order; stable within a process only (layout hashes).
+  uint64_t creation_log_digest() const;
   DeviceMesh event_mesh(const GroupCreationEvent& e) const;
   // with_backend_configs is this mesh with one backend config per dim (empty: the defaults);
   // identity is unchanged (configs are not part of ==), group records follow the new configs.

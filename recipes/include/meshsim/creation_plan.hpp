@@ -105,11 +105,10 @@ bool can_split(std::string_view backend);
 // swap and swap + 1 exchanged (a planted reorder; -1: none).
 std::vector<const CreationBatch*> creation_order(const CreationPlan& plan, int64_t swap = -1);
 
-// creation_digest is a rank's creation sequence as a 64-bit digest (kind, dim, description,
-// backend, the groups' name and count per batch, and for local-synchronization batches the
-// rank's own group), computed in O(batches). `swap` exchanges batches swap and swap + 1 first
-// (a planted reorder); -1: none.
-uint64_t creation_digest(const CreationPlan& plan, int64_t rank, int64_t swap = -1);
+// creation_digest is the plan's creation sequence as a 64-bit digest (kind, dim, description,
+// backend, config, the groups' name and count per batch), in O(batches). `swap` exchanges
+// batches swap and swap + 1 first (a planted reorder); -1: none.
+uint64_t creation_digest(const CreationPlan& plan, int64_t swap = -1);
 
 // creation_plan_json is the plan as rank `me` makes it: {"rank", "options" (bound_device,
 // new_group_use_split_group, use_torchcomms, default_backend, accelerator), "steps" (op, view,
