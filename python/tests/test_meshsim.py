@@ -623,3 +623,11 @@ def test_a_group_has_one_name_in_every_mesh_of_a_world():
     assert a.get_group("tp")["name"] == b.get_group("x")["name"] == "group[2:1]@default"
     assert a.get_group("dp")["ranks"] == b.get_group("y")["ranks"] == [0, 2]
     assert a.get_group("dp")["name"] == b.get_group("y")["name"] == "group[2:2]@default"
+
+
+def test_creation_plan_of_meshes_without_groups():
+    # meshsim's from_logical makes no groups, flattened or not (a flattened dim of any other mesh
+    # is created: see the recipe tests).
+    logical = meshsim.DeviceMesh.from_logical((2, 4), ("dp", "tp"))
+    logical["dp", "tp"].flatten("all")
+    assert logical.creation_plan()["calls"] == []

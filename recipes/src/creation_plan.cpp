@@ -98,7 +98,6 @@ struct RecipeWalk {
   std::map<std::string, Layout> flattened;      // flatten names registered so far
 
   const DeviceMesh& mesh(std::size_t i) const { return i == 0 ? built.root : built.meshes[i - 1]; }
-  static int64_t groups_of(const DeviceMesh& m, int d) { return Planner::groups_of(m, d); }
   void reuse(CreationStep& s, const DeviceMesh& m, int d) { p.reuse(s, m, d); }
   void init_one(CreationStep& s, std::size_t step, const DeviceMesh& m, int d) { p.init_one(s, step, m, d); }
 
@@ -223,13 +222,15 @@ CreationPlan creation_plan(const DeviceMesh& mesh, const CreationOptions& option
     s.op = e.what;
     s.view = "call " + std::to_string(k + 1);
     // A mesh of a universe built without process groups unflattens without making any
-    // (PyTorch: the mesh has no _dim_group_names).
-    const bool makes = e.creates && (e.op != GroupCreationEvent::Op::kUnflatten || root.init_backend());
+    // (PyTorch: the mesh has no _dim_group_names); meshsim's from_logical (device meta, no
+    // groups) makes none at all.
+    const bool logical = !root.init_backend() && root.device_type() == "meta";
+    const bool makes = e.creates && !logical && (e.op != GroupCreationEvent::Op::kUnflatten || root.init_backend());
     for (int d = 0; d < m.ndim(); ++d) {
       const bool mine = d >= e.first && d < e.first + e.count;
       if (makes && mine) {
         p.init_one(s, k, m, d);
-      } else if (e.op == GroupCreationEvent::Op::kFlatten || root.init_backend()) {
+      } else if ((e.op == GroupCreationEvent::Op::kFlatten && !logical) || root.init_backend()) {
         p.reuse(s, m, d);
       }
     }
