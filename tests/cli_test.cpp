@@ -214,6 +214,14 @@ TEST(Cli, ShowPrintsTheCreationPlanCallByCall) {
   ASSERT_FALSE(no.lines.empty());
   EXPECT_NE(no.lines[0].find("dim 'dp' of root"), std::string::npos) << no.lines[0];
   EXPECT_NE(no.lines[0].find("'xccl' cannot split"), std::string::npos) << no.lines[0];
+  // A JSON answer is bounded by --max-elements, which its refusal names.
+  Result big = run_shell(std::string(MESHSIM_EXE) + " show --mesh dp=64,tp=64 --creation-plan --format json "
+                         "--max-elements 1000 2>&1");
+  EXPECT_EQ(big.status, 2);
+  ASSERT_FALSE(big.lines.empty());
+  EXPECT_NE(big.lines[0].find("ResourceExhausted"), std::string::npos) << big.lines[0];
+  EXPECT_NE(big.lines[0].find("--max-elements"), std::string::npos) << big.lines[0];
+  EXPECT_EQ(run("show --mesh dp=64,tp=64 --creation-plan --format json --max-elements 100000").status, 0);
   // The world's setup flags belong to --creation-plan.
   EXPECT_EQ(run("show --mesh dp=2 --bound-device true").status, 2);
   // JSON: one object a call.

@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
   show->add_option("--use-torchcomms", so.use_torchcomms, "with --creation-plan: torch.distributed.config.use_torchcomms (true/false)");
   show->add_option("--default-backend", so.default_backend, "init_process_group's backend (gloo, nccl, ...)");
   show->add_option("--device-type", so.device_type, "the mesh's device type (cpu, cuda, ...)");
+  show->add_option("--max-elements", so.max_elements, "element budget of the JSON answer (ranks, values and keys)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   show->add_option("--color-dim", so.color_dim, "with --svg: the dim whose groups are coloured (default: the last)");
 
   auto* run = app.add_subcommand("run", "simulate every rank over a backend and check the mesh's groups");

@@ -65,8 +65,9 @@ const DeviceMesh& view_mesh(const BuiltMeshes& built, const View& v) {
 
 // views_json lists the recipe's views: name, mesh_dim_names, shape, groups_by_dim, within the
 // answer budget.
-Json views_json(const MeshRecipe& recipe, const BuiltMeshes& built, const std::optional<placement::Hosts>& hosts) {
-  int64_t left = query::kDefaultMaxAnswerElements;
+Json views_json(const MeshRecipe& recipe, const BuiltMeshes& built, const std::optional<placement::Hosts>& hosts,
+                int64_t budget) {
+  int64_t left = budget;
   Json out = Json::array();
   for (const View& v : views(recipe)) {
     const DeviceMesh& m = view_mesh(built, v);
@@ -75,7 +76,7 @@ Json views_json(const MeshRecipe& recipe, const BuiltMeshes& built, const std::o
       if (m.rank_map_size() > left) {
         throw ResourceExhausted("the groups of view " + quote_input(v.name) + " would list " + std::to_string(m.rank_map_size()) +
                                 " ranks, over what is left of the budget of " +
-                                std::to_string(query::kDefaultMaxAnswerElements) + " elements");
+                                std::to_string(budget) + " elements (raise it with --max-elements)");
       }
       left -= m.rank_map_size();
       const GroupTable t = m.group_table(d);
@@ -221,7 +222,7 @@ int run(const Options& o, std::ostream& out) {
                               " whose groups meshsim show --creation-plan lists");
     }
     if (o.format == "json") {
-      Json result{{"creation_plan", query::describe(recipe, built, {"creation_plan"})["creation_plan"]}};
+      Json result{{"creation_plan", query::describe(recipe, built, {"creation_plan"}, o.max_elements)["creation_plan"]}};
       if (!built.warnings.empty()) result["warnings"] = shown_warnings(built.warnings);
       out << "{\n";
       std::size_t i = 0;
@@ -250,8 +251,8 @@ int run(const Options& o, std::ostream& out) {
     std::vector<std::string> want{"mesh_dim_names", "layout", "shape", "size", "groups_by_dim",
                                   "coordinate_by_rank", "mesh_by_rank"};
     if (recipe.rank) want.insert(want.end(), {"coordinate", "my_groups"});
-    Json result = query::describe(recipe, built, want);
-    result["views"] = views_json(recipe, built, hosts);
+    Json result = query::describe(recipe, built, want, o.max_elements);
+    result["views"] = views_json(recipe, built, hosts, o.max_elements);
     if (!built.warnings.empty()) result["warnings"] = shown_warnings(built.warnings);
     if (hosts) {
       result["placement"] = placement_json(built.result, *hosts);

@@ -31,6 +31,8 @@ struct Options {
   std::optional<bool> use_torchcomms;             // --use-torchcomms
   std::optional<std::string> default_backend;     // --default-backend
   std::optional<std::string> device_type;         // --device-type
+  // --max-elements: the element budget of the JSON answer (as meshsim query's), [1, 2^40].
+  int64_t max_elements = 1 << 21;
 };
 
 // run prints the mesh (and, with --gpus-per-host, where its groups land); returns 0, or 1 when a
