@@ -434,7 +434,14 @@ PYBIND11_MODULE(_meshsim, m) {
         // The calls PyTorch's DeviceMesh makes for every root, flatten and unflatten of this
         // mesh's root so far, in call order (creation_plan.hpp).
         const meshsim::CreationOptions o{bound_device, new_group_use_split_group, use_torchcomms};
+        if (world_size && *world_size < 1) {
+          throw meshsim::InvalidArgument("creation_plan: world_size " + std::to_string(*world_size) + " is not >= 1");
+        }
         const meshsim::CreationPlan plan = meshsim::creation_plan(self, o, world_size.value_or(0));
+        if (rank < 0 || rank >= plan.world) {
+          throw meshsim::OutOfRange("creation_plan: rank " + std::to_string(rank) + " is out of range [0, " +
+                                    std::to_string(plan.world) + ")");
+        }
         int64_t left = meshsim::query::kDefaultMaxAnswerElements;
         return py_of_json(meshsim::creation_plan_json(plan, rank, [&left](int64_t keys, int64_t per_key, int64_t overhead) {
           const int64_t per = per_key > INT64_MAX - overhead ? INT64_MAX : per_key + overhead;

@@ -600,6 +600,12 @@ def test_creation_plan_splits_a_bound_default_group_and_refuses_one_that_cannot_
     with pytest.raises(meshsim.FailedPrecondition, match="'xccl' cannot split"):
         xpu.creation_plan(bound_device=True)
     assert len(xpu.creation_plan()["calls"]) == 6  # without a bound device: new_group per group
+    with pytest.raises(meshsim.OutOfRange, match="rank 8 is out of range"):
+        mesh.creation_plan(rank=8)
+    with pytest.raises(meshsim.InvalidArgument, match="does not hold rank 7"):
+        mesh.creation_plan(world_size=4)
+    # In a larger world no dim spans it: the world-sized rule does not apply.
+    assert [c["call"] for c in meshsim.init_device_mesh((8,), ("w",)).creation_plan(world_size=16)["calls"]] == ["new_group"]
 
 
 def test_from_group_keeps_the_names_and_backends_of_the_groups_it_is_handed():

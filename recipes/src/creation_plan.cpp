@@ -212,6 +212,15 @@ CreationPlan creation_plan(const MeshRecipe& recipe, const BuiltMeshes& built) {
 
 CreationPlan creation_plan(const DeviceMesh& mesh, const CreationOptions& options, int64_t world) {
   const DeviceMesh root = mesh.root();
+  if (world < 0) throw InvalidArgument("creation_plan: world size " + std::to_string(world) + " is negative");
+  if (world > 0) {
+    const std::vector<int64_t> ranks = root.rank_map();
+    const int64_t top = ranks.empty() ? -1 : *std::max_element(ranks.begin(), ranks.end());
+    if (top >= world) {
+      throw InvalidArgument("creation_plan: world size " + std::to_string(world) + " does not hold rank " +
+                            std::to_string(top) + " of " + root.to_string());
+    }
+  }
   Planner p;
   p.setup(root, options, world > 0 ? world : root.world_size().value_or(root.rank_map_size()));
   const std::vector<GroupCreationEvent> events = mesh.creation_events();
