@@ -1,0 +1,146 @@
+// Pipeline schedules as data (meshsim/schedule.hpp): the action grammar, the built-in schedules
+// against an enumeration written here from PyTorch's rules (torch/distributed/pipelining/
+// schedules.py), lowering, the CSV form, and the progress check that finds the deadlocks PyTorch's
+// own simulator misses (pytorch/pytorch#172668: "both ranks are waiting for the send to finish").
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "meshsim/error.hpp"
+#include "meshsim/schedule.hpp"
+
+namespace meshsim::step {
+namespace {
+
+std::vector<std::string> row(const Schedule& s, int64_t r) {
+  std::vector<std::string> out;
+  for (const auto& a : s.ranks[static_cast<std::size_t>(r)]) out.push_back(a ? to_string(*a) : "");
+  return out;
+}
+
+TEST(ScheduleActions, ReadAndWrittenInPyTorchsForm) {
+  EXPECT_EQ(parse_action("2F0"), (Action{2, ActionType::kF, 0}));
+  EXPECT_EQ(parse_action(" 3SEND_F12 "), (Action{3, ActionType::kSendF, 12}));
+  EXPECT_EQ(parse_action("1UNSHARD"), (Action{1, ActionType::kUnshard, std::nullopt}));
+  EXPECT_EQ(parse_action("0REDUCE_GRAD"), (Action{0, ActionType::kReduceGrad, std::nullopt}));
+  for (const char* t : {"0F1", "5B3", "2I0", "2W0", "1SEND_B4", "7RECV_F0", "3RECV_B2", "4RESHARD"}) {
+    EXPECT_EQ(to_string(parse_action(t)), t);
+  }
+  for (const char* bad : {"", "F0", "0X1", "0F", "0UNSHARD3", "0F1x", "0SEND_X1", "-1F0"}) {
+    EXPECT_THROW(parse_action(bad), InvalidArgument) << bad;
+  }
+  EXPECT_THROW(parse_action("99999999999999999999F0"), OutOfRange);
+  EXPECT_THROW(parse_action("0F99999999999999999999"), OutOfRange);
+}
+
+// GPipe: every forward, then every backward, on every rank.
+TEST(BuiltinSchedules, GPipeIsEveryForwardThenEveryBackward) {
+  const Schedule s = gpipe(3, 2);
+  EXPECT_EQ(row(s, 0), (std::vector<std::string>{"0F0", "0F1", "0B0", "0B1"}));
+  EXPECT_EQ(row(s, 2), (std::vector<std::string>{"2F0", "2F1", "2B0", "2B1"}));
+  EXPECT_NO_THROW(validate(s));
+}
+
+// 1F1B written the classic way (Megatron's and the 1F1B paper's): pp - rank - 1 warm-up
+// forwards, then a forward and a backward in turn, then the remaining backwards. PyTorch's
+// Schedule1F1B writes it as min(M, pp - rank) forwards then backward-forward pairs: the same order.
+std::vector<std::string> classic_1f1b(int64_t pp, int64_t m, int64_t r) {
+  std::vector<std::string> out;
+  const int64_t warmup = std::min(m, pp - r - 1);
+  int64_t f = 0, b = 0;
+  for (; f < warmup; ++f) out.push_back(std::to_string(r) + "F" + std::to_string(f));
+  for (; f < m; ++f, ++b) {
+    out.push_back(std::to_string(r) + "F" + std::to_string(f));
+    out.push_back(std::to_string(r) + "B" + std::to_string(b));
+  }
+  for (; b < m; ++b) out.push_back(std::to_string(r) + "B" + std::to_string(b));
+  return out;
+}
+
+TEST(BuiltinSchedules, OneFOneBMatchesTheClassicOrder) {
+  for (int64_t pp : {1, 2, 4, 8}) {
+    for (int64_t m : {1, 2, 3, 4, 8, 16}) {
+      const Schedule s = one_f_one_b(pp, m);
+      EXPECT_NO_THROW(validate(s)) << pp << " " << m;
+      for (int64_t r = 0; r < pp; ++r) EXPECT_EQ(row(s, r), classic_1f1b(pp, m, r)) << "pp=" << pp << " m=" << m << " rank " << r;
+    }
+  }
+  EXPECT_THROW(one_f_one_b(0, 4), InvalidArgument);
+  EXPECT_THROW(gpipe(2, 0), InvalidArgument);
+  EXPECT_THROW(one_f_one_b(1 << 16, 1 << 20), ResourceExhausted);
+}
+
+TEST(Lowering, EverySendHasItsReceiveOnThePeerAndTheScheduleProgresses) {
+  for (auto make : {&gpipe, &one_f_one_b}) {
+    for (int64_t pp : {2, 4}) {
+      for (int64_t m : {1, 4, 8}) {
+        const Schedule low = lower(make(pp, m));
+        int64_t sends = 0, recvs = 0;
+        for (const auto& r : low.ranks) {
+          for (const auto& a : r) {
+            sends += a && (a->type == ActionType::kSendF || a->type == ActionType::kSendB);
+            recvs += a && (a->type == ActionType::kRecvF || a->type == ActionType::kRecvB);
+          }
+        }
+        EXPECT_EQ(sends, 2 * (pp - 1) * m);  // a forward and a backward per microbatch per boundary
+        EXPECT_EQ(recvs, sends);
+        EXPECT_TRUE(check_progress(low, SendSemantics::kEager).ok);
+        const Progress p = check_progress(low, SendSemantics::kRendezvous);
+        EXPECT_TRUE(p.ok) << pp << " " << m << ": " << p.diagnosis;
+      }
+    }
+  }
+  // What lowering places, by hand for GPipe over two ranks and one microbatch.
+  const Schedule low = lower(gpipe(2, 1));
+  EXPECT_EQ(row(low, 0), (std::vector<std::string>{"0F0", "0SEND_F0", "0RECV_B0", "0B0"}));
+  EXPECT_EQ(row(low, 1), (std::vector<std::string>{"1RECV_F0", "1F0", "1B0", "1SEND_B0"}));
+  EXPECT_THROW(lower(low), InvalidArgument);  // lowered already
+}
+
+// pytorch/pytorch#172668, in PyTorch's compute_comms form: rank 0 sends its second forward
+// before receiving the first backward, rank 1 sends the first backward before receiving the
+// second forward. With eager sends (PyTorch's simulator) it runs; with sends that wait for their
+// receive (NCCL's large messages), both ranks wait in their sends.
+TEST(Progress, BothRanksWaitingInTheirSendsIsACycleUnderRendezvousOnly) {
+  const Schedule s = read_csv("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                              "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n",
+                              2, 2, true);
+  EXPECT_TRUE(check_progress(s, SendSemantics::kEager).ok);
+  const Progress p = check_progress(s, SendSemantics::kRendezvous);
+  ASSERT_FALSE(p.ok);
+  EXPECT_EQ(p.ranks, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(p.diagnosis,
+            "pipeline deadlock under rendezvous sends: rank 0 waits in its send 0SEND_F1 (action 3) to rank 1 (1RECV_F1), "
+            "while rank 1 waits in its send 1SEND_B0 (action 3) to rank 0 (0RECV_B0)");
+  // A receive whose send never comes: the receiver is named, and the rank that ended without it.
+  const Schedule lost = read_csv("0F0,0SEND_F0\n1RECV_F0,1F0,1RECV_F1\n", 2, 2, true);
+  const Progress q = check_progress(lost, SendSemantics::kEager);
+  ASSERT_FALSE(q.ok);
+  EXPECT_EQ(q.ranks, (std::vector<int64_t>{1}));
+  EXPECT_NE(q.diagnosis.find("rank 1 waits in its receive 1RECV_F1 (action 2) from rank 0"), std::string::npos) << q.diagnosis;
+  EXPECT_NE(q.diagnosis.find("which has ended its schedule"), std::string::npos) << q.diagnosis;
+}
+
+TEST(ScheduleCsv, WrittenAndReadBackAndHostileCellsRefused) {
+  const Schedule low = lower(one_f_one_b(4, 8));
+  EXPECT_EQ(read_csv(write_csv(low), low.stages, low.microbatches, true), low);
+  const Schedule idle = read_csv("0F0,,0B0\n1F0,1B0\n", 2, 1, false);
+  EXPECT_FALSE(idle.ranks[0][1].has_value());
+  EXPECT_NO_THROW(validate(idle));
+  try {
+    read_csv("0F0,0B0\n1F0,1X0\n", 2, 1, false);
+    FAIL() << "read a bad cell";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2 cell 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_csv("0F0,0SEND_F0\n", 2, 1, false), InvalidArgument);  // comms in a compute_only CSV
+  EXPECT_THROW(read_csv("", 2, 1, false), InvalidArgument);
+  // validate: a backward before its forward, a stage on another rank, a missing microbatch.
+  EXPECT_THROW(validate(read_csv("0B0,0F0\n1F0,1B0\n", 2, 1, false)), InvalidArgument);
+  EXPECT_THROW(validate(read_csv("1F0,1B0\n0F0,0B0\n", 2, 1, false)), InvalidArgument);
+  EXPECT_THROW(validate(read_csv("0F0,0B0\n1F0,1B0\n", 2, 2, false)), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace meshsim::step
