@@ -6,6 +6,7 @@
 //   meshsim launch -n N [...] -- prog args  start (or join) a store and N processes
 //   meshsim rendezvous                      meet every rank of a launched job through its store
 //   meshsim ops                             list the query ops
+//   meshsim step --schedule 1F1B --pp 4 ... a pipeline schedule's sends and receives, checked
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <new>
@@ -21,6 +22,7 @@
 #include "meshsim/rendezvous.hpp"
 #include "meshsim/run.hpp"
 #include "meshsim/show.hpp"
+#include "meshsim/step_command.hpp"
 #include "meshsim/store_command.hpp"
 
 namespace {
@@ -116,6 +118,18 @@ int main(int argc, char** argv) {
 
   auto* ops = app.add_subcommand("ops", "list the ops `meshsim query` answers");
 
+  auto* step = app.add_subcommand("step", "check a pipeline schedule's sends and receives (GPipe, 1F1B or a CSV)");
+  meshsim::step_command::Options sto_step;
+  step->add_option("--schedule", sto_step.schedule, "GPipe, 1F1B, or a CSV file of PyTorch's form")->required();
+  step->add_option("--pp", sto_step.pp, "pipeline ranks (a CSV: its rows)");
+  step->add_option("--microbatches", sto_step.microbatches, "microbatches per step")->required();
+  step->add_option("--stages", sto_step.stages, "stages (a CSV: the largest stage + 1)");
+  step->add_option("--send-semantics", sto_step.send_semantics,
+                   "rendezvous (a send waits for its receive, as NCCL's large messages) or eager");
+  step->add_option("--dump-schedule", sto_step.dump_schedule, "write the lowered schedule to this CSV file");
+  step->add_option("--format", sto_step.format, "text or json");
+  step->add_option("--max-rows", sto_step.max_rows, "schedule steps printed (text)");
+
   meshsim::cli::guard_integers(app);
   try {
     app.parse(argc, argv);
@@ -159,6 +173,7 @@ int main(int argc, char** argv) {
   if (*store) return guarded("store", false, [&] { return meshsim::store_command::run(sto, std::cout); });
   if (*launch) return guarded("launch", false, [&] { return meshsim::launch::run(lo, std::cout, std::cerr); });
   if (*rendezvous) return guarded("rendezvous", true, [&] { return meshsim::rendezvous::run(rdv, std::cout); });
+  if (*step) return guarded("step", false, [&] { return meshsim::step_command::run(sto_step, std::cout); });
   if (*ops) {
     for (const auto& name : meshsim::query::ops()) std::cout << name << '\n';
   }

@@ -387,6 +387,7 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
   std::vector<int64_t> waiting;
   for (int64_t r = 0; r < pp; ++r) {
     if (head(r)) waiting.push_back(r);
+    p.stopped_at.push_back(head(r) ? static_cast<int64_t>(at[static_cast<std::size_t>(r)]) : -1);
   }
   if (waiting.empty()) return p;
   p.ok = false;

@@ -91,6 +91,7 @@ struct Progress {
   bool ok = true;
   std::string diagnosis;
   std::vector<int64_t> ranks;  // the ranks in the cycle (or the waiting ranks), ascending
+  std::vector<int64_t> stopped_at;  // per rank: the action it waits in forever, or -1 (it ended)
 };
 
 // check_progress runs every rank's list; a send matches the receive of the same microbatch on the
