@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <iomanip>
 #include <ostream>
 #include <sstream>
 
@@ -68,34 +67,43 @@ step::Schedule schedule_of(const Options& o) {
   return step::lower(s);
 }
 
-// grid is the schedule as PyTorch's _format_pipeline_order prints it: a column per rank, a row
-// per step, "Step NN:" in front; an action a rank waits in forever is marked "*".
+// print_grid prints the schedule as PyTorch's _format_pipeline_order does (a column per rank, a
+// row per step, "Step NN:" zero-filled to the last step's width, columns as wide as their
+// longest entry, one space apart), each row where a rank waits forever ending
+// " <-- ERROR HERE: rank R waits" as PyTorch marks its error step.
 void print_grid(const step::Schedule& s, const step::Progress& p, int64_t max_rows, std::ostream& out) {
-  std::size_t steps = 0, width = 6;
-  for (const auto& r : s.ranks) {
-    steps = std::max(steps, r.size());
-    for (const auto& a : r) width = std::max(width, a ? step::to_string(*a).size() + 1 : 0);
+  std::size_t steps = 0;
+  for (const auto& r : s.ranks) steps = std::max(steps, r.size());
+  const std::size_t digits = std::to_string(steps == 0 ? 0 : steps - 1).size();
+  std::vector<std::size_t> width;
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    std::size_t w = ("Rank " + std::to_string(r)).size();
+    for (const auto& a : s.ranks[r]) w = std::max(w, a ? step::to_string(*a).size() : 0);
+    width.push_back(w);
   }
-  out << "          ";
-  for (std::size_t r = 0; r < s.ranks.size(); ++r) out << std::left << std::setw(static_cast<int>(width + 2)) << ("Rank " + std::to_string(r));
-  out << "\n";
+  auto padded = [](const std::string& t, std::size_t w) { return t + std::string(w > t.size() ? w - t.size() : 0, ' '); };
+  std::string header(5 + digits + 2, ' ');
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) header += (r ? " " : "") + padded("Rank " + std::to_string(r), width[r]);
+  out << header << "\n";
   for (std::size_t k = 0; k < steps; ++k) {
     if (static_cast<int64_t>(k) >= max_rows) {
       out << "... " << (steps - k) << " more steps (raise --max-rows)\n";
       break;
     }
-    std::ostringstream label;
-    label << "Step " << std::setw(3) << std::setfill('0') << k << ": ";
-    out << label.str();
-    for (std::size_t rank = 0; rank < s.ranks.size(); ++rank) {
-      const auto& r = s.ranks[rank];
-      std::string cell = k < r.size() && r[k] ? step::to_string(*r[k]) : "";
-      if (!p.ok && rank < p.stopped_at.size() && p.stopped_at[rank] == static_cast<int64_t>(k)) cell += "*";
-      out << std::left << std::setw(static_cast<int>(width + 2)) << std::setfill(' ') << cell;
+    std::string label = std::to_string(k);
+    label = "Step " + std::string(digits - label.size(), '0') + label + ": ";
+    std::string line = label;
+    std::string stuck;
+    for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+      const auto& l = s.ranks[r];
+      line += (r ? " " : "") + padded(k < l.size() && l[k] ? step::to_string(*l[k]) : "", width[r]);
+      if (!p.ok && r < p.stopped_at.size() && p.stopped_at[r] == static_cast<int64_t>(k)) {
+        stuck += (stuck.empty() ? "rank " : ", rank ") + std::to_string(r);
+      }
     }
-    out << "\n";
+    if (!stuck.empty()) line += " <-- ERROR HERE: " + stuck + (stuck.find(',') == std::string::npos ? " waits" : " wait");
+    out << line << "\n";
   }
-  if (!p.ok) out << "(* an action a rank waits in forever)\n";
 }
 
 }  // namespace
