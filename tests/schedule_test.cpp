@@ -71,6 +71,36 @@ TEST(BuiltinSchedules, OneFOneBMatchesTheClassicOrder) {
   EXPECT_THROW(one_f_one_b(1 << 16, 1 << 20), ResourceExhausted);
 }
 
+// Interleaved 1F1B, pp=2 with two stages per rank and two microbatches, worked by hand from
+// ScheduleInterleaved1F1B's rules (pytorch/pytorch 00722e648b, schedules.py): one round of 2;
+// rank 0 warms up with 4 forwards (stages 0 and 2), idles 2 steps, then cools down with an idle
+// and a backward in turn (stage 2 first); rank 1 idles 1 step, warms up with 2 forwards, idles 1,
+// runs 1F1B on stage 3, then cools down on stage 1.
+TEST(BuiltinSchedules, Interleaved1F1BByPyTorchsRules) {
+  const Schedule s = interleaved_1f1b(2, 4, 2);
+  EXPECT_EQ(row(s, 0), (std::vector<std::string>{"0F0", "0F1", "2F0", "2F1", "", "", "", "2B0", "", "2B1", "", "0B0", "", "0B1"}));
+  EXPECT_EQ(row(s, 1), (std::vector<std::string>{"", "1F0", "1F1", "", "3F0", "3B0", "3F1", "3B1", "", "1B0", "", "1B1"}));
+  for (int64_t pp : {2, 4}) {
+    for (int64_t local : {1, 2, 3}) {
+      for (int64_t m : {pp, 2 * pp, 3 * pp}) {
+        const Schedule x = interleaved_1f1b(pp, pp * local, m);
+        EXPECT_NO_THROW(validate(x)) << pp << " " << local << " " << m;
+        const Schedule low = lower(x);
+        EXPECT_TRUE(check_progress(low, SendSemantics::kEager).ok) << pp << " " << local << " " << m;
+      }
+    }
+  }
+  // PyTorch's refusal: 10 microbatches over pp=4 are 2 rounds of 5; 9 are not a multiple of 2.
+  EXPECT_NO_THROW(interleaved_1f1b(4, 8, 10));
+  try {
+    interleaved_1f1b(4, 8, 9);
+    FAIL() << "9 microbatches over 2 rounds were accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of the number of rounds (2), but got 9"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(interleaved_1f1b(4, 6, 4), InvalidArgument);  // 6 stages over 4 ranks
+}
+
 TEST(Lowering, EverySendHasItsReceiveOnThePeerAndTheScheduleProgresses) {
   for (auto make : {&gpipe, &one_f_one_b}) {
     for (int64_t pp : {2, 4}) {

@@ -120,10 +120,10 @@ int main(int argc, char** argv) {
 
   auto* step = app.add_subcommand("step", "check a pipeline schedule's sends and receives (GPipe, 1F1B or a CSV)");
   meshsim::step_command::Options sto_step;
-  step->add_option("--schedule", sto_step.schedule, "GPipe, 1F1B, or a CSV file of PyTorch's form")->required();
+  step->add_option("--schedule", sto_step.schedule, "GPipe, 1F1B, Interleaved1F1B, or a CSV file of PyTorch's form")->required();
   step->add_option("--pp", sto_step.pp, "pipeline ranks (a CSV: its rows)");
   step->add_option("--microbatches", sto_step.microbatches, "microbatches per step")->required();
-  step->add_option("--stages", sto_step.stages, "stages (a CSV: the largest stage + 1)");
+  step->add_option("--stages", sto_step.stages, "stages (Interleaved1F1B: a multiple of --pp; a CSV: the largest stage + 1)");
   step->add_option("--send-semantics", sto_step.send_semantics,
                    "rendezvous (a send waits for its receive, as NCCL's large messages) or eager");
   step->add_option("--dump-schedule", sto_step.dump_schedule, "write the lowered schedule to this CSV file");

@@ -44,7 +44,12 @@ step::Schedule schedule_of(const Options& o) {
     }
     return step::lower(name == "gpipe" ? step::gpipe(*o.pp, o.microbatches) : step::one_f_one_b(*o.pp, o.microbatches));
   }
-  if (name.empty()) throw InvalidArgument("--schedule is required: GPipe, 1F1B or a CSV file");
+  if (name == "interleaved1f1b") {
+    if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
+    if (!o.stages) throw InvalidArgument("--schedule " + o.schedule + " needs --stages (a multiple of --pp)");
+    return step::lower(step::interleaved_1f1b(*o.pp, *o.stages, o.microbatches));
+  }
+  if (name.empty()) throw InvalidArgument("--schedule is required: GPipe, 1F1B, Interleaved1F1B or a CSV file");
   const std::string text = read_text_file(o.schedule, std::size_t{16} << 20, "--schedule");
   // A CSV holds sends and receives (compute_comms) or not (compute_only, lowered here).
   step::Schedule probe = step::read_csv(text, 1, o.microbatches, true);

@@ -162,6 +162,52 @@ Schedule one_f_one_b(int64_t pp, int64_t microbatches) {
   return s;
 }
 
+Schedule interleaved_1f1b(int64_t pp, int64_t stages, int64_t microbatches) {
+  check_sizes(pp, microbatches);
+  if (stages < pp || stages % pp != 0 || stages > kMaxStages) {
+    throw InvalidArgument("Interleaved1F1B: " + std::to_string(stages) + " stages over " + std::to_string(pp) +
+                          " ranks: the stages must be a multiple of the ranks (and at most " + std::to_string(kMaxStages) + ")");
+  }
+  const int64_t local = stages / pp;
+  if (local * microbatches * pp * 4 > kMaxActions) {
+    throw ResourceExhausted("an Interleaved1F1B schedule of " + std::to_string(stages) + " stages and " +
+                            std::to_string(microbatches) + " microbatches holds more than " + std::to_string(kMaxActions) + " actions");
+  }
+  const int64_t rounds = std::max<int64_t>(1, microbatches / pp);
+  const int64_t per_round = microbatches / rounds;
+  if (microbatches % rounds != 0) {
+    throw InvalidArgument("Interleaved 1F1B requires the number of microbatches to be a multiple of the number of rounds (" +
+                          std::to_string(rounds) + "), but got " + std::to_string(microbatches) + ".");
+  }
+  Schedule s = empty(pp, microbatches);
+  s.stages = stages;
+  for (int64_t r = 0; r < pp; ++r) {
+    auto& l = s.ranks[static_cast<std::size_t>(r)];
+    const int64_t warmup = std::min((local - 1) * per_round + 2 * (pp - 1 - r), microbatches * local);
+    const int64_t ops = local * microbatches;
+    const int64_t fwd_bwd = ops - warmup;
+    const int64_t total = warmup + fwd_bwd + warmup;
+    const int64_t post_warmup = (local * pp + 2 * (pp - 1 - r)) - (warmup + r);
+    auto forward_stage = [&](int64_t step) { return ((step / per_round) % local) * pp + r; };
+    auto backward_stage = [&](int64_t step) { return (local - 1 - ((step - warmup) / per_round) % local) * pp + r; };
+    std::vector<int64_t> next_f(static_cast<std::size_t>(stages), 0), next_b(static_cast<std::size_t>(stages), 0);
+    l.resize(static_cast<std::size_t>(r));  // idle until the first forward reaches this rank
+    for (int64_t op = 0; op < total; ++op) {
+      if (op < warmup + fwd_bwd) {
+        const int64_t st = forward_stage(op);
+        l.push_back(act(st, ActionType::kF, next_f[static_cast<std::size_t>(st)]++));
+        if (op == warmup - 1) l.resize(l.size() + static_cast<std::size_t>(std::max<int64_t>(0, post_warmup)));
+      }
+      if (op >= warmup) {
+        if (op >= warmup + fwd_bwd) l.emplace_back();  // cooldown: keep step with the others' 1F1B
+        const int64_t st = backward_stage(op);
+        l.push_back(act(st, ActionType::kB, next_b[static_cast<std::size_t>(st)]++));
+      }
+    }
+  }
+  return s;
+}
+
 void validate(const Schedule& s) {
   const int64_t pp = static_cast<int64_t>(s.ranks.size());
   if (pp < 1) throw InvalidArgument("a schedule needs at least one rank");

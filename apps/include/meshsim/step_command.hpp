@@ -13,10 +13,10 @@
 namespace meshsim::step_command {
 
 struct Options {
-  std::string schedule;               // GPipe or 1F1B (any case), or a CSV file of PyTorch's form
+  std::string schedule;               // GPipe, 1F1B or Interleaved1F1B (any case), or a CSV file of PyTorch's form
   std::optional<int64_t> pp;          // pipeline ranks: required with a built-in, a CSV's rows otherwise
   int64_t microbatches = 0;           // >= 1
-  std::optional<int64_t> stages;      // with a CSV: the stages it runs (default: its rows)
+  std::optional<int64_t> stages;      // Interleaved1F1B: required; a CSV: default its largest stage + 1
   std::string send_semantics = "rendezvous";  // or "eager"
   std::string dump_schedule;          // write the lowered schedule here, as CSV
   std::string format = "text";        // or "json"

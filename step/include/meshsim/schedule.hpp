@@ -67,6 +67,13 @@ struct Schedule {
 // InvalidArgument otherwise, naming the value).
 Schedule gpipe(int64_t pp, int64_t microbatches);
 Schedule one_f_one_b(int64_t pp, int64_t microbatches);
+// interleaved_1f1b is PyTorch's ScheduleInterleaved1F1B over `stages` = pp x (stages per rank),
+// stage s on rank s mod pp: R = max(1, M / pp) rounds of M / R microbatches (M a multiple of R,
+// else InvalidArgument with PyTorch's reason); rank r runs min((stages/pp - 1) x M/R + 2 (pp - 1
+// - r), M x stages/pp) warm-up forwards after r idle steps, idles until the first backward can
+// arrive, then a forward and a backward in turn, then an idle step and a backward in turn;
+// forwards walk the rank's stages up every M/R microbatches, backwards down.
+Schedule interleaved_1f1b(int64_t pp, int64_t stages, int64_t microbatches);
 
 // validate checks a compute schedule as PyTorch's _validate_schedule does: every stage runs each
 // microbatch's forward once and its backward once (B, or I then W), a forward before its
