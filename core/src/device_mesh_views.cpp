@@ -155,10 +155,9 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
   const std::string flat_name = name ? *name : join(*names_, "_", false);
   if (flat_name.empty()) throw InvalidArgument("flatten: the mesh_dim_name must not be empty");
   check_utf8(flat_name, "flatten: mesh_dim_name");
-  if (ndim() == 1 && flat_name == (*names_)[0]) {
-    u_->record(GroupCreationEvent::Op::kFlatten, "flatten", false, 0, 0, layout_, names_, configs_);
-    return *this;
-  }
+  // (A flatten that makes no groups is not logged: a loop that flattens the same name again and
+  // again does not grow the log.)
+  if (ndim() == 1 && flat_name == (*names_)[0]) return *this;
   if (u_->root_names) {
     const auto& rn = *u_->root_names;
     if (std::find(rn.begin(), rn.end(), flat_name) != rn.end()) {
@@ -174,7 +173,7 @@ DeviceMesh DeviceMesh::flatten(std::optional<std::string> name,
   Universe::Flattened reg = u_->register_flatten(flat_name, flat, canonical_of(flat), config);
   BackendConfig cfg = std::move(reg.config);
   DeviceMesh out(u_, std::move(reg.layout), std::move(reg.canonical), std::vector<std::string>{flat_name}, false, {cfg});
-  u_->record(GroupCreationEvent::Op::kFlatten, "flatten", fresh, 0, fresh ? 1 : 0, out.layout_, out.names_, out.configs_);
+  if (fresh) u_->record(GroupCreationEvent::Op::kFlatten, "flatten", true, 0, 1, out.layout_, out.names_, out.configs_);
   return out;
 }
 

@@ -637,3 +637,12 @@ def test_creation_plan_of_meshes_without_groups():
     logical = meshsim.DeviceMesh.from_logical((2, 4), ("dp", "tp"))
     logical["dp", "tp"].flatten("all")
     assert logical.creation_plan()["calls"] == []
+
+
+def test_flattening_one_name_again_and_again_does_not_grow_the_plan():
+    mesh = meshsim.init_device_mesh((2, 4), ("dp", "tp"))
+    for _ in range(1000):
+        mesh["dp", "tp"].flatten("all")
+        mesh["tp"].flatten("tp")
+    steps = [s["op"] for s in mesh.creation_plan()["steps"]]
+    assert steps == ["init_device_mesh", "flatten"]

@@ -1,6 +1,7 @@
 // meshsim/group_record.hpp — what a universe (the state every mesh of one root shares) keeps
-// per group: the cached GroupRecord of a dim layout under a backend config, and the cache's
-// counters. DeviceMesh hands these out (device_mesh.hpp includes this header).
+// per group: the cached GroupRecord of a dim layout under a backend config, the cache's
+// counters, and the log of its group-making calls (GroupCreationEvent). DeviceMesh hands these
+// out (device_mesh.hpp includes this header).
 //
 // Thread safety: a GroupRecord is immutable once made; table() and rows() compute on first use,
 // once, from any thread.
@@ -61,7 +62,8 @@ struct GroupCreationEvent {
   Op op = Op::kRoot;
   std::string what;   // root: "init_device_mesh", "DeviceMesh" or "from_group"; else the op's name
   // creates: the op makes its groups (a root with process groups that were not handed to it; a
-  // flatten under a name not flattened before, not a 1-D mesh into its own name; an unflatten).
+  // flatten under a name not flattened before; an unflatten). A flatten that makes none (the
+  // name flattened before, a 1-D mesh into its own name) is not logged.
   bool creates = true;
   int first = 0;      // the dims of the resulting mesh it makes groups for: [first, first + count)
   int count = 0;
