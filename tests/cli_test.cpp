@@ -1104,6 +1104,104 @@ TEST(CliStep, ABuiltInScheduleProgressesAndADeadlockingCsvIsNamed) {
   }
 }
 
+// meshsim step --preset: a torchtitan job's step on every rank. The issue's own command: the
+// table and OK; a planted fault and a deadlocking CSV each one FAILED line naming the ranks.
+TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
+  const std::string job = "step --preset torchtitan:pp=4,dp_shard=8,tp=2 --model llama3-8b --seq-len 8192 "
+                          "--local-batch-size 8 --microbatches 8";
+  Result ok = run(job + " --gpus-per-host 8");
+  ASSERT_EQ(ok.status, 0);
+  EXPECT_TRUE(has_line(ok, "step: torchtitan pp=4 dp_replicate=1 dp_shard=8 cp=1 tp=2 (64 ranks); llama3-8b "
+                           "(8,030,261,248 parameters), seq 8192, local batch 8"));
+  // torchtitan's split of 32 layers (+1 for the embeddings, +1 for the output) over 4 stages.
+  EXPECT_TRUE(has_line(ok, "pipeline: 1F1B, 4 stages (8+9+8+7 layers), 8 microbatches, rendezvous sends"));
+  const auto okline = std::find_if(ok.lines.begin(), ok.lines.end(), [](const std::string& l) { return l.rfind("OK: 64 ranks", 0) == 0; });
+  EXPECT_NE(okline, ok.lines.end());
+  // Rank 0 (stage 0, 8 layers): a microbatch's tp all-gathers: 2 per layer each way, the
+  // embedding's in backward: (8 x 4 + 1) x 8 microbatches = 264, each 8 x 8192 x 4096 x 2 bytes.
+  Result js = run(job + " --gpus-per-host 8 --format json");
+  ASSERT_EQ(js.status, 0);
+  const Json j = Json::parse(js.lines.at(0));
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_TRUE(j["diagnosis"].is_null());
+  EXPECT_EQ(j["world_size"], 64);
+  EXPECT_EQ(j["rank"], 0);
+  EXPECT_EQ(j["by_dim"]["tp"]["all_gather"]["calls"], 264);
+  EXPECT_EQ(j["by_dim"]["tp"]["all_gather"]["bytes"], int64_t{264} * 8 * 8192 * 4096 * 2);
+  EXPECT_EQ(j["by_dim"]["pp"]["send"]["calls"], 8);
+  EXPECT_EQ(j["by_dim"]["pp"]["send"]["bytes"], int64_t{8} * 8 * 8192 * 4096 * 2 / 2);
+  // tp pairs sit inside a host of 8; fsdp groups (stride 2 over 16 ranks) span two hosts.
+  EXPECT_EQ(j["link_by_dim"]["tp"]["inter_host"], 0);
+  EXPECT_GT(j["link_by_dim"]["fsdp"]["inter_host"], 0);
+  EXPECT_EQ(j["by_link"]["intra_host"].get<int64_t>() + j["by_link"]["inter_host"].get<int64_t>(),
+            [&] {
+              int64_t t = 0;
+              for (const auto& [dim, l] : j["link_by_dim"].items()) t += l["intra_host"].get<int64_t>() + l["inter_host"].get<int64_t>();
+              return t;
+            }());
+  for (const std::string fault : {"skip@5", "swap@17", "wrong-group@33", "wrong-peer@50"}) {
+    Result bad = run(job + " --fault " + fault);
+    EXPECT_EQ(bad.status, 1) << fault;
+    const std::string rank = fault.substr(fault.find('@') + 1);
+    const auto failed = std::count_if(bad.lines.begin(), bad.lines.end(), [](const std::string& l) { return l.rfind("FAILED", 0) == 0; });
+    EXPECT_EQ(failed, 1) << fault;
+    EXPECT_NE(bad.lines.back().find("rank " + rank + " "), std::string::npos) << bad.lines.back();
+    Result bj = run(job + " --fault " + fault + " --format json");
+    const Json b = Json::parse(bj.lines.at(0));
+    EXPECT_EQ(b["ok"], false);
+    const auto ranks = b["ranks"].get<std::vector<int64_t>>();
+    EXPECT_NE(std::find(ranks.begin(), ranks.end(), std::stoll(rank)), ranks.end()) << fault;
+  }
+  // pytorch/pytorch#172668's schedule, lifted to every pipeline group of a pp=2 x tp=2 job.
+  const std::string csv = write_file("meshsim_step_deadlock.csv", "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                                     "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n");
+  const std::string small = "step --preset torchtitan:pp=2,dp_shard=2,tp=2 --model llama3-debugmodel --seq-len 256 "
+                            "--local-batch-size 2 --microbatches 2 --schedule " + csv;
+  Result dead = run(small);
+  EXPECT_EQ(dead.status, 1);
+  EXPECT_NE(dead.lines.back().find("rank 0 waits in its send to rank 4"), std::string::npos) << dead.lines.back();
+  EXPECT_EQ(run(small + " --send-semantics eager").status, 0);
+  // A trace for chosen ranks: one track each, a slice per event with its group and bytes.
+  const std::string trace = testing::TempDir() + "/meshsim_step_trace.json";
+  ASSERT_EQ(run(job + " --ranks 0,17 --trace " + trace).status, 0);
+  std::ifstream in(trace);
+  const Json t = Json::parse(in);
+  std::set<int64_t> tracks;
+  int64_t slices = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "X") {
+      ++slices;
+      tracks.insert(e["tid"].get<int64_t>());
+      EXPECT_TRUE(e["args"].contains("bytes"));
+      EXPECT_TRUE(e["args"].contains("group"));
+    }
+  }
+  EXPECT_EQ(tracks, (std::set<int64_t>{0, 17}));
+  EXPECT_GT(slices, 1000);
+  // A model from a TOML file: the debug model's fields give the debug model's bytes.
+  const std::string toml = write_file("meshsim_model.toml", "[model]\nname = \"tiny\"\nn_layers = 6\ndim = 256\n"
+                                      "ffn_dim = 768\nn_heads = 16\nn_kv_heads = 16\nvocab_size = 2048\n");
+  const std::string base = "step --preset torchtitan:dp_shard=2,tp=2 --seq-len 256 --local-batch-size 2 --format json --model ";
+  Result a = run(base + "llama3-debugmodel"), b = run(base + toml);
+  ASSERT_EQ(a.status, 0);
+  ASSERT_EQ(b.status, 0);
+  EXPECT_EQ(Json::parse(a.lines.at(0))["by_dim"], Json::parse(b.lines.at(0))["by_dim"]);
+  // Bad usage: exit 2.
+  for (const std::string& bad : std::vector<std::string>{
+           "step --preset torchtitan:pp=4,dp_shard=8,tp=2 --model llama3-8b --seq-len 8192",  // no batch size
+           "step --preset torchtitan:tp=3 --model llama3-8b --seq-len 8192 --local-batch-size 1",  // 32 heads
+           "step --preset torchtitan:pp=2 --model llama3-8b --seq-len 8192 --local-batch-size 1 --schedule 1F1B --stages 4",
+           "step --preset torchtitan:dp_shard=-1 --model llama3-8b --seq-len 8192 --local-batch-size 1",  // no world size
+           "step --preset torchtitan:tp=2 --model nope --seq-len 8 --local-batch-size 1",
+           "step --preset torchtitan:tp=2 --model " + testing::TempDir() + " --seq-len 8 --local-batch-size 1",
+           "step --preset torchtitan:tp=2 --model llama3-8b --seq-len 8 --local-batch-size 1 --fault skip@2",
+           "step --preset torchtitan:tp=2 --model llama3-8b --seq-len 8 --local-batch-size 1 --ranks 0-9",
+           "step --preset torchtitan:tp=2 --model llama3-8b --seq-len 8 --local-batch-size 1 --rank -1",
+           "step --model llama3-8b --schedule 1F1B --pp 2 --microbatches 2"}) {
+    EXPECT_EQ(run(bad).status, 2) << bad;
+  }
+}
+
 
 const char* kViewsRecipe = R"J({"world_size": 16,
   "build": {"init_device_mesh": {"mesh_shape": [16], "mesh_dim_names": ["world"]}},

@@ -6,6 +6,7 @@
 //   meshsim launch -n N [...] -- prog args  start (or join) a store and N processes
 //   meshsim rendezvous                      meet every rank of a launched job through its store
 //   meshsim ops                             list the query ops
+//   meshsim step --preset torchtitan:... --model llama3-8b ...  one training step's collectives, every rank
 //   meshsim step --schedule 1F1B --pp 4 ... a pipeline schedule's sends and receives, checked
 #include <CLI/CLI.hpp>
 #include <cstdlib>
@@ -118,11 +119,23 @@ int main(int argc, char** argv) {
 
   auto* ops = app.add_subcommand("ops", "list the ops `meshsim query` answers");
 
-  auto* step = app.add_subcommand("step", "check a pipeline schedule's sends and receives (GPipe, 1F1B or a CSV)");
+  auto* step = app.add_subcommand("step", "check one training step's collectives on every rank (--preset), or a pipeline schedule");
   meshsim::step_command::Options sto_step;
-  step->add_option("--schedule", sto_step.schedule, "GPipe, 1F1B, Interleaved1F1B, or a CSV file of PyTorch's form")->required();
-  step->add_option("--pp", sto_step.pp, "pipeline ranks (a CSV: its rows)");
-  step->add_option("--microbatches", sto_step.microbatches, "microbatches per step")->required();
+  step->add_option("--preset", sto_step.preset, "torchtitan:KEY=V,... or torchtitan:FILE.toml: check the job's step");
+  step->add_option("--world-size", sto_step.world_size, "the world size (for dp_shard=-1)");
+  step->add_option("--model", sto_step.model, "llama3-8b, llama3-70b, llama3-405b, ... or a .toml file with a [model] table");
+  step->add_option("--seq-len", sto_step.seq_len, "tokens per sequence");
+  step->add_option("--local-batch-size", sto_step.local_batch_size, "sequences per rank and microbatch");
+  step->add_option("--gpus-per-host", sto_step.gpus_per_host, "split every collective's bytes into intra- and inter-host");
+  step->add_option("--rank", sto_step.rank, "the rank whose program the table reports (default 0)");
+  step->add_option("--ranks", sto_step.ranks, "simulate these ranks exactly ('all', or 0,3,8-15); also what --trace writes");
+  step->add_option("--fault", sto_step.faults, "plant a fault: skip@R, swap@R, wrong-group@R, wrong-peer@R (repeatable)");
+  step->add_option("--trace", sto_step.trace, "write Chrome/Perfetto trace JSON of the --ranks (or --rank) here");
+  step->add_option("--reshard-after-forward", sto_step.reshard_after_forward, "FSDP's policy: default, always or never");
+  step->add_flag("--no-metrics", sto_step.no_metrics, "a step that does not log (no loss metrics all-reduces)");
+  step->add_option("--schedule", sto_step.schedule, "GPipe, 1F1B (default with --preset), Interleaved1F1B, or a CSV file of PyTorch's form");
+  step->add_option("--pp", sto_step.pp, "pipeline ranks (without --preset; a CSV: its rows)");
+  step->add_option("--microbatches", sto_step.microbatches, "pipeline microbatches per step (default 1 with --preset)");
   step->add_option("--stages", sto_step.stages, "stages (Interleaved1F1B: a multiple of --pp; a CSV: the largest stage + 1)");
   step->add_option("--send-semantics", sto_step.send_semantics,
                    "rendezvous (a send waits for its receive, as NCCL's large messages) or eager");

@@ -486,6 +486,41 @@ Torchtitan torchtitan_from_toml(const std::string& path) {
   return t;
 }
 
+Torchtitan torchtitan_spec(const std::string& spec) {
+  const auto colon = spec.find(':');
+  if (spec.substr(0, colon) != "torchtitan") {
+    throw InvalidArgument("--preset " + quote_input(spec) + ": expected torchtitan:KEY=V,... or torchtitan:FILE.toml");
+  }
+  const std::string body = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  if (!body.empty() && body.find('=') == std::string::npos) return torchtitan_from_toml(body);
+  return torchtitan_from_items(body);
+}
+
+std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& where) {
+  const std::string text = read_text_file(path, kMaxJobFileBytes, where);
+  check_key_parts(text, where);
+  toml::table doc;
+  try {
+    doc = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    throw ParseError(where + " is not TOML: " + std::string(e.description()) + " at line " +
+                     std::to_string(e.source().begin.line) + ", column " + std::to_string(e.source().begin.column));
+  }
+  const toml::node_view<toml::node> section = doc[table];
+  if (!section) return std::nullopt;
+  if (!section.is_table()) throw InvalidArgument(where + ": " + quote_input(table) + " is not a table");
+  TomlTable out;
+  for (const auto& [key, node] : *section.as_table()) {
+    const std::string k(key.str());
+    if (const auto* i = node.as_integer()) out.integers[k] = i->get();
+    else if (const auto* f = node.as_floating_point()) out.floats[k] = f->get();
+    else if (const auto* b = node.as_boolean()) out.booleans[k] = b->get();
+    else if (const auto* t = node.as_string()) out.strings[k] = t->get();
+    else throw InvalidArgument(where + ": " + table + "." + quote_input(k) + " is not a number, boolean or string");
+  }
+  return out;
+}
+
 MeshRecipe recipe(const std::string& spec, std::optional<int64_t> world_size) {
   const auto colon = spec.find(':');
   const std::string framework = spec.substr(0, colon);

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -64,5 +65,22 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
 // expert_tensor_parallel_degree and spmd_backend (other keys are the job's own and are left
 // alone). ParseError for a file that is not TOML, InvalidArgument for a value of the wrong type.
 Torchtitan torchtitan_from_toml(const std::string& path);
+
+// torchtitan_spec decodes "torchtitan:KEY=V,..." or "torchtitan:FILE.toml" into its degrees
+// (dp_shard may stay -1); InvalidArgument for another framework.
+Torchtitan torchtitan_spec(const std::string& spec);
+
+// TomlTable is one table of a TOML file, its scalar keys by kind.
+struct TomlTable {
+  std::map<std::string, int64_t> integers;
+  std::map<std::string, double> floats;
+  std::map<std::string, bool> booleans;
+  std::map<std::string, std::string> strings;
+};
+// read_toml_table reads `table` of a TOML file under the guards the job file has (1 MiB, 64
+// dotted parts); nullopt when the file has no such table. ParseError for a file that is not
+// TOML, InvalidArgument for a table that is not one or a key holding an array or a table;
+// messages start with `where`.
+std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& where);
 
 }  // namespace meshsim::preset

@@ -1,0 +1,176 @@
+// meshsim/step_program.hpp — one torchtitan training step's collectives, every rank, checked
+// before the job: each rank's ordered program (collectives with their group, dtype and bytes;
+// pipeline sends and receives with their peer), the check that every group's members issue the
+// same sequence and that the step makes progress under rendezvous or eager sends, and the bytes
+// each dim moves, inside a host and across hosts.
+//
+//   Job job{.parallel = {.pp = 4, .dp_shard = 8, .tp = 2}, .model = builtin_model("llama3-8b"),
+//           .seq_len = 8192, .local_batch_size = 8, .microbatches = 8, .schedule = "1F1B"};
+//   Report r = check_step(job, {.gpus_per_host = 8});   // r.ok, r.diagnosis, r.by_dim, r.by_link
+//
+// What a step issues is torchtitan's (pytorch/torchtitan b5bcd76c66d0acb1a08b176d9639425bc55e0b2a;
+// docs/step.md says where each collective comes from): the global token count, each pipeline
+// microbatch's forward and backward in the schedule's order (FSDP2 all-gathers and reduce-scatters,
+// TP with sequence parallel, CP's K/V all-gathers, loss parallel, pipeline sends and receives),
+// the gradient norm, the finite-loss check and the metrics of a logged step.
+//
+// Scale: a rank's program depends only on its pp coordinate (and a planted fault), so a world is
+// checked by one program per pp rank, each group kind once, and the progress of one pipeline
+// group (plus every pipeline group that holds a faulted rank); `ranks` in Options simulates any
+// set exactly. Bytes per link count every rank's groups (O(world x dims), no events stored).
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshsim/schedule.hpp"
+
+namespace meshsim::step {
+
+// Model is a decoder's shape, in torchtitan's llama3 terms (head_dim = dim / heads).
+struct Model {
+  std::string name;
+  int64_t layers = 0, dim = 0, ffn_dim = 0, heads = 0, kv_heads = 0, vocab = 0;
+  bool weight_tying = false;
+};
+
+// builtin_model: "llama3-debugmodel", "llama3-1b", "llama3-3b", "llama3-8b", "llama3-70b",
+// "llama3-405b" (case-insensitive); NotFound naming the known ones otherwise.
+Model builtin_model(std::string_view name);
+std::vector<std::string> builtin_model_names();
+// model_from_toml reads a [model] table (name, n_layers, dim, ffn_dim, n_heads, n_kv_heads,
+// vocab_size, enable_weight_tying); ParseError / InvalidArgument name the key.
+Model model_from_toml(const std::string& path);
+// validate_model: every size >= 1, dim a multiple of heads, heads of kv_heads; InvalidArgument.
+void validate_model(const Model& m);
+// parameter_count: embeddings, blocks (fused wqkv, wo, w1, w2, w3, two norms), norm, lm_head
+// (not counted twice when tied). llama3-8b: 8,030,261,248.
+int64_t parameter_count(const Model& m);
+
+// Parallel holds torchtitan's degrees (dp_shard resolved).
+struct Parallel {
+  int64_t pp = 1, dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1;
+};
+
+// Dim names a group kind over the world laid out row-major as (pp, dp_replicate, dp_shard, cp,
+// tp): pp, dp_replicate, fsdp (dp_shard x cp, FSDP's mesh), cp, tp, batch (dp_replicate x
+// dp_shard, the token count's mesh) and loss (batch x cp, torchtitan's loss mesh).
+enum class Dim { kPp, kDpReplicate, kFsdp, kCp, kTp, kBatch, kLoss };
+inline constexpr int kDims = 7;
+std::string_view dim_name(Dim d);
+
+enum class Op { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kSend, kRecv };
+std::string_view op_name(Op o);
+enum class DType { kBF16, kF32, kI64, kI32 };
+std::string_view dtype_name(DType t);
+enum class Phase { kTokens, kFwd, kBwd, kOptimizer, kMetrics };
+std::string_view phase_name(Phase p);
+
+// Event is one entry of a rank's program. bytes follow Flight Recorder: all_gather its output,
+// reduce_scatter its input, all_reduce its buffer, all_to_all its input, send/recv the tensor.
+struct Event {
+  Op op = Op::kAllReduce;
+  Dim dim = Dim::kTp;
+  DType dtype = DType::kBF16;
+  int64_t bytes = 0;
+  Phase phase = Phase::kFwd;
+  int32_t stage = -1, layer = -1, microbatch = -1;
+  int64_t peer = -1;     // send/recv: the peer's pp coordinate
+  const char* what = "";  // "attention", "mlp", "params", "grads", "activation", ...
+  friend bool operator==(const Event& a, const Event& b) {
+    return a.op == b.op && a.dim == b.dim && a.dtype == b.dtype && a.bytes == b.bytes && a.phase == b.phase &&
+           a.stage == b.stage && a.layer == b.layer && a.microbatch == b.microbatch && a.peer == b.peer &&
+           std::string_view(a.what) == b.what;
+  }
+};
+std::string describe(const Event& e);  // "all_gather bf16 33554432 B (fwd stage 0 layer 3 microbatch 1 attention)"
+
+// Job is one torchtitan configuration's step.
+struct Job {
+  Parallel parallel;
+  Model model;
+  int64_t seq_len = 0, local_batch_size = 0;
+  int64_t microbatches = 1;        // pipeline microbatches (num_pp_microbatches), 1 without pp
+  std::string schedule = "1F1B";   // GPipe, 1F1B, Interleaved1F1B
+  std::optional<Schedule> schedule_override;  // a CSV, read elsewhere (compute only or lowered)
+  int64_t stages_per_rank = 0;     // 0: torchtitan's default (1 for single-stage schedules, else 2)
+  int64_t first_stage_less_layers = 1, last_stage_less_layers = 1;
+  std::string reshard_after_forward = "default";  // always, never, default (not with pp)
+  bool log_metrics = true;         // a logged step (torchtitan logs step 1)
+};
+
+// Fault plants a defect in one rank's program: kSkip drops its last microbatch, kSwap swaps its
+// first two differing collectives on one group, kWrongGroup issues its first tp (else first)
+// collective on another dim's group, kWrongPeer sends its first send to the wrong pp rank.
+enum class FaultKind { kSkip, kSwap, kWrongGroup, kWrongPeer };
+struct Fault {
+  FaultKind kind = FaultKind::kSkip;
+  int64_t rank = 0;
+};
+// parse_fault: "skip@R", "swap@R", "wrong-group@R", "wrong-peer@R"; InvalidArgument otherwise.
+Fault parse_fault(std::string_view text);
+
+// Layout is the job's stage layout: stages, stages per rank, which layers each stage holds.
+struct StageLayout {
+  int64_t stages = 1, stages_per_rank = 1;
+  std::vector<int64_t> first_layer, layer_count;  // per stage
+  Schedule schedule;                               // lowered (empty ranks without pp)
+};
+// layout resolves and checks a job as torchtitan does (its reasons in the errors):
+// InvalidArgument for sizes < 1, heads / kv_heads / ffn_dim / vocab not divisible by tp,
+// seq_len not divisible by cp x tp (and 2 cp for the head-tail load balancer), microbatches > 1
+// without pp, a single-stage schedule with stages_per_rank != 1, more stages than effective layers.
+StageLayout layout(const Job& job);
+
+// program builds the ordered program of every rank at pp coordinate `pp_rank`, with `fault`
+// applied when it names that rank (pass its rank's coordinates through `rank`).
+std::vector<Event> program(const Job& job, const StageLayout& layout, int64_t pp_rank);
+void apply_fault(const Job& job, const Fault& f, std::vector<Event>& events);
+
+// Mixed-radix helpers over the world (pp, dp_replicate, dp_shard, cp, tp), row-major.
+int64_t world_size(const Parallel& p);
+int64_t dim_size(const Parallel& p, Dim d);
+int64_t pp_coordinate(const Parallel& p, int64_t rank);
+// group_members: the ranks of `rank`'s group on `d`, ascending (the group's order).
+std::vector<int64_t> group_members(const Parallel& p, Dim d, int64_t rank);
+
+struct Options {
+  SendSemantics semantics = SendSemantics::kRendezvous;
+  std::optional<int64_t> gpus_per_host;
+  std::vector<Fault> faults;
+  int64_t rank = 0;              // the rank whose program by_dim reports
+  std::vector<int64_t> ranks;    // simulate exactly these ranks (empty: the default set)
+  bool all_ranks = false;        // simulate every rank exactly
+};
+
+struct OpTotal {
+  int64_t calls = 0, bytes = 0;
+};
+struct LinkBytes {
+  int64_t intra_host = 0, inter_host = 0;
+};
+
+// Report is the check's answer.
+struct Report {
+  bool ok = true;
+  std::string diagnosis;          // one line, "FAILED: ..." when not ok
+  std::vector<int64_t> ranks;     // the ranks the diagnosis names
+  int64_t world_size = 0, rank = 0;
+  StageLayout layout;
+  std::vector<Event> program;     // the reported rank's program
+  std::map<std::string, std::map<std::string, OpTotal>> by_dim;  // that rank: dim -> op -> totals
+  std::optional<LinkBytes> by_link;                              // the world, with gpus_per_host
+  std::map<std::string, LinkBytes> link_by_dim;                  // the world, per dim
+  int64_t programs = 0, groups_checked = 0, ranks_simulated = 0;
+};
+
+// check_step builds the programs, checks agreement and progress, and counts bytes.
+Report check_step(const Job& job, const Options& options);
+
+}  // namespace meshsim::step

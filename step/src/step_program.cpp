@@ -1,0 +1,1216 @@
+#include "meshsim/step_program.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstring>
+#include <deque>
+#include <set>
+#include <unordered_map>
+
+#include "meshsim/error.hpp"
+#include "meshsim/preset.hpp"
+
+namespace meshsim::step {
+
+namespace {
+
+constexpr std::array<std::string_view, kDims> kDimNames = {"pp", "dp_replicate", "fsdp", "cp", "tp", "batch", "loss"};
+
+// kMaxEvents bounds the events of the programs held at once (one per pp rank and faulted rank),
+// and kMaxSimulatedEvents the events an exact simulation steps through.
+constexpr int64_t kMaxEvents = int64_t{1} << 22;
+constexpr int64_t kMaxSimulatedEvents = int64_t{1} << 30;
+// kMaxSize bounds a model's sizes and the job's (far past any model, far from overflow in the
+// products below, which are checked anyway).
+constexpr int64_t kMaxSize = int64_t{1} << 32;
+
+int64_t mul(int64_t a, int64_t b, const std::string& what) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw OverflowError(what + " overflows 64-bit arithmetic");
+  return r;
+}
+int64_t add(int64_t a, int64_t b, const std::string& what) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw OverflowError(what + " overflows 64-bit arithmetic");
+  return r;
+}
+
+std::string lower_case(std::string_view s) {
+  std::string r(s);
+  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+// Axis masks over (pp, dp_replicate, dp_shard, cp, tp).
+constexpr std::array<std::array<bool, 5>, kDims> kAxes = {{
+    {true, false, false, false, false},   // pp
+    {false, true, false, false, false},   // dp_replicate
+    {false, false, true, true, false},    // fsdp
+    {false, false, false, true, false},   // cp
+    {false, false, false, false, true},   // tp
+    {false, true, true, false, false},    // batch
+    {false, true, true, true, false},     // loss
+}};
+
+std::array<int64_t, 5> radix(const Parallel& p) { return {p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp}; }
+
+std::array<int64_t, 5> coords(const Parallel& p, int64_t rank) {
+  const auto r = radix(p);
+  std::array<int64_t, 5> c{};
+  for (int i = 4; i >= 0; --i) {
+    c[i] = rank % r[i];
+    rank /= r[i];
+  }
+  return c;
+}
+int64_t rank_of(const Parallel& p, const std::array<int64_t, 5>& c) {
+  const auto r = radix(p);
+  int64_t rank = 0;
+  for (int i = 0; i < 5; ++i) rank = rank * r[i] + c[i];
+  return rank;
+}
+// leader: the lowest rank of `rank`'s group on d.
+int64_t leader(const Parallel& p, Dim d, int64_t rank) {
+  auto c = coords(p, rank);
+  for (int i = 0; i < 5; ++i) {
+    if (kAxes[static_cast<int>(d)][i]) c[i] = 0;
+  }
+  return rank_of(p, c);
+}
+int64_t with_pp(const Parallel& p, int64_t rank, int64_t pp) {
+  auto c = coords(p, rank);
+  c[0] = pp;
+  return rank_of(p, c);
+}
+
+bool is_p2p(Op o) { return o == Op::kSend || o == Op::kRecv; }
+
+// ---- models ---------------------------------------------------------------------------------
+
+int64_t ffn_hidden(int64_t dim, int64_t multiple_of, double multiplier) {
+  auto hidden = static_cast<int64_t>(2 * 4 * dim / 3);
+  if (multiplier > 0) hidden = static_cast<int64_t>(multiplier * static_cast<double>(hidden));
+  return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
+std::vector<Model> builtins() {
+  // torchtitan/models/llama3/__init__.py: dims, heads, kv heads, layers, vocab; the FFN width is
+  // compute_ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier).
+  return {
+      {"llama3-debugmodel", 6, 256, ffn_hidden(256, 256, 0), 16, 16, 2048, false},
+      {"llama3-1b", 16, 2048, ffn_hidden(2048, 1024, 1.5), 32, 8, 128256, true},
+      {"llama3-3b", 28, 3072, ffn_hidden(3072, 1024, 1.0), 24, 8, 128256, true},
+      {"llama3-8b", 32, 4096, ffn_hidden(4096, 1024, 1.3), 32, 8, 128256, false},
+      {"llama3-70b", 80, 8192, ffn_hidden(8192, 4096, 1.3), 64, 8, 128256, false},
+      {"llama3-405b", 126, 16384, ffn_hidden(16384, 4096, 1.2), 128, 8, 128256, false},
+  };
+}
+
+// ---- the stage layout -----------------------------------------------------------------------
+
+bool single_stage(const std::string& schedule) {
+  const std::string s = lower_case(schedule);
+  return s == "gpipe" || s == "1f1b";
+}
+
+// split_layers is torchtitan's _generate_llm_fqn_per_model_part: the embeddings and the output
+// count as input_weight and output_weight layers; stages take the effective layers evenly, the
+// first ones one more.
+void split_layers(StageLayout& l, int64_t layers, int64_t input_weight, int64_t output_weight) {
+  const int64_t n = l.stages;
+  l.first_layer.assign(n, 0);
+  l.layer_count.assign(n, 0);
+  if (n == 1) {
+    l.layer_count[0] = layers;
+    return;
+  }
+  const int64_t effective = layers + input_weight + output_weight;
+  if (n > effective) {
+    throw InvalidArgument("Number of stages (" + std::to_string(n) + ") cannot be greater than effective layers (" +
+                          std::to_string(effective) + ")  [torchtitan]");
+  }
+  const int64_t per = effective / n, extra = effective % n;
+  if (input_weight > per) {
+    throw InvalidArgument("input_weight (" + std::to_string(input_weight) + ") exceeds minimum layers per stage (" +
+                          std::to_string(per) + ")  [torchtitan]");
+  }
+  if (output_weight > per) {
+    throw InvalidArgument("output_weight (" + std::to_string(output_weight) +
+                          ") exceeds minimum layers per stage (" + std::to_string(per) + ")  [torchtitan]");
+  }
+  int64_t current = 0;
+  for (int64_t s = 0; s < n; ++s) {
+    int64_t take = per + (s < extra ? 1 : 0);
+    if (s == 0) take -= input_weight;
+    else if (s == n - 1) take -= output_weight;
+    take = std::max<int64_t>(0, std::min(take, layers - current));
+    l.first_layer[s] = current;
+    l.layer_count[s] = take;
+    current += take;
+  }
+}
+
+// ---- programs -------------------------------------------------------------------------------
+
+// Unit is one FSDP unit of a stage: its parameters' elements on a rank after TP, padded for
+// FSDP's dim-0 sharding.
+struct Unit {
+  const char* what;
+  int32_t layer;
+  int64_t elements;
+};
+
+struct Sizes {
+  int64_t fsdp, tp, cp, tokens;  // tokens: a microbatch's tokens on a rank (before SP)
+  int64_t hidden_bytes;          // tokens x dim, bf16
+  int64_t pp_bytes;              // what a stage sends: its sequence shard under SP
+  int64_t kv_bytes;              // one of K, V gathered over cp
+  int64_t logits_bytes;          // one loss-parallel reduction, fp32 per token
+};
+
+int64_t padded(int64_t dim0, int64_t rest, int64_t fsdp) {
+  return mul((dim0 + fsdp - 1) / fsdp * fsdp, rest, "a parameter's padded size");
+}
+
+class Builder {
+ public:
+  Builder(const Job& job, const StageLayout& layout) : job_(job), layout_(layout) {
+    const Parallel& p = job.parallel;
+    const Model& m = job.model;
+    z_.fsdp = p.dp_shard * p.cp;
+    z_.tp = p.tp;
+    z_.cp = p.cp;
+    z_.tokens = mul(job.local_batch_size, job.seq_len / p.cp, "the tokens of a microbatch");
+    z_.hidden_bytes = mul(mul(z_.tokens, m.dim, "tokens x dim"), 2, "an activation's bytes");
+    z_.pp_bytes = z_.hidden_bytes / p.tp;
+    const int64_t head_dim = m.dim / m.heads;
+    z_.kv_bytes = mul(mul(mul(job.local_batch_size, job.seq_len, "K's bytes"), m.kv_heads / p.tp * head_dim, "K's bytes"),
+                      2, "K's bytes");
+    z_.logits_bytes = mul(z_.tokens, 4, "the loss reduction's bytes");
+    const int64_t f = z_.fsdp, t = p.tp;
+    const int64_t qkv_rows = (m.heads + 2 * m.kv_heads) * head_dim / t;
+    block_ = add(add(add(padded(qkv_rows, m.dim, f), padded(m.dim, m.heads * head_dim / t, f), "a block"),
+                     add(mul(padded(m.ffn_dim / t, m.dim, f), 2, "a block"), padded(m.dim, m.ffn_dim / t, f), "a block"),
+                     "a block"),
+                 mul(padded(m.dim, 1, f), 2, "a block"), "a block");
+    embed_ = padded(m.vocab / t, m.dim, f);
+    output_ = add(padded(m.dim, 1, f), padded(m.vocab / t, m.dim, f), "the output unit");
+    if (m.weight_tying) embed_ = add(embed_, padded(m.dim, 1, f), "the tied unit");
+    const std::string policy = lower_case(job.reshard_after_forward);
+    reshard_blocks_ = policy == "always" || (policy == "default" && p.pp == 1);
+    reshard_output_ = policy == "always";
+  }
+
+  std::vector<Event> build(int64_t pp_rank) {
+    out_.clear();
+    const Parallel& p = job_.parallel;
+    if (p.dp_replicate * p.dp_shard > 1) emit(Op::kAllReduce, Dim::kBatch, DType::kI64, 8, Phase::kTokens, "tokens");
+    if (p.pp == 1) {
+      forward(0, 0, true);
+      backward(0, 0, true);
+    } else {
+      run_schedule(pp_rank);
+    }
+    stage_ = -1;
+    microbatch_ = -1;
+    // The optimizer: clip_grad_norm_'s full_tensor over the sharded dims, then over pp; the
+    // finite-loss check over the loss mesh on the last stage, then over pp.
+    emit_if(Op::kAllReduce, Dim::kFsdp, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
+    emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
+    emit_if(Op::kAllReduce, Dim::kPp, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
+    const bool has_last = holds_stage(pp_rank, layout_.stages - 1);
+    if (p.pp == 1 || has_last) emit_if(Op::kAllReduce, Dim::kLoss, DType::kI32, 4, Phase::kOptimizer, "loss_finite");
+    emit_if(Op::kAllReduce, Dim::kPp, DType::kI32, 4, Phase::kOptimizer, "loss_finite");
+    if (job_.log_metrics) {
+      emit_if(Op::kAllReduce, Dim::kLoss, DType::kF32, 4, Phase::kMetrics, "loss_sum");
+      emit_if(Op::kAllReduce, Dim::kLoss, DType::kF32, 4, Phase::kMetrics, "loss_max");
+      emit_if(Op::kAllReduce, Dim::kLoss, DType::kI64, 8, Phase::kMetrics, "tokens_seen");
+    }
+    return std::move(out_);
+  }
+
+ private:
+  int64_t size(Dim d) const { return dim_size(job_.parallel, d); }
+
+  void emit(Op op, Dim d, DType t, int64_t bytes, Phase ph, const char* what, int32_t layer = -1) {
+    Event e;
+    e.op = op;
+    e.dim = d;
+    e.dtype = t;
+    e.bytes = bytes;
+    e.phase = ph;
+    e.stage = stage_;
+    e.layer = layer;
+    e.microbatch = microbatch_;
+    e.what = what;
+    out_.push_back(e);
+  }
+  // emit_if skips a collective over a one-rank group (it moves nothing; PyTorch's functional
+  // collectives return at once for it).
+  void emit_if(Op op, Dim d, DType t, int64_t bytes, Phase ph, const char* what, int32_t layer = -1) {
+    if (size(d) > 1) emit(op, d, t, bytes, ph, what, layer);
+  }
+
+  bool holds_stage(int64_t pp_rank, int64_t stage) const {
+    if (job_.parallel.pp == 1) return true;
+    for (const auto& a : layout_.schedule.ranks[pp_rank]) {
+      if (a && a->stage == stage) return true;
+    }
+    return false;
+  }
+
+  // units: the stage's FSDP units in forward order: the embeddings (tied to the output when the
+  // model ties them) on the first stage, a unit per block, the final norm with the lm_head on
+  // the last stage.
+  std::vector<Unit> units(int64_t stage) const {
+    std::vector<Unit> u;
+    if (stage == 0) u.push_back({job_.model.weight_tying ? "tied_embeddings" : "embeddings", -1, embed_});
+    for (int64_t l = 0; l < layout_.layer_count[stage]; ++l) {
+      u.push_back({"block", static_cast<int32_t>(layout_.first_layer[stage] + l), block_});
+    }
+    if (stage == layout_.stages - 1 && !job_.model.weight_tying) u.push_back({"output", -1, output_});
+    return u;
+  }
+
+  void gather(const Unit& u, Phase ph) {
+    emit_if(Op::kAllGather, Dim::kFsdp, DType::kBF16, mul(u.elements, 2, "an all-gather's bytes"), ph, "params", u.layer);
+  }
+  void reduce(const Unit& u) {
+    emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kF32, mul(u.elements, 4, "a reduce-scatter's bytes"), Phase::kBwd,
+            "grads", u.layer);
+    // HSDP: the shard's gradient all-reduced over the replicas.
+    emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, mul(u.elements / z_.fsdp, 4, "an all-reduce's bytes"),
+            Phase::kBwd, "grads", u.layer);
+  }
+  bool resharded(const Unit& u) const {
+    if (job_.parallel.pp > 1) return false;  // pipelining keeps them unsharded until the step ends
+    if (std::strcmp(u.what, "output") == 0 || std::strcmp(u.what, "tied_embeddings") == 0) return reshard_output_;
+    return reshard_blocks_;
+  }
+
+  // forward: one microbatch through `stage`; `gather_params` when its FSDP units are sharded now.
+  void forward(int64_t stage, int64_t mb, bool gather_params) {
+    stage_ = static_cast<int32_t>(stage);
+    microbatch_ = static_cast<int32_t>(mb);
+    const Phase ph = Phase::kFwd;
+    const int64_t h = z_.hidden_bytes;
+    for (const Unit& u : units(stage)) {
+      if (gather_params) gather(u, ph);
+      if (u.layer >= 0) {
+        emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
+        emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.kv_bytes, ph, "k", u.layer);
+        emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.kv_bytes, ph, "v", u.layer);
+        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
+        emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", u.layer);
+        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", u.layer);
+      } else if (std::strcmp(u.what, "output") != 0) {
+        // RowwiseParallel embedding with a sequence-sharded output: a reduce-scatter.
+        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "embeddings");
+      }
+    }
+    if (stage == layout_.stages - 1) {
+      // The final norm's sequence shard gathered for the lm_head, then loss parallel's
+      // reductions over the vocabulary shards (max, sum of exponentials, the target's logit).
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "lm_head");
+      for (const char* w : {"loss_max", "loss_sumexp", "loss_target"}) {
+        emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, z_.logits_bytes, ph, w);
+      }
+    }
+  }
+
+  // backward: one microbatch back through `stage` (its units in reverse), gathering again the
+  // units resharded after forward, reducing the gradients on the stage's last backward;
+  // `input_grads` false for a weight-only backward (W), which moves no activations.
+  void backward(int64_t stage, int64_t mb, bool reduce_grads, bool input_grads = true) {
+    stage_ = static_cast<int32_t>(stage);
+    microbatch_ = static_cast<int32_t>(mb);
+    const Phase ph = Phase::kBwd;
+    const int64_t h = z_.hidden_bytes;
+    if (stage == layout_.stages - 1 && input_grads) emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "lm_head");
+    auto us = units(stage);
+    std::reverse(us.begin(), us.end());
+    for (const Unit& u : us) {
+      if (resharded(u) && input_grads) gather(u, ph);
+      if (input_grads) {
+        if (u.layer >= 0) {
+          emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", u.layer);
+          emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", u.layer);
+          emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
+          emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.kv_bytes, ph, "k", u.layer);
+          emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.kv_bytes, ph, "v", u.layer);
+          emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
+        } else if (std::strcmp(u.what, "output") != 0) {
+          emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "embeddings");
+        }
+      }
+      if (reduce_grads) reduce(u);
+    }
+  }
+
+  void run_schedule(int64_t pp_rank) {
+    const Schedule& s = layout_.schedule;
+    const int64_t m = layout_.stages > 0 ? s.microbatches : 0;
+    std::vector<int64_t> forwards(layout_.stages, 0), backwards(layout_.stages, 0), weights(layout_.stages, 0);
+    std::vector<bool> explicit_unshard(layout_.stages, false), explicit_reduce(layout_.stages, false);
+    bool split_backward = false;
+    for (const auto& a : s.ranks[pp_rank]) {
+      if (!a) continue;
+      if (a->type == ActionType::kUnshard) explicit_unshard[a->stage] = true;
+      if (a->type == ActionType::kReduceGrad) explicit_reduce[a->stage] = true;
+      if (a->type == ActionType::kW) split_backward = true;
+    }
+    for (const auto& a : s.ranks[pp_rank]) {
+      if (!a) continue;
+      const int64_t st = a->stage, mb = a->microbatch.value_or(-1);
+      stage_ = static_cast<int32_t>(st);
+      microbatch_ = static_cast<int32_t>(mb);
+      switch (a->type) {
+        case ActionType::kF:
+          forward(st, mb, !explicit_unshard[st] && forwards[st]++ == 0);
+          break;
+        case ActionType::kB:
+          backward(st, mb, !explicit_reduce[st] && ++backwards[st] == m);
+          break;
+        case ActionType::kI:
+          backward(st, mb, !explicit_reduce[st] && !split_backward && ++backwards[st] == m);
+          break;
+        case ActionType::kW:
+          backward(st, mb, !explicit_reduce[st] && ++weights[st] == m, false);
+          break;
+        case ActionType::kUnshard:
+          for (const Unit& u : units(st)) gather(u, Phase::kFwd);
+          break;
+        case ActionType::kReduceGrad:
+          for (const Unit& u : units(st)) reduce(u);
+          break;
+        case ActionType::kReshard:
+          break;
+        case ActionType::kSendF:
+        case ActionType::kRecvF:
+        case ActionType::kSendB:
+        case ActionType::kRecvB: {
+          const bool fwd = a->type == ActionType::kSendF || a->type == ActionType::kRecvF;
+          const bool send = a->type == ActionType::kSendF || a->type == ActionType::kSendB;
+          // A forward's activation goes to the next stage, a backward's gradient to the previous.
+          const int64_t peer_stage = (fwd == send) ? st + 1 : st - 1;
+          Event e;
+          e.op = send ? Op::kSend : Op::kRecv;
+          e.dim = Dim::kPp;
+          e.dtype = DType::kBF16;
+          e.bytes = z_.pp_bytes;
+          e.phase = fwd ? Phase::kFwd : Phase::kBwd;
+          e.stage = stage_;
+          e.microbatch = microbatch_;
+          e.peer = ((peer_stage % job_.parallel.pp) + job_.parallel.pp) % job_.parallel.pp;
+          e.what = fwd ? "activation" : "gradient";
+          out_.push_back(e);
+          break;
+        }
+      }
+      if (static_cast<int64_t>(out_.size()) > kMaxEvents) {
+        throw ResourceExhausted("one rank's step program holds over " + std::to_string(kMaxEvents) + " events");
+      }
+    }
+  }
+
+  const Job& job_;
+  const StageLayout& layout_;
+  Sizes z_{};
+  int64_t block_ = 0, embed_ = 0, output_ = 0;
+  bool reshard_blocks_ = true, reshard_output_ = false;
+  int32_t stage_ = -1, microbatch_ = -1;
+  std::vector<Event> out_;
+};
+
+std::string members_text(const std::vector<int64_t>& m) {
+  std::string s = "[";
+  const std::size_t shown = std::min<std::size_t>(m.size(), 8);
+  for (std::size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + std::to_string(m[i]);
+  if (shown < m.size()) s += ", ... (" + std::to_string(m.size()) + " ranks)";
+  return s + "]";
+}
+
+std::string group_text(const Parallel& p, Dim d, int64_t rank) {
+  return std::string(dim_name(d)) + " group " + members_text(group_members(p, d, rank));
+}
+
+bool same_collective(const Event& a, const Event& b) {
+  return a.op == b.op && a.dtype == b.dtype && a.bytes == b.bytes;
+}
+
+// ---- the check ------------------------------------------------------------------------------
+
+class Checker {
+ public:
+  Checker(const Job& job, const StageLayout& layout, const Options& o) : job_(job), p_(job.parallel), o_(o) {
+    world_ = world_size(p_);
+    Builder b(job, layout);
+    int64_t total = 0;
+    for (int64_t pp = 0; pp < p_.pp; ++pp) {
+      base_.push_back(b.build(pp));
+      total += static_cast<int64_t>(base_.back().size());
+      if (total > kMaxEvents) {
+        throw ResourceExhausted("the step's programs hold over " + std::to_string(kMaxEvents) +
+                                " events (pp ranks x layers x microbatches): check fewer microbatches or layers");
+      }
+    }
+    for (const Fault& f : o.faults) {
+      auto it = faulted_.find(f.rank);
+      if (it == faulted_.end()) it = faulted_.emplace(f.rank, base_[pp_coordinate(p_, f.rank)]).first;
+      apply_fault(job, f, it->second);
+    }
+  }
+
+  const std::vector<Event>& program_of(int64_t rank) const {
+    if (auto it = faulted_.find(rank); it != faulted_.end()) return it->second;
+    return base_[pp_coordinate(p_, rank)];
+  }
+  // class_of: -1 - faulted index for a faulted rank, else its pp coordinate.
+  int64_t class_of(int64_t rank) const {
+    if (auto it = faulted_.find(rank); it != faulted_.end()) return -2 - std::distance(faulted_.begin(), it);
+    return pp_coordinate(p_, rank);
+  }
+
+  // agree checks one group: every member issues the same collectives on it, in order.
+  bool agree(Dim d, int64_t rank, Report& r) {
+    const int64_t lead = leader(p_, d, rank);
+    if (!checked_.insert({static_cast<int>(d), lead}).second) return true;
+    ++r.groups_checked;
+    const auto members = group_members(p_, d, lead);
+    std::map<int64_t, int64_t> classes;  // class -> first member
+    for (int64_t m : members) classes.emplace(class_of(m), m);
+    if (classes.size() < 2) return true;
+    // The reference: the first member that is not faulted (else the first member).
+    int64_t ref = members.front();
+    for (int64_t m : members) {
+      if (!faulted_.count(m)) {
+        ref = m;
+        break;
+      }
+    }
+    const auto ref_events = projection(program_of(ref), d);
+    for (const auto& [cls, m] : classes) {
+      if (cls == class_of(ref)) continue;
+      const auto other = projection(program_of(m), d);
+      const std::size_t n = std::min(ref_events.size(), other.size());
+      for (std::size_t i = 0; i <= n; ++i) {
+        if (i < n && same_collective(*ref_events[i], *other[i])) continue;
+        if (i == n && ref_events.size() == other.size()) break;
+        r.ok = false;
+        r.ranks = {std::min(ref, m), std::max(ref, m)};
+        const std::string where = group_text(p_, d, lead);
+        const std::string nth = "collective #" + std::to_string(i + 1);
+        if (i < n) {
+          r.diagnosis = "FAILED: rank " + std::to_string(m) + " and rank " + std::to_string(ref) + " disagree on their " +
+                        where + " at its " + nth + ": rank " + std::to_string(m) + " issues " + describe(*other[i]) +
+                        ", rank " + std::to_string(ref) + " issues " + describe(*ref_events[i]);
+        } else {
+          const bool ref_longer = ref_events.size() > other.size();
+          const int64_t more = ref_longer ? ref : m, fewer = ref_longer ? m : ref;
+          const Event& next = ref_longer ? *ref_events[i] : *other[i];
+          r.diagnosis = "FAILED: rank " + std::to_string(fewer) + " issues " + std::to_string(n) +
+                        " collectives on its " + where + ", rank " + std::to_string(more) + " issues " +
+                        std::to_string(std::max(ref_events.size(), other.size())) + ": rank " + std::to_string(more) +
+                        "'s " + nth + ", " + describe(next) + ", is never met";
+        }
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static std::vector<const Event*> projection(const std::vector<Event>& prog, Dim d) {
+    std::vector<const Event*> out;
+    for (const Event& e : prog) {
+      if (e.dim == d && !is_p2p(e.op)) out.push_back(&e);
+    }
+    return out;
+  }
+
+  void check_agreement(Report& r) {
+    std::vector<int64_t> seeds;
+    if (o_.all_ranks) {
+      for (int d = 0; d < kDims; ++d) {
+        if (dim_size(p_, static_cast<Dim>(d)) < 2) continue;
+        for (int64_t rank = 0; rank < world_; ++rank) {
+          if (leader(p_, static_cast<Dim>(d), rank) == rank && !agree(static_cast<Dim>(d), rank, r)) return;
+        }
+      }
+      return;
+    }
+    for (int64_t pp = 0; pp < p_.pp; ++pp) seeds.push_back(with_pp(p_, 0, pp));
+    for (const auto& [rank, _] : faulted_) seeds.push_back(rank);
+    for (int64_t rank : o_.ranks) seeds.push_back(rank);
+    seeds.push_back(o_.rank);
+    for (int d = 0; d < kDims; ++d) {
+      if (dim_size(p_, static_cast<Dim>(d)) < 2) continue;
+      for (int64_t s : seeds) {
+        if (!agree(static_cast<Dim>(d), s, r)) return;
+      }
+    }
+  }
+
+  // ---- progress ----
+
+  struct Arrival {
+    int64_t expected = 0;
+    std::vector<std::size_t> waiting;  // simulated indexes
+  };
+
+  void simulate(Report& r) {
+    std::vector<int64_t> set;
+    if (o_.all_ranks) {
+      if (mul(world_, static_cast<int64_t>(longest()), "the simulation's events") > kMaxSimulatedEvents) {
+        throw ResourceExhausted("simulating every rank steps through over " + std::to_string(kMaxSimulatedEvents) +
+                                " events: leave out --ranks all (one program per pp rank is exact for a step "
+                                "without faults) or name fewer ranks");
+      }
+      set.resize(world_);
+      for (int64_t i = 0; i < world_; ++i) set[i] = i;
+    } else {
+      std::set<int64_t> s;
+      auto add_pipeline = [&](int64_t rank) {
+        for (int64_t pp = 0; pp < p_.pp; ++pp) s.insert(with_pp(p_, rank, pp));
+      };
+      add_pipeline(o_.rank);
+      for (const auto& [rank, _] : faulted_) add_pipeline(rank);
+      for (int64_t rank : o_.ranks) add_pipeline(rank);
+      set.assign(s.begin(), s.end());
+    }
+    r.ranks_simulated = static_cast<int64_t>(set.size());
+    const std::size_t n = set.size();
+    std::unordered_map<int64_t, std::size_t> index;
+    index.reserve(n * 2);
+    for (std::size_t i = 0; i < n; ++i) index.emplace(set[i], i);
+    std::vector<const std::vector<Event>*> prog(n);
+    for (std::size_t i = 0; i < n; ++i) prog[i] = &program_of(set[i]);
+    std::vector<std::size_t> pc(n, 0);
+    std::vector<bool> arrived(n, false);   // registered at its current collective
+    std::map<std::pair<int, int64_t>, Arrival> arrivals;
+    // Eager sends in flight per (from, to): the events, in order.
+    std::map<std::pair<std::size_t, std::size_t>, std::deque<const Event*>> in_flight;
+    std::deque<std::size_t> ready;
+    for (std::size_t i = 0; i < n; ++i) ready.push_back(i);
+    auto head = [&](std::size_t i) -> const Event* { return pc[i] < prog[i]->size() ? &(*prog[i])[pc[i]] : nullptr; };
+    auto expected_members = [&](Dim d, int64_t lead) {
+      if (o_.all_ranks) return dim_size(p_, d);
+      int64_t c = 0;
+      for (int64_t m : group_members(p_, d, lead)) c += index.count(m) ? 1 : 0;
+      return c;
+    };
+    auto peer_index = [&](std::size_t i, const Event& e) -> std::optional<std::size_t> {
+      const auto it = index.find(with_pp(p_, set[i], e.peer));
+      if (it == index.end()) return std::nullopt;
+      return it->second;
+    };
+    // p2p_fail reports a send met by a receive that is not its own (another size or microbatch).
+    auto p2p_fail = [&](std::size_t s, const Event& se, std::size_t t, const Event& re) {
+      r.ok = false;
+      r.ranks = {std::min(set[s], set[t]), std::max(set[s], set[t])};
+      r.diagnosis = "FAILED: rank " + std::to_string(set[s]) + "'s send to rank " + std::to_string(set[t]) + ", " +
+                    describe(se) + ", meets rank " + std::to_string(set[t]) + "'s receive " + describe(re);
+    };
+    auto matches = [](const Event& s, const Event& rcv) {
+      return s.bytes == rcv.bytes && s.dtype == rcv.dtype && s.microbatch == rcv.microbatch &&
+             std::string_view(s.what) == rcv.what;
+    };
+    while (!ready.empty() && r.ok) {
+      const std::size_t i = ready.front();
+      ready.pop_front();
+      while (r.ok) {
+        const Event* e = head(i);
+        if (!e || arrived[i]) break;
+        if (!is_p2p(e->op)) {
+          const auto key = std::make_pair(static_cast<int>(e->dim), leader(p_, e->dim, set[i]));
+          auto [it, fresh] = arrivals.try_emplace(key);
+          if (fresh) it->second.expected = expected_members(e->dim, key.second);
+          it->second.waiting.push_back(i);
+          arrived[i] = true;
+          if (static_cast<int64_t>(it->second.waiting.size()) == it->second.expected) {
+            for (std::size_t w : it->second.waiting) {
+              arrived[w] = false;
+              ++pc[w];
+              if (w != i) ready.push_back(w);
+            }
+            arrivals.erase(it);
+            continue;
+          }
+          break;
+        }
+        const auto peer = peer_index(i, *e);
+        if (!peer) break;  // outside the simulated set: waits forever (diagnosed below)
+        const std::size_t j = *peer;
+        if (e->op == Op::kSend) {
+          if (o_.semantics == SendSemantics::kEager) {
+            in_flight[{i, j}].push_back(e);
+            ++pc[i];
+            if (const Event* h = head(j); h && h->op == Op::kRecv && h->peer == pp_coordinate(p_, set[i])) {
+              ready.push_back(j);
+            }
+            continue;
+          }
+          const Event* h = head(j);
+          if (h && h->op == Op::kRecv && h->peer == pp_coordinate(p_, set[i]) && !arrived[j]) {
+            if (!matches(*e, *h)) {
+              p2p_fail(i, *e, j, *h);
+              break;
+            }
+            ++pc[i];
+            ++pc[j];
+            ready.push_back(j);
+            continue;
+          }
+          break;
+        }
+        // A receive.
+        if (o_.semantics == SendSemantics::kEager) {
+          auto it = in_flight.find({j, i});
+          if (it == in_flight.end() || it->second.empty()) break;
+          const Event* s = it->second.front();
+          if (!matches(*s, *e)) {
+            p2p_fail(j, *s, i, *e);
+            break;
+          }
+          it->second.pop_front();
+          ++pc[i];
+          continue;
+        }
+        const Event* h = head(j);
+        if (h && h->op == Op::kSend && h->peer == pp_coordinate(p_, set[i])) {
+          if (!matches(*h, *e)) {
+            p2p_fail(j, *h, i, *e);
+            break;
+          }
+          ++pc[i];
+          ++pc[j];
+          ready.push_back(j);
+          continue;
+        }
+        break;
+      }
+    }
+    if (!r.ok) return;
+    std::vector<std::size_t> stuck;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (head(i)) stuck.push_back(i);
+    }
+    if (stuck.empty()) return;
+    // The wait-for graph: a rank in a collective waits for the first member of its group (in
+    // the simulated set) not there yet; a rank in a send or receive waits for its peer.
+    auto waits_for = [&](std::size_t i) -> std::optional<std::size_t> {
+      const Event& e = *head(i);
+      if (is_p2p(e.op)) return peer_index(i, e);
+      for (int64_t m : group_members(p_, e.dim, set[i])) {
+        const auto it = index.find(m);
+        if (it == index.end() || it->second == i) continue;
+        const Event* h = head(it->second);
+        if (!h || !arrived[it->second] || h->dim != e.dim || leader(p_, h->dim, m) != leader(p_, e.dim, set[i])) {
+          return it->second;
+        }
+      }
+      return std::nullopt;
+    };
+    auto waiting_text = [&](std::size_t i) {
+      const Event& e = *head(i);
+      std::string s = "rank " + std::to_string(set[i]) + " waits in its ";
+      if (e.op == Op::kSend) s += "send to rank " + std::to_string(with_pp(p_, set[i], e.peer));
+      else if (e.op == Op::kRecv) s += "receive from rank " + std::to_string(with_pp(p_, set[i], e.peer));
+      else s += std::string(op_name(e.op)) + " on its " + group_text(p_, e.dim, set[i]);
+      return s + " (" + describe(e) + ", its event #" + std::to_string(pc[i] + 1) + ")";
+    };
+    // Follow the waits from the first stuck rank until one repeats: that is the cycle.
+    std::vector<std::size_t> path;
+    std::map<std::size_t, std::size_t> seen;
+    std::optional<std::size_t> at = stuck.front();
+    while (at && head(*at) && !seen.count(*at)) {
+      seen.emplace(*at, path.size());
+      path.push_back(*at);
+      at = waits_for(*at);
+    }
+    std::vector<std::size_t> cycle;
+    if (at && seen.count(*at)) cycle.assign(path.begin() + static_cast<std::ptrdiff_t>(seen[*at]), path.end());
+    else cycle = path;
+    r.ok = false;
+    r.ranks.clear();
+    for (std::size_t c : cycle) r.ranks.push_back(set[c]);
+    std::sort(r.ranks.begin(), r.ranks.end());
+    std::string text;
+    const std::size_t shown = std::min<std::size_t>(cycle.size(), 6);
+    for (std::size_t k = 0; k < shown; ++k) text += (k ? "; " : "") + waiting_text(cycle[k]);
+    if (shown < cycle.size()) text += "; ... (" + std::to_string(cycle.size()) + " ranks in the cycle)";
+    r.diagnosis = "FAILED: the step cannot progress (" +
+                  std::string(o_.semantics == SendSemantics::kRendezvous ? "rendezvous" : "eager") + " sends): " + text;
+  }
+
+  std::size_t longest() const {
+    std::size_t m = 0;
+    for (const auto& b : base_) m = std::max(m, b.size());
+    for (const auto& [_, f] : faulted_) m = std::max(m, f.size());
+    return m;
+  }
+
+  // ---- bytes per link ----
+
+  // sent: the bytes one rank sends for a collective, by ring (all_gather, reduce_scatter,
+  // all_reduce) or pairwise exchange (all_to_all, to each other member).
+  static int64_t ring_sent(const Event& e, int64_t n) {
+    // floor(bytes x (n - 1) / n) without a wide product: n is at most the world size.
+    const int64_t share = e.bytes / n * (n - 1) + (e.bytes % n) * (n - 1) / n;
+    switch (e.op) {
+      case Op::kAllGather:
+      case Op::kReduceScatter: return share;
+      case Op::kAllReduce: return mul(share, 2, "an all-reduce's ring bytes");
+      default: return e.bytes;
+    }
+  }
+
+  void links(int64_t gpus, Report& r) {
+    LinkBytes world{};
+    for (int d = 0; d < kDims; ++d) {
+      const Dim dim = static_cast<Dim>(d);
+      const int64_t n = dim_size(p_, dim);
+      if (n < 2) continue;
+      // Per pp coordinate: ranks whose ring successor is on their host; for all_to_all, the
+      // members each rank shares a host with (itself left out).
+      std::vector<int64_t> ring_same(p_.pp, 0), pair_same(p_.pp, 0), ranks_at(p_.pp, 0);
+      std::vector<std::map<int64_t, int64_t>> peer_same(p_.pp);  // pp -> peer pp -> ranks on one host
+      for (int64_t rank = 0; rank < world_; ++rank) {
+        if (leader(p_, dim, rank) != rank) continue;
+        const auto members = group_members(p_, dim, rank);
+        std::map<int64_t, int64_t> per_host;
+        for (int64_t m : members) ++per_host[m / gpus];
+        for (std::size_t k = 0; k < members.size(); ++k) {
+          const int64_t m = members[k], next = members[(k + 1) % members.size()];
+          const int64_t pp = pp_coordinate(p_, m);
+          ++ranks_at[pp];
+          if (m / gpus == next / gpus) ++ring_same[pp];
+          pair_same[pp] += per_host[m / gpus] - 1;
+        }
+      }
+      if (dim == Dim::kPp) {
+        for (int64_t rank = 0; rank < world_; ++rank) {
+          const int64_t pp = pp_coordinate(p_, rank);
+          for (int64_t q : {pp - 1, pp + 1}) {
+            if (q < 0 || q >= p_.pp) continue;
+            peer_same[pp][q] += (rank / gpus == with_pp(p_, rank, q) / gpus) ? 1 : 0;
+          }
+        }
+      }
+      LinkBytes here{};
+      const std::string what = "the " + std::string(dim_name(dim)) + " dim's link bytes";
+      for (int64_t pp = 0; pp < p_.pp; ++pp) {
+        for (const Event& e : base_[pp]) {
+          if (e.dim != dim || e.op == Op::kRecv) continue;
+          int64_t intra = 0, inter = 0;
+          if (e.op == Op::kSend) {
+            const auto it = peer_same[pp].find(e.peer);
+            const int64_t same = it == peer_same[pp].end() ? 0 : it->second;
+            intra = mul(e.bytes, same, what);
+            inter = mul(e.bytes, ranks_at[pp] - same, what);
+          } else if (e.op == Op::kAllToAll) {
+            const int64_t share = e.bytes / n;
+            intra = mul(share, pair_same[pp], what);
+            inter = mul(share, mul(ranks_at[pp], n - 1, what) - pair_same[pp], what);
+          } else {
+            const int64_t sent = ring_sent(e, n);
+            intra = mul(sent, ring_same[pp], what);
+            inter = mul(sent, ranks_at[pp] - ring_same[pp], what);
+          }
+          here.intra_host = add(here.intra_host, intra, what);
+          here.inter_host = add(here.inter_host, inter, what);
+        }
+      }
+      r.link_by_dim[std::string(dim_name(dim))] = here;
+      world.intra_host = add(world.intra_host, here.intra_host, "the world's link bytes");
+      world.inter_host = add(world.inter_host, here.inter_host, "the world's link bytes");
+    }
+    r.by_link = world;
+  }
+
+  int64_t programs() const { return static_cast<int64_t>(base_.size() + faulted_.size()); }
+
+ private:
+  const Job& job_;
+  const Parallel& p_;
+  const Options& o_;
+  int64_t world_ = 0;
+  std::vector<std::vector<Event>> base_;
+  std::map<int64_t, std::vector<Event>> faulted_;
+  std::set<std::pair<int, int64_t>> checked_;
+};
+
+}  // namespace
+
+std::string_view dim_name(Dim d) { return kDimNames[static_cast<int>(d)]; }
+
+std::string_view op_name(Op o) {
+  switch (o) {
+    case Op::kAllGather: return "all_gather";
+    case Op::kReduceScatter: return "reduce_scatter";
+    case Op::kAllReduce: return "all_reduce";
+    case Op::kAllToAll: return "all_to_all";
+    case Op::kSend: return "send";
+    case Op::kRecv: return "recv";
+  }
+  return "?";
+}
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF32: return "float32";
+    case DType::kI64: return "int64";
+    case DType::kI32: return "int32";
+  }
+  return "?";
+}
+
+std::string_view phase_name(Phase p) {
+  switch (p) {
+    case Phase::kTokens: return "tokens";
+    case Phase::kFwd: return "fwd";
+    case Phase::kBwd: return "bwd";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kMetrics: return "metrics";
+  }
+  return "?";
+}
+
+std::string describe(const Event& e) {
+  std::string s = std::string(op_name(e.op)) + " " + std::string(dtype_name(e.dtype)) + " " + std::to_string(e.bytes) +
+                  " B (" + std::string(phase_name(e.phase));
+  if (e.stage >= 0) s += " stage " + std::to_string(e.stage);
+  if (e.layer >= 0) s += " layer " + std::to_string(e.layer);
+  if (e.microbatch >= 0) s += " microbatch " + std::to_string(e.microbatch);
+  if (*e.what) s += " " + std::string(e.what);
+  return s + ")";
+}
+
+Model builtin_model(std::string_view name) {
+  const std::string want = lower_case(name);
+  for (const Model& m : builtins()) {
+    if (m.name == want) return m;
+  }
+  std::string known;
+  for (const auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw NotFound("--model " + quote_input(name) + " is not a model meshsim knows (" + known + ") nor a .toml file");
+}
+
+std::vector<std::string> builtin_model_names() {
+  std::vector<std::string> names;
+  for (const Model& m : builtins()) names.push_back(m.name);
+  return names;
+}
+
+Model model_from_toml(const std::string& path) {
+  const std::string where = "--model " + quote_input(path);
+  const auto t = preset::read_toml_table(path, "model", where);
+  if (!t) throw InvalidArgument(where + " has no [model] table");
+  Model m;
+  m.name = "model";
+  if (auto it = t->strings.find("name"); it != t->strings.end()) m.name = it->second;
+  const std::vector<std::pair<std::string, int64_t*>> keys = {
+      {"n_layers", &m.layers},  {"dim", &m.dim},           {"ffn_dim", &m.ffn_dim},
+      {"n_heads", &m.heads},    {"n_kv_heads", &m.kv_heads}, {"vocab_size", &m.vocab}};
+  for (const auto& [k, into] : keys) {
+    const auto it = t->integers.find(k);
+    if (it == t->integers.end()) throw InvalidArgument(where + ": model." + k + " is missing (an integer)");
+    *into = it->second;
+  }
+  if (auto it = t->booleans.find("enable_weight_tying"); it != t->booleans.end()) m.weight_tying = it->second;
+  for (const auto& [k, _] : t->integers) {
+    if (std::none_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == k; })) {
+      throw InvalidArgument(where + ": unknown key model." + quote_input(k) +
+                            " (known: name, n_layers, dim, ffn_dim, n_heads, n_kv_heads, vocab_size, enable_weight_tying)");
+    }
+  }
+  validate_model(m);
+  return m;
+}
+
+void validate_model(const Model& m) {
+  const std::vector<std::pair<const char*, int64_t>> sizes = {{"n_layers", m.layers}, {"dim", m.dim},
+                                                              {"ffn_dim", m.ffn_dim}, {"n_heads", m.heads},
+                                                              {"n_kv_heads", m.kv_heads}, {"vocab_size", m.vocab}};
+  for (const auto& [k, v] : sizes) {
+    if (v < 1 || v > kMaxSize) {
+      throw InvalidArgument("model " + quote_input(m.name) + ": " + k + " " + std::to_string(v) + " is out of range [1, 2^32]");
+    }
+  }
+  if (m.dim % m.heads != 0) {
+    throw InvalidArgument("model " + quote_input(m.name) + ": dim " + std::to_string(m.dim) +
+                          " is not a multiple of n_heads " + std::to_string(m.heads));
+  }
+  if (m.heads % m.kv_heads != 0) {
+    throw InvalidArgument("model " + quote_input(m.name) + ": n_heads " + std::to_string(m.heads) +
+                          " is not a multiple of n_kv_heads " + std::to_string(m.kv_heads));
+  }
+}
+
+int64_t parameter_count(const Model& m) {
+  validate_model(m);
+  const int64_t hd = m.dim / m.heads;
+  const std::string w = "model " + m.name + "'s parameter count";
+  const int64_t block = add(add(mul(m.dim, (m.heads + 2 * m.kv_heads) * hd, w), mul(m.heads * hd, m.dim, w), w),
+                            add(mul(mul(m.dim, m.ffn_dim, w), 3, w), 2 * m.dim, w), w);
+  int64_t total = mul(block, m.layers, w);
+  total = add(total, mul(m.vocab, m.dim, w), w);  // embeddings
+  total = add(total, m.dim, w);                    // norm
+  if (!m.weight_tying) total = add(total, mul(m.vocab, m.dim, w), w);
+  return total;
+}
+
+int64_t world_size(const Parallel& p) {
+  int64_t w = 1;
+  for (int64_t v : radix(p)) w = mul(w, v, "the world size");
+  return w;
+}
+
+int64_t dim_size(const Parallel& p, Dim d) {
+  const auto r = radix(p);
+  int64_t s = 1;
+  for (int i = 0; i < 5; ++i) {
+    if (kAxes[static_cast<int>(d)][i]) s *= r[i];
+  }
+  return s;
+}
+
+int64_t pp_coordinate(const Parallel& p, int64_t rank) { return rank / (world_size(p) / p.pp); }
+
+std::vector<int64_t> group_members(const Parallel& p, Dim d, int64_t rank) {
+  const auto r = radix(p);
+  auto c = coords(p, rank);
+  std::vector<int> axes;
+  for (int i = 0; i < 5; ++i) {
+    if (kAxes[static_cast<int>(d)][i]) {
+      axes.push_back(i);
+      c[i] = 0;
+    }
+  }
+  std::vector<int64_t> out;
+  out.reserve(static_cast<std::size_t>(dim_size(p, d)));
+  // Row-major over the dim's axes (the last fastest): ascending ranks.
+  while (true) {
+    out.push_back(rank_of(p, c));
+    int k = static_cast<int>(axes.size()) - 1;
+    for (; k >= 0; --k) {
+      if (++c[axes[k]] < r[axes[k]]) break;
+      c[axes[k]] = 0;
+    }
+    if (k < 0) break;
+  }
+  return out;
+}
+
+Fault parse_fault(std::string_view text) {
+  const auto at = text.find('@');
+  const std::string kind(text.substr(0, at));
+  const std::string where = "--fault " + quote_input(text);
+  if (at == std::string_view::npos || at + 1 >= text.size()) {
+    throw InvalidArgument(where + ": expected KIND@RANK (skip, swap, wrong-group, wrong-peer)");
+  }
+  Fault f;
+  if (kind == "skip") f.kind = FaultKind::kSkip;
+  else if (kind == "swap") f.kind = FaultKind::kSwap;
+  else if (kind == "wrong-group") f.kind = FaultKind::kWrongGroup;
+  else if (kind == "wrong-peer") f.kind = FaultKind::kWrongPeer;
+  else throw InvalidArgument(where + ": unknown kind " + quote_input(kind) + " (skip, swap, wrong-group, wrong-peer)");
+  const std::string_view digits = text.substr(at + 1);
+  int64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') throw InvalidArgument(where + ": the rank " + quote_input(digits) + " is not a number >= 0");
+    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, c - '0', &v)) {
+      throw OverflowError(where + ": the rank " + quote_input(digits) + " does not fit in 64 bits");
+    }
+  }
+  f.rank = v;
+  return f;
+}
+
+StageLayout layout(const Job& job) {
+  const Parallel& p = job.parallel;
+  const Model& m = job.model;
+  validate_model(m);
+  for (const auto& [k, v] : std::vector<std::pair<const char*, int64_t>>{{"pp", p.pp}, {"dp_replicate", p.dp_replicate},
+                                                                         {"dp_shard", p.dp_shard}, {"cp", p.cp}, {"tp", p.tp}}) {
+    if (v < 1) throw InvalidArgument(std::string(k) + " " + std::to_string(v) + " is not >= 1");
+  }
+  (void)world_size(p);
+  if (job.seq_len < 1 || job.seq_len > kMaxSize) {
+    throw InvalidArgument("--seq-len " + std::to_string(job.seq_len) + " is out of range [1, 2^32]");
+  }
+  if (job.local_batch_size < 1 || job.local_batch_size > kMaxSize) {
+    throw InvalidArgument("--local-batch-size " + std::to_string(job.local_batch_size) + " is out of range [1, 2^32]");
+  }
+  const std::string tp = "tp " + std::to_string(p.tp);
+  if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0) {
+    throw InvalidArgument(tp + " does not divide the model's heads (" + std::to_string(m.heads) + ") and kv heads (" +
+                          std::to_string(m.kv_heads) + "): tensor parallelism shards attention by heads");
+  }
+  if (m.ffn_dim % p.tp != 0 || m.vocab % p.tp != 0) {
+    throw InvalidArgument(tp + " does not divide the model's ffn dim (" + std::to_string(m.ffn_dim) + ") and vocabulary (" +
+                          std::to_string(m.vocab) + ")");
+  }
+  const int64_t seq_shards = p.cp > 1 ? mul(2 * p.cp, p.tp, "cp x tp") : p.tp;
+  if (job.seq_len % seq_shards != 0) {
+    throw InvalidArgument("--seq-len " + std::to_string(job.seq_len) + " is not divisible by " +
+                          (p.cp > 1 ? "2 x cp x tp (" : "tp (") + std::to_string(seq_shards) +
+                          "): sequence parallel shards each sequence over tp" +
+                          (p.cp > 1 ? ", and context parallel's head-tail load balancer in 2 x cp chunks" : ""));
+  }
+  const std::string policy = lower_case(job.reshard_after_forward);
+  if (policy != "default" && policy != "always" && policy != "never") {
+    throw InvalidArgument("Invalid reshard_after_forward_policy: " + quote_input(job.reshard_after_forward) +
+                          ". [torchtitan: always, never or default]");
+  }
+  StageLayout l;
+  if (p.pp == 1) {
+    // torchtitan ignores num_pp_microbatches without pipeline parallelism.
+    split_layers(l, m.layers, 0, 0);
+    return l;
+  }
+  if (m.weight_tying) {
+    throw InvalidArgument("model " + quote_input(m.name) +
+                          " ties its embeddings to its output: with pp > 1 the tied unit spans the first and the last "
+                          "stage, which meshsim step does not model");
+  }
+  if (policy == "always") {
+    throw InvalidArgument("reshard_after_forward 'always' with pp > 1: FSDP's gathers between microbatches are not "
+                          "modeled; use default or never");
+  }
+  if (job.microbatches < 1 || job.microbatches > kMaxMicrobatches) {
+    throw InvalidArgument("--microbatches " + std::to_string(job.microbatches) + " is out of range [1, " +
+                          std::to_string(kMaxMicrobatches) + "]");
+  }
+  if (job.schedule_override) {
+    const Schedule& s = *job.schedule_override;
+    if (static_cast<int64_t>(s.ranks.size()) != p.pp) {
+      throw InvalidArgument("the schedule has " + std::to_string(s.ranks.size()) + " rows but pp is " + std::to_string(p.pp));
+    }
+    if (s.stages % p.pp != 0) {
+      throw InvalidArgument("the schedule's " + std::to_string(s.stages) + " stages are not a multiple of pp " +
+                            std::to_string(p.pp));
+    }
+    l.stages = s.stages;
+    l.stages_per_rank = s.stages / p.pp;
+    l.schedule = s.lowered ? s : lower(s);
+  } else {
+    const bool single = single_stage(job.schedule);
+    int64_t per = job.stages_per_rank ? job.stages_per_rank : (single ? 1 : 2);
+    if (single && per != 1) {
+      throw InvalidArgument("Single stage schedule requires exactly 1 stage per rank, but got " + std::to_string(per) +
+                            " stages per rank.  [torchtitan]");
+    }
+    if (!single && per < 2) {
+      throw InvalidArgument("Multi-stage schedule requires at least 2 stages per rank, but got " + std::to_string(per) +
+                            " stages per rank.  [torchtitan]");
+    }
+    l.stages_per_rank = per;
+    l.stages = mul(per, p.pp, "the stages");
+    if (l.stages > kMaxStages) throw InvalidArgument("the pipeline's " + std::to_string(l.stages) + " stages are over " + std::to_string(kMaxStages));
+    const std::string name = lower_case(job.schedule);
+    if (name == "gpipe") l.schedule = lower(gpipe(p.pp, job.microbatches));
+    else if (name == "1f1b") l.schedule = lower(one_f_one_b(p.pp, job.microbatches));
+    else if (name == "interleaved1f1b") l.schedule = lower(interleaved_1f1b(p.pp, l.stages, job.microbatches));
+    else {
+      throw InvalidArgument("--schedule " + quote_input(job.schedule) +
+                            ": meshsim step builds GPipe, 1F1B and Interleaved1F1B (or reads a CSV)");
+    }
+  }
+  split_layers(l, m.layers, job.first_stage_less_layers, job.last_stage_less_layers);
+  return l;
+}
+
+std::vector<Event> program(const Job& job, const StageLayout& l, int64_t pp_rank) {
+  if (pp_rank < 0 || pp_rank >= job.parallel.pp) {
+    throw OutOfRange("pp rank " + std::to_string(pp_rank) + " is out of range [0, " + std::to_string(job.parallel.pp) + ")");
+  }
+  return Builder(job, l).build(pp_rank);
+}
+
+void apply_fault(const Job& job, const Fault& f, std::vector<Event>& events) {
+  const Parallel& p = job.parallel;
+  const std::string who = "rank " + std::to_string(f.rank);
+  switch (f.kind) {
+    case FaultKind::kSkip: {
+      int32_t last = -1;
+      for (const Event& e : events) last = std::max(last, e.microbatch);
+      if (last < 0) throw InvalidArgument("skip@" + std::to_string(f.rank) + ": " + who + " runs no microbatch");
+      std::erase_if(events, [&](const Event& e) {
+        return e.microbatch == last && (e.phase == Phase::kFwd || e.phase == Phase::kBwd);
+      });
+      return;
+    }
+    case FaultKind::kSwap: {
+      for (std::size_t i = 0; i < events.size(); ++i) {
+        if (is_p2p(events[i].op)) continue;
+        for (std::size_t j = i + 1; j < events.size(); ++j) {
+          if (events[j].dim != events[i].dim || is_p2p(events[j].op)) continue;
+          if (!same_collective(events[i], events[j])) {
+            std::swap(events[i], events[j]);
+            return;
+          }
+          break;
+        }
+      }
+      throw InvalidArgument("swap@" + std::to_string(f.rank) + ": " + who +
+                            "'s program has no two different collectives in a row on one group");
+    }
+    case FaultKind::kWrongGroup: {
+      auto it = std::find_if(events.begin(), events.end(), [](const Event& e) { return e.dim == Dim::kTp && !is_p2p(e.op); });
+      if (it == events.end()) it = std::find_if(events.begin(), events.end(), [](const Event& e) { return !is_p2p(e.op); });
+      if (it == events.end()) throw InvalidArgument("wrong-group@" + std::to_string(f.rank) + ": " + who + " issues no collective");
+      for (Dim d : {Dim::kFsdp, Dim::kDpReplicate, Dim::kCp, Dim::kTp, Dim::kPp}) {
+        if (d != it->dim && dim_size(p, d) > 1) {
+          it->dim = d;
+          return;
+        }
+      }
+      throw InvalidArgument("wrong-group@" + std::to_string(f.rank) +
+                            ": the mesh has no second dim of size > 1 to issue a collective on");
+    }
+    case FaultKind::kWrongPeer: {
+      auto it = std::find_if(events.begin(), events.end(), [](const Event& e) { return e.op == Op::kSend; });
+      if (it == events.end()) {
+        throw InvalidArgument("wrong-peer@" + std::to_string(f.rank) + ": " + who + " sends nothing (pp is " +
+                              std::to_string(p.pp) + ")");
+      }
+      it->peer = (it->peer + 1) % p.pp;
+      return;
+    }
+  }
+}
+
+Report check_step(const Job& job, const Options& o) {
+  Report r;
+  r.layout = layout(job);
+  const Parallel& p = job.parallel;
+  r.world_size = world_size(p);
+  auto check_rank = [&](int64_t rank, const std::string& what) {
+    if (rank < 0 || rank >= r.world_size) {
+      throw OutOfRange(what + " " + std::to_string(rank) + " is out of range [0, " + std::to_string(r.world_size) + ")");
+    }
+  };
+  check_rank(o.rank, "--rank");
+  for (const Fault& f : o.faults) check_rank(f.rank, "--fault's rank");
+  for (int64_t rank : o.ranks) check_rank(rank, "--ranks' rank");
+  if (o.gpus_per_host && (*o.gpus_per_host < 1 || *o.gpus_per_host > (int64_t{1} << 40))) {
+    throw InvalidArgument("--gpus-per-host " + std::to_string(*o.gpus_per_host) + " is out of range [1, 2^40]");
+  }
+  r.rank = o.rank;
+  Checker c(job, r.layout, o);
+  r.programs = c.programs();
+  r.program = c.program_of(o.rank);
+  for (const Event& e : r.program) {
+    OpTotal& t = r.by_dim[std::string(dim_name(e.dim))][std::string(op_name(e.op))];
+    ++t.calls;
+    t.bytes = add(t.bytes, e.bytes, "rank " + std::to_string(o.rank) + "'s bytes");
+  }
+  if (o.gpus_per_host) c.links(*o.gpus_per_host, r);
+  c.check_agreement(r);
+  if (r.ok) c.simulate(r);
+  return r;
+}
+
+}  // namespace meshsim::step

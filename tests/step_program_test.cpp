@@ -1,0 +1,277 @@
+// One torchtitan step's programs: groups against the preset meshes, byte totals against closed
+// forms, torchtitan's refusals, planted faults named, deadlocks found, exact and class checks agree.
+#include "meshsim/step_program.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "meshsim/error.hpp"
+#include "meshsim/preset.hpp"
+#include "meshsim/recipe.hpp"
+
+namespace meshsim::step {
+namespace {
+
+Job small_job(Parallel p, int64_t microbatches = 1, std::string schedule = "1F1B") {
+  Job j;
+  j.parallel = p;
+  j.model = builtin_model("llama3-debugmodel");
+  j.seq_len = 256;
+  j.local_batch_size = 2;
+  j.microbatches = microbatches;
+  j.schedule = std::move(schedule);
+  return j;
+}
+
+bool names(const Report& r, int64_t rank) {
+  return std::find(r.ranks.begin(), r.ranks.end(), rank) != r.ranks.end() &&
+         r.diagnosis.find("rank " + std::to_string(rank)) != std::string::npos;
+}
+
+TEST(StepModel, ParameterCountsAreMetasPublishedOnes) {
+  // Meta's model cards: 8.03B, 70.6B, 405B; the exact counts of the released checkpoints.
+  EXPECT_EQ(parameter_count(builtin_model("llama3-8b")), 8'030'261'248);
+  EXPECT_EQ(parameter_count(builtin_model("llama3-70b")), 70'553'706'496);
+  EXPECT_EQ(parameter_count(builtin_model("Llama3-405B")), 405'853'388'800);
+  EXPECT_EQ(builtin_model("llama3-8b").ffn_dim, 14336);
+  EXPECT_EQ(builtin_model("llama3-70b").ffn_dim, 28672);
+  EXPECT_EQ(builtin_model("llama3-405b").ffn_dim, 53248);
+  EXPECT_THROW(builtin_model("llama3-9b"), NotFound);
+}
+
+// The groups meshsim step counts on are the preset's: every dim's groups, over the world, equal
+// the groups of the torchtitan preset's views (dense, dataloading, loss).
+TEST(StepGroups, MatchTheTorchtitanPresetViews) {
+  for (const Parallel p : {Parallel{2, 1, 4, 1, 2}, Parallel{2, 2, 2, 2, 2}, Parallel{1, 3, 2, 2, 1}, Parallel{3, 1, 1, 2, 4}}) {
+    const int64_t world = world_size(p);
+    auto ours = [&](Dim d) {
+      std::set<std::vector<int64_t>> s;
+      for (int64_t r = 0; r < world; ++r) s.insert(group_members(p, d, r));
+      return s;
+    };
+    auto theirs = [&](const DeviceMesh& m, std::string_view name) {
+      std::set<std::vector<int64_t>> s;
+      for (auto g : m.groups(m.dim_index(name))) {
+        std::sort(g.begin(), g.end());
+        s.insert(g);
+      }
+      return s;
+    };
+    preset::Torchtitan t{p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp, 1, "spmd_types"};
+    const BuiltMeshes spmd = apply(preset::torchtitan_recipe(t, std::nullopt));
+    t.spmd_backend = "partial_dtensor";
+    const BuiltMeshes dt = apply(preset::torchtitan_recipe(t, std::nullopt));
+    EXPECT_EQ(ours(Dim::kPp), theirs(spmd.handles.at("dense"), "pp"));
+    EXPECT_EQ(ours(Dim::kDpReplicate), theirs(spmd.handles.at("dense"), "dp_replicate"));
+    EXPECT_EQ(ours(Dim::kCp), theirs(spmd.handles.at("dense"), "cp"));
+    EXPECT_EQ(ours(Dim::kTp), theirs(spmd.handles.at("dense"), "tp"));
+    EXPECT_EQ(ours(Dim::kFsdp), theirs(dt.handles.at("dense"), "fsdp"));
+    EXPECT_EQ(ours(Dim::kBatch), theirs(spmd.handles.at("dataloading"), "batch"));
+    EXPECT_EQ(ours(Dim::kLoss), theirs(spmd.handles.at("loss"), "loss_mesh"));
+  }
+}
+
+struct Count {
+  int64_t calls = 0, bytes = 0;
+};
+Count count(const std::vector<Event>& prog, Dim d, Op op, Phase ph) {
+  Count c;
+  for (const Event& e : prog) {
+    if (e.dim == d && e.op == op && e.phase == ph) {
+      ++c.calls;
+      c.bytes += e.bytes;
+    }
+  }
+  return c;
+}
+
+// Closed forms for llama3-debugmodel (6 layers, dim 256, ffn 768, 16 heads of 16, vocab 2048),
+// seq 256, local batch 2, dp_shard 2, tp 2, no pp: every size divides, so nothing is padded.
+TEST(StepBytes, DebugModelMatchesClosedForms) {
+  const Job job = small_job({1, 1, 2, 1, 2});
+  const auto prog = program(job, layout(job), 0);
+  const int64_t layers = 6, dim = 256, ffn = 768, vocab = 2048, tp = 2, tokens = 2 * 256;
+  const int64_t act = tokens * dim * 2;
+  // TP with sequence parallel: per block an all-gather and a reduce-scatter around attention and
+  // around the MLP, both ways; the embedding reduce-scatters (fwd), the lm_head gathers (fwd).
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllGather, Phase::kFwd).calls, 2 * layers + 1);
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kReduceScatter, Phase::kFwd).calls, 2 * layers + 1);
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllGather, Phase::kBwd).calls, 2 * layers + 1);
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kReduceScatter, Phase::kBwd).calls, 2 * layers + 1);
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllGather, Phase::kFwd).bytes, (2 * layers + 1) * act);
+  // Loss parallel: three fp32 reductions per token.
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllReduce, Phase::kFwd).bytes, 3 * tokens * 4);
+  // FSDP: each rank's tp shard of every unit gathered in bf16 in forward; in backward again for
+  // the embeddings and blocks (resharded after forward), not the norm + lm_head unit.
+  const int64_t block = ((16 + 2 * 16) * 16 * dim + 16 * 16 * dim + 3 * dim * ffn) / tp + 2 * dim;
+  const int64_t embed = vocab * dim / tp, output = dim + vocab * dim / tp;
+  EXPECT_EQ(count(prog, Dim::kFsdp, Op::kAllGather, Phase::kFwd).bytes, 2 * (embed + layers * block + output));
+  EXPECT_EQ(count(prog, Dim::kFsdp, Op::kAllGather, Phase::kFwd).calls, layers + 2);
+  EXPECT_EQ(count(prog, Dim::kFsdp, Op::kAllGather, Phase::kBwd).bytes, 2 * (embed + layers * block));
+  // Gradients reduce-scattered once per unit in fp32.
+  EXPECT_EQ(count(prog, Dim::kFsdp, Op::kReduceScatter, Phase::kBwd).bytes, 4 * (embed + layers * block + output));
+  // The sum over ranks of what FSDP gathers is the model, sharded over tp (tp ranks hold halves).
+  EXPECT_EQ((embed + layers * block + output) * tp - (2 * layers * dim + dim) * (tp - 1),
+            parameter_count(job.model));
+  // The token count over the batch mesh, the grad norm over fsdp and tp, the finite check and
+  // three metrics over the loss mesh.
+  EXPECT_EQ(count(prog, Dim::kBatch, Op::kAllReduce, Phase::kTokens).calls, 1);
+  EXPECT_EQ(count(prog, Dim::kFsdp, Op::kAllReduce, Phase::kOptimizer).calls, 1);
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllReduce, Phase::kOptimizer).calls, 1);
+  EXPECT_EQ(count(prog, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 1);
+  EXPECT_EQ(count(prog, Dim::kLoss, Op::kAllReduce, Phase::kMetrics).calls, 3);
+}
+
+// With pp, stage s's rank gathers its units once (pipelining keeps them unsharded), reduces
+// them on its last backward, and sends each microbatch's activation (its SP shard) forward.
+TEST(StepBytes, PipelineStagesGatherOnceAndSendEachMicrobatch) {
+  const Job job = small_job({2, 1, 2, 1, 2}, 4);
+  const StageLayout l = layout(job);
+  ASSERT_EQ(l.stages, 2);
+  // torchtitan's split: 6 layers + 1 + 1 effective over 2 stages: 4 each, less one each end.
+  EXPECT_EQ(l.layer_count, (std::vector<int64_t>{3, 3}));
+  const auto first = program(job, l, 0), last = program(job, l, 1);
+  EXPECT_EQ(count(first, Dim::kFsdp, Op::kAllGather, Phase::kFwd).calls, 1 + 3);
+  EXPECT_EQ(count(first, Dim::kFsdp, Op::kAllGather, Phase::kBwd).calls, 0);
+  EXPECT_EQ(count(last, Dim::kFsdp, Op::kReduceScatter, Phase::kBwd).calls, 3 + 1);
+  const Count sends = count(first, Dim::kPp, Op::kSend, Phase::kFwd);
+  EXPECT_EQ(sends.calls, 4);
+  EXPECT_EQ(sends.bytes, 4 * (2 * 256 * 256 * 2 / 2));
+  EXPECT_EQ(count(last, Dim::kPp, Op::kRecv, Phase::kFwd).calls, 4);
+  EXPECT_EQ(count(last, Dim::kPp, Op::kSend, Phase::kBwd).calls, 4);
+  // Only the last stage runs the loss's reductions and the finite check over the loss mesh.
+  EXPECT_EQ(count(first, Dim::kTp, Op::kAllReduce, Phase::kFwd).calls, 0);
+  EXPECT_EQ(count(last, Dim::kTp, Op::kAllReduce, Phase::kFwd).calls, 3 * 4);
+  EXPECT_EQ(count(first, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 0);
+  EXPECT_EQ(count(last, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 1);
+}
+
+TEST(StepLayout, RefusesWhatTorchtitanRefuses) {
+  Job j = small_job({2, 1, 2, 1, 2}, 4);
+  j.stages_per_rank = 2;
+  EXPECT_THROW(
+      {
+        try {
+          layout(j);
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("Single stage schedule requires exactly 1 stage per rank"), std::string::npos);
+          throw;
+        }
+      },
+      InvalidArgument);
+  j = small_job({2, 1, 1, 1, 1}, 4, "Interleaved1F1B");
+  j.stages_per_rank = 1;
+  EXPECT_THROW(layout(j), InvalidArgument);  // Multi-stage schedule requires at least 2 stages per rank
+  j = small_job({8, 1, 1, 1, 1}, 8);
+  j.stages_per_rank = 0;
+  j.schedule = "Interleaved1F1B";  // 16 stages > 6 + 2 effective layers
+  EXPECT_THROW(layout(j), InvalidArgument);
+  j = small_job({1, 1, 1, 1, 32});  // 16 heads over tp 32
+  EXPECT_THROW(layout(j), InvalidArgument);
+  j = small_job({1, 1, 1, 4, 2});
+  j.seq_len = 24;  // not a multiple of 2 x cp x tp = 16
+  EXPECT_THROW(layout(j), InvalidArgument);
+  j = small_job({1, 1, 1, 1, 1});
+  j.reshard_after_forward = "sometimes";
+  EXPECT_THROW(layout(j), InvalidArgument);
+  j = small_job({1, 1, 1, 1, 1});
+  j.seq_len = int64_t{1} << 40;
+  EXPECT_THROW(layout(j), InvalidArgument);
+  EXPECT_THROW(parse_fault("skip"), InvalidArgument);
+  EXPECT_THROW(parse_fault("drop@3"), InvalidArgument);
+  EXPECT_THROW(parse_fault("skip@99999999999999999999"), OverflowError);
+  EXPECT_THROW(check_step(small_job({1, 1, 2, 1, 2}), {.faults = {{FaultKind::kSkip, 4}}}), OutOfRange);
+  EXPECT_THROW(check_step(small_job({1, 1, 2, 1, 2}), {.faults = {{FaultKind::kWrongPeer, 1}}}), InvalidArgument);
+}
+
+TEST(StepCheck, HealthyJobsPassExactlyAndByClass) {
+  for (const auto& [p, sched, m] : std::vector<std::tuple<Parallel, std::string, int64_t>>{
+           {{1, 1, 2, 1, 2}, "1F1B", 1},
+           {{2, 2, 2, 1, 2}, "1F1B", 4},
+           {{4, 1, 2, 1, 1}, "GPipe", 4},
+           {{2, 1, 2, 2, 2}, "Interleaved1F1B", 4},
+           {{3, 1, 1, 1, 2}, "1F1B", 5}}) {
+    SCOPED_TRACE(sched);
+    const Job job = small_job(p, m, sched);
+    const Report byclass = check_step(job, {});
+    EXPECT_TRUE(byclass.ok) << byclass.diagnosis;
+    EXPECT_EQ(byclass.programs, p.pp);
+    const Report exact = check_step(job, {.all_ranks = true});
+    EXPECT_TRUE(exact.ok) << exact.diagnosis;
+    EXPECT_EQ(exact.ranks_simulated, world_size(p));
+    EXPECT_TRUE(check_step(job, {.semantics = SendSemantics::kEager}).ok);
+  }
+}
+
+// Every planted fault, at random ranks of random small jobs, ends in a diagnosis naming the
+// rank — by the class check and by simulating every rank.
+TEST(StepCheck, PlantedFaultsNameTheRank) {
+  std::mt19937_64 rng(20261127);
+  const std::vector<Parallel> shapes = {{2, 1, 2, 1, 2}, {4, 1, 2, 1, 1}, {2, 2, 1, 2, 2}, {3, 1, 2, 1, 2}};
+  int planted = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const Parallel p = shapes[trial % shapes.size()];
+    const Job job = small_job(p, 2 + trial % 3, trial % 2 ? "GPipe" : "1F1B");
+    const int64_t world = world_size(p);
+    const auto kind = static_cast<FaultKind>(trial % 4);
+    const int64_t rank = static_cast<int64_t>(rng() % static_cast<uint64_t>(world));
+    for (bool all : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "trial " << trial << " kind " << static_cast<int>(kind) << " rank " << rank
+                                      << (all ? " exact" : " by class"));
+      const Report r = check_step(job, {.faults = {{kind, rank}}, .all_ranks = all});
+      EXPECT_FALSE(r.ok);
+      EXPECT_TRUE(names(r, rank)) << r.diagnosis;
+      EXPECT_EQ(r.diagnosis.rfind("FAILED: ", 0), 0u) << r.diagnosis;
+      EXPECT_EQ(r.diagnosis.find('\n'), std::string::npos);
+      ++planted;
+    }
+  }
+  EXPECT_EQ(planted, 48);
+}
+
+// pytorch/pytorch#172668: two pipeline ranks each send before they receive; under rendezvous
+// both wait in their sends, under eager it runs.
+TEST(StepCheck, BlockingSendDeadlockFoundUnderRendezvousOnly) {
+  Job job = small_job({2, 1, 1, 1, 2}, 2);
+  job.schedule_override = read_csv(
+      "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+      "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n",
+      2, 2, true);
+  const Report r = check_step(job, {});
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.ranks, (std::vector<int64_t>{0, 2}));
+  EXPECT_NE(r.diagnosis.find("rank 0 waits in its send to rank 2"), std::string::npos) << r.diagnosis;
+  EXPECT_NE(r.diagnosis.find("rank 2 waits in its send to rank 0"), std::string::npos) << r.diagnosis;
+  EXPECT_TRUE(check_step(job, {.semantics = SendSemantics::kEager}).ok);
+  EXPECT_FALSE(check_step(job, {.all_ranks = true}).ok);
+}
+
+// Bytes per link: with one GPU per host every byte crosses hosts; with the world on one host none.
+TEST(StepBytes, LinksSplitByHost) {
+  const Job job = small_job({2, 1, 2, 1, 2}, 2);
+  const Report spread = check_step(job, {.gpus_per_host = 1});
+  ASSERT_TRUE(spread.by_link);
+  EXPECT_EQ(spread.by_link->intra_host, 0);
+  EXPECT_GT(spread.by_link->inter_host, 0);
+  const Report one = check_step(job, {.gpus_per_host = 8});
+  EXPECT_EQ(one.by_link->inter_host, 0);
+  EXPECT_EQ(one.by_link->intra_host, spread.by_link->inter_host);
+  // tp pairs (2 ranks) on 2-GPU hosts stay inside; pp pairs (ranks 4 apart) cross.
+  const Report pairs = check_step(job, {.gpus_per_host = 2});
+  EXPECT_EQ(pairs.link_by_dim.at("tp").inter_host, 0);
+  EXPECT_EQ(pairs.link_by_dim.at("pp").intra_host, 0);
+  // The tp ring of 2: each rank sends half of each all-gather's output; summed over the world.
+  int64_t tp_sent = 0;
+  for (int64_t pp = 0; pp < 2; ++pp) {
+    for (const Event& e : program(job, layout(job), pp)) {
+      if (e.dim == Dim::kTp) tp_sent += e.op == Op::kAllReduce ? e.bytes : e.bytes / 2;
+    }
+  }
+  EXPECT_EQ(pairs.link_by_dim.at("tp").intra_host, tp_sent * 4);  // 4 ranks per pp coordinate
+}
+
+}  // namespace
+}  // namespace meshsim::step
