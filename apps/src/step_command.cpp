@@ -12,6 +12,7 @@
 #include "meshsim/error.hpp"
 #include "meshsim/preset.hpp"
 #include "meshsim/schedule.hpp"
+#include "meshsim/step_job.hpp"
 #include "meshsim/step_program.hpp"
 #include "meshsim/text_file.hpp"
 
@@ -22,18 +23,6 @@ namespace {
 std::string lower_case(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-bool has_comms(const step::Schedule& s) {
-  for (const auto& r : s.ranks) {
-    for (const auto& a : r) {
-      if (a && (a->type == step::ActionType::kSendF || a->type == step::ActionType::kRecvF ||
-                a->type == step::ActionType::kSendB || a->type == step::ActionType::kRecvB)) {
-        return true;
-      }
-    }
-  }
-  return false;
 }
 
 // schedule_of builds or reads the schedule the options name, lowered.
@@ -54,26 +43,7 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches) {
     return step::lower(step::interleaved_1f1b(*o.pp, *o.stages, microbatches));
   }
   if (name.empty()) throw InvalidArgument("--schedule is required: GPipe, 1F1B, Interleaved1F1B or a CSV file");
-  const std::string text = read_text_file(o.schedule, std::size_t{16} << 20, "--schedule");
-  // A CSV holds sends and receives (compute_comms) or not (compute_only, lowered here).
-  step::Schedule probe = step::read_csv(text, 1, microbatches, true);
-  const int64_t rows = static_cast<int64_t>(probe.ranks.size());
-  if (o.pp && *o.pp != rows) {
-    throw InvalidArgument("--schedule '" + o.schedule + "' has " + std::to_string(rows) + " rows (one per pp rank) but --pp is " +
-                          std::to_string(*o.pp));
-  }
-  int64_t stages = o.stages.value_or(0);
-  if (!o.stages) {
-    for (const auto& r : probe.ranks) {
-      for (const auto& a : r) {
-        if (a) stages = std::max(stages, a->stage + 1);
-      }
-    }
-  }
-  const bool lowered = has_comms(probe);
-  step::Schedule s = step::read_csv(text, stages, microbatches, lowered);
-  if (lowered) return s;
-  return step::lower(s);
+  return step::read_schedule_file(o.schedule, o.pp, o.stages, microbatches, "--schedule '" + o.schedule + "'");
 }
 
 // print_grid prints the schedule as PyTorch's _format_pipeline_order does (a column per rank, a
@@ -139,187 +109,38 @@ std::string thousands(int64_t v) {
   return out;
 }
 
-// parse_ranks reads --ranks: "all", or comma-separated ranks and ranges A-B.
-std::vector<int64_t> parse_ranks(const std::string& text, int64_t world) {
-  std::vector<int64_t> out;
-  std::size_t at = 0;
-  auto number = [&](std::size_t& i) {
-    const std::size_t start = i;
-    int64_t v = 0;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
-      if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, text[i] - '0', &v)) {
-        throw OverflowError("--ranks " + quote_input(text) + ": a rank does not fit in 64 bits");
-      }
-      ++i;
-    }
-    if (i == start) throw InvalidArgument("--ranks " + quote_input(text) + ": expected 'all' or ranks like 0,3,8-15");
-    return v;
-  };
-  while (at < text.size()) {
-    const int64_t a = number(at);
-    int64_t b = a;
-    if (at < text.size() && text[at] == '-') b = number(++at);
-    if (b < a) throw InvalidArgument("--ranks " + quote_input(text) + ": the range " + std::to_string(a) + "-" + std::to_string(b) + " is empty");
-    if (b >= world) {
-      throw OutOfRange("--ranks " + quote_input(text) + ": rank " + std::to_string(b) + " is out of range [0, " +
-                       std::to_string(world) + ")");
-    }
-    if (b - a + static_cast<int64_t>(out.size()) > (int64_t{1} << 20)) {
-      throw ResourceExhausted("--ranks " + quote_input(text) + " names over 2^20 ranks: use --ranks all");
-    }
-    for (int64_t r = a; r <= b; ++r) out.push_back(r);
-    if (at < text.size()) {
-      if (text[at] != ',') throw InvalidArgument("--ranks " + quote_input(text) + ": expected 'all' or ranks like 0,3,8-15");
-      ++at;
-    }
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
-step::Model model_of(const std::string& name) {
-  if (name.empty()) throw InvalidArgument("--model is required with --preset: a built-in name or a .toml file");
-  const bool file = name.size() > 5 && name.substr(name.size() - 5) == ".toml";
-  return file ? step::model_from_toml(name) : step::builtin_model(name);
-}
-
-std::string members_of(const step::Parallel& p, step::Dim d, int64_t rank) {
-  const auto m = step::group_members(p, d, rank);
-  std::string s = std::string(step::dim_name(d)) + " [";
-  for (std::size_t i = 0; i < m.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(m[i]);
-  if (m.size() > 16) s += ", ... (" + std::to_string(m.size()) + " ranks)";
-  return s + "]";
-}
-
-// write_trace writes Chrome/Perfetto trace JSON: a track per rank, a slice per event in program
-// order (1 us each), args naming the group, bytes and tags.
-void write_trace(const std::string& path, const step::Job& job, const step::StageLayout& l,
-                 const std::vector<step::Fault>& faults, const std::vector<int64_t>& ranks) {
-  nlohmann::json events = nlohmann::json::array();
-  for (int64_t rank : ranks) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", rank},
-                      {"args", {{"name", "rank " + std::to_string(rank)}}}});
-    auto prog = step::program(job, l, step::pp_coordinate(job.parallel, rank));
-    for (const step::Fault& f : faults) {
-      if (f.rank == rank) step::apply_fault(job, f, prog);
-    }
-    int64_t ts = 0;
-    for (const step::Event& e : prog) {
-      nlohmann::json args{{"group", members_of(job.parallel, e.dim, rank)}, {"bytes", e.bytes},
-                          {"dtype", std::string(step::dtype_name(e.dtype))}, {"phase", std::string(step::phase_name(e.phase))},
-                          {"what", e.what}};
-      if (e.stage >= 0) args["stage"] = e.stage;
-      if (e.layer >= 0) args["layer"] = e.layer;
-      if (e.microbatch >= 0) args["microbatch"] = e.microbatch;
-      if (e.peer >= 0) {
-        args["peer"] = step::group_members(job.parallel, step::Dim::kPp, rank)[static_cast<std::size_t>(e.peer)];
-      }
-      events.push_back({{"name", std::string(step::op_name(e.op)) + " " + std::string(step::dim_name(e.dim))},
-                        {"cat", std::string(step::phase_name(e.phase))}, {"ph", "X"}, {"ts", ts++}, {"dur", 1},
-                        {"pid", 0}, {"tid", rank}, {"args", std::move(args)}});
-    }
-  }
-  nlohmann::json doc{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
-  write_file_whole(path, doc.dump() + "\n", "--trace");
-}
-
 int run_job(const Options& o, std::ostream& out) {
-  if (o.send_semantics != "rendezvous" && o.send_semantics != "eager") {
-    throw InvalidArgument("--send-semantics must be rendezvous or eager, not " + quote_input(o.send_semantics));
-  }
   if (o.format != "text" && o.format != "json") throw InvalidArgument("--format must be text or json, not " + quote_input(o.format));
   if (o.pp) throw InvalidArgument("--pp comes from --preset (its pp degree)");
-  preset::Torchtitan t = preset::torchtitan_spec(o.preset);
-  (void)preset::torchtitan_recipe(t, o.world_size);  // torchtitan's checks of the degrees
-  if (t.dp_shard == -1) t.dp_shard = *o.world_size / (t.pp * t.dp_replicate * t.cp * t.tp);
-  if (t.ep != 1) {
-    throw InvalidArgument("--preset " + quote_input(o.preset) + ": ep=" + std::to_string(t.ep) +
-                          ": expert parallelism needs an MoE model; meshsim step models torchtitan's dense llama3 so far");
-  }
-  step::Job job;
-  job.parallel = {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp};
-  job.model = model_of(o.model);
-  if (!o.seq_len) throw InvalidArgument("--seq-len is required with --preset");
-  if (!o.local_batch_size) throw InvalidArgument("--local-batch-size is required with --preset");
-  job.seq_len = *o.seq_len;
-  job.local_batch_size = *o.local_batch_size;
-  job.microbatches = o.microbatches.value_or(1);
-  job.reshard_after_forward = o.reshard_after_forward;
-  job.log_metrics = !o.no_metrics;
-  const std::string name = lower_case(o.schedule.empty() ? "1F1B" : o.schedule);
-  if (name == "gpipe" || name == "1f1b" || name == "interleaved1f1b") {
-    job.schedule = o.schedule.empty() ? "1F1B" : o.schedule;
-    if (o.stages) {
-      if (*o.stages < 1 || *o.stages % t.pp != 0) {
-        throw InvalidArgument("--stages " + std::to_string(*o.stages) + " is not a positive multiple of pp " + std::to_string(t.pp));
-      }
-      job.stages_per_rank = *o.stages / t.pp;
-    }
-  } else if (t.pp > 1) {
-    Options csv = o;
-    csv.pp = t.pp;
-    job.schedule = o.schedule;
-    job.schedule_override = schedule_of(csv, job.microbatches);
-  } else {
-    throw InvalidArgument("--schedule " + quote_input(o.schedule) + " needs pp > 1 in --preset");
-  }
-  step::Options so;
-  so.semantics = o.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous;
-  so.gpus_per_host = o.gpus_per_host;
-  so.rank = o.rank;
-  for (const auto& f : o.faults) so.faults.push_back(step::parse_fault(f));
-  const int64_t world = step::world_size(job.parallel);
-  if (o.ranks == "all") so.all_ranks = true;
-  else if (!o.ranks.empty()) so.ranks = parse_ranks(o.ranks, world);
-  const step::Report r = step::check_step(job, so);
+  step::StepSpec spec;
+  spec.preset = o.preset;
+  spec.world_size = o.world_size;
+  spec.model = o.model;
+  spec.seq_len = o.seq_len;
+  spec.local_batch_size = o.local_batch_size;
+  spec.microbatches = o.microbatches;
+  spec.schedule = o.schedule;
+  spec.stages = o.stages;
+  spec.send_semantics = o.send_semantics;
+  spec.gpus_per_host = o.gpus_per_host;
+  spec.rank = o.rank;
+  spec.ranks = o.ranks;
+  spec.faults = o.faults;
+  spec.reshard_after_forward = o.reshard_after_forward;
+  spec.log_metrics = !o.no_metrics;
+  const step::StepRun run = step::run_step(spec);
+  const step::Report& r = run.report;
+  const step::Job& job = run.job;
+  const preset::Torchtitan& t = run.degrees;
+  const int64_t world = r.world_size;
   if (!o.dump_schedule.empty() && t.pp > 1) write_file_whole(o.dump_schedule, step::write_csv(r.layout.schedule), "--dump-schedule");
-  if (!o.trace.empty()) {
-    std::vector<int64_t> traced = so.ranks;
-    if (so.all_ranks) {
-      if (world > 4096) throw ResourceExhausted("--trace with --ranks all over " + std::to_string(world) + " ranks: name at most 4096");
-      for (int64_t i = 0; i < world; ++i) traced.push_back(i);
-    }
-    if (traced.empty()) traced.push_back(o.rank);
-    write_trace(o.trace, job, r.layout, so.faults, traced);
-  }
-  const int64_t params = step::parameter_count(job.model);
-  std::vector<int64_t> layers;
-  for (int64_t c : r.layout.layer_count) layers.push_back(c);
+  if (!o.trace.empty()) write_file_whole(o.trace, step::trace_json(run, step::traced_ranks(run)).dump() + "\n", "--trace");
   if (o.format == "json") {
-    nlohmann::json by_dim = nlohmann::json::object();
-    for (const auto& [dim, ops] : r.by_dim) {
-      for (const auto& [op, total] : ops) by_dim[dim][op] = {{"calls", total.calls}, {"bytes", total.bytes}};
-    }
-    nlohmann::json j{{"ok", r.ok},
-                     {"diagnosis", r.ok ? nlohmann::json(nullptr) : nlohmann::json(r.diagnosis)},
-                     {"ranks", r.ranks},
-                     {"world_size", r.world_size},
-                     {"rank", r.rank},
-                     {"by_dim", by_dim},
-                     {"model", {{"name", job.model.name}, {"parameters", params}, {"layers", job.model.layers}}},
-                     {"parallel", {{"pp", t.pp}, {"dp_replicate", t.dp_replicate}, {"dp_shard", t.dp_shard}, {"cp", t.cp}, {"tp", t.tp}}},
-                     {"schedule", t.pp > 1 ? nlohmann::json(job.schedule) : nlohmann::json(nullptr)},
-                     {"stages", r.layout.stages},
-                     {"layers_per_stage", layers},
-                     {"microbatches", t.pp > 1 ? job.microbatches : 1},
-                     {"send_semantics", o.send_semantics},
-                     {"events", r.program.size()},
-                     {"programs", r.programs},
-                     {"groups_checked", r.groups_checked},
-                     {"ranks_simulated", r.ranks_simulated}};
-    if (r.by_link) {
-      j["by_link"] = {{"intra_host", r.by_link->intra_host}, {"inter_host", r.by_link->inter_host}};
-      j["gpus_per_host"] = *o.gpus_per_host;
-      nlohmann::json per = nlohmann::json::object();
-      for (const auto& [dim, l] : r.link_by_dim) per[dim] = {{"intra_host", l.intra_host}, {"inter_host", l.inter_host}};
-      j["link_by_dim"] = per;
-    } else {
-      j["by_link"] = nullptr;
-    }
-    out << j.dump() << "\n";
+    out << step::step_json(run).dump() << "\n";
     return r.ok ? 0 : 1;
   }
+  const int64_t params = step::parameter_count(job.model);
+  const std::vector<int64_t>& layers = r.layout.layer_count;
   out << "step: torchtitan pp=" << t.pp << " dp_replicate=" << t.dp_replicate << " dp_shard=" << t.dp_shard
       << " cp=" << t.cp << " tp=" << t.tp << " (" << thousands(world) << " ranks); " << job.model.name << " ("
       << thousands(params) << " parameters), seq " << job.seq_len << ", local batch " << job.local_batch_size << "\n";

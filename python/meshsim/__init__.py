@@ -352,6 +352,28 @@ def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threade
     return report
 
 
+def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedule=None, stages=None,
+         send_semantics="rendezvous", gpus_per_host=None, rank=0, ranks=None, faults=(),
+         reshard_after_forward="default", log_metrics=True, world_size=None, trace=False):
+    """`meshsim step --preset ... --format json` in this process: every rank's program of one
+    torchtitan training step, checked (every group's members agree; the step progresses under
+    rendezvous or eager sends) and counted per dim and per link. `preset` is "torchtitan:pp=4,..."
+    or "torchtitan:FILE.toml"; `model` a built-in name ("llama3-8b") or a .toml path; `schedule`
+    "GPipe", "1F1B" (default), "Interleaved1F1B" or a CSV path; `ranks` "all", a "0,3,8-15" string
+    or a list of ranks (simulated exactly); `faults` like ["skip@5", "wrong-peer@3"]. Returns the
+    report as a dict ("ok", "diagnosis", "world_size", "rank", "by_dim", "by_link", ...; with
+    trace=True also "trace", Chrome/Perfetto trace JSON of the traced ranks); bad input raises."""
+    if ranks is not None and not isinstance(ranks, str):
+        ranks = ",".join(str(_int(r, "ranks")) for r in ranks)
+    opt = lambda v, what: None if v is None else _int(v, what)  # noqa: E731
+    return _meshsim.step(str(preset), _os.fspath(model), opt(seq_len, "seq_len"),
+                         opt(local_batch_size, "local_batch_size"), opt(microbatches, "microbatches"),
+                         _os.fspath(schedule) if schedule is not None else "", opt(stages, "stages"),
+                         str(send_semantics), opt(gpus_per_host, "gpus_per_host"), _int(rank, "rank"),
+                         ranks or "", _listed(faults, "faults"), str(reshard_after_forward), bool(log_metrics),
+                         opt(world_size, "world_size"), bool(trace))
+
+
 def _convention(name):
     """The convention's name: "torch" or "cute" (anything else is refused, as the query refuses it)."""
     if name is None:

@@ -24,6 +24,7 @@
 #include "meshsim/query.hpp"
 #include "meshsim/recipe.hpp"
 #include "meshsim/run.hpp"
+#include "meshsim/step_job.hpp"
 
 namespace py = pybind11;
 using meshsim::DeviceMesh;
@@ -686,6 +687,38 @@ PYBIND11_MODULE(_meshsim, m) {
     if (max_elements) o.max_elements = *max_elements;
     o.format = "json";
     return run_job(o);
+  });
+  // step is `meshsim step --preset ... --format json` in this process: the report as Python
+  // values (with the Perfetto trace of the traced ranks under "trace" when asked).
+  m.def("step", [](const std::string& preset, const std::string& model, std::optional<int64_t> seq_len,
+                   std::optional<int64_t> local_batch_size, std::optional<int64_t> microbatches, const std::string& schedule,
+                   std::optional<int64_t> stages, const std::string& send_semantics, std::optional<int64_t> gpus_per_host,
+                   int64_t rank, const std::string& ranks, std::vector<std::string> faults,
+                   const std::string& reshard_after_forward, bool log_metrics, std::optional<int64_t> world_size, bool trace) {
+    meshsim::step::StepSpec spec;
+    spec.preset = preset;
+    spec.model = model;
+    spec.seq_len = seq_len;
+    spec.local_batch_size = local_batch_size;
+    spec.microbatches = microbatches;
+    spec.schedule = schedule;
+    spec.stages = stages;
+    spec.send_semantics = send_semantics;
+    spec.gpus_per_host = gpus_per_host;
+    spec.rank = rank;
+    spec.ranks = ranks;
+    spec.faults = std::move(faults);
+    spec.reshard_after_forward = reshard_after_forward;
+    spec.log_metrics = log_metrics;
+    spec.world_size = world_size;
+    nlohmann::json j;
+    {
+      py::gil_scoped_release unlocked;
+      const meshsim::step::StepRun run = meshsim::step::run_step(spec);
+      j = meshsim::step::step_json(run);
+      if (trace) j["trace"] = meshsim::step::trace_json(run, meshsim::step::traced_ranks(run));
+    }
+    return py_of_json(j);
   });
   // run_flags is `meshsim run FLAGS... --format json`: the flags as the tool reads them (the one
   // use of the tool's flag reader, meshsim_flags).

@@ -646,3 +646,38 @@ def test_flattening_one_name_again_and_again_does_not_grow_the_plan():
         mesh["tp"].flatten("tp")
     steps = [s["op"] for s in mesh.creation_plan()["steps"]]
     assert steps == ["init_device_mesh", "flatten"]
+
+
+def test_step_checks_a_torchtitan_step_as_the_tool_does(tmp_path):
+    job = dict(seq_len=8192, local_batch_size=8, microbatches=8, gpus_per_host=8)
+    report = meshsim.step("torchtitan:pp=4,dp_shard=8,tp=2", "llama3-8b", **job)
+    assert report["ok"] and report["diagnosis"] is None
+    assert report["world_size"] == 64 and report["rank"] == 0
+    # Rank 0 (stage 0, 8 layers, 8 microbatches): 2 tp all-gathers per layer each way and the
+    # embedding's in backward, each a microbatch's activations (8 x 8192 tokens x 4096 x bf16).
+    assert report["by_dim"]["tp"]["all_gather"] == {"calls": 264, "bytes": 264 * 8 * 8192 * 4096 * 2}
+    assert set(report["by_link"]) == {"intra_host", "inter_host"}
+    tool = subprocess.run([EXE, "step", "--preset", "torchtitan:pp=4,dp_shard=8,tp=2", "--model", "llama3-8b",
+                           "--seq-len", "8192", "--local-batch-size", "8", "--microbatches", "8",
+                           "--gpus-per-host", "8", "--format", "json"], capture_output=True, text=True, timeout=60)
+    assert tool.returncode == 0
+    assert json.loads(tool.stdout) == report
+    for fault in ["skip@9", "swap@30", "wrong-group@41", "wrong-peer@12"]:
+        bad = meshsim.step("torchtitan:pp=4,dp_shard=8,tp=2", "llama3-8b", faults=[fault], **job)
+        rank = int(fault.split("@")[1])
+        assert not bad["ok"] and rank in bad["ranks"], (fault, bad["diagnosis"])
+        assert bad["diagnosis"].startswith("FAILED: ") and "rank %d" % rank in bad["diagnosis"]
+    traced = meshsim.step("torchtitan:pp=2,tp=2,dp_shard=1", "llama3-debugmodel", seq_len=256, local_batch_size=1,
+                          microbatches=2, ranks=[1, 3], trace=True)
+    assert {e["tid"] for e in traced["trace"]["traceEvents"]} == {1, 3}
+    model = tmp_path / "m.toml"
+    model.write_text("[model]\nn_layers = 6\ndim = 256\nffn_dim = 768\nn_heads = 16\nn_kv_heads = 16\nvocab_size = 2048\n")
+    a = meshsim.step("torchtitan:tp=2,dp_shard=2", model, seq_len=256, local_batch_size=2)
+    b = meshsim.step("torchtitan:tp=2,dp_shard=2", "llama3-debugmodel", seq_len=256, local_batch_size=2)
+    assert a["by_dim"] == b["by_dim"]
+    with pytest.raises(meshsim.InvalidArgument):
+        meshsim.step("torchtitan:tp=3,dp_shard=1", "llama3-8b", seq_len=8192, local_batch_size=1)
+    with pytest.raises(meshsim.ArgumentTypeError):
+        meshsim.step("torchtitan:tp=2,dp_shard=1", "llama3-8b", seq_len=8192.0, local_batch_size=1)
+    with pytest.raises(meshsim.OutOfRange):
+        meshsim.step("torchtitan:tp=2,dp_shard=1", "llama3-8b", seq_len=8192, local_batch_size=1, ranks=[5])

@@ -1,0 +1,69 @@
+// meshsim/step_job.hpp — a torchtitan job's step as users name it (the preset, the model by name
+// or file, a schedule by name or CSV file, faults and ranks as text), resolved into a Job and
+// checked, with the report as JSON: what `meshsim step --preset ...` and Python's
+// `meshsim.step(...)` both run.
+//
+//   StepSpec s{.preset = "torchtitan:pp=4,dp_shard=8,tp=2", .model = "llama3-8b",
+//              .seq_len = 8192, .local_batch_size = 8, .microbatches = 8, .gpus_per_host = 8};
+//   StepRun run = run_step(s);            // run.report.ok, run.report.diagnosis
+//   nlohmann::json j = step_json(run);     // the fields docs/step.md lists
+//
+// Thread safety: plain values; run_step reads the files the spec names.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshsim/preset.hpp"
+#include "meshsim/schedule.hpp"
+#include "meshsim/step_program.hpp"
+
+namespace meshsim::step {
+
+struct StepSpec {
+  std::string preset;                  // torchtitan:KEY=V,... or torchtitan:FILE.toml
+  std::optional<int64_t> world_size;   // for dp_shard = -1
+  std::string model;                   // a built-in name or a .toml file with a [model] table
+  std::optional<int64_t> seq_len, local_batch_size;
+  std::optional<int64_t> microbatches;  // default 1 (torchtitan's num_pp_microbatches)
+  std::string schedule;                // GPipe, 1F1B (default), Interleaved1F1B or a CSV file
+  std::optional<int64_t> stages;       // total stages (a multiple of pp)
+  std::string send_semantics = "rendezvous";  // or "eager"
+  std::optional<int64_t> gpus_per_host;
+  int64_t rank = 0;
+  std::string ranks;                   // "all", or "0,3,8-15"
+  std::vector<std::string> faults;     // KIND@RANK
+  std::string reshard_after_forward = "default";
+  bool log_metrics = true;
+};
+
+struct StepRun {
+  preset::Torchtitan degrees;  // dp_shard resolved
+  Job job;
+  Options options;
+  Report report;
+};
+
+// run_step resolves the spec (InvalidArgument / NotFound / ParseError / OutOfRange naming the
+// flag and value) and checks the step.
+StepRun run_step(const StepSpec& spec);
+// step_json is the report as docs/step.md lists it.
+nlohmann::json step_json(const StepRun& run);
+// trace_json is Chrome/Perfetto trace JSON of `ranks`' programs (at most kMaxTracedRanks).
+inline constexpr int64_t kMaxTracedRanks = 4096;
+nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks);
+// traced_ranks: --ranks (every rank for "all"), else the reported rank.
+std::vector<int64_t> traced_ranks(const StepRun& run);
+
+// read_schedule_file reads a CSV of PyTorch's form, compute_only or compute_comms (told by
+// whether it holds sends and receives), lowered; `pp` checks its rows, `stages` defaults to the
+// largest stage + 1. Errors start with `what` ("--schedule 'f.csv'").
+Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, std::optional<int64_t> stages,
+                            int64_t microbatches, const std::string& what);
+// parse_ranks reads "0,3,8-15" (ranks below `world`, at most 2^20 of them), ascending, unique.
+std::vector<int64_t> parse_ranks(const std::string& text, int64_t world);
+
+}  // namespace meshsim::step

@@ -1,0 +1,245 @@
+#include "meshsim/step_job.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "meshsim/error.hpp"
+#include "meshsim/text_file.hpp"
+
+namespace meshsim::step {
+
+namespace {
+
+std::string lower_case(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool has_comms(const Schedule& s) {
+  for (const auto& r : s.ranks) {
+    for (const auto& a : r) {
+      if (a && (a->type == ActionType::kSendF || a->type == ActionType::kRecvF || a->type == ActionType::kSendB ||
+                a->type == ActionType::kRecvB)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+Model model_of(const std::string& name) {
+  if (name.empty()) throw InvalidArgument("--model is required with --preset: a built-in name or a .toml file");
+  const bool file = name.size() > 5 && name.substr(name.size() - 5) == ".toml";
+  return file ? model_from_toml(name) : builtin_model(name);
+}
+
+std::string members_of(const Parallel& p, Dim d, int64_t rank) {
+  const auto m = group_members(p, d, rank);
+  std::string s = std::string(dim_name(d)) + " [";
+  for (std::size_t i = 0; i < m.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(m[i]);
+  if (m.size() > 16) s += ", ... (" + std::to_string(m.size()) + " ranks)";
+  return s + "]";
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_ranks(const std::string& text, int64_t world) {
+  std::vector<int64_t> out;
+  std::size_t at = 0;
+  auto number = [&](std::size_t& i) {
+    const std::size_t start = i;
+    int64_t v = 0;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+      if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, text[i] - '0', &v)) {
+        throw OverflowError("--ranks " + quote_input(text) + ": a rank does not fit in 64 bits");
+      }
+      ++i;
+    }
+    if (i == start) throw InvalidArgument("--ranks " + quote_input(text) + ": expected 'all' or ranks like 0,3,8-15");
+    return v;
+  };
+  while (at < text.size()) {
+    const int64_t a = number(at);
+    int64_t b = a;
+    if (at < text.size() && text[at] == '-') b = number(++at);
+    if (b < a) throw InvalidArgument("--ranks " + quote_input(text) + ": the range " + std::to_string(a) + "-" + std::to_string(b) + " is empty");
+    if (b >= world) {
+      throw OutOfRange("--ranks " + quote_input(text) + ": rank " + std::to_string(b) + " is out of range [0, " +
+                       std::to_string(world) + ")");
+    }
+    if (b - a + static_cast<int64_t>(out.size()) > (int64_t{1} << 20)) {
+      throw ResourceExhausted("--ranks " + quote_input(text) + " names over 2^20 ranks: use --ranks all");
+    }
+    for (int64_t r = a; r <= b; ++r) out.push_back(r);
+    if (at < text.size()) {
+      if (text[at] != ',') throw InvalidArgument("--ranks " + quote_input(text) + ": expected 'all' or ranks like 0,3,8-15");
+      ++at;
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, std::optional<int64_t> stages,
+                            int64_t microbatches, const std::string& what) {
+  const std::string text = read_text_file(path, std::size_t{16} << 20, "--schedule");
+  // A CSV holds sends and receives (compute_comms) or not (compute_only, lowered here).
+  const Schedule probe = read_csv(text, 1, microbatches, true);
+  const int64_t rows = static_cast<int64_t>(probe.ranks.size());
+  if (pp && *pp != rows) {
+    throw InvalidArgument(what + " has " + std::to_string(rows) + " rows (one per pp rank) but pp is " + std::to_string(*pp));
+  }
+  int64_t n = stages.value_or(0);
+  if (!stages) {
+    for (const auto& r : probe.ranks) {
+      for (const auto& a : r) {
+        if (a) n = std::max(n, a->stage + 1);
+      }
+    }
+  }
+  const bool lowered = has_comms(probe);
+  Schedule s = read_csv(text, n, microbatches, lowered);
+  return lowered ? s : lower(s);
+}
+
+StepRun run_step(const StepSpec& spec) {
+  if (spec.send_semantics != "rendezvous" && spec.send_semantics != "eager") {
+    throw InvalidArgument("--send-semantics must be rendezvous or eager, not " + quote_input(spec.send_semantics));
+  }
+  StepRun run;
+  preset::Torchtitan& t = run.degrees;
+  t = preset::torchtitan_spec(spec.preset);
+  (void)preset::torchtitan_recipe(t, spec.world_size);  // torchtitan's checks of the degrees
+  if (t.dp_shard == -1) t.dp_shard = *spec.world_size / (t.pp * t.dp_replicate * t.cp * t.tp);
+  if (t.ep != 1) {
+    throw InvalidArgument("--preset " + quote_input(spec.preset) + ": ep=" + std::to_string(t.ep) +
+                          ": expert parallelism needs an MoE model; meshsim step models torchtitan's dense llama3 so far");
+  }
+  Job& job = run.job;
+  job.parallel = {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp};
+  job.model = model_of(spec.model);
+  if (!spec.seq_len) throw InvalidArgument("--seq-len is required with --preset");
+  if (!spec.local_batch_size) throw InvalidArgument("--local-batch-size is required with --preset");
+  job.seq_len = *spec.seq_len;
+  job.local_batch_size = *spec.local_batch_size;
+  job.microbatches = spec.microbatches.value_or(1);
+  job.reshard_after_forward = spec.reshard_after_forward;
+  job.log_metrics = spec.log_metrics;
+  const std::string name = lower_case(spec.schedule.empty() ? "1F1B" : spec.schedule);
+  if (name == "gpipe" || name == "1f1b" || name == "interleaved1f1b") {
+    job.schedule = spec.schedule.empty() ? "1F1B" : spec.schedule;
+    if (spec.stages) {
+      if (*spec.stages < 1 || *spec.stages % t.pp != 0) {
+        throw InvalidArgument("--stages " + std::to_string(*spec.stages) + " is not a positive multiple of pp " +
+                              std::to_string(t.pp));
+      }
+      job.stages_per_rank = *spec.stages / t.pp;
+    }
+  } else if (t.pp > 1) {
+    if (job.microbatches < 1) throw InvalidArgument("--microbatches " + std::to_string(job.microbatches) + " is not >= 1");
+    job.schedule = spec.schedule;
+    job.schedule_override =
+        read_schedule_file(spec.schedule, t.pp, spec.stages, job.microbatches, "--schedule " + quote_input(spec.schedule));
+  } else {
+    throw InvalidArgument("--schedule " + quote_input(spec.schedule) + " needs pp > 1 in --preset");
+  }
+  Options& so = run.options;
+  so.semantics = spec.send_semantics == "eager" ? SendSemantics::kEager : SendSemantics::kRendezvous;
+  so.gpus_per_host = spec.gpus_per_host;
+  so.rank = spec.rank;
+  for (const auto& f : spec.faults) so.faults.push_back(parse_fault(f));
+  const int64_t world = world_size(job.parallel);
+  if (spec.ranks == "all") so.all_ranks = true;
+  else if (!spec.ranks.empty()) so.ranks = parse_ranks(spec.ranks, world);
+  run.report = check_step(job, so);
+  return run;
+}
+
+nlohmann::json step_json(const StepRun& run) {
+  const Report& r = run.report;
+  const preset::Torchtitan& t = run.degrees;
+  nlohmann::json by_dim = nlohmann::json::object();
+  for (const auto& [dim, ops] : r.by_dim) {
+    for (const auto& [op, total] : ops) by_dim[dim][op] = {{"calls", total.calls}, {"bytes", total.bytes}};
+  }
+  const bool pp = t.pp > 1;
+  nlohmann::json j{{"ok", r.ok},
+                   {"diagnosis", r.ok ? nlohmann::json(nullptr) : nlohmann::json(r.diagnosis)},
+                   {"ranks", r.ranks},
+                   {"world_size", r.world_size},
+                   {"rank", r.rank},
+                   {"by_dim", by_dim},
+                   {"model", {{"name", run.job.model.name}, {"parameters", parameter_count(run.job.model)},
+                              {"layers", run.job.model.layers}}},
+                   {"parallel", {{"pp", t.pp}, {"dp_replicate", t.dp_replicate}, {"dp_shard", t.dp_shard}, {"cp", t.cp}, {"tp", t.tp}}},
+                   {"schedule", pp ? nlohmann::json(run.job.schedule) : nlohmann::json(nullptr)},
+                   {"stages", r.layout.stages},
+                   {"layers_per_stage", r.layout.layer_count},
+                   {"microbatches", pp ? run.job.microbatches : 1},
+                   {"send_semantics", run.options.semantics == SendSemantics::kEager ? "eager" : "rendezvous"},
+                   {"events", r.program.size()},
+                   {"programs", r.programs},
+                   {"groups_checked", r.groups_checked},
+                   {"ranks_simulated", r.ranks_simulated},
+                   {"by_link", nullptr}};
+  if (r.by_link) {
+    j["by_link"] = {{"intra_host", r.by_link->intra_host}, {"inter_host", r.by_link->inter_host}};
+    j["gpus_per_host"] = *run.options.gpus_per_host;
+    nlohmann::json per = nlohmann::json::object();
+    for (const auto& [dim, l] : r.link_by_dim) per[dim] = {{"intra_host", l.intra_host}, {"inter_host", l.inter_host}};
+    j["link_by_dim"] = per;
+  }
+  return j;
+}
+
+std::vector<int64_t> traced_ranks(const StepRun& run) {
+  std::vector<int64_t> traced = run.options.ranks;
+  const int64_t world = run.report.world_size;
+  if (run.options.all_ranks) {
+    if (world > kMaxTracedRanks) {
+      throw ResourceExhausted("--trace with --ranks all over " + std::to_string(world) + " ranks: name at most " +
+                              std::to_string(kMaxTracedRanks));
+    }
+    for (int64_t i = 0; i < world; ++i) traced.push_back(i);
+  }
+  if (traced.empty()) traced.push_back(run.options.rank);
+  return traced;
+}
+
+nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks) {
+  if (static_cast<int64_t>(ranks.size()) > kMaxTracedRanks) {
+    throw ResourceExhausted("--trace of " + std::to_string(ranks.size()) + " ranks: name at most " +
+                            std::to_string(kMaxTracedRanks));
+  }
+  const Job& job = run.job;
+  nlohmann::json events = nlohmann::json::array();
+  for (int64_t rank : ranks) {
+    if (rank < 0 || rank >= run.report.world_size) {
+      throw OutOfRange("traced rank " + std::to_string(rank) + " is out of range [0, " + std::to_string(run.report.world_size) + ")");
+    }
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", rank},
+                      {"args", {{"name", "rank " + std::to_string(rank)}}}});
+    auto prog = program(job, run.report.layout, pp_coordinate(job.parallel, rank));
+    for (const Fault& f : run.options.faults) {
+      if (f.rank == rank) apply_fault(job, f, prog);
+    }
+    const auto pipeline = group_members(job.parallel, Dim::kPp, rank);
+    int64_t ts = 0;
+    for (const Event& e : prog) {
+      nlohmann::json args{{"group", members_of(job.parallel, e.dim, rank)}, {"bytes", e.bytes},
+                          {"dtype", std::string(dtype_name(e.dtype))}, {"phase", std::string(phase_name(e.phase))},
+                          {"what", e.what}};
+      if (e.stage >= 0) args["stage"] = e.stage;
+      if (e.layer >= 0) args["layer"] = e.layer;
+      if (e.microbatch >= 0) args["microbatch"] = e.microbatch;
+      if (e.peer >= 0) args["peer"] = pipeline[static_cast<std::size_t>(e.peer)];
+      events.push_back({{"name", std::string(op_name(e.op)) + " " + std::string(dim_name(e.dim))},
+                        {"cat", std::string(phase_name(e.phase))}, {"ph", "X"}, {"ts", ts++}, {"dur", 1},
+                        {"pid", 0}, {"tid", rank}, {"args", std::move(args)}});
+    }
+  }
+  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+}
+
+}  // namespace meshsim::step
