@@ -4,6 +4,8 @@
 // own simulator misses (pytorch/pytorch#172668: "both ranks are waiting for the send to finish").
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <string>
 #include <vector>
 
@@ -170,6 +172,88 @@ TEST(ScheduleCsv, WrittenAndReadBackAndHostileCellsRefused) {
   EXPECT_THROW(validate(read_csv("0B0,0F0\n1F0,1B0\n", 2, 1, false)), InvalidArgument);
   EXPECT_THROW(validate(read_csv("1F0,1B0\n0F0,0B0\n", 2, 1, false)), InvalidArgument);
   EXPECT_THROW(validate(read_csv("0F0,0B0\n1F0,1B0\n", 2, 2, false)), InvalidArgument);
+}
+
+// ZBVZeroBubble, pp=2 (stages 0 and 3 on rank 0, 1 and 2 on rank 1), 4 microbatches, worked by
+// hand from ScheduleZBVZeroBubble's rules (pytorch/pytorch 00722e648b, schedules.py).
+TEST(BuiltinSchedules, ZbvZeroBubbleByPyTorchsRules) {
+  const Schedule s = zbv_zero_bubble(2, 4);
+  EXPECT_EQ(s.style, StageStyle::kV);
+  EXPECT_EQ(s.stages, 4);
+  EXPECT_EQ(row(s, 0), (std::vector<std::string>{"0F0", "0F1", "0F2", "3F0", "3I0", "3W0", "3F1", "3I1", "3W1", "0F3", "0I0",
+                                                 "0W0", "3F2", "3I2", "3W2", "0I1", "0W1", "3F3", "3I3", "3W3", "0I2", "0W2",
+                                                 "0I3", "0W3"}));
+  EXPECT_EQ(row(s, 1), (std::vector<std::string>{"", "1F0", "2F0", "1F1", "2F1", "2I0", "2W0", "1F2", "1I0", "1W0", "2F2",
+                                                 "2I1", "2W1", "1F3", "1I1", "1W1", "2F3", "2I2", "2W2", "1I2", "2I3", "1I3",
+                                                 "1W2", "2W3", "1W3"}));
+  // Fewer microbatches than 2 pp - 1: the ones past M are left idle.
+  const Schedule few = zbv_zero_bubble(2, 2);
+  for (const auto& r : few.ranks) {
+    for (const auto& a : r) EXPECT_TRUE(!a || *a->microbatch < 2);
+  }
+  // At several sizes: PyTorch's validation holds, each rank holds stages r and 2 pp - 1 - r,
+  // and the lowered schedule progresses under both send semantics.
+  for (int64_t pp : {1, 2, 3, 4, 8}) {
+    for (int64_t m : {1, 2, 5, 8, 16}) {
+      SCOPED_TRACE(testing::Message() << "pp " << pp << " M " << m);
+      const Schedule z = zbv_zero_bubble(pp, m);
+      EXPECT_NO_THROW(validate(z));
+      for (int64_t r = 0; r < pp; ++r) {
+        for (const auto& a : z.ranks[static_cast<std::size_t>(r)]) {
+          if (a) EXPECT_TRUE(a->stage == r || a->stage == 2 * pp - 1 - r) << to_string(*a);
+        }
+      }
+      const Schedule lowered = lower(z);
+      EXPECT_TRUE(check_progress(lowered, SendSemantics::kRendezvous).ok);
+      EXPECT_TRUE(check_progress(lowered, SendSemantics::kEager).ok);
+      // Written and read back, the "v" placement is recognised.
+      EXPECT_EQ(read_csv(write_csv(lowered), 2 * pp, m, true), lowered);
+    }
+  }
+  EXPECT_THROW(schedule_by_name("ZBVZeroBubble", 2, 6, 4), InvalidArgument);
+}
+
+// LoopedBFS, pp=2, 4 stages, 2 microbatches, by ScheduleLoopedBFS's rules.
+TEST(BuiltinSchedules, LoopedBfsByPyTorchsRules) {
+  const Schedule s = looped_bfs(2, 4, 2);
+  EXPECT_EQ(row(s, 0), (std::vector<std::string>{"0F0", "0F1", "2F0", "2F1", "", "", "2B1", "2B0", "0B1", "0B0"}));
+  EXPECT_EQ(row(s, 1), (std::vector<std::string>{"", "1F0", "1F1", "3F0", "3F1", "3B1", "3B0", "1B1", "1B0"}));
+  for (int64_t pp : {2, 3, 4}) {
+    for (int64_t m : {1, 3, 8}) {
+      const Schedule lowered = lower(looped_bfs(pp, 2 * pp, m));
+      EXPECT_TRUE(check_progress(lowered, SendSemantics::kRendezvous).ok) << pp << " " << m;
+    }
+  }
+}
+
+// InterleavedZeroBubble, pp=2, 4 stages, 2 microbatches, by ScheduleInterleavedZeroBubble's rules
+// (warm-up factor 1, I and W, rank 1's first backward leaves its W for later; no bubble needed).
+TEST(BuiltinSchedules, InterleavedZeroBubbleByPyTorchsRules) {
+  const Schedule s = interleaved_zero_bubble(2, 4, 2);
+  EXPECT_EQ(row(s, 0), (std::vector<std::string>{"0F0", "0F1", "2F0", "", "2F1", "2I0", "2W0", "2I1", "2W1", "0I0", "0W0",
+                                                 "0I1", "0W1"}));
+  EXPECT_EQ(row(s, 1), (std::vector<std::string>{"", "1F0", "1F1", "3F0", "3I0", "3F1", "3I1", "3W0", "1I0", "3W1", "1I1",
+                                                 "1W0", "1W1"}));
+  // The bubble pass's promise at several sizes: a forward of stage s > 0 runs at a later step
+  // than stage s - 1's forward of its microbatch; and the schedule lowers and progresses.
+  for (int64_t pp : {2, 3, 4}) {
+    for (int64_t local : {2, 3}) {
+      for (int64_t m : {int64_t{1}, int64_t{2}, pp, 2 * pp}) {
+        SCOPED_TRACE(testing::Message() << "pp " << pp << " stages " << pp * local << " M " << m);
+        const Schedule z = interleaved_zero_bubble(pp, pp * local, m);
+        std::map<std::pair<int64_t, int64_t>, std::size_t> step_of;  // (stage, mb) -> step of its F
+        for (const auto& r : z.ranks) {
+          for (std::size_t k = 0; k < r.size(); ++k) {
+            if (r[k] && r[k]->type == ActionType::kF) step_of[{r[k]->stage, *r[k]->microbatch}] = k;
+          }
+        }
+        for (const auto& [key, k] : step_of) {
+          if (key.first > 0) EXPECT_LT(step_of.at({key.first - 1, key.second}), k);
+        }
+        EXPECT_TRUE(check_progress(lower(z), SendSemantics::kRendezvous).ok);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -149,6 +149,27 @@ TEST(StepBytes, PipelineStagesGatherOnceAndSendEachMicrobatch) {
   EXPECT_EQ(count(last, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 1);
 }
 
+// ZBVZeroBubble places stages in a "v": rank 0 holds the first and the last stage, so rank 0
+// runs the loss, and the middle rank sends to itself nothing (its two stages meet locally).
+TEST(StepBytes, ZbvPutsTheLossOnRankZero) {
+  const Job job = small_job({2, 1, 1, 1, 2}, 4, "ZBVZeroBubble");
+  const StageLayout l = layout(job);
+  ASSERT_EQ(l.stages, 4);
+  EXPECT_EQ(l.layer_count, (std::vector<int64_t>{1, 2, 2, 1}));  // 8 effective layers over 4
+  const auto first = program(job, l, 0), second = program(job, l, 1);
+  EXPECT_EQ(count(first, Dim::kTp, Op::kAllReduce, Phase::kFwd).calls, 3 * 4);
+  EXPECT_EQ(count(second, Dim::kTp, Op::kAllReduce, Phase::kFwd).calls, 0);
+  // Rank 0 sends stage 0's activations to rank 1 and stage 3's gradients back to it, and
+  // receives stage 2's activations and stage 1's gradients: 4 microbatches each.
+  EXPECT_EQ(count(first, Dim::kPp, Op::kSend, Phase::kFwd).calls, 4);
+  EXPECT_EQ(count(first, Dim::kPp, Op::kSend, Phase::kBwd).calls, 4);
+  EXPECT_EQ(count(second, Dim::kPp, Op::kSend, Phase::kFwd).calls, 4);
+  for (const Event& e : first) {
+    if (e.op == Op::kSend || e.op == Op::kRecv) EXPECT_EQ(e.peer, 1);
+  }
+  EXPECT_TRUE(check_step(job, {.all_ranks = true}).ok);
+}
+
 TEST(StepLayout, RefusesWhatTorchtitanRefuses) {
   Job j = small_job({2, 1, 2, 1, 2}, 4);
   j.stages_per_rank = 2;
@@ -169,6 +190,11 @@ TEST(StepLayout, RefusesWhatTorchtitanRefuses) {
   j.stages_per_rank = 0;
   j.schedule = "Interleaved1F1B";  // 16 stages > 6 + 2 effective layers
   EXPECT_THROW(layout(j), InvalidArgument);
+  j = small_job({2, 1, 1, 1, 1}, 4, "ZBVZeroBubble");
+  j.stages_per_rank = 3;
+  EXPECT_THROW(layout(j), InvalidArgument);  // ZBV requires exactly 2 stages per rank
+  j = small_job({2, 1, 1, 1, 1}, 4, "DualPipeV");
+  EXPECT_THROW(layout(j), InvalidArgument);  // not built: read it from a CSV
   j = small_job({1, 1, 1, 1, 32});  // 16 heads over tp 32
   EXPECT_THROW(layout(j), InvalidArgument);
   j = small_job({1, 1, 1, 4, 2});
@@ -193,7 +219,11 @@ TEST(StepCheck, HealthyJobsPassExactlyAndByClass) {
            {{2, 2, 2, 1, 2}, "1F1B", 4},
            {{4, 1, 2, 1, 1}, "GPipe", 4},
            {{2, 1, 2, 2, 2}, "Interleaved1F1B", 4},
-           {{3, 1, 1, 1, 2}, "1F1B", 5}}) {
+           {{3, 1, 1, 1, 2}, "1F1B", 5},
+           {{2, 1, 2, 1, 2}, "ZBVZeroBubble", 4},
+           {{3, 1, 1, 1, 2}, "ZBVZeroBubble", 2},
+           {{2, 1, 1, 2, 2}, "LoopedBFS", 3},
+           {{2, 2, 1, 1, 2}, "InterleavedZeroBubble", 4}}) {
     SCOPED_TRACE(sched);
     const Job job = small_job(p, m, sched);
     const Report byclass = check_step(job, {});
@@ -214,7 +244,8 @@ TEST(StepCheck, PlantedFaultsNameTheRank) {
   int planted = 0;
   for (int trial = 0; trial < 24; ++trial) {
     const Parallel p = shapes[trial % shapes.size()];
-    const Job job = small_job(p, 2 + trial % 3, trial % 2 ? "GPipe" : "1F1B");
+    const char* schedules[] = {"1F1B", "GPipe", "ZBVZeroBubble"};
+    const Job job = small_job(p, 2 + trial % 3, schedules[trial % 3]);
     const int64_t world = world_size(p);
     const auto kind = static_cast<FaultKind>(trial % 4);
     const int64_t rank = static_cast<int64_t>(rng() % static_cast<uint64_t>(world));

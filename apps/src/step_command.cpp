@@ -37,10 +37,11 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches) {
     }
     return step::lower(name == "gpipe" ? step::gpipe(*o.pp, microbatches) : step::one_f_one_b(*o.pp, microbatches));
   }
-  if (name == "interleaved1f1b") {
+  if (step::known_schedule(name)) {
     if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
-    if (!o.stages) throw InvalidArgument("--schedule " + o.schedule + " needs --stages (a multiple of --pp)");
-    return step::lower(step::interleaved_1f1b(*o.pp, *o.stages, microbatches));
+    const bool v = name == "zbvzerobubble";
+    if (!o.stages && !v) throw InvalidArgument("--schedule " + o.schedule + " needs --stages (a multiple of --pp)");
+    return step::lower(step::schedule_by_name(name, *o.pp, o.stages.value_or(2 * *o.pp), microbatches));
   }
   if (name.empty()) throw InvalidArgument("--schedule is required: GPipe, 1F1B, Interleaved1F1B or a CSV file");
   return step::read_schedule_file(o.schedule, o.pp, o.stages, microbatches, "--schedule '" + o.schedule + "'");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <map>
 #include <set>
 #include <tuple>
@@ -71,7 +72,7 @@ Schedule empty(int64_t pp, int64_t microbatches) {
 
 Action act(int64_t stage, ActionType t, int64_t mb) { return Action{stage, t, mb}; }
 
-int64_t rank_of(const Schedule& s, int64_t stage) { return stage % static_cast<int64_t>(s.ranks.size()); }
+int64_t rank_of(const Schedule& s, int64_t stage) { return stage_rank(s, stage); }
 
 // The peer of a send or receive: the action it matches and the rank that holds it.
 std::pair<Action, int64_t> peer_of(const Schedule& s, const Action& a) {
@@ -85,7 +86,145 @@ std::pair<Action, int64_t> peer_of(const Schedule& s, const Action& a) {
   }
 }
 
+std::string lower_name(std::string_view n) {
+  std::string r(n);
+  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+void check_multi(std::string_view name, int64_t pp, int64_t stages, int64_t microbatches) {
+  check_sizes(pp, microbatches);
+  if (stages < pp || stages % pp != 0 || stages > kMaxStages) {
+    throw InvalidArgument(std::string(name) + ": " + std::to_string(stages) + " stages over " + std::to_string(pp) +
+                          " ranks: the stages must be a multiple of the ranks (and at most " + std::to_string(kMaxStages) + ")");
+  }
+  if ((stages / pp) * microbatches * pp * 4 > kMaxActions) {
+    throw ResourceExhausted("a " + std::string(name) + " schedule of " + std::to_string(stages) + " stages and " +
+                            std::to_string(microbatches) + " microbatches holds more than " + std::to_string(kMaxActions) +
+                            " actions");
+  }
+}
+
+// rank_ops_1f1b is PyTorch's _get_1f1b_rank_ops re-derived: r idle steps, the warm-up forwards,
+// idle steps until the first backward can arrive (pp - r - 1 with zero bubble), then a forward
+// and a backward (I with zero bubble, and a W once past the rank's first `deferred` backwards)
+// per step, then the cool-down backwards (each after an idle step without zero bubble), then the
+// W left over.
+template <class Fwd, class Bwd>
+std::vector<std::optional<Action>> rank_ops_1f1b(int64_t local, int64_t pp, int64_t warmup, int64_t fwd_bwd, int64_t cooldown,
+                                                 int64_t r, Fwd forward_stage, Bwd backward_stage, int64_t deferred,
+                                                 bool zero_bubble) {
+  std::map<int64_t, int64_t> next_f, next_b, next_w;
+  std::vector<std::optional<Action>> l(static_cast<std::size_t>(r));
+  int64_t post_warmup = (local * pp + 2 * (pp - 1 - r)) - (warmup + r);
+  if (zero_bubble) post_warmup = pp - r - 1;
+  const int64_t total = warmup + fwd_bwd + cooldown;
+  const ActionType backward = zero_bubble ? ActionType::kI : ActionType::kB;
+  std::vector<int64_t> backward_ops;
+  std::size_t weights = 0;
+  auto weight = [&] {
+    const int64_t st = backward_stage(backward_ops[weights++]);
+    l.push_back(act(st, ActionType::kW, next_w[st]++));
+  };
+  for (int64_t op = 0; op < total; ++op) {
+    if (op < warmup) {
+      const int64_t st = forward_stage(op);
+      l.push_back(act(st, ActionType::kF, next_f[st]++));
+      if (op == warmup - 1) l.resize(l.size() + static_cast<std::size_t>(std::max<int64_t>(0, post_warmup)));
+      continue;
+    }
+    if (op < warmup + fwd_bwd) {
+      const int64_t st = forward_stage(op);
+      l.push_back(act(st, ActionType::kF, next_f[st]++));
+    } else if (!zero_bubble) {
+      l.emplace_back();  // cool-down: keep step with the others' 1F1B
+    }
+    const int64_t st = backward_stage(op);
+    l.push_back(act(st, backward, next_b[st]++));
+    backward_ops.push_back(op);
+    if (zero_bubble && op - warmup >= deferred) weight();
+  }
+  while (zero_bubble && weights < backward_ops.size()) weight();
+  return l;
+}
+
+// add_bubbles is PyTorch's _add_bubbles_to_actions: all ranks step together; a rank whose next
+// forward's previous stage has not run that microbatch in an earlier step (or whose next full
+// backward's later stage has not) idles this step instead.
+Schedule add_bubbles(const Schedule& in) {
+  Schedule out = in;
+  const std::size_t pp = in.ranks.size();
+  for (auto& l : out.ranks) l.clear();
+  std::set<std::tuple<int64_t, ActionType, int64_t>> seen;
+  std::vector<std::size_t> next(pp, 0);
+  auto need_bubble = [&](const Action& a) {
+    const int64_t mb = a.microbatch.value_or(0);
+    if (a.type == ActionType::kF) return a.stage != 0 && !seen.count({a.stage - 1, ActionType::kF, mb});
+    if (a.type == ActionType::kB) {
+      if (a.stage == in.stages - 1) return !seen.count({a.stage, ActionType::kF, mb});
+      return !seen.count({a.stage + 1, ActionType::kB, mb});
+    }
+    return false;
+  };
+  while (true) {
+    bool stop = true;
+    std::vector<std::tuple<int64_t, ActionType, int64_t>> now;
+    for (std::size_t r = 0; r < pp; ++r) {
+      const auto& l = in.ranks[r];
+      if (next[r] >= l.size()) continue;
+      stop = false;
+      const auto& a = l[next[r]];
+      if (a && need_bubble(*a)) {
+        out.ranks[r].emplace_back();
+        continue;
+      }
+      out.ranks[r].push_back(a);
+      if (a && a->microbatch) now.emplace_back(a->stage, a->type, *a->microbatch);
+      ++next[r];
+    }
+    seen.insert(now.begin(), now.end());
+    if (stop) break;
+    if (static_cast<int64_t>(out.ranks[0].size()) > kMaxActions) throw Internal("add_bubbles: the schedule does not settle");
+  }
+  return out;
+}
+
+// interleaved builds Interleaved1F1B (zero_bubble false: warm-up factor 2, full backwards) or
+// the interleaved zero-bubble schedule (factor 1, I and W, the first r backwards' W deferred).
+Schedule interleaved(int64_t pp, int64_t stages, int64_t microbatches, bool zero_bubble) {
+  const std::string name = zero_bubble ? "InterleavedZeroBubble" : "Interleaved1F1B";
+  check_multi(name, pp, stages, microbatches);
+  const int64_t local = stages / pp;
+  const int64_t rounds = std::max<int64_t>(1, microbatches / pp);
+  const int64_t per_round = microbatches / rounds;
+  if (microbatches % rounds != 0) {
+    throw InvalidArgument(std::string(zero_bubble ? "Zero bubble" : "Interleaved 1F1B") +
+                          " requires the number of microbatches to be a multiple of the number of rounds (" +
+                          std::to_string(rounds) + "), but got " + std::to_string(microbatches) + ".");
+  }
+  Schedule s = empty(pp, microbatches);
+  s.stages = stages;
+  const int64_t factor = zero_bubble ? 1 : 2;
+  for (int64_t r = 0; r < pp; ++r) {
+    const int64_t warmup = std::min((local - 1) * per_round + factor * (pp - 1 - r), microbatches * local);
+    const int64_t ops = local * microbatches;
+    const int64_t fwd_bwd = ops - warmup;
+    const int64_t cooldown = ops - fwd_bwd;
+    auto forward_stage = [&](int64_t step) { return ((step / per_round) % local) * pp + r; };
+    auto backward_stage = [&](int64_t step) { return (local - 1 - ((step - warmup) / per_round) % local) * pp + r; };
+    s.ranks[static_cast<std::size_t>(r)] =
+        rank_ops_1f1b(local, pp, warmup, fwd_bwd, cooldown, r, forward_stage, backward_stage, zero_bubble ? r : 0, zero_bubble);
+  }
+  return s;
+}
+
 }  // namespace
+
+int64_t stage_rank(const Schedule& s, int64_t stage) {
+  const auto pp = static_cast<int64_t>(s.ranks.size());
+  if (s.style == StageStyle::kV) return stage < pp ? stage : 2 * pp - 1 - stage;
+  return stage % pp;
+}
 
 std::string_view type_name(ActionType t) {
   for (const TypeName& n : kTypes) {
@@ -163,49 +302,109 @@ Schedule one_f_one_b(int64_t pp, int64_t microbatches) {
 }
 
 Schedule interleaved_1f1b(int64_t pp, int64_t stages, int64_t microbatches) {
-  check_sizes(pp, microbatches);
-  if (stages < pp || stages % pp != 0 || stages > kMaxStages) {
-    throw InvalidArgument("Interleaved1F1B: " + std::to_string(stages) + " stages over " + std::to_string(pp) +
-                          " ranks: the stages must be a multiple of the ranks (and at most " + std::to_string(kMaxStages) + ")");
-  }
-  const int64_t local = stages / pp;
-  if (local * microbatches * pp * 4 > kMaxActions) {
-    throw ResourceExhausted("an Interleaved1F1B schedule of " + std::to_string(stages) + " stages and " +
-                            std::to_string(microbatches) + " microbatches holds more than " + std::to_string(kMaxActions) + " actions");
-  }
-  const int64_t rounds = std::max<int64_t>(1, microbatches / pp);
-  const int64_t per_round = microbatches / rounds;
-  if (microbatches % rounds != 0) {
-    throw InvalidArgument("Interleaved 1F1B requires the number of microbatches to be a multiple of the number of rounds (" +
-                          std::to_string(rounds) + "), but got " + std::to_string(microbatches) + ".");
-  }
+  return interleaved(pp, stages, microbatches, false);
+}
+
+Schedule interleaved_zero_bubble(int64_t pp, int64_t stages, int64_t microbatches) {
+  return add_bubbles(interleaved(pp, stages, microbatches, true));
+}
+
+Schedule looped_bfs(int64_t pp, int64_t stages, int64_t microbatches) {
+  check_multi("LoopedBFS", pp, stages, microbatches);
   Schedule s = empty(pp, microbatches);
   s.stages = stages;
   for (int64_t r = 0; r < pp; ++r) {
     auto& l = s.ranks[static_cast<std::size_t>(r)];
-    const int64_t warmup = std::min((local - 1) * per_round + 2 * (pp - 1 - r), microbatches * local);
-    const int64_t ops = local * microbatches;
-    const int64_t fwd_bwd = ops - warmup;
-    const int64_t total = warmup + fwd_bwd + warmup;
-    const int64_t post_warmup = (local * pp + 2 * (pp - 1 - r)) - (warmup + r);
-    auto forward_stage = [&](int64_t step) { return ((step / per_round) % local) * pp + r; };
-    auto backward_stage = [&](int64_t step) { return (local - 1 - ((step - warmup) / per_round) % local) * pp + r; };
-    std::vector<int64_t> next_f(static_cast<std::size_t>(stages), 0), next_b(static_cast<std::size_t>(stages), 0);
-    l.resize(static_cast<std::size_t>(r));  // idle until the first forward reaches this rank
-    for (int64_t op = 0; op < total; ++op) {
-      if (op < warmup + fwd_bwd) {
-        const int64_t st = forward_stage(op);
-        l.push_back(act(st, ActionType::kF, next_f[static_cast<std::size_t>(st)]++));
-        if (op == warmup - 1) l.resize(l.size() + static_cast<std::size_t>(std::max<int64_t>(0, post_warmup)));
-      }
-      if (op >= warmup) {
-        if (op >= warmup + fwd_bwd) l.emplace_back();  // cooldown: keep step with the others' 1F1B
-        const int64_t st = backward_stage(op);
-        l.push_back(act(st, ActionType::kB, next_b[static_cast<std::size_t>(st)]++));
-      }
+    l.resize(static_cast<std::size_t>(r));
+    for (int64_t st = r; st < stages; st += pp) {
+      for (int64_t m = 0; m < microbatches; ++m) l.push_back(act(st, ActionType::kF, m));
+    }
+    l.resize(l.size() + static_cast<std::size_t>(2 * (pp - 1 - r)));
+    for (int64_t st = stages - pp + r; st >= 0; st -= pp) {
+      for (int64_t m = microbatches - 1; m >= 0; --m) l.push_back(act(st, ActionType::kB, m));
     }
   }
   return s;
+}
+
+Schedule zbv_zero_bubble(int64_t pp, int64_t microbatches) {
+  check_multi("ZBVZeroBubble", pp, 2 * pp, microbatches);
+  Schedule s = empty(pp, microbatches);
+  s.stages = 2 * pp;
+  s.style = pp > 1 ? StageStyle::kV : StageStyle::kLoop;  // one rank: the two placements agree
+  const int64_t n = std::max(2 * pp - 1, microbatches);
+  for (int64_t r = 0; r < pp; ++r) {
+    auto& l = s.ranks[static_cast<std::size_t>(r)];
+    l.resize(static_cast<std::size_t>(r));
+    const int64_t c0 = r, c1 = 2 * pp - 1 - r;
+    int64_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    auto put = [&](int64_t st, ActionType t, int64_t mb) { l.push_back(act(st, t, mb)); };
+    for (int64_t k = 0; k < 2 * (pp - r) - 1; ++k) put(c0, ActionType::kF, f0++);
+    for (int64_t k = 0; k < r; ++k) {
+      put(c1, ActionType::kF, f1++);
+      put(c0, ActionType::kF, f0++);
+    }
+    for (int64_t k = 0; k < pp - r; ++k) {
+      put(c1, ActionType::kF, f1++);
+      put(c1, ActionType::kI, b1);
+      put(c1, ActionType::kW, b1++);
+    }
+    while (f1 < f0 || f0 < n) {
+      if (f0 < n) put(c0, ActionType::kF, f0++);
+      put(c0, ActionType::kI, b0);
+      put(c0, ActionType::kW, b0++);
+      put(c1, ActionType::kF, f1++);
+      put(c1, ActionType::kI, b1);
+      put(c1, ActionType::kW, b1++);
+    }
+    int64_t w0 = b0, w1 = b1;
+    for (int64_t k = 0; k < r; ++k) {
+      put(c0, ActionType::kI, b0++);
+      put(c1, ActionType::kI, b1++);
+    }
+    for (int64_t k = 0; k < pp - r; ++k) {
+      put(c0, ActionType::kI, b0++);
+      put(c0, ActionType::kW, w0++);
+    }
+    while (w1 < b1) put(c1, ActionType::kW, w1++);
+    while (w0 < b0) put(c0, ActionType::kW, w0++);
+    if (w0 != f0 || b0 != f0 || w1 != f1 || b1 != f1) throw Internal("zbv_zero_bubble: the counts do not close");
+    // The microbatches past M (run to fill the pipeline) are idle.
+    for (auto& a : l) {
+      if (a && a->microbatch && *a->microbatch >= microbatches) a.reset();
+    }
+  }
+  return s;
+}
+
+bool is_single_stage(std::string_view name) {
+  const std::string n = lower_name(name);
+  return n == "gpipe" || n == "1f1b";
+}
+
+bool known_schedule(std::string_view name) {
+  const std::string n = lower_name(name);
+  return is_single_stage(n) || n == "interleaved1f1b" || n == "loopedbfs" || n == "interleavedzerobubble" ||
+         n == "zbvzerobubble";
+}
+
+Schedule schedule_by_name(std::string_view name, int64_t pp, int64_t stages, int64_t microbatches) {
+  const std::string n = lower_name(name);
+  if (n == "gpipe") return gpipe(pp, microbatches);
+  if (n == "1f1b") return one_f_one_b(pp, microbatches);
+  if (n == "interleaved1f1b") return interleaved_1f1b(pp, stages, microbatches);
+  if (n == "loopedbfs") return looped_bfs(pp, stages, microbatches);
+  if (n == "interleavedzerobubble") return interleaved_zero_bubble(pp, stages, microbatches);
+  if (n == "zbvzerobubble") {
+    if (stages != 2 * pp) {
+      throw InvalidArgument("ZBV requires exactly 2 stages per rank, but got " + std::to_string(stages) + " stages over " +
+                            std::to_string(pp) + " ranks.");
+    }
+    return zbv_zero_bubble(pp, microbatches);
+  }
+  throw NotFound("schedule " + quote_input(name) +
+                 " is not one meshsim builds (GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
+                 "ZBVZeroBubble); give DualPipeV or another as a CSV file");
 }
 
 void validate(const Schedule& s) {
@@ -364,6 +563,23 @@ Schedule read_csv(std::string_view text, int64_t stages, int64_t microbatches, b
     }
   }
   if (s.ranks.empty()) throw InvalidArgument("a schedule CSV has no rows (one per pp rank)");
+  // Two stages per rank whose rows hold stages r and 2 pp - 1 - r (and not r and r + pp) are
+  // PyTorch's "v" placement (ZBVZeroBubble, DualPipeV).
+  const auto pp = static_cast<int64_t>(s.ranks.size());
+  if (pp > 1 && s.stages == 2 * pp) {
+    auto fits = [&](StageStyle style) {
+      Schedule probe;
+      probe.ranks.resize(s.ranks.size());
+      probe.style = style;
+      for (int64_t r = 0; r < pp; ++r) {
+        for (const auto& a : s.ranks[static_cast<std::size_t>(r)]) {
+          if (a && stage_rank(probe, a->stage) != r) return false;
+        }
+      }
+      return true;
+    };
+    if (!fits(StageStyle::kLoop) && fits(StageStyle::kV)) s.style = StageStyle::kV;
+  }
   return s;
 }
 

@@ -127,7 +127,7 @@ StepRun run_step(const StepSpec& spec) {
   job.reshard_after_forward = spec.reshard_after_forward;
   job.log_metrics = spec.log_metrics;
   const std::string name = lower_case(spec.schedule.empty() ? "1F1B" : spec.schedule);
-  if (name == "gpipe" || name == "1f1b" || name == "interleaved1f1b") {
+  if (known_schedule(name)) {
     job.schedule = spec.schedule.empty() ? "1F1B" : spec.schedule;
     if (spec.stages) {
       if (*spec.stages < 1 || *spec.stages % t.pp != 0) {

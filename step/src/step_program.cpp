@@ -109,11 +109,6 @@ std::vector<Model> builtins() {
 
 // ---- the stage layout -----------------------------------------------------------------------
 
-bool single_stage(const std::string& schedule) {
-  const std::string s = lower_case(schedule);
-  return s == "gpipe" || s == "1f1b";
-}
-
 // split_layers is torchtitan's _generate_llm_fqn_per_model_part: the embeddings and the output
 // count as input_weight and output_weight layers; stages take the effective layers evenly, the
 // first ones one more.
@@ -402,7 +397,7 @@ class Builder {
           e.phase = fwd ? Phase::kFwd : Phase::kBwd;
           e.stage = stage_;
           e.microbatch = microbatch_;
-          e.peer = ((peer_stage % job_.parallel.pp) + job_.parallel.pp) % job_.parallel.pp;
+          e.peer = stage_rank(layout_.schedule, peer_stage);
           e.what = fwd ? "activation" : "gradient";
           out_.push_back(e);
           break;
@@ -1096,7 +1091,12 @@ StageLayout layout(const Job& job) {
     l.stages_per_rank = s.stages / p.pp;
     l.schedule = s.lowered ? s : lower(s);
   } else {
-    const bool single = single_stage(job.schedule);
+    if (!known_schedule(job.schedule)) {
+      throw InvalidArgument("--schedule " + quote_input(job.schedule) +
+                            ": meshsim step builds GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble and "
+                            "ZBVZeroBubble (or reads a CSV)");
+    }
+    const bool single = is_single_stage(job.schedule);
     int64_t per = job.stages_per_rank ? job.stages_per_rank : (single ? 1 : 2);
     if (single && per != 1) {
       throw InvalidArgument("Single stage schedule requires exactly 1 stage per rank, but got " + std::to_string(per) +
@@ -1109,14 +1109,7 @@ StageLayout layout(const Job& job) {
     l.stages_per_rank = per;
     l.stages = mul(per, p.pp, "the stages");
     if (l.stages > kMaxStages) throw InvalidArgument("the pipeline's " + std::to_string(l.stages) + " stages are over " + std::to_string(kMaxStages));
-    const std::string name = lower_case(job.schedule);
-    if (name == "gpipe") l.schedule = lower(gpipe(p.pp, job.microbatches));
-    else if (name == "1f1b") l.schedule = lower(one_f_one_b(p.pp, job.microbatches));
-    else if (name == "interleaved1f1b") l.schedule = lower(interleaved_1f1b(p.pp, l.stages, job.microbatches));
-    else {
-      throw InvalidArgument("--schedule " + quote_input(job.schedule) +
-                            ": meshsim step builds GPipe, 1F1B and Interleaved1F1B (or reads a CSV)");
-    }
+    l.schedule = lower(schedule_by_name(job.schedule, p.pp, l.stages, job.microbatches));
   }
   split_layers(l, m.layers, job.first_stage_less_layers, job.last_stage_less_layers);
   return l;

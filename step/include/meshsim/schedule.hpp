@@ -53,6 +53,11 @@ std::string to_string(const Action& a);
 // text and the rule it broke, OutOfRange past the bounds above.
 Action parse_action(std::string_view text);
 
+// StageStyle places stages on ranks as PyTorch's generate_stage_to_rank_mapping does: kLoop puts
+// stage s on rank s mod pp; kV (ZBVZeroBubble, DualPipeV: two stages per rank) puts stages r and
+// 2 pp - 1 - r on rank r.
+enum class StageStyle { kLoop, kV };
+
 // Schedule is one action list per pp rank (nullopt: idle), over `stages` stages of
 // `microbatches` microbatches; `lowered` once it holds its sends and receives.
 struct Schedule {
@@ -60,8 +65,12 @@ struct Schedule {
   int64_t microbatches = 0;
   std::vector<std::vector<std::optional<Action>>> ranks;
   bool lowered = false;
+  StageStyle style = StageStyle::kLoop;
   friend bool operator==(const Schedule&, const Schedule&) = default;
 };
+
+// stage_rank is the rank that holds `stage` under the schedule's style.
+int64_t stage_rank(const Schedule& s, int64_t stage);
 
 // The built-in schedules, compute only, one stage per rank (pp >= 1, microbatches >= 1;
 // InvalidArgument otherwise, naming the value).
@@ -74,6 +83,28 @@ Schedule one_f_one_b(int64_t pp, int64_t microbatches);
 // arrive, then a forward and a backward in turn, then an idle step and a backward in turn;
 // forwards walk the rank's stages up every M/R microbatches, backwards down.
 Schedule interleaved_1f1b(int64_t pp, int64_t stages, int64_t microbatches);
+// looped_bfs is PyTorch's ScheduleLoopedBFS: after r idle steps, every microbatch's forward of
+// the rank's first stage, then of its next, ...; 2 (pp - 1 - r) idle steps; then every
+// microbatch's full backward, last stage first and last microbatch first.
+Schedule looped_bfs(int64_t pp, int64_t stages, int64_t microbatches);
+// interleaved_zero_bubble is PyTorch's ScheduleInterleavedZeroBubble (ZB1P): Interleaved1F1B's
+// stage walk with warm-up (stages/pp - 1) x M/R + (pp - 1 - r), backward split into I and W (a
+// rank's first r backwards leave their W for later), then PyTorch's bubble pass (a forward waits
+// a step until the previous stage's forward of its microbatch has run).
+Schedule interleaved_zero_bubble(int64_t pp, int64_t stages, int64_t microbatches);
+// zbv_zero_bubble is PyTorch's ScheduleZBVZeroBubble: two stages per rank in the "v" style
+// (ranks r holds stages r and 2 pp - 1 - r), warm-up 2 (pp - r) - 1 forwards of the first chunk,
+// r pairs of (second, first) forwards, pp - r of (second-chunk F, I, W), a steady F/I/W of each
+// chunk in turn, then the cool-down; run over max(2 pp - 1, M) microbatches with the ones past M
+// left idle.
+Schedule zbv_zero_bubble(int64_t pp, int64_t microbatches);
+// schedule_by_name builds GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble or
+// ZBVZeroBubble (PyTorch's names, any case; `stages` for the multi-stage ones), compute only;
+// NotFound naming the known ones otherwise (DualPipeV is not built: read it from a CSV).
+Schedule schedule_by_name(std::string_view name, int64_t pp, int64_t stages, int64_t microbatches);
+// is_single_stage: GPipe and 1F1B (one stage per rank); known_schedule: a name schedule_by_name takes.
+bool is_single_stage(std::string_view name);
+bool known_schedule(std::string_view name);
 
 // validate checks a compute schedule as PyTorch's _validate_schedule does: every stage runs each
 // microbatch's forward once and its backward once (B, or I then W), a forward before its
