@@ -1160,6 +1160,9 @@ TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
   Result dead = run(small);
   EXPECT_EQ(dead.status, 1);
   EXPECT_NE(dead.lines.back().find("rank 0 waits in its send to rank 4"), std::string::npos) << dead.lines.back();
+  // The schedule's own grid, its stuck step marked as PyTorch marks it.
+  EXPECT_TRUE(has_line(dead, "Step 3: 0SEND_F1 1SEND_B0 <-- ERROR HERE: rank 0, rank 1 wait"));
+  EXPECT_FALSE(has_line(ok, "        Rank 0   Rank 1  "));
   EXPECT_EQ(run(small + " --send-semantics eager").status, 0);
   // A trace for chosen ranks: one track each, a slice per event with its group and bytes.
   const std::string trace = testing::TempDir() + "/meshsim_step_trace.json";

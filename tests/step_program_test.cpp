@@ -206,6 +206,25 @@ TEST(StepLayout, RefusesWhatTorchtitanRefuses) {
   j = small_job({1, 1, 1, 1, 1});
   j.seq_len = int64_t{1} << 40;
   EXPECT_THROW(layout(j), InvalidArgument);
+  j = small_job({1, 1, 1, 1, 1});
+  j.microbatches = 0;  // torchtitan: num_pp_microbatches must be greater than 0, pp or not
+  EXPECT_THROW(layout(j), InvalidArgument);
+  j = small_job({16, 1, int64_t{1} << 16, 1, 8});  // 2^23 ranks: over the bound, refused up front
+  EXPECT_THROW(layout(j), ResourceExhausted);
+  j = small_job({1, 1, 1, 1, 1});
+  j.model.layers = int64_t{1} << 20;
+  EXPECT_THROW(layout(j), InvalidArgument);
+  j = small_job({1, 1, 1, 1, 1});
+  j.local_batch_size = int64_t{1} << 32;
+  j.seq_len = int64_t{1} << 32;
+  EXPECT_THROW(check_step(j, {}), OverflowError);
+  // A lowered CSV is held to PyTorch's validation of its compute actions: a stage on the wrong
+  // rank, or a microbatch run twice, is refused before any program is built.
+  j = small_job({2, 1, 1, 1, 1}, 2);
+  j.schedule_override = read_csv("0F0,0SEND_F0,1F1\n1RECV_F0,1F0,1B0\n", 2, 2, true);
+  EXPECT_THROW(layout(j), InvalidArgument);
+  j.schedule_override = read_csv("0F0,0SEND_F0,0F0\n1RECV_F0,1F0,1B0\n", 2, 2, true);
+  EXPECT_THROW(layout(j), InvalidArgument);
   EXPECT_THROW(parse_fault("skip"), InvalidArgument);
   EXPECT_THROW(parse_fault("drop@3"), InvalidArgument);
   EXPECT_THROW(parse_fault("skip@99999999999999999999"), OverflowError);

@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
   step->add_option("--trace", sto_step.trace, "write Chrome/Perfetto trace JSON of the --ranks (or --rank) here");
   step->add_option("--reshard-after-forward", sto_step.reshard_after_forward, "FSDP's policy: default, always or never");
   step->add_flag("--no-metrics", sto_step.no_metrics, "a step that does not log (no loss metrics all-reduces)");
+  step->add_flag("--grid", sto_step.grid, "print the pipeline's step x rank grid (always when the schedule deadlocks)");
   step->add_option("--schedule", sto_step.schedule, "GPipe, 1F1B (default with --preset), Interleaved1F1B, or a CSV file of PyTorch's form");
   step->add_option("--pp", sto_step.pp, "pipeline ranks (without --preset; a CSV: its rows)");
   step->add_option("--microbatches", sto_step.microbatches, "pipeline microbatches per step (default 1 with --preset)");

@@ -187,6 +187,22 @@ int run_job(const Options& o, std::ostream& out) {
         << human(r.by_link->inter_host) << "\n";
   }
   out << "\n";
+  // The pipeline's grid (PyTorch's _format_pipeline_order) when asked, and whenever the schedule
+  // itself cannot progress (a CSV's deadlock), its stuck steps marked.
+  if (t.pp > 1) {
+    const step::Progress sp = step::check_progress(
+        r.layout.schedule, o.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous);
+    if (o.grid || !sp.ok) {
+      const auto group = step::group_members(job.parallel, step::Dim::kPp, r.rank);
+      std::string members;
+      for (std::size_t i = 0; i < group.size() && i < 16; ++i) members += (i ? ", " : "") + std::to_string(group[i]);
+      if (group.size() > 16) members += ", ...";
+      out << "schedule (every pipeline group; the columns are pp ranks, rank " << r.rank << "'s group is [" << members
+          << "]):\n";
+      print_grid(r.layout.schedule, sp, o.max_rows, out);
+      out << "\n";
+    }
+  }
   if (r.ok) {
     out << "OK: " << thousands(world) << " ranks: every group's members issue the same collectives and the step "
         << "makes progress under " << o.send_semantics << " sends (" << r.programs << " programs, " << r.groups_checked

@@ -496,8 +496,9 @@ Torchtitan torchtitan_spec(const std::string& spec) {
   return torchtitan_from_items(body);
 }
 
-std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& where) {
-  const std::string text = read_text_file(path, kMaxJobFileBytes, where);
+std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& what,
+                                         const std::string& where) {
+  const std::string text = read_text_file(path, kMaxJobFileBytes, what);
   check_key_parts(text, where);
   toml::table doc;
   try {

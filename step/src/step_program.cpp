@@ -24,6 +24,10 @@ constexpr int64_t kMaxSimulatedEvents = int64_t{1} << 30;
 // kMaxSize bounds a model's sizes and the job's (far past any model, far from overflow in the
 // products below, which are checked anyway).
 constexpr int64_t kMaxSize = int64_t{1} << 32;
+// kMaxLayers bounds a model's layers (the largest models have a few hundred) and kMaxWorld the
+// world a step is checked over (bytes per link walk every rank's groups).
+constexpr int64_t kMaxLayers = int64_t{1} << 16;
+constexpr int64_t kMaxWorld = int64_t{1} << 22;
 
 int64_t mul(int64_t a, int64_t b, const std::string& what) {
   int64_t r = 0;
@@ -239,6 +243,13 @@ class Builder {
     e.layer = layer;
     e.microbatch = microbatch_;
     e.what = what;
+    push(e);
+  }
+  void push(const Event& e) {
+    if (static_cast<int64_t>(out_.size()) >= kMaxEvents) {
+      throw ResourceExhausted("one rank's step program holds over " + std::to_string(kMaxEvents) +
+                              " events (layers x microbatches): check fewer");
+    }
     out_.push_back(e);
   }
   // emit_if skips a collective over a one-rank group (it moves nothing; PyTorch's functional
@@ -399,12 +410,9 @@ class Builder {
           e.microbatch = microbatch_;
           e.peer = stage_rank(layout_.schedule, peer_stage);
           e.what = fwd ? "activation" : "gradient";
-          out_.push_back(e);
+          push(e);
           break;
         }
-      }
-      if (static_cast<int64_t>(out_.size()) > kMaxEvents) {
-        throw ResourceExhausted("one rank's step program holds over " + std::to_string(kMaxEvents) + " events");
       }
     }
   }
@@ -418,16 +426,25 @@ class Builder {
   std::vector<Event> out_;
 };
 
-std::string members_text(const std::vector<int64_t>& m) {
-  std::string s = "[";
-  const std::size_t shown = std::min<std::size_t>(m.size(), 8);
-  for (std::size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + std::to_string(m[i]);
-  if (shown < m.size()) s += ", ... (" + std::to_string(m.size()) + " ranks)";
-  return s + "]";
+// member_at: the k-th member (0-based, rank order) of `rank`'s group on d.
+int64_t member_at(const Parallel& p, Dim d, int64_t rank, int64_t k) {
+  const auto r = radix(p);
+  auto c = coords(p, rank);
+  for (int i = 4; i >= 0; --i) {
+    if (!kAxes[static_cast<int>(d)][i]) continue;
+    c[i] = k % r[i];
+    k /= r[i];
+  }
+  return rank_of(p, c);
 }
 
+// group_text: "tp group [16, 17]", the first 8 members of a larger group then its size.
 std::string group_text(const Parallel& p, Dim d, int64_t rank) {
-  return std::string(dim_name(d)) + " group " + members_text(group_members(p, d, rank));
+  const int64_t n = dim_size(p, d);
+  std::string s = std::string(dim_name(d)) + " group [";
+  for (int64_t k = 0; k < std::min<int64_t>(n, 8); ++k) s += (k ? ", " : "") + std::to_string(member_at(p, d, rank, k));
+  if (n > 8) s += ", ... (" + std::to_string(n) + " ranks)";
+  return s + "]";
 }
 
 bool same_collective(const Event& a, const Event& b) {
@@ -472,17 +489,36 @@ class Checker {
     const int64_t lead = leader(p_, d, rank);
     if (!checked_.insert({static_cast<int>(d), lead}).second) return true;
     ++r.groups_checked;
-    const auto members = group_members(p_, d, lead);
-    std::map<int64_t, int64_t> classes;  // class -> first member
-    for (int64_t m : members) classes.emplace(class_of(m), m);
-    if (classes.size() < 2) return true;
-    // The reference: the first member that is not faulted (else the first member).
-    int64_t ref = members.front();
-    for (int64_t m : members) {
-      if (!faulted_.count(m)) {
-        ref = m;
-        break;
+    // The members' classes without listing the members (a group may hold millions): a non-pp
+    // group shares one pp coordinate, so its classes are that coordinate's and its faulted
+    // members'; a pp group has one member per pp coordinate.
+    std::map<int64_t, int64_t> classes;  // class -> its lowest member
+    std::set<int64_t> faulted_here;
+    for (const auto& [f, _] : faulted_) {
+      if (leader(p_, d, f) == lead) faulted_here.insert(f);
+    }
+    if (d == Dim::kPp) {
+      for (int64_t pp = 0; pp < p_.pp; ++pp) {
+        const int64_t m = with_pp(p_, lead, pp);
+        classes.emplace(class_of(m), m);
       }
+    } else {
+      for (int64_t f : faulted_here) classes.emplace(class_of(f), f);
+      // The lowest member that is not faulted, if any: walk the group in order past the faulted.
+      if (static_cast<int64_t>(faulted_here.size()) < dim_size(p_, d)) {
+        int64_t m = lead;
+        for (std::size_t k = 0; faulted_here.count(m); ++k) m = nth_member(d, lead, static_cast<int64_t>(k) + 1);
+        classes.emplace(class_of(m), m);
+      }
+    }
+    if (classes.size() < 2) return true;
+    // The reference: the lowest member that is not faulted (else the lowest member).
+    int64_t ref = -1;
+    for (const auto& [cls, m] : classes) {
+      if (!faulted_.count(m) && (ref < 0 || m < ref)) ref = m;
+    }
+    if (ref < 0) {
+      for (const auto& [cls, m] : classes) ref = ref < 0 ? m : std::min(ref, m);
     }
     const auto ref_events = projection(program_of(ref), d);
     for (const auto& [cls, m] : classes) {
@@ -514,6 +550,8 @@ class Checker {
     }
     return true;
   }
+
+  int64_t nth_member(Dim d, int64_t lead, int64_t k) const { return member_at(p_, d, lead, k); }
 
   static std::vector<const Event*> projection(const std::vector<Event>& prog, Dim d) {
     std::vector<const Event*> out;
@@ -572,6 +610,11 @@ class Checker {
       for (const auto& [rank, _] : faulted_) add_pipeline(rank);
       for (int64_t rank : o_.ranks) add_pipeline(rank);
       set.assign(s.begin(), s.end());
+      if (mul(static_cast<int64_t>(set.size()), static_cast<int64_t>(longest()), "the simulation's events") >
+          kMaxSimulatedEvents) {
+        throw ResourceExhausted("simulating the pipelines of " + std::to_string(set.size()) + " ranks steps through over " +
+                                std::to_string(kMaxSimulatedEvents) + " events: name fewer --ranks");
+      }
     }
     r.ranks_simulated = static_cast<int64_t>(set.size());
     const std::size_t n = set.size();
@@ -588,11 +631,16 @@ class Checker {
     std::deque<std::size_t> ready;
     for (std::size_t i = 0; i < n; ++i) ready.push_back(i);
     auto head = [&](std::size_t i) -> const Event* { return pc[i] < prog[i]->size() ? &(*prog[i])[pc[i]] : nullptr; };
+    // The members of a group in the simulated set: all of it when every rank runs, else those
+    // of the set on it (the set is a few pipeline groups), counted once per group.
+    std::map<std::pair<int, int64_t>, int64_t> expected_cache;
     auto expected_members = [&](Dim d, int64_t lead) {
       if (o_.all_ranks) return dim_size(p_, d);
-      int64_t c = 0;
-      for (int64_t m : group_members(p_, d, lead)) c += index.count(m) ? 1 : 0;
-      return c;
+      auto [it, fresh] = expected_cache.try_emplace({static_cast<int>(d), lead}, 0);
+      if (fresh) {
+        for (int64_t m : set) it->second += leader(p_, d, m) == lead ? 1 : 0;
+      }
+      return it->second;
     };
     auto peer_index = [&](std::size_t i, const Event& e) -> std::optional<std::size_t> {
       const auto it = index.find(with_pp(p_, set[i], e.peer));
@@ -696,9 +744,11 @@ class Checker {
     auto waits_for = [&](std::size_t i) -> std::optional<std::size_t> {
       const Event& e = *head(i);
       if (is_p2p(e.op)) return peer_index(i, e);
-      for (int64_t m : group_members(p_, e.dim, set[i])) {
+      const int64_t lead = leader(p_, e.dim, set[i]);
+      for (std::size_t k = 0; k < n; ++k) {
+        const int64_t m = set[k];
+        if (k == i || leader(p_, e.dim, m) != lead) continue;
         const auto it = index.find(m);
-        if (it == index.end() || it->second == i) continue;
         const Event* h = head(it->second);
         if (!h || !arrived[it->second] || h->dim != e.dim || leader(p_, h->dim, m) != leader(p_, e.dim, set[i])) {
           return it->second;
@@ -900,7 +950,7 @@ std::vector<std::string> builtin_model_names() {
 
 Model model_from_toml(const std::string& path) {
   const std::string where = "--model " + quote_input(path);
-  const auto t = preset::read_toml_table(path, "model", where);
+  const auto t = preset::read_toml_table(path, "model", "--model", where);
   if (!t) throw InvalidArgument(where + " has no [model] table");
   Model m;
   m.name = "model";
@@ -910,7 +960,10 @@ Model model_from_toml(const std::string& path) {
       {"n_heads", &m.heads},    {"n_kv_heads", &m.kv_heads}, {"vocab_size", &m.vocab}};
   for (const auto& [k, into] : keys) {
     const auto it = t->integers.find(k);
-    if (it == t->integers.end()) throw InvalidArgument(where + ": model." + k + " is missing (an integer)");
+    if (it == t->integers.end()) {
+      const bool other = t->floats.count(k) || t->booleans.count(k) || t->strings.count(k);
+      throw InvalidArgument(where + ": model." + k + (other ? " is not an integer" : " is missing (an integer)"));
+    }
     *into = it->second;
   }
   if (auto it = t->booleans.find("enable_weight_tying"); it != t->booleans.end()) m.weight_tying = it->second;
@@ -932,6 +985,10 @@ void validate_model(const Model& m) {
     if (v < 1 || v > kMaxSize) {
       throw InvalidArgument("model " + quote_input(m.name) + ": " + k + " " + std::to_string(v) + " is out of range [1, 2^32]");
     }
+  }
+  if (m.layers > kMaxLayers) {
+    throw InvalidArgument("model " + quote_input(m.name) + ": n_layers " + std::to_string(m.layers) + " is over " +
+                          std::to_string(kMaxLayers));
   }
   if (m.dim % m.heads != 0) {
     throw InvalidArgument("model " + quote_input(m.name) + ": dim " + std::to_string(m.dim) +
@@ -1031,7 +1088,14 @@ StageLayout layout(const Job& job) {
                                                                          {"dp_shard", p.dp_shard}, {"cp", p.cp}, {"tp", p.tp}}) {
     if (v < 1) throw InvalidArgument(std::string(k) + " " + std::to_string(v) + " is not >= 1");
   }
-  (void)world_size(p);
+  if (const int64_t w = world_size(p); w > kMaxWorld) {
+    throw ResourceExhausted("a world of " + std::to_string(w) + " ranks is over the " + std::to_string(kMaxWorld) +
+                            " meshsim step checks");
+  }
+  if (job.microbatches < 1 || job.microbatches > kMaxMicrobatches) {
+    throw InvalidArgument("--microbatches " + std::to_string(job.microbatches) + " is out of range [1, " +
+                          std::to_string(kMaxMicrobatches) + "] (torchtitan: num_pp_microbatches must be greater than 0)");
+  }
   if (job.seq_len < 1 || job.seq_len > kMaxSize) {
     throw InvalidArgument("--seq-len " + std::to_string(job.seq_len) + " is out of range [1, 2^32]");
   }
@@ -1074,10 +1138,6 @@ StageLayout layout(const Job& job) {
     throw InvalidArgument("reshard_after_forward 'always' with pp > 1: FSDP's gathers between microbatches are not "
                           "modeled; use default or never");
   }
-  if (job.microbatches < 1 || job.microbatches > kMaxMicrobatches) {
-    throw InvalidArgument("--microbatches " + std::to_string(job.microbatches) + " is out of range [1, " +
-                          std::to_string(kMaxMicrobatches) + "]");
-  }
   if (job.schedule_override) {
     const Schedule& s = *job.schedule_override;
     if (static_cast<int64_t>(s.ranks.size()) != p.pp) {
@@ -1087,9 +1147,28 @@ StageLayout layout(const Job& job) {
       throw InvalidArgument("the schedule's " + std::to_string(s.stages) + " stages are not a multiple of pp " +
                             std::to_string(p.pp));
     }
+    if (s.microbatches != job.microbatches) {
+      throw InvalidArgument("the schedule runs " + std::to_string(s.microbatches) + " microbatches but --microbatches is " +
+                            std::to_string(job.microbatches));
+    }
     l.stages = s.stages;
     l.stages_per_rank = s.stages / p.pp;
-    l.schedule = s.lowered ? s : lower(s);
+    if (s.lowered) {
+      // Its compute actions must be a schedule PyTorch accepts (each stage on its rank, each
+      // microbatch's forward and backward once), whatever its sends and receives say.
+      Schedule compute = s;
+      compute.lowered = false;
+      for (auto& r : compute.ranks) {
+        std::erase_if(r, [](const std::optional<Action>& a) {
+          return a && (a->type == ActionType::kSendF || a->type == ActionType::kRecvF || a->type == ActionType::kSendB ||
+                       a->type == ActionType::kRecvB);
+        });
+      }
+      validate(compute);
+      l.schedule = s;
+    } else {
+      l.schedule = lower(s);
+    }
   } else {
     if (!known_schedule(job.schedule)) {
       throw InvalidArgument("--schedule " + quote_input(job.schedule) +

@@ -33,6 +33,7 @@ struct Options {
   std::string trace;                  // write Chrome/Perfetto trace JSON here
   std::string reshard_after_forward = "default";
   bool no_metrics = false;            // a step that does not log
+  bool grid = false;                  // print the pipeline's step x rank grid (always when it deadlocks)
   std::optional<int64_t> stages;      // Interleaved1F1B: required; a CSV: default its largest stage + 1
   std::string send_semantics = "rendezvous";  // or "eager"
   std::string dump_schedule;          // write the lowered schedule here, as CSV

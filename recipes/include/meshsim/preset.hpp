@@ -78,9 +78,10 @@ struct TomlTable {
   std::map<std::string, std::string> strings;
 };
 // read_toml_table reads `table` of a TOML file under the guards the job file has (1 MiB, 64
-// dotted parts); nullopt when the file has no such table. ParseError for a file that is not
-// TOML, InvalidArgument for a table that is not one or a key holding an array or a table;
-// messages start with `where`.
-std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& where);
+// dotted parts); nullopt when the file has no such table. A file that cannot be read names
+// `what` (the flag) and the path; ParseError for a file that is not TOML, InvalidArgument for a
+// table that is not one or a key holding an array or a table; those messages start with `where`.
+std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& what,
+                                         const std::string& where);
 
 }  // namespace meshsim::preset
