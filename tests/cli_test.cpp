@@ -1104,6 +1104,34 @@ TEST(CliStep, ABuiltInScheduleProgressesAndADeadlockingCsvIsNamed) {
   }
 }
 
+// A dim's name may be any string (PyTorch's rule), but the tool never writes the bytes a terminal
+// acts on: in text output ESC and the other C0 controls (newline and tab aside) are escaped as
+// \xHH, in errors too; JSON escapes them itself.
+TEST(Cli, ControlBytesInNamesAreEscapedInTextOutput) {
+  const std::string recipe = write_file("meshsim_control_names.json",
+      "{\"world_size\": 4, \"build\": {\"init_device_mesh\": {\"mesh_shape\": [2, 2], "
+      "\"mesh_dim_names\": [\"a\\u001b[31m\", \"b\\u0007\"]}}}");
+  Result text = run_shell(std::string(MESHSIM_EXE) + " show --recipe " + recipe + " 2>&1");
+  ASSERT_EQ(text.status, 0);
+  bool named = false;
+  for (const std::string& l : text.lines) {
+    EXPECT_EQ(l.find('\x1b'), std::string::npos) << l;
+    EXPECT_EQ(l.find('\x07'), std::string::npos) << l;
+    named = named || l.find("a\\x1b[31m") != std::string::npos;
+  }
+  EXPECT_TRUE(named);
+  Result err = run_shell(std::string(MESHSIM_EXE) + " show --mesh x=2 --slice \"$(printf 'y\\033[2J')\" 2>&1");
+  EXPECT_EQ(err.status, 2);
+  ASSERT_FALSE(err.lines.empty());
+  for (const std::string& l : err.lines) EXPECT_EQ(l.find('\x1b'), std::string::npos) << l;
+  EXPECT_NE(err.lines.front().find("'y\\x1b[2J'"), std::string::npos) << err.lines.front();
+  Result js = run("show --recipe " + recipe + " --format json");
+  ASSERT_EQ(js.status, 0);
+  std::string all;
+  for (const std::string& l : js.lines) all += l + "\n";
+  EXPECT_EQ(Json::parse(all)["mesh_dim_names"][0], "a\x1b[31m");
+}
+
 // meshsim step --preset: a torchtitan job's step on every rank. The issue's own command: the
 // table and OK; a planted fault and a deadlocking CSV each one FAILED line naming the ranks.
 TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {

@@ -31,6 +31,46 @@ namespace {
 using meshsim::cli::add_placement;
 using meshsim::cli::RecipeOptions;
 
+// TerminalSafe passes text to another stream buffer with the bytes a terminal acts on escaped:
+// C0 controls other than newline and tab, and DEL, become "\xHH". PyTorch lets a dim's name be
+// any string, so a name holding ESC [ 31 m would otherwise recolour (or retitle, or rewrite)
+// the user's terminal when `show`, `run` or `step` print it. JSON output is unchanged: it
+// escapes those bytes itself.
+class TerminalSafe : public std::streambuf {
+ public:
+  explicit TerminalSafe(std::streambuf* to) : to_(to) {}
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    const char ch = traits_type::to_char_type(c);
+    return xsputn(&ch, 1) == 1 ? c : traits_type::eof();
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    std::streamsize start = 0;
+    for (std::streamsize i = 0; i < n; ++i) {
+      const auto b = static_cast<unsigned char>(s[i]);
+      if ((b >= 0x20 && b != 0x7f) || b == '\n' || b == '\t') continue;
+      if (to_->sputn(s + start, i - start) != i - start) return start;
+      static constexpr char kHex[] = "0123456789abcdef";
+      const char esc[4] = {'\\', 'x', kHex[b >> 4], kHex[b & 15]};
+      if (to_->sputn(esc, 4) != 4) return i;
+      start = i + 1;
+    }
+    return start + to_->sputn(s + start, n - start) == n ? n : start;
+  }
+  int sync() override { return to_->pubsync(); }
+
+ private:
+  std::streambuf* to_;
+};
+
+// flushed flushes `out` (the terminal-safe stream) before a subcommand's status is returned.
+int flushed(int status, std::ostream& out) {
+  out.flush();
+  return status;
+}
+
 // guarded runs a subcommand: a meshsim::Error is printed as "meshsim NAME: Type: message" and
 // exits 2 (bad usage or input), or 1 where `job_errors` and the error is the job failing (a store
 // or peer that cannot be reached, a rank started twice: cli::job_failed); on_error runs first.
@@ -39,7 +79,10 @@ int guarded(const char* name, bool job_errors, F&& f, void (*on_error)(const mes
   try {
     return f();
   } catch (const meshsim::Error& e) {
-    std::cerr << "meshsim " << name << ": " << e.type_name() << ": " << e.what() << "\n";
+    TerminalSafe safe(std::cerr.rdbuf());
+    std::ostream err(&safe);
+    err << "meshsim " << name << ": " << e.type_name() << ": " << e.what() << "\n";
+    err.flush();
     if (on_error) on_error(e);
     return job_errors && meshsim::cli::job_failed(e) ? 1 : 2;
   } catch (const std::bad_alloc&) {
@@ -153,6 +196,8 @@ int main(int argc, char** argv) {
   }
 
   std::ios::sync_with_stdio(false);
+  TerminalSafe safe_out(std::cout.rdbuf());
+  std::ostream out(&safe_out);
   if (*query) {
     meshsim::query::RunResult r;
     if (file.empty()) {
@@ -171,11 +216,11 @@ int main(int argc, char** argv) {
   }
   if (*show) {
     show_recipe.collect(show, so.recipe);  // transformations in command-line order
-    return guarded("show", false, [&] { return meshsim::show::run(so, std::cout); });
+    return guarded("show", false, [&] { return flushed(meshsim::show::run(so, out), out); });
   }
   if (*run) {
     run_recipe.collect(run, ro.recipe);
-    return guarded("run", true, [&] { return meshsim::run::run(ro, std::cout); }, [](const meshsim::Error& e) {
+    return guarded("run", true, [&] { return flushed(meshsim::run::run(ro, out), out); }, [](const meshsim::Error& e) {
       // Under torchrun, say why in the file its agent reads (the rank is named when known).
       if (const char* f = std::getenv("TORCHELASTIC_ERROR_FILE"); f && *f) {
         const char* rank = std::getenv("RANK");
@@ -187,7 +232,7 @@ int main(int argc, char** argv) {
   if (*store) return guarded("store", false, [&] { return meshsim::store_command::run(sto, std::cout); });
   if (*launch) return guarded("launch", false, [&] { return meshsim::launch::run(lo, std::cout, std::cerr); });
   if (*rendezvous) return guarded("rendezvous", true, [&] { return meshsim::rendezvous::run(rdv, std::cout); });
-  if (*step) return guarded("step", false, [&] { return meshsim::step_command::run(sto_step, std::cout); });
+  if (*step) return guarded("step", false, [&] { return flushed(meshsim::step_command::run(sto_step, out), out); });
   if (*ops) {
     for (const auto& name : meshsim::query::ops()) std::cout << name << '\n';
   }
