@@ -1217,6 +1217,14 @@ TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
   ASSERT_EQ(a.status, 0);
   ASSERT_EQ(b.status, 0);
   EXPECT_EQ(Json::parse(a.lines.at(0))["by_dim"], Json::parse(b.lines.at(0))["by_dim"]);
+  // A deepseek_v3 MoE job: its all-to-alls over ep, its experts' gathers over efsdp.
+  Result moe = run("step --preset torchtitan:pp=2,dp_shard=8,tp=2,ep=8 --model deepseek_v3-16b --seq-len 4096 "
+                   "--local-batch-size 2 --microbatches 4 --format json");
+  ASSERT_EQ(moe.status, 0);
+  const Json mj = Json::parse(moe.lines.at(0));
+  EXPECT_EQ(mj["model"]["parameters"], 15'706'484'224);
+  EXPECT_GT(mj["by_dim"]["ep"]["all_to_all"]["calls"].get<int64_t>(), 0);
+  EXPECT_GT(mj["by_dim"]["efsdp"]["all_gather"]["calls"].get<int64_t>(), 0);
   // Bad usage: exit 2.
   for (const std::string& bad : std::vector<std::string>{
            "step --preset torchtitan:pp=4,dp_shard=8,tp=2 --model llama3-8b --seq-len 8192",  // no batch size
@@ -1228,7 +1236,8 @@ TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
            "step --preset torchtitan:tp=2 --model llama3-8b --seq-len 8 --local-batch-size 1 --fault skip@2",
            "step --preset torchtitan:tp=2 --model llama3-8b --seq-len 8 --local-batch-size 1 --ranks 0-9",
            "step --preset torchtitan:tp=2 --model llama3-8b --seq-len 8 --local-batch-size 1 --rank -1",
-           "step --model llama3-8b --schedule 1F1B --pp 2 --microbatches 2"}) {
+           "step --model llama3-8b --schedule 1F1B --pp 2 --microbatches 2",
+           "step --preset torchtitan:dp_shard=2,ep=2 --model llama3-8b --seq-len 8 --local-batch-size 1"}) {
     EXPECT_EQ(run(bad).status, 2) << bad;
   }
 }

@@ -31,6 +31,14 @@ bool names(const Report& r, int64_t rank) {
          r.diagnosis.find("rank " + std::to_string(rank)) != std::string::npos;
 }
 
+// DeepSeek's released checkpoints: V2-Lite (torchtitan's deepseek_v3 16B flavor) holds
+// 15,706,484,224 parameters; V3's main model 671,026,419,200 counting the router's
+// e_score_correction_bias (256 per MoE layer, 58 layers), which torchtitan keeps as a buffer.
+TEST(StepModel, DeepSeekCountsAreTheReleasedCheckpoints) {
+  EXPECT_EQ(parameter_count(builtin_model("deepseek_v3-16b")), 15'706'484'224);
+  EXPECT_EQ(parameter_count(builtin_model("deepseek_v3-671b")) + 58 * 256, 671'026'419'200);
+}
+
 TEST(StepModel, ParameterCountsAreMetasPublishedOnes) {
   // Meta's model cards: 8.03B, 70.6B, 405B; the exact counts of the released checkpoints.
   EXPECT_EQ(parameter_count(builtin_model("llama3-8b")), 8'030'261'248);
@@ -45,7 +53,8 @@ TEST(StepModel, ParameterCountsAreMetasPublishedOnes) {
 // The groups meshsim step counts on are the preset's: every dim's groups, over the world, equal
 // the groups of the torchtitan preset's views (dense, dataloading, loss).
 TEST(StepGroups, MatchTheTorchtitanPresetViews) {
-  for (const Parallel p : {Parallel{2, 1, 4, 1, 2}, Parallel{2, 2, 2, 2, 2}, Parallel{1, 3, 2, 2, 1}, Parallel{3, 1, 1, 2, 4}}) {
+  for (const Parallel p : {Parallel{2, 1, 4, 1, 2, 1}, Parallel{2, 2, 2, 2, 2, 4}, Parallel{1, 3, 2, 2, 1, 2},
+                           Parallel{3, 1, 1, 2, 4, 8}, Parallel{1, 2, 4, 1, 2, 2}}) {
     const int64_t world = world_size(p);
     auto ours = [&](Dim d) {
       std::set<std::vector<int64_t>> s;
@@ -60,7 +69,7 @@ TEST(StepGroups, MatchTheTorchtitanPresetViews) {
       }
       return s;
     };
-    preset::Torchtitan t{p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp, 1, "spmd_types"};
+    preset::Torchtitan t{p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp, p.ep, "spmd_types"};
     const BuiltMeshes spmd = apply(preset::torchtitan_recipe(t, std::nullopt));
     t.spmd_backend = "partial_dtensor";
     const BuiltMeshes dt = apply(preset::torchtitan_recipe(t, std::nullopt));
@@ -71,6 +80,8 @@ TEST(StepGroups, MatchTheTorchtitanPresetViews) {
     EXPECT_EQ(ours(Dim::kFsdp), theirs(dt.handles.at("dense"), "fsdp"));
     EXPECT_EQ(ours(Dim::kBatch), theirs(spmd.handles.at("dataloading"), "batch"));
     EXPECT_EQ(ours(Dim::kLoss), theirs(spmd.handles.at("loss"), "loss_mesh"));
+    EXPECT_EQ(ours(Dim::kEp), theirs(spmd.handles.at("sparse"), "ep"));
+    EXPECT_EQ(ours(Dim::kEfsdp), theirs(spmd.handles.at("sparse"), "efsdp"));
   }
 }
 
@@ -123,6 +134,48 @@ TEST(StepBytes, DebugModelMatchesClosedForms) {
   EXPECT_EQ(count(prog, Dim::kTp, Op::kAllReduce, Phase::kOptimizer).calls, 1);
   EXPECT_EQ(count(prog, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 1);
   EXPECT_EQ(count(prog, Dim::kLoss, Op::kAllReduce, Phase::kMetrics).calls, 3);
+}
+
+// deepseek_v3's debug model (6 layers, the first dense; 8 experts of 256, top 3, 2 shared; MLA),
+// seq 256, local batch 2: the MoE's collectives per layer as torchtitan's moe_sharding lays them.
+TEST(StepBytes, MoeAllToAllsAndTpAsTorchtitanShardsThem) {
+  Job job = small_job({1, 1, 2, 1, 2, 2});
+  job.model = builtin_model("deepseek_v3-debugmodel");
+  const int64_t moe_layers = 5, tokens = 2 * 256, dim = 256, top_k = 3, experts = 8;
+  auto prog = program(job, layout(job), 0);
+  // ep = 2: per MoE layer forward the token counts (int64 per expert), the dispatch and the
+  // combine of the sequence shard's routed tokens; backward the combine's and the dispatch's.
+  const Count fwd = count(prog, Dim::kEp, Op::kAllToAll, Phase::kFwd), bwd = count(prog, Dim::kEp, Op::kAllToAll, Phase::kBwd);
+  const int64_t routed = tokens / 2 * top_k * dim * 2;
+  EXPECT_EQ(fwd.calls, 3 * moe_layers);
+  EXPECT_EQ(fwd.bytes, moe_layers * (experts * 8 + 2 * routed));
+  EXPECT_EQ(bwd.calls, 2 * moe_layers);
+  EXPECT_EQ(bwd.bytes, moe_layers * 2 * routed);
+  // tp: attention's gather and reduce-scatter per layer, the dense layer's MLP, the shared
+  // experts' per MoE layer; the embeddings and the lm_head once.
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllGather, Phase::kFwd).calls, 6 + 1 + moe_layers + 1);
+  // The routed experts (4 a rank of 8) sharded over efsdp (dp_shard x tp / ep = 2), dim 0.
+  const Count experts_ag = count(prog, Dim::kEfsdp, Op::kAllGather, Phase::kFwd);
+  EXPECT_EQ(experts_ag.calls, moe_layers);
+  EXPECT_EQ(experts_ag.bytes, moe_layers * (4 * 3 * 256 * 256) * 2);
+  // ep = 1: no all-to-all; the MoE gathers its input over tp and reduce-scatters the routed and
+  // the shared experts' outputs (and the mirror in backward).
+  job.parallel.ep = 1;
+  prog = program(job, layout(job), 0);
+  EXPECT_EQ(count(prog, Dim::kEp, Op::kAllToAll, Phase::kFwd).calls, 0);
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kReduceScatter, Phase::kFwd).calls, 1 + 6 + 1 + 2 * moe_layers);
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllGather, Phase::kBwd).calls, 6 + 1 + 2 * moe_layers + 1);
+  // Every rank agrees and the step progresses, with and without pp, exactly and by class; a
+  // fault planted at a rank of an ep group is named.
+  for (const Parallel p : {Parallel{1, 1, 2, 1, 2, 4}, Parallel{2, 1, 2, 1, 2, 2}, Parallel{2, 2, 2, 1, 1, 2}}) {
+    Job j = small_job(p, p.pp > 1 ? 4 : 1);
+    j.model = builtin_model("deepseek_v3-debugmodel");
+    EXPECT_TRUE(check_step(j, {}).ok);
+    EXPECT_TRUE(check_step(j, {.all_ranks = true}).ok);
+    const Report bad = check_step(j, {.faults = {{FaultKind::kSwap, 3}}, .all_ranks = true});
+    EXPECT_FALSE(bad.ok);
+    EXPECT_TRUE(names(bad, 3)) << bad.diagnosis;
+  }
 }
 
 // With pp, stage s's rank gathers its units once (pipelining keeps them unsharded), reduces
@@ -195,6 +248,12 @@ TEST(StepLayout, RefusesWhatTorchtitanRefuses) {
   EXPECT_THROW(layout(j), InvalidArgument);  // ZBV requires exactly 2 stages per rank
   j = small_job({2, 1, 1, 1, 1}, 4, "DualPipeV");
   EXPECT_THROW(layout(j), InvalidArgument);  // not built: read it from a CSV
+  j = small_job({1, 1, 2, 1, 1, 2});  // ep without experts
+  EXPECT_THROW(layout(j), InvalidArgument);
+  j.model = builtin_model("deepseek_v3-debugmodel");
+  EXPECT_NO_THROW(layout(j));
+  j.parallel = {1, 1, 3, 1, 1, 3};  // 8 experts over ep 3
+  EXPECT_THROW(layout(j), InvalidArgument);
   j = small_job({1, 1, 1, 1, 32});  // 16 heads over tp 32
   EXPECT_THROW(layout(j), InvalidArgument);
   j = small_job({1, 1, 1, 4, 2});

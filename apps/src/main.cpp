@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
   meshsim::step_command::Options sto_step;
   step->add_option("--preset", sto_step.preset, "torchtitan:KEY=V,... or torchtitan:FILE.toml: check the job's step");
   step->add_option("--world-size", sto_step.world_size, "the world size (for dp_shard=-1)");
-  step->add_option("--model", sto_step.model, "llama3-8b, llama3-70b, llama3-405b, ... or a .toml file with a [model] table");
+  step->add_option("--model", sto_step.model, "llama3-8b, llama3-70b, llama3-405b, deepseek_v3-16b, deepseek_v3-671b, ... or a .toml file with a [model] table");
   step->add_option("--seq-len", sto_step.seq_len, "tokens per sequence");
   step->add_option("--local-batch-size", sto_step.local_batch_size, "sequences per rank and microbatch");
   step->add_option("--gpus-per-host", sto_step.gpus_per_host, "split every collective's bytes into intra- and inter-host");

@@ -112,12 +112,8 @@ StepRun run_step(const StepSpec& spec) {
   t = preset::torchtitan_spec(spec.preset);
   (void)preset::torchtitan_recipe(t, spec.world_size);  // torchtitan's checks of the degrees
   if (t.dp_shard == -1) t.dp_shard = *spec.world_size / (t.pp * t.dp_replicate * t.cp * t.tp);
-  if (t.ep != 1) {
-    throw InvalidArgument("--preset " + quote_input(spec.preset) + ": ep=" + std::to_string(t.ep) +
-                          ": expert parallelism needs an MoE model; meshsim step models torchtitan's dense llama3 so far");
-  }
   Job& job = run.job;
-  job.parallel = {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp};
+  job.parallel = {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep};
   job.model = model_of(spec.model);
   if (!spec.seq_len) throw InvalidArgument("--seq-len is required with --preset");
   if (!spec.local_batch_size) throw InvalidArgument("--local-batch-size is required with --preset");
@@ -172,7 +168,7 @@ nlohmann::json step_json(const StepRun& run) {
                    {"by_dim", by_dim},
                    {"model", {{"name", run.job.model.name}, {"parameters", parameter_count(run.job.model)},
                               {"layers", run.job.model.layers}}},
-                   {"parallel", {{"pp", t.pp}, {"dp_replicate", t.dp_replicate}, {"dp_shard", t.dp_shard}, {"cp", t.cp}, {"tp", t.tp}}},
+                   {"parallel", {{"pp", t.pp}, {"dp_replicate", t.dp_replicate}, {"dp_shard", t.dp_shard}, {"cp", t.cp}, {"tp", t.tp}, {"ep", t.ep}}},
                    {"schedule", pp ? nlohmann::json(run.job.schedule) : nlohmann::json(nullptr)},
                    {"stages", r.layout.stages},
                    {"layers_per_stage", r.layout.layer_count},

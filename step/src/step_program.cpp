@@ -15,7 +15,8 @@ namespace meshsim::step {
 
 namespace {
 
-constexpr std::array<std::string_view, kDims> kDimNames = {"pp", "dp_replicate", "fsdp", "cp", "tp", "batch", "loss"};
+constexpr std::array<std::string_view, kDims> kDimNames = {"pp",    "dp_replicate", "fsdp", "cp",   "tp",
+                                                           "batch", "loss",         "ep",   "efsdp"};
 
 // kMaxEvents bounds the events of the programs held at once (one per pp rank and faulted rank),
 // and kMaxSimulatedEvents the events an exact simulation steps through.
@@ -46,7 +47,9 @@ std::string lower_case(std::string_view s) {
   return r;
 }
 
-// Axis masks over (pp, dp_replicate, dp_shard, cp, tp).
+// Axis masks over the dense view (pp, dp_replicate, dp_shard, cp, tp), or for ep and efsdp over
+// the sparse view (pp, dp_replicate, efsdp, ep, 1): torchtitan's "sparse" mesh unflattens
+// dp_shard x cp x tp into efsdp x ep, ep the faster.
 constexpr std::array<std::array<bool, 5>, kDims> kAxes = {{
     {true, false, false, false, false},   // pp
     {false, true, false, false, false},   // dp_replicate
@@ -55,12 +58,19 @@ constexpr std::array<std::array<bool, 5>, kDims> kAxes = {{
     {false, false, false, false, true},   // tp
     {false, true, true, false, false},    // batch
     {false, true, true, true, false},     // loss
+    {false, false, false, true, false},   // ep (sparse view)
+    {false, false, true, false, false},   // efsdp (sparse view)
 }};
 
-std::array<int64_t, 5> radix(const Parallel& p) { return {p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp}; }
+bool sparse(Dim d) { return d == Dim::kEp || d == Dim::kEfsdp; }
 
-std::array<int64_t, 5> coords(const Parallel& p, int64_t rank) {
-  const auto r = radix(p);
+std::array<int64_t, 5> radix(const Parallel& p, Dim d = Dim::kPp) {
+  if (sparse(d)) return {p.pp, p.dp_replicate, p.dp_shard * p.cp * p.tp / p.ep, p.ep, 1};
+  return {p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp};
+}
+
+std::array<int64_t, 5> coords(const Parallel& p, int64_t rank, Dim d = Dim::kPp) {
+  const auto r = radix(p, d);
   std::array<int64_t, 5> c{};
   for (int i = 4; i >= 0; --i) {
     c[i] = rank % r[i];
@@ -68,19 +78,19 @@ std::array<int64_t, 5> coords(const Parallel& p, int64_t rank) {
   }
   return c;
 }
-int64_t rank_of(const Parallel& p, const std::array<int64_t, 5>& c) {
-  const auto r = radix(p);
+int64_t rank_of(const Parallel& p, const std::array<int64_t, 5>& c, Dim d = Dim::kPp) {
+  const auto r = radix(p, d);
   int64_t rank = 0;
   for (int i = 0; i < 5; ++i) rank = rank * r[i] + c[i];
   return rank;
 }
 // leader: the lowest rank of `rank`'s group on d.
 int64_t leader(const Parallel& p, Dim d, int64_t rank) {
-  auto c = coords(p, rank);
+  auto c = coords(p, rank, d);
   for (int i = 0; i < 5; ++i) {
     if (kAxes[static_cast<int>(d)][i]) c[i] = 0;
   }
-  return rank_of(p, c);
+  return rank_of(p, c, d);
 }
 int64_t with_pp(const Parallel& p, int64_t rank, int64_t pp) {
   auto c = coords(p, rank);
@@ -98,6 +108,32 @@ int64_t ffn_hidden(int64_t dim, int64_t multiple_of, double multiplier) {
   return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
 }
 
+Model deepseek(const char* name, int64_t layers, int64_t dim, int64_t dense_ffn, int64_t heads, int64_t vocab,
+               int64_t q_lora, int64_t experts, int64_t top_k, int64_t moe_ffn, int64_t shared, int64_t dense_layers) {
+  Model m;
+  m.name = name;
+  m.layers = layers;
+  m.dim = dim;
+  m.ffn_dim = dense_ffn;
+  m.heads = heads;
+  m.kv_heads = heads;
+  m.vocab = vocab;
+  m.q_lora_rank = q_lora;
+  m.kv_lora_rank = 512;
+  m.qk_nope_head_dim = 128;
+  m.qk_rope_head_dim = 64;
+  m.v_head_dim = 128;
+  m.experts = experts;
+  m.top_k = top_k;
+  m.moe_ffn_dim = moe_ffn;
+  m.shared_experts = shared;
+  m.dense_layers = dense_layers;
+  return m;
+}
+
+bool mla(const Model& m) { return m.kv_lora_rank > 0; }
+bool moe_layer(const Model& m, int64_t layer) { return m.experts > 0 && layer >= m.dense_layers; }
+
 std::vector<Model> builtins() {
   // torchtitan/models/llama3/__init__.py: dims, heads, kv heads, layers, vocab; the FFN width is
   // compute_ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier).
@@ -108,6 +144,13 @@ std::vector<Model> builtins() {
       {"llama3-8b", 32, 4096, ffn_hidden(4096, 1024, 1.3), 32, 8, 128256, false},
       {"llama3-70b", 80, 8192, ffn_hidden(8192, 4096, 1.3), 64, 8, 128256, false},
       {"llama3-405b", 126, 16384, ffn_hidden(16384, 4096, 1.2), 128, 8, 128256, false},
+      // torchtitan/models/deepseek_v3/__init__.py: dim, layers, vocab, heads, the dense FFN
+      // (dense_hidden_dim), MLA's ranks and head dims, experts, top-k, the experts' width,
+      // shared experts, dense layers.
+      deepseek("deepseek_v3-debugmodel", 6, 256, 1024, 16, 2048, 0, 8, 3, 256, 2, 1),
+      deepseek("deepseek_v3-16b", 27, 2048, 10944, 16, 102400, 0, 64, 6, 1408, 2, 1),
+      deepseek("deepseek_v3-236b", 60, 5120, 12288, 128, 102400, 1536, 160, 6, 1536, 2, 1),
+      deepseek("deepseek_v3-671b", 61, 7168, 18432, 128, 129280, 1536, 256, 8, 2048, 1, 3),
   };
 }
 
@@ -157,14 +200,18 @@ void split_layers(StageLayout& l, int64_t layers, int64_t input_weight, int64_t 
 struct Unit {
   const char* what;
   int32_t layer;
-  int64_t elements;
+  int64_t elements;             // on the fsdp mesh
+  int64_t sparse_elements = 0;  // the routed experts on the efsdp mesh (ep > 1)
 };
 
 struct Sizes {
   int64_t fsdp, tp, cp, tokens;  // tokens: a microbatch's tokens on a rank (before SP)
+  int64_t efsdp = 1;
   int64_t hidden_bytes;          // tokens x dim, bf16
   int64_t pp_bytes;              // what a stage sends: its sequence shard under SP
-  int64_t kv_bytes;              // one of K, V gathered over cp
+  int64_t k_bytes, v_bytes;      // K and V gathered over cp
+  int64_t counts_bytes;          // the MoE's tokens per expert (int64)
+  int64_t dispatch_bytes;        // the MoE's routed tokens: the sequence shard x top_k x dim, bf16
   int64_t logits_bytes;          // one loss-parallel reduction, fp32 per token
 };
 
@@ -183,16 +230,58 @@ class Builder {
     z_.tokens = mul(job.local_batch_size, job.seq_len / p.cp, "the tokens of a microbatch");
     z_.hidden_bytes = mul(mul(z_.tokens, m.dim, "tokens x dim"), 2, "an activation's bytes");
     z_.pp_bytes = z_.hidden_bytes / p.tp;
-    const int64_t head_dim = m.dim / m.heads;
-    z_.kv_bytes = mul(mul(mul(job.local_batch_size, job.seq_len, "K's bytes"), m.kv_heads / p.tp * head_dim, "K's bytes"),
-                      2, "K's bytes");
-    z_.logits_bytes = mul(z_.tokens, 4, "the loss reduction's bytes");
     const int64_t f = z_.fsdp, t = p.tp;
-    const int64_t qkv_rows = (m.heads + 2 * m.kv_heads) * head_dim / t;
-    block_ = add(add(add(padded(qkv_rows, m.dim, f), padded(m.dim, m.heads * head_dim / t, f), "a block"),
-                     add(mul(padded(m.ffn_dim / t, m.dim, f), 2, "a block"), padded(m.dim, m.ffn_dim / t, f), "a block"),
-                     "a block"),
-                 mul(padded(m.dim, 1, f), 2, "a block"), "a block");
+    const int64_t seq_tokens = mul(job.local_batch_size, job.seq_len, "K's bytes");
+    if (mla(m)) {
+      z_.k_bytes = mul(mul(seq_tokens, m.heads / t * (m.qk_nope_head_dim + m.qk_rope_head_dim), "K's bytes"), 2, "K's bytes");
+      z_.v_bytes = mul(mul(seq_tokens, m.heads / t * m.v_head_dim, "V's bytes"), 2, "V's bytes");
+    } else {
+      z_.k_bytes = z_.v_bytes = mul(mul(seq_tokens, m.kv_heads / t * (m.dim / m.heads), "K's bytes"), 2, "K's bytes");
+    }
+    z_.logits_bytes = mul(z_.tokens, 4, "the loss reduction's bytes");
+    z_.counts_bytes = mul(m.experts, 8, "the tokens per expert");
+    z_.dispatch_bytes = mul(mul(z_.tokens / t, m.top_k, "the routed tokens"), mul(m.dim, 2, "the routed tokens"),
+                            "the routed tokens' bytes");
+    const std::string w = "a block's parameters";
+    // Attention: llama3's fused wqkv (colwise) and wo (rowwise); or MLA's projections, the
+    // low-rank ones and their norms replicated over tp, the up-projections colwise, wo rowwise.
+    if (mla(m)) {
+      const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+      attention_ = m.q_lora_rank == 0
+                       ? padded(m.heads * qk / t, m.dim, f)
+                       : add(add(padded(m.q_lora_rank, m.dim, f), padded(m.q_lora_rank, 1, f), w),
+                             padded(m.heads * qk / t, m.q_lora_rank, f), w);
+      attention_ = add(attention_, padded(m.kv_lora_rank + m.qk_rope_head_dim, m.dim, f), w);
+      attention_ = add(attention_, padded(m.kv_lora_rank, 1, f), w);
+      attention_ = add(attention_, padded(m.heads * (m.qk_nope_head_dim + m.v_head_dim) / t, m.kv_lora_rank, f), w);
+      attention_ = add(attention_, padded(m.dim, m.heads * m.v_head_dim / t, f), w);
+    } else {
+      const int64_t head_dim = m.dim / m.heads;
+      attention_ = add(padded((m.heads + 2 * m.kv_heads) * head_dim / t, m.dim, f),
+                       padded(m.dim, m.heads * head_dim / t, f), w);
+    }
+    attention_ = add(attention_, mul(padded(m.dim, 1, f), 2, w), w);  // attention_norm, ffn_norm
+    dense_ffn_ = add(mul(padded(m.ffn_dim / t, m.dim, f), 2, w), padded(m.dim, m.ffn_dim / t, f), w);
+    if (m.experts > 0) {
+      // The router's gate (replicated over tp), the shared experts (a SwiGLU of
+      // moe_ffn_dim x shared_experts, TP like the dense FFN), and the routed experts: with ep > 1
+      // E / ep experts a rank, sharded over efsdp (dim 0, or dim 1 when efsdp x ep > E, as
+      // torchtitan's _experts_shard_placement_fn); else sharded over tp (w1, w3 on their
+      // hidden dim, w2 on its input) and over fsdp (dim 1 when fsdp > E).
+      const int64_t fs = m.moe_ffn_dim * m.shared_experts;
+      moe_dense_ = padded(m.experts, m.dim, f);
+      if (fs > 0) moe_dense_ = add(moe_dense_, add(mul(padded(fs / t, m.dim, f), 2, w), padded(m.dim, fs / t, f), w), w);
+      const int64_t e = m.experts, F = m.moe_ffn_dim, D = m.dim;
+      if (p.ep > 1) {
+        const int64_t el = e / p.ep, fe = dim_size(p, Dim::kEfsdp);
+        z_.efsdp = fe;
+        routed_ = fe * p.ep > e ? mul(el, add(mul(padded(F, D, fe), 2, w), padded(D, F, fe), w), w)
+                                : mul(padded(el, mul(F, D, w), fe), 3, w);
+      } else {
+        routed_ = f > e ? mul(e, add(mul(padded(F / t, D, f), 2, w), padded(D, F / t, f), w), w)
+                        : mul(padded(e, mul(F / t, D, w), f), 3, w);
+      }
+    }
     embed_ = padded(m.vocab / t, m.dim, f);
     output_ = add(padded(m.dim, 1, f), padded(m.vocab / t, m.dim, f), "the output unit");
     if (m.weight_tying) embed_ = add(embed_, padded(m.dim, 1, f), "the tied unit");
@@ -273,21 +362,87 @@ class Builder {
     std::vector<Unit> u;
     if (stage == 0) u.push_back({job_.model.weight_tying ? "tied_embeddings" : "embeddings", -1, embed_});
     for (int64_t l = 0; l < layout_.layer_count[stage]; ++l) {
-      u.push_back({"block", static_cast<int32_t>(layout_.first_layer[stage] + l), block_});
+      const int64_t layer = layout_.first_layer[stage] + l;
+      if (!moe_layer(job_.model, layer)) {
+        u.push_back({"block", static_cast<int32_t>(layer), add(attention_, dense_ffn_, "a block")});
+      } else if (job_.parallel.ep > 1) {
+        u.push_back({"block", static_cast<int32_t>(layer), add(attention_, moe_dense_, "a block"), routed_});
+      } else {
+        u.push_back({"block", static_cast<int32_t>(layer), add(add(attention_, moe_dense_, "a block"), routed_, "a block")});
+      }
     }
     if (stage == layout_.stages - 1 && !job_.model.weight_tying) u.push_back({"output", -1, output_});
     return u;
   }
 
+  // gather: FSDP's all-gather of a unit, the routed experts' on their own mesh after the rest.
   void gather(const Unit& u, Phase ph) {
     emit_if(Op::kAllGather, Dim::kFsdp, DType::kBF16, mul(u.elements, 2, "an all-gather's bytes"), ph, "params", u.layer);
+    if (u.sparse_elements) {
+      emit_if(Op::kAllGather, Dim::kEfsdp, DType::kBF16, mul(u.sparse_elements, 2, "an all-gather's bytes"), ph, "experts",
+              u.layer);
+    }
   }
   void reduce(const Unit& u) {
     emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kF32, mul(u.elements, 4, "a reduce-scatter's bytes"), Phase::kBwd,
             "grads", u.layer);
+    if (u.sparse_elements) {
+      emit_if(Op::kReduceScatter, Dim::kEfsdp, DType::kF32, mul(u.sparse_elements, 4, "a reduce-scatter's bytes"),
+              Phase::kBwd, "expert_grads", u.layer);
+    }
     // HSDP: the shard's gradient all-reduced over the replicas.
     emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, mul(u.elements / z_.fsdp, 4, "an all-reduce's bytes"),
             Phase::kBwd, "grads", u.layer);
+    if (u.sparse_elements) {
+      emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, mul(u.sparse_elements / z_.efsdp, 4, "an all-reduce's bytes"),
+              Phase::kBwd, "expert_grads", u.layer);
+    }
+  }
+
+  // ffn_forward / ffn_backward: a block's FFN: dense (TP's gather and reduce-scatter around the
+  // MLP), or MoE as torchtitan's moe_sharding lays it out. With ep > 1 the routed experts take
+  // the sequence shard as it is: the token counts, the dispatch and the combine all-to-all over
+  // ep; the shared experts gather the sequence over tp and reduce-scatter their output. With
+  // ep = 1 the MoE gathers its input over tp, and the routed and the shared experts each
+  // reduce-scatter their (partial) output.
+  void ffn_forward(int32_t layer, Phase ph) {
+    const int64_t h = z_.hidden_bytes;
+    const bool shared = job_.model.shared_experts > 0;
+    if (!moe_layer(job_.model, layer)) {
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+    } else if (job_.parallel.ep > 1) {
+      emit_if(Op::kAllToAll, Dim::kEp, DType::kI64, z_.counts_bytes, ph, "moe_counts", layer);
+      emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
+      emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
+      if (shared) {
+        emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+      }
+    } else {
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "moe", layer);
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "routed_experts", layer);
+      if (shared) emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+    }
+  }
+  void ffn_backward(int32_t layer, Phase ph) {
+    const int64_t h = z_.hidden_bytes;
+    const bool shared = job_.model.shared_experts > 0;
+    if (!moe_layer(job_.model, layer)) {
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+    } else if (job_.parallel.ep > 1) {
+      if (shared) {
+        emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+      }
+      emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
+      emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
+    } else {
+      if (shared) emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "routed_experts", layer);
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "moe", layer);
+    }
   }
   bool resharded(const Unit& u) const {
     if (job_.parallel.pp > 1) return false;  // pipelining keeps them unsharded until the step ends
@@ -305,11 +460,10 @@ class Builder {
       if (gather_params) gather(u, ph);
       if (u.layer >= 0) {
         emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
-        emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.kv_bytes, ph, "k", u.layer);
-        emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.kv_bytes, ph, "v", u.layer);
+        emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", u.layer);
+        emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", u.layer);
         emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
-        emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", u.layer);
-        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", u.layer);
+        ffn_forward(u.layer, ph);
       } else if (std::strcmp(u.what, "output") != 0) {
         // RowwiseParallel embedding with a sequence-sharded output: a reduce-scatter.
         emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "embeddings");
@@ -340,11 +494,10 @@ class Builder {
       if (resharded(u) && input_grads) gather(u, ph);
       if (input_grads) {
         if (u.layer >= 0) {
-          emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", u.layer);
-          emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", u.layer);
+          ffn_backward(u.layer, ph);
           emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
-          emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.kv_bytes, ph, "k", u.layer);
-          emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.kv_bytes, ph, "v", u.layer);
+          emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", u.layer);
+          emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", u.layer);
           emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
         } else if (std::strcmp(u.what, "output") != 0) {
           emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "embeddings");
@@ -420,7 +573,7 @@ class Builder {
   const Job& job_;
   const StageLayout& layout_;
   Sizes z_{};
-  int64_t block_ = 0, embed_ = 0, output_ = 0;
+  int64_t attention_ = 0, dense_ffn_ = 0, moe_dense_ = 0, routed_ = 0, embed_ = 0, output_ = 0;
   bool reshard_blocks_ = true, reshard_output_ = false;
   int32_t stage_ = -1, microbatch_ = -1;
   std::vector<Event> out_;
@@ -428,14 +581,14 @@ class Builder {
 
 // member_at: the k-th member (0-based, rank order) of `rank`'s group on d.
 int64_t member_at(const Parallel& p, Dim d, int64_t rank, int64_t k) {
-  const auto r = radix(p);
-  auto c = coords(p, rank);
+  const auto r = radix(p, d);
+  auto c = coords(p, rank, d);
   for (int i = 4; i >= 0; --i) {
     if (!kAxes[static_cast<int>(d)][i]) continue;
     c[i] = k % r[i];
     k /= r[i];
   }
-  return rank_of(p, c);
+  return rank_of(p, c, d);
 }
 
 // group_text: "tp group [16, 17]", the first 8 members of a larger group then its size.
@@ -958,8 +1111,12 @@ Model model_from_toml(const std::string& path) {
   const std::vector<std::pair<std::string, int64_t*>> keys = {
       {"n_layers", &m.layers},  {"dim", &m.dim},           {"ffn_dim", &m.ffn_dim},
       {"n_heads", &m.heads},    {"n_kv_heads", &m.kv_heads}, {"vocab_size", &m.vocab}};
+  if (!t->integers.count("n_kv_heads") && t->integers.count("n_heads") && t->integers.count("kv_lora_rank")) {
+    m.kv_heads = t->integers.at("n_heads");  // latent attention: one key and value per head
+  }
   for (const auto& [k, into] : keys) {
     const auto it = t->integers.find(k);
+    if (it == t->integers.end() && k == "n_kv_heads" && m.kv_heads > 0) continue;
     if (it == t->integers.end()) {
       const bool other = t->floats.count(k) || t->booleans.count(k) || t->strings.count(k);
       throw InvalidArgument(where + ": model." + k + (other ? " is not an integer" : " is missing (an integer)"));
@@ -967,10 +1124,28 @@ Model model_from_toml(const std::string& path) {
     *into = it->second;
   }
   if (auto it = t->booleans.find("enable_weight_tying"); it != t->booleans.end()) m.weight_tying = it->second;
+  const std::vector<std::pair<std::string, int64_t*>> optional = {
+      {"q_lora_rank", &m.q_lora_rank},         {"kv_lora_rank", &m.kv_lora_rank},   {"qk_nope_head_dim", &m.qk_nope_head_dim},
+      {"qk_rope_head_dim", &m.qk_rope_head_dim}, {"v_head_dim", &m.v_head_dim},     {"num_experts", &m.experts},
+      {"top_k", &m.top_k},                     {"moe_ffn_dim", &m.moe_ffn_dim},     {"num_shared_experts", &m.shared_experts},
+      {"n_dense_layers", &m.dense_layers}};
+  for (const auto& [k, into] : optional) {
+    if (auto it = t->integers.find(k); it != t->integers.end()) {
+      *into = it->second;
+    } else if (t->floats.count(k) || t->booleans.count(k) || t->strings.count(k)) {
+      throw InvalidArgument(where + ": model." + k + " is not an integer");
+    }
+  }
+  auto known = [&](const std::string& k) {
+    return std::any_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == k; }) ||
+           std::any_of(optional.begin(), optional.end(), [&](const auto& kv) { return kv.first == k; });
+  };
   for (const auto& [k, _] : t->integers) {
-    if (std::none_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == k; })) {
+    if (!known(k)) {
       throw InvalidArgument(where + ": unknown key model." + quote_input(k) +
-                            " (known: name, n_layers, dim, ffn_dim, n_heads, n_kv_heads, vocab_size, enable_weight_tying)");
+                            " (known: name, n_layers, dim, ffn_dim, n_heads, n_kv_heads, vocab_size, enable_weight_tying, "
+                            "q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, num_experts, "
+                            "top_k, moe_ffn_dim, num_shared_experts, n_dense_layers)");
     }
   }
   validate_model(m);
@@ -990,23 +1165,74 @@ void validate_model(const Model& m) {
     throw InvalidArgument("model " + quote_input(m.name) + ": n_layers " + std::to_string(m.layers) + " is over " +
                           std::to_string(kMaxLayers));
   }
-  if (m.dim % m.heads != 0) {
-    throw InvalidArgument("model " + quote_input(m.name) + ": dim " + std::to_string(m.dim) +
-                          " is not a multiple of n_heads " + std::to_string(m.heads));
+  const std::string who = "model " + quote_input(m.name) + ": ";
+  const std::vector<std::pair<const char*, int64_t>> more = {
+      {"q_lora_rank", m.q_lora_rank},         {"kv_lora_rank", m.kv_lora_rank},   {"qk_nope_head_dim", m.qk_nope_head_dim},
+      {"qk_rope_head_dim", m.qk_rope_head_dim}, {"v_head_dim", m.v_head_dim},     {"num_experts", m.experts},
+      {"top_k", m.top_k},                     {"moe_ffn_dim", m.moe_ffn_dim},     {"num_shared_experts", m.shared_experts},
+      {"n_dense_layers", m.dense_layers}};
+  for (const auto& [k, v] : more) {
+    if (v < 0 || v > kMaxSize) throw InvalidArgument(who + k + " " + std::to_string(v) + " is out of range [0, 2^32]");
   }
-  if (m.heads % m.kv_heads != 0) {
-    throw InvalidArgument("model " + quote_input(m.name) + ": n_heads " + std::to_string(m.heads) +
-                          " is not a multiple of n_kv_heads " + std::to_string(m.kv_heads));
+  if (mla(m)) {
+    for (const auto& [k, v] : std::vector<std::pair<const char*, int64_t>>{
+             {"qk_nope_head_dim", m.qk_nope_head_dim}, {"qk_rope_head_dim", m.qk_rope_head_dim}, {"v_head_dim", m.v_head_dim}}) {
+      if (v < 1) throw InvalidArgument(who + k + " " + std::to_string(v) + " is not >= 1 (latent attention: kv_lora_rank > 0)");
+    }
+    if (m.kv_heads != m.heads) {
+      throw InvalidArgument(who + "n_kv_heads " + std::to_string(m.kv_heads) + " is not n_heads " + std::to_string(m.heads) +
+                            ": latent attention has a key and a value per head");
+    }
+  } else {
+    if (m.dim % m.heads != 0) {
+      throw InvalidArgument(who + "dim " + std::to_string(m.dim) + " is not a multiple of n_heads " + std::to_string(m.heads));
+    }
+    if (m.heads % m.kv_heads != 0) {
+      throw InvalidArgument(who + "n_heads " + std::to_string(m.heads) + " is not a multiple of n_kv_heads " +
+                            std::to_string(m.kv_heads));
+    }
+  }
+  if (m.experts > 0) {
+    if (m.top_k < 1 || m.top_k > m.experts) {
+      throw InvalidArgument(who + "top_k " + std::to_string(m.top_k) + " is out of range [1, num_experts " +
+                            std::to_string(m.experts) + "]");
+    }
+    if (m.moe_ffn_dim < 1) throw InvalidArgument(who + "moe_ffn_dim " + std::to_string(m.moe_ffn_dim) + " is not >= 1");
+    if (m.dense_layers > m.layers) {
+      throw InvalidArgument(who + "n_dense_layers " + std::to_string(m.dense_layers) + " is over n_layers " +
+                            std::to_string(m.layers));
+    }
   }
 }
 
 int64_t parameter_count(const Model& m) {
   validate_model(m);
-  const int64_t hd = m.dim / m.heads;
   const std::string w = "model " + m.name + "'s parameter count";
-  const int64_t block = add(add(mul(m.dim, (m.heads + 2 * m.kv_heads) * hd, w), mul(m.heads * hd, m.dim, w), w),
-                            add(mul(mul(m.dim, m.ffn_dim, w), 3, w), 2 * m.dim, w), w);
-  int64_t total = mul(block, m.layers, w);
+  int64_t attention = 0;
+  if (mla(m)) {
+    const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    attention = m.q_lora_rank == 0 ? mul(m.dim, mul(m.heads, qk, w), w)
+                                   : add(add(mul(m.dim, m.q_lora_rank, w), m.q_lora_rank, w),
+                                         mul(m.q_lora_rank, mul(m.heads, qk, w), w), w);
+    attention = add(attention, mul(m.dim, m.kv_lora_rank + m.qk_rope_head_dim, w), w);
+    attention = add(attention, m.kv_lora_rank, w);
+    attention = add(attention, mul(m.kv_lora_rank, mul(m.heads, m.qk_nope_head_dim + m.v_head_dim, w), w), w);
+    attention = add(attention, mul(mul(m.heads, m.v_head_dim, w), m.dim, w), w);
+  } else {
+    const int64_t hd = m.dim / m.heads;
+    attention = add(mul(m.dim, (m.heads + 2 * m.kv_heads) * hd, w), mul(m.heads * hd, m.dim, w), w);
+  }
+  attention = add(attention, 2 * m.dim, w);  // the two norms
+  const int64_t dense = mul(mul(m.dim, m.ffn_dim, w), 3, w);
+  int64_t moe = 0;
+  if (m.experts > 0) {
+    moe = mul(m.experts, m.dim, w);                                                      // the router's gate
+    moe = add(moe, mul(mul(m.experts, mul(m.moe_ffn_dim, m.dim, w), w), 3, w), w);        // routed experts
+    moe = add(moe, mul(mul(m.dim, mul(m.moe_ffn_dim, m.shared_experts, w), w), 3, w), w);  // shared experts
+  }
+  const int64_t dense_layers = m.experts > 0 ? m.dense_layers : m.layers;
+  int64_t total = add(mul(add(attention, dense, w), dense_layers, w),
+                      mul(add(attention, moe, w), m.layers - dense_layers, w), w);
   total = add(total, mul(m.vocab, m.dim, w), w);  // embeddings
   total = add(total, m.dim, w);                    // norm
   if (!m.weight_tying) total = add(total, mul(m.vocab, m.dim, w), w);
@@ -1020,7 +1246,7 @@ int64_t world_size(const Parallel& p) {
 }
 
 int64_t dim_size(const Parallel& p, Dim d) {
-  const auto r = radix(p);
+  const auto r = radix(p, d);
   int64_t s = 1;
   for (int i = 0; i < 5; ++i) {
     if (kAxes[static_cast<int>(d)][i]) s *= r[i];
@@ -1031,8 +1257,8 @@ int64_t dim_size(const Parallel& p, Dim d) {
 int64_t pp_coordinate(const Parallel& p, int64_t rank) { return rank / (world_size(p) / p.pp); }
 
 std::vector<int64_t> group_members(const Parallel& p, Dim d, int64_t rank) {
-  const auto r = radix(p);
-  auto c = coords(p, rank);
+  const auto r = radix(p, d);
+  auto c = coords(p, rank, d);
   std::vector<int> axes;
   for (int i = 0; i < 5; ++i) {
     if (kAxes[static_cast<int>(d)][i]) {
@@ -1044,7 +1270,7 @@ std::vector<int64_t> group_members(const Parallel& p, Dim d, int64_t rank) {
   out.reserve(static_cast<std::size_t>(dim_size(p, d)));
   // Row-major over the dim's axes (the last fastest): ascending ranks.
   while (true) {
-    out.push_back(rank_of(p, c));
+    out.push_back(rank_of(p, c, d));
     int k = static_cast<int>(axes.size()) - 1;
     for (; k >= 0; --k) {
       if (++c[axes[k]] < r[axes[k]]) break;
@@ -1106,6 +1332,18 @@ StageLayout layout(const Job& job) {
   if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0) {
     throw InvalidArgument(tp + " does not divide the model's heads (" + std::to_string(m.heads) + ") and kv heads (" +
                           std::to_string(m.kv_heads) + "): tensor parallelism shards attention by heads");
+  }
+  if (p.ep < 1) throw InvalidArgument("ep " + std::to_string(p.ep) + " is not >= 1");
+  if (p.ep > 1 && m.experts == 0) {
+    throw InvalidArgument("ep " + std::to_string(p.ep) + " needs an MoE model: " + quote_input(m.name) + " has no experts");
+  }
+  if (p.ep > 1 && (m.experts % p.ep != 0 || (p.dp_shard * p.cp * p.tp) % p.ep != 0)) {
+    throw InvalidArgument("ep " + std::to_string(p.ep) + " does not divide the model's " + std::to_string(m.experts) +
+                          " experts (and dp_shard x cp x tp " + std::to_string(p.dp_shard * p.cp * p.tp) +
+                          "): expert parallelism shards the experts over ep");
+  }
+  if (m.experts > 0 && (m.moe_ffn_dim % p.tp != 0 || (m.moe_ffn_dim * m.shared_experts) % p.tp != 0)) {
+    throw InvalidArgument(tp + " does not divide the experts' ffn dim (" + std::to_string(m.moe_ffn_dim) + ")");
   }
   if (m.ffn_dim % p.tp != 0 || m.vocab % p.tp != 0) {
     throw InvalidArgument(tp + " does not divide the model's ffn dim (" + std::to_string(m.ffn_dim) + ") and vocabulary (" +

@@ -33,36 +33,48 @@
 
 namespace meshsim::step {
 
-// Model is a decoder's shape, in torchtitan's llama3 terms (head_dim = dim / heads).
+// Model is a decoder's shape in torchtitan's terms: llama3's grouped-query attention (head_dim =
+// dim / heads, kv_heads) and SwiGLU FFN of ffn_dim; or, with kv_lora_rank > 0, deepseek_v3's
+// multi-head latent attention (q_lora_rank 0: one wq), and with experts > 0 its MoE: layers from
+// dense_layers on route each token to top_k of `experts` experts of moe_ffn_dim, beside
+// shared_experts always-on ones (the first dense_layers keep a dense FFN of ffn_dim).
 struct Model {
   std::string name;
   int64_t layers = 0, dim = 0, ffn_dim = 0, heads = 0, kv_heads = 0, vocab = 0;
   bool weight_tying = false;
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  int64_t experts = 0, top_k = 0, moe_ffn_dim = 0, shared_experts = 0, dense_layers = 0;
 };
 
 // builtin_model: "llama3-debugmodel", "llama3-1b", "llama3-3b", "llama3-8b", "llama3-70b",
-// "llama3-405b" (case-insensitive); NotFound naming the known ones otherwise.
+// "llama3-405b", "deepseek_v3-debugmodel", "deepseek_v3-16b", "deepseek_v3-236b",
+// "deepseek_v3-671b" (case-insensitive); NotFound naming the known ones otherwise.
 Model builtin_model(std::string_view name);
 std::vector<std::string> builtin_model_names();
 // model_from_toml reads a [model] table (name, n_layers, dim, ffn_dim, n_heads, n_kv_heads,
-// vocab_size, enable_weight_tying); ParseError / InvalidArgument name the key.
+// vocab_size, enable_weight_tying; for MLA q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+// qk_rope_head_dim, v_head_dim; for MoE num_experts, top_k, moe_ffn_dim, num_shared_experts,
+// n_dense_layers); ParseError / InvalidArgument name the key.
 Model model_from_toml(const std::string& path);
 // validate_model: every size >= 1, dim a multiple of heads, heads of kv_heads; InvalidArgument.
 void validate_model(const Model& m);
-// parameter_count: embeddings, blocks (fused wqkv, wo, w1, w2, w3, two norms), norm, lm_head
-// (not counted twice when tied). llama3-8b: 8,030,261,248.
+// parameter_count: embeddings, blocks (attention, FFN or MoE, two norms), norm, lm_head (not
+// counted twice when tied); buffers (the MoE's expert bias) are not parameters.
+// llama3-8b: 8,030,261,248.
 int64_t parameter_count(const Model& m);
 
-// Parallel holds torchtitan's degrees (dp_shard resolved).
+// Parallel holds torchtitan's degrees (dp_shard resolved; ep divides dp_shard x cp x tp).
 struct Parallel {
-  int64_t pp = 1, dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1;
+  int64_t pp = 1, dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, ep = 1;
 };
 
 // Dim names a group kind over the world laid out row-major as (pp, dp_replicate, dp_shard, cp,
 // tp): pp, dp_replicate, fsdp (dp_shard x cp, FSDP's mesh), cp, tp, batch (dp_replicate x
-// dp_shard, the token count's mesh) and loss (batch x cp, torchtitan's loss mesh).
-enum class Dim { kPp, kDpReplicate, kFsdp, kCp, kTp, kBatch, kLoss };
-inline constexpr int kDims = 7;
+// dp_shard, the token count's mesh) and loss (batch x cp, torchtitan's loss mesh); and over
+// torchtitan's sparse view (pp, dp_replicate, efsdp, ep), dp_shard x cp x tp unflattened with ep
+// the faster: ep (the experts' all-to-alls) and efsdp (the routed experts' FSDP mesh).
+enum class Dim { kPp, kDpReplicate, kFsdp, kCp, kTp, kBatch, kLoss, kEp, kEfsdp };
+inline constexpr int kDims = 9;
 std::string_view dim_name(Dim d);
 
 enum class Op { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kSend, kRecv };
@@ -123,7 +135,8 @@ struct StageLayout {
   Schedule schedule;                               // lowered (empty ranks without pp)
 };
 // layout resolves and checks a job as torchtitan does (its reasons in the errors):
-// InvalidArgument for sizes < 1, heads / kv_heads / ffn_dim / vocab not divisible by tp,
+// InvalidArgument for sizes < 1, heads / kv_heads / ffn_dim / vocab not divisible by tp, ep > 1
+// without experts or not dividing them,
 // seq_len not divisible by cp x tp (and 2 cp for the head-tail load balancer), microbatches > 1
 // without pp, a single-stage schedule with stages_per_rank != 1, more stages than effective layers.
 StageLayout layout(const Job& job);
