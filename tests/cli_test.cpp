@@ -1205,6 +1205,7 @@ TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
       tracks.insert(e["tid"].get<int64_t>());
       EXPECT_TRUE(e["args"].contains("bytes"));
       EXPECT_TRUE(e["args"].contains("group"));
+      EXPECT_TRUE(e["args"].contains("view"));
     }
   }
   EXPECT_EQ(tracks, (std::set<int64_t>{0, 17}));

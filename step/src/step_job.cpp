@@ -223,7 +223,8 @@ nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks)
     const auto pipeline = group_members(job.parallel, Dim::kPp, rank);
     int64_t ts = 0;
     for (const Event& e : prog) {
-      nlohmann::json args{{"group", members_of(job.parallel, e.dim, rank)}, {"bytes", e.bytes},
+      nlohmann::json args{{"group", members_of(job.parallel, e.dim, rank)}, {"view", std::string(view_name(e.dim))},
+                          {"dim", std::string(dim_name(e.dim))}, {"bytes", e.bytes},
                           {"dtype", std::string(dtype_name(e.dtype))}, {"phase", std::string(phase_name(e.phase))},
                           {"what", e.what}};
       if (e.stage >= 0) args["stage"] = e.stage;

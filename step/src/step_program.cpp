@@ -1042,6 +1042,17 @@ class Checker {
 
 std::string_view dim_name(Dim d) { return kDimNames[static_cast<int>(d)]; }
 
+std::string_view view_name(Dim d) {
+  switch (d) {
+    case Dim::kFsdp: return "dense[dp_shard,cp]";
+    case Dim::kBatch: return "dataloading";
+    case Dim::kLoss: return "loss";
+    case Dim::kEp:
+    case Dim::kEfsdp: return "sparse";
+    default: return "dense";
+  }
+}
+
 std::string_view op_name(Op o) {
   switch (o) {
     case Op::kAllGather: return "all_gather";

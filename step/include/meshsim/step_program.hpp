@@ -76,6 +76,10 @@ struct Parallel {
 enum class Dim { kPp, kDpReplicate, kFsdp, kCp, kTp, kBatch, kLoss, kEp, kEfsdp };
 inline constexpr int kDims = 9;
 std::string_view dim_name(Dim d);
+// view_name: the torchtitan view (as `--preset torchtitan:...` builds it) whose dim the group is:
+// "dense" (pp, dp_replicate, cp, tp), "dense[dp_shard,cp]" (fsdp, FSDP's flattened mesh),
+// "dataloading" (batch), "loss" (loss_mesh), "sparse" (ep, efsdp).
+std::string_view view_name(Dim d);
 
 enum class Op { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kSend, kRecv };
 std::string_view op_name(Op o);
