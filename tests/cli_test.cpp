@@ -1145,8 +1145,9 @@ TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
   EXPECT_TRUE(has_line(ok, "pipeline: 1F1B, 4 stages (8+9+8+7 layers), 8 microbatches, rendezvous sends"));
   const auto okline = std::find_if(ok.lines.begin(), ok.lines.end(), [](const std::string& l) { return l.rfind("OK: 64 ranks", 0) == 0; });
   EXPECT_NE(okline, ok.lines.end());
-  // Rank 0 (stage 0, 8 layers): a microbatch's tp all-gathers: 2 per layer each way, the
-  // embedding's in backward: (8 x 4 + 1) x 8 microbatches = 264, each 8 x 8192 x 4096 x 2 bytes.
+  // Rank 0 (stage 0, 8 layers): a microbatch's tp all-gathers: 2 per layer each way, 2 more per
+  // layer recomputed in backward (selective AC), the embedding's in backward: (8 x 6 + 1) x 8
+  // microbatches = 392, each 8 x 8192 x 4096 x 2 bytes.
   Result js = run(job + " --gpus-per-host 8 --format json");
   ASSERT_EQ(js.status, 0);
   const Json j = Json::parse(js.lines.at(0));
@@ -1154,8 +1155,8 @@ TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
   EXPECT_TRUE(j["diagnosis"].is_null());
   EXPECT_EQ(j["world_size"], 64);
   EXPECT_EQ(j["rank"], 0);
-  EXPECT_EQ(j["by_dim"]["tp"]["all_gather"]["calls"], 264);
-  EXPECT_EQ(j["by_dim"]["tp"]["all_gather"]["bytes"], int64_t{264} * 8 * 8192 * 4096 * 2);
+  EXPECT_EQ(j["by_dim"]["tp"]["all_gather"]["calls"], 392);
+  EXPECT_EQ(j["by_dim"]["tp"]["all_gather"]["bytes"], int64_t{392} * 8 * 8192 * 4096 * 2);
   EXPECT_EQ(j["by_dim"]["pp"]["send"]["calls"], 8);
   EXPECT_EQ(j["by_dim"]["pp"]["send"]["bytes"], int64_t{8} * 8 * 8192 * 4096 * 2 / 2);
   // tp pairs sit inside a host of 8; fsdp groups (stride 2 over 16 ranks) span two hosts.

@@ -102,7 +102,8 @@ Count count(const std::vector<Event>& prog, Dim d, Op op, Phase ph) {
 // Closed forms for llama3-debugmodel (6 layers, dim 256, ffn 768, 16 heads of 16, vocab 2048),
 // seq 256, local batch 2, dp_shard 2, tp 2, no pp: every size divides, so nothing is padded.
 TEST(StepBytes, DebugModelMatchesClosedForms) {
-  const Job job = small_job({1, 1, 2, 1, 2});
+  Job job = small_job({1, 1, 2, 1, 2});
+  job.activation_checkpoint = "none";
   const auto prog = program(job, layout(job), 0);
   const int64_t layers = 6, dim = 256, ffn = 768, vocab = 2048, tp = 2, tokens = 2 * 256;
   const int64_t act = tokens * dim * 2;
@@ -134,6 +135,20 @@ TEST(StepBytes, DebugModelMatchesClosedForms) {
   EXPECT_EQ(count(prog, Dim::kTp, Op::kAllReduce, Phase::kOptimizer).calls, 1);
   EXPECT_EQ(count(prog, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 1);
   EXPECT_EQ(count(prog, Dim::kLoss, Op::kAllReduce, Phase::kMetrics).calls, 3);
+  // torchtitan's default selective activation checkpointing runs each block's forward again in
+  // backward, saving reduce-scatters' outputs but not all-gathers': the attention's and the
+  // MLP's all-gathers are issued again (marked recomputed); full AC issues everything again.
+  job.activation_checkpoint = "selective";
+  const auto sac = program(job, layout(job), 0);
+  EXPECT_EQ(count(sac, Dim::kTp, Op::kAllGather, Phase::kBwd).calls, 2 * layers + 1 + 2 * layers);
+  EXPECT_EQ(count(sac, Dim::kTp, Op::kReduceScatter, Phase::kBwd).calls, 2 * layers + 1);
+  EXPECT_EQ(std::count_if(sac.begin(), sac.end(), [](const Event& e) { return e.recompute; }), 2 * layers);
+  job.activation_checkpoint = "full";
+  const auto full = program(job, layout(job), 0);
+  EXPECT_EQ(count(full, Dim::kTp, Op::kAllGather, Phase::kBwd).calls, 2 * layers + 1 + 2 * layers);
+  EXPECT_EQ(count(full, Dim::kTp, Op::kReduceScatter, Phase::kBwd).calls, 2 * layers + 1 + 2 * layers);
+  job.activation_checkpoint = "sometimes";
+  EXPECT_THROW(layout(job), InvalidArgument);
 }
 
 // deepseek_v3's debug model (6 layers, the first dense; 8 experts of 256, top 3, 2 shared; MLA),
@@ -141,6 +156,7 @@ TEST(StepBytes, DebugModelMatchesClosedForms) {
 TEST(StepBytes, MoeAllToAllsAndTpAsTorchtitanShardsThem) {
   Job job = small_job({1, 1, 2, 1, 2, 2});
   job.model = builtin_model("deepseek_v3-debugmodel");
+  job.activation_checkpoint = "none";
   const int64_t moe_layers = 5, tokens = 2 * 256, dim = 256, top_k = 3, experts = 8;
   auto prog = program(job, layout(job), 0);
   // ep = 2: per MoE layer forward the token counts (int64 per expert), the dispatch and the
@@ -165,6 +181,11 @@ TEST(StepBytes, MoeAllToAllsAndTpAsTorchtitanShardsThem) {
   EXPECT_EQ(count(prog, Dim::kEp, Op::kAllToAll, Phase::kFwd).calls, 0);
   EXPECT_EQ(count(prog, Dim::kTp, Op::kReduceScatter, Phase::kFwd).calls, 1 + 6 + 1 + 2 * moe_layers);
   EXPECT_EQ(count(prog, Dim::kTp, Op::kAllGather, Phase::kBwd).calls, 6 + 1 + 2 * moe_layers + 1);
+  // Selective AC saves the all-to-alls (torchtitan's comm_ops): none is issued again.
+  job.parallel.ep = 2;
+  job.activation_checkpoint = "selective";
+  prog = program(job, layout(job), 0);
+  EXPECT_EQ(count(prog, Dim::kEp, Op::kAllToAll, Phase::kBwd).calls, 2 * moe_layers);
   // Every rank agrees and the step progresses, with and without pp, exactly and by class; a
   // fault planted at a rank of an ep group is named.
   for (const Parallel p : {Parallel{1, 1, 2, 1, 2, 4}, Parallel{2, 1, 2, 1, 2, 2}, Parallel{2, 2, 2, 1, 1, 2}}) {

@@ -175,6 +175,8 @@ int main(int argc, char** argv) {
   step->add_option("--fault", sto_step.faults, "plant a fault: skip@R, swap@R, wrong-group@R, wrong-peer@R (repeatable)");
   step->add_option("--trace", sto_step.trace, "write Chrome/Perfetto trace JSON of the --ranks (or --rank) here");
   step->add_option("--reshard-after-forward", sto_step.reshard_after_forward, "FSDP's policy: default, always or never");
+  step->add_option("--activation-checkpoint", sto_step.activation_checkpoint,
+                   "selective (torchtitan's default: all-gathers issued again in backward), full or none");
   step->add_flag("--no-metrics", sto_step.no_metrics, "a step that does not log (no loss metrics all-reduces)");
   step->add_flag("--grid", sto_step.grid, "print the pipeline's step x rank grid (always when the schedule deadlocks)");
   step->add_option("--schedule", sto_step.schedule, "GPipe, 1F1B (default with --preset), Interleaved1F1B, or a CSV file of PyTorch's form");

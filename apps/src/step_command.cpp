@@ -128,6 +128,7 @@ int run_job(const Options& o, std::ostream& out) {
   spec.ranks = o.ranks;
   spec.faults = o.faults;
   spec.reshard_after_forward = o.reshard_after_forward;
+  spec.activation_checkpoint = o.activation_checkpoint;
   spec.log_metrics = !o.no_metrics;
   const step::StepRun run = step::run_step(spec);
   const step::Report& r = run.report;

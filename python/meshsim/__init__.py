@@ -354,7 +354,8 @@ def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threade
 
 def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedule=None, stages=None,
          send_semantics="rendezvous", gpus_per_host=None, rank=0, ranks=None, faults=(),
-         reshard_after_forward="default", log_metrics=True, world_size=None, trace=False):
+         reshard_after_forward="default", log_metrics=True, world_size=None, trace=False,
+         activation_checkpoint="selective"):
     """`meshsim step --preset ... --format json` in this process: every rank's program of one
     torchtitan training step, checked (every group's members agree; the step progresses under
     rendezvous or eager sends) and counted per dim and per link. `preset` is "torchtitan:pp=4,..."
@@ -371,7 +372,7 @@ def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedul
                          _os.fspath(schedule) if schedule is not None else "", opt(stages, "stages"),
                          str(send_semantics), opt(gpus_per_host, "gpus_per_host"), _int(rank, "rank"),
                          ranks or "", _listed(faults, "faults"), str(reshard_after_forward), bool(log_metrics),
-                         opt(world_size, "world_size"), bool(trace))
+                         opt(world_size, "world_size"), bool(trace), str(activation_checkpoint))
 
 
 def _convention(name):

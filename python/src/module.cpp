@@ -694,7 +694,8 @@ PYBIND11_MODULE(_meshsim, m) {
                    std::optional<int64_t> local_batch_size, std::optional<int64_t> microbatches, const std::string& schedule,
                    std::optional<int64_t> stages, const std::string& send_semantics, std::optional<int64_t> gpus_per_host,
                    int64_t rank, const std::string& ranks, std::vector<std::string> faults,
-                   const std::string& reshard_after_forward, bool log_metrics, std::optional<int64_t> world_size, bool trace) {
+                   const std::string& reshard_after_forward, bool log_metrics, std::optional<int64_t> world_size, bool trace,
+                   const std::string& activation_checkpoint) {
     meshsim::step::StepSpec spec;
     spec.preset = preset;
     spec.model = model;
@@ -709,6 +710,7 @@ PYBIND11_MODULE(_meshsim, m) {
     spec.ranks = ranks;
     spec.faults = std::move(faults);
     spec.reshard_after_forward = reshard_after_forward;
+    spec.activation_checkpoint = activation_checkpoint;
     spec.log_metrics = log_metrics;
     spec.world_size = world_size;
     nlohmann::json j;

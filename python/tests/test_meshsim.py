@@ -653,9 +653,12 @@ def test_step_checks_a_torchtitan_step_as_the_tool_does(tmp_path):
     report = meshsim.step("torchtitan:pp=4,dp_shard=8,tp=2", "llama3-8b", **job)
     assert report["ok"] and report["diagnosis"] is None
     assert report["world_size"] == 64 and report["rank"] == 0
-    # Rank 0 (stage 0, 8 layers, 8 microbatches): 2 tp all-gathers per layer each way and the
-    # embedding's in backward, each a microbatch's activations (8 x 8192 tokens x 4096 x bf16).
-    assert report["by_dim"]["tp"]["all_gather"] == {"calls": 264, "bytes": 264 * 8 * 8192 * 4096 * 2}
+    # Rank 0 (stage 0, 8 layers, 8 microbatches): 2 tp all-gathers per layer each way, 2 more
+    # recomputed in backward (selective AC, torchtitan's default) and the embedding's in
+    # backward, each a microbatch's activations (8 x 8192 tokens x 4096 x bf16).
+    assert report["by_dim"]["tp"]["all_gather"] == {"calls": 392, "bytes": 392 * 8 * 8192 * 4096 * 2}
+    none = meshsim.step("torchtitan:pp=4,dp_shard=8,tp=2", "llama3-8b", activation_checkpoint="none", **job)
+    assert none["by_dim"]["tp"]["all_gather"]["calls"] == 264
     assert set(report["by_link"]) == {"intra_host", "inter_host"}
     tool = subprocess.run([EXE, "step", "--preset", "torchtitan:pp=4,dp_shard=8,tp=2", "--model", "llama3-8b",
                            "--seq-len", "8192", "--local-batch-size", "8", "--microbatches", "8",

@@ -121,6 +121,7 @@ StepRun run_step(const StepSpec& spec) {
   job.local_batch_size = *spec.local_batch_size;
   job.microbatches = spec.microbatches.value_or(1);
   job.reshard_after_forward = spec.reshard_after_forward;
+  job.activation_checkpoint = spec.activation_checkpoint;
   job.log_metrics = spec.log_metrics;
   const std::string name = lower_case(spec.schedule.empty() ? "1F1B" : spec.schedule);
   if (known_schedule(name)) {
@@ -174,6 +175,7 @@ nlohmann::json step_json(const StepRun& run) {
                    {"layers_per_stage", r.layout.layer_count},
                    {"microbatches", pp ? run.job.microbatches : 1},
                    {"send_semantics", run.options.semantics == SendSemantics::kEager ? "eager" : "rendezvous"},
+                   {"activation_checkpoint", run.job.activation_checkpoint},
                    {"events", r.program.size()},
                    {"programs", r.programs},
                    {"groups_checked", r.groups_checked},
@@ -231,6 +233,7 @@ nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks)
       if (e.layer >= 0) args["layer"] = e.layer;
       if (e.microbatch >= 0) args["microbatch"] = e.microbatch;
       if (e.peer >= 0) args["peer"] = pipeline[static_cast<std::size_t>(e.peer)];
+      if (e.recompute) args["recompute"] = true;
       events.push_back({{"name", std::string(op_name(e.op)) + " " + std::string(dim_name(e.dim))},
                         {"cat", std::string(phase_name(e.phase))}, {"ph", "X"}, {"ts", ts++}, {"dur", 1},
                         {"pid", 0}, {"tid", rank}, {"args", std::move(args)}});

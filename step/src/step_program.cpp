@@ -288,6 +288,8 @@ class Builder {
     const std::string policy = lower_case(job.reshard_after_forward);
     reshard_blocks_ = policy == "always" || (policy == "default" && p.pp == 1);
     reshard_output_ = policy == "always";
+    const std::string ac = lower_case(job.activation_checkpoint);
+    ac_ = ac == "none" ? Ac::kNone : ac == "full" ? Ac::kFull : Ac::kSelective;
   }
 
   std::vector<Event> build(int64_t pp_rank) {
@@ -322,7 +324,9 @@ class Builder {
   int64_t size(Dim d) const { return dim_size(job_.parallel, d); }
 
   void emit(Op op, Dim d, DType t, int64_t bytes, Phase ph, const char* what, int32_t layer = -1) {
+    if (recomputing_ && ac_ == Ac::kSelective && op != Op::kAllGather) return;
     Event e;
+    e.recompute = recomputing_;
     e.op = op;
     e.dim = d;
     e.dtype = t;
@@ -450,6 +454,27 @@ class Builder {
     return reshard_blocks_;
   }
 
+  // block_forward: a block's forward collectives (attention, CP's K and V, the FFN or MoE).
+  void block_forward(int32_t layer, Phase ph) {
+    const int64_t h = z_.hidden_bytes;
+    emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
+    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", layer);
+    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", layer);
+    emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
+    ffn_forward(layer, ph);
+  }
+
+  // recompute: activation checkpointing runs a block's forward again at the start of its
+  // backward. torchtitan's default, selective per-op AC, saves the outputs of reduce-scatters
+  // and all-to-alls (its comm_ops save list) but not of all-gathers, so those are issued again;
+  // full AC issues every forward collective again.
+  void recompute(int32_t layer) {
+    if (ac_ == Ac::kNone) return;
+    recomputing_ = true;
+    block_forward(layer, Phase::kBwd);
+    recomputing_ = false;
+  }
+
   // forward: one microbatch through `stage`; `gather_params` when its FSDP units are sharded now.
   void forward(int64_t stage, int64_t mb, bool gather_params) {
     stage_ = static_cast<int32_t>(stage);
@@ -459,11 +484,7 @@ class Builder {
     for (const Unit& u : units(stage)) {
       if (gather_params) gather(u, ph);
       if (u.layer >= 0) {
-        emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
-        emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", u.layer);
-        emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", u.layer);
-        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
-        ffn_forward(u.layer, ph);
+        block_forward(u.layer, ph);
       } else if (std::strcmp(u.what, "output") != 0) {
         // RowwiseParallel embedding with a sequence-sharded output: a reduce-scatter.
         emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "embeddings");
@@ -494,6 +515,7 @@ class Builder {
       if (resharded(u) && input_grads) gather(u, ph);
       if (input_grads) {
         if (u.layer >= 0) {
+          recompute(u.layer);
           ffn_backward(u.layer, ph);
           emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
           emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", u.layer);
@@ -575,6 +597,8 @@ class Builder {
   Sizes z_{};
   int64_t attention_ = 0, dense_ffn_ = 0, moe_dense_ = 0, routed_ = 0, embed_ = 0, output_ = 0;
   bool reshard_blocks_ = true, reshard_output_ = false;
+  enum class Ac { kNone, kSelective, kFull } ac_ = Ac::kSelective;
+  bool recomputing_ = false;
   int32_t stage_ = -1, microbatch_ = -1;
   std::vector<Event> out_;
 };
@@ -1093,6 +1117,7 @@ std::string describe(const Event& e) {
   if (e.layer >= 0) s += " layer " + std::to_string(e.layer);
   if (e.microbatch >= 0) s += " microbatch " + std::to_string(e.microbatch);
   if (*e.what) s += " " + std::string(e.what);
+  if (e.recompute) s += " recomputed";
   return s + ")";
 }
 
@@ -1366,6 +1391,11 @@ StageLayout layout(const Job& job) {
                           (p.cp > 1 ? "2 x cp x tp (" : "tp (") + std::to_string(seq_shards) +
                           "): sequence parallel shards each sequence over tp" +
                           (p.cp > 1 ? ", and context parallel's head-tail load balancer in 2 x cp chunks" : ""));
+  }
+  const std::string ac = lower_case(job.activation_checkpoint);
+  if (ac != "selective" && ac != "full" && ac != "none") {
+    throw InvalidArgument("--activation-checkpoint " + quote_input(job.activation_checkpoint) +
+                          " is not selective (torchtitan's default, per op), full or none");
   }
   const std::string policy = lower_case(job.reshard_after_forward);
   if (policy != "default" && policy != "always" && policy != "never") {

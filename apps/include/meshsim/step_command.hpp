@@ -32,6 +32,7 @@ struct Options {
   std::vector<std::string> faults;    // KIND@RANK
   std::string trace;                  // write Chrome/Perfetto trace JSON here
   std::string reshard_after_forward = "default";
+  std::string activation_checkpoint = "selective";
   bool no_metrics = false;            // a step that does not log
   bool grid = false;                  // print the pipeline's step x rank grid (always when it deadlocks)
   std::optional<int64_t> stages;      // Interleaved1F1B: required; a CSV: default its largest stage + 1

@@ -37,6 +37,7 @@ struct StepSpec {
   std::string ranks;                   // "all", or "0,3,8-15"
   std::vector<std::string> faults;     // KIND@RANK
   std::string reshard_after_forward = "default";
+  std::string activation_checkpoint = "selective";  // torchtitan's default; full or none
   bool log_metrics = true;
 };
 

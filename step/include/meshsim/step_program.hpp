@@ -99,10 +99,11 @@ struct Event {
   int32_t stage = -1, layer = -1, microbatch = -1;
   int64_t peer = -1;     // send/recv: the peer's pp coordinate
   const char* what = "";  // "attention", "mlp", "params", "grads", "activation", ...
+  bool recompute = false;  // issued again by activation checkpointing in backward
   friend bool operator==(const Event& a, const Event& b) {
     return a.op == b.op && a.dim == b.dim && a.dtype == b.dtype && a.bytes == b.bytes && a.phase == b.phase &&
            a.stage == b.stage && a.layer == b.layer && a.microbatch == b.microbatch && a.peer == b.peer &&
-           std::string_view(a.what) == b.what;
+           std::string_view(a.what) == b.what && a.recompute == b.recompute;
   }
 };
 std::string describe(const Event& e);  // "all_gather bf16 33554432 B (fwd stage 0 layer 3 microbatch 1 attention)"
@@ -118,6 +119,7 @@ struct Job {
   int64_t stages_per_rank = 0;     // 0: torchtitan's default (1 for single-stage schedules, else 2)
   int64_t first_stage_less_layers = 1, last_stage_less_layers = 1;
   std::string reshard_after_forward = "default";  // always, never, default (not with pp)
+  std::string activation_checkpoint = "selective";  // torchtitan's default; full or none
   bool log_metrics = true;         // a logged step (torchtitan logs step 1)
 };
 
