@@ -1,6 +1,7 @@
 // One torchtitan step's programs: groups against the preset meshes, byte totals against closed
 // forms, torchtitan's refusals, planted faults named, deadlocks found, exact and class checks agree.
 #include "meshsim/step_program.hpp"
+#include "meshsim/step_job.hpp"
 
 #include <gtest/gtest.h>
 
@@ -83,6 +84,43 @@ TEST(StepGroups, MatchTheTorchtitanPresetViews) {
     EXPECT_EQ(ours(Dim::kEp), theirs(spmd.handles.at("sparse"), "ep"));
     EXPECT_EQ(ours(Dim::kEfsdp), theirs(spmd.handles.at("sparse"), "efsdp"));
   }
+}
+
+TEST(StepGroups, AMemberIsNamedWithoutListingTheGroup) {
+  const Parallel p{2, 2, 4, 2, 2, 4};
+  for (int d = 0; d < kDims; ++d) {
+    const Dim dim = static_cast<Dim>(d);
+    for (int64_t rank : {int64_t{0}, int64_t{37}, world_size(p) - 1}) {
+      const auto members = group_members(p, dim, rank);
+      ASSERT_EQ(static_cast<int64_t>(members.size()), dim_size(p, dim));
+      for (std::size_t k = 0; k < members.size(); ++k) EXPECT_EQ(group_member(p, dim, rank, static_cast<int64_t>(k)), members[k]);
+      EXPECT_THROW(group_member(p, dim, rank, dim_size(p, dim)), OutOfRange);
+    }
+  }
+}
+
+// A trace is bounded (ranks and events); past the bound it is refused, never built.
+TEST(StepTrace, BoundedAndOneTrackPerRank) {
+  StepSpec spec;
+  spec.preset = "torchtitan:pp=2,dp_shard=2,tp=2";
+  spec.model = "llama3-debugmodel";
+  spec.seq_len = 256;
+  spec.local_batch_size = 2;
+  spec.microbatches = 2;
+  spec.ranks = "0,5";
+  const StepRun run = run_step(spec);
+  const nlohmann::json t = trace_json(run, traced_ranks(run));
+  std::set<int64_t> tids;
+  for (const auto& e : t["traceEvents"]) tids.insert(e["tid"].get<int64_t>());
+  EXPECT_EQ(tids, (std::set<int64_t>{0, 5}));
+  spec.preset = "torchtitan:pp=16,dp_shard=64,tp=8";
+  spec.model = "llama3-405b";
+  spec.seq_len = 8192;
+  spec.local_batch_size = 1;
+  spec.microbatches = 32;
+  spec.ranks = "0-300";
+  const StepRun big = run_step(spec);
+  EXPECT_THROW(trace_json(big, traced_ranks(big)), ResourceExhausted);
 }
 
 struct Count {

@@ -151,7 +151,8 @@ int run_job(const Options& o, std::ostream& out) {
     for (std::size_t i = 0; i < layers.size() && i < 16; ++i) split += (i ? "+" : "") + std::to_string(layers[i]);
     if (layers.size() > 16) split += "+...";
     out << "pipeline: " << job.schedule << ", " << r.layout.stages << " stages (" << split << " layers), "
-        << job.microbatches << " microbatches, " << o.send_semantics << " sends\n";
+        << job.microbatches << (job.microbatches == 1 ? " microbatch, " : " microbatches, ") << o.send_semantics
+        << " sends\n";
   }
   out << "rank " << r.rank << ": " << r.program.size() << " events in one step\n\n";
   char line[160];

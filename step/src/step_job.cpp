@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 #include "meshsim/error.hpp"
 #include "meshsim/text_file.hpp"
@@ -34,10 +35,10 @@ Model model_of(const std::string& name) {
 }
 
 std::string members_of(const Parallel& p, Dim d, int64_t rank) {
-  const auto m = group_members(p, d, rank);
+  const int64_t n = dim_size(p, d);
   std::string s = std::string(dim_name(d)) + " [";
-  for (std::size_t i = 0; i < m.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(m[i]);
-  if (m.size() > 16) s += ", ... (" + std::to_string(m.size()) + " ranks)";
+  for (int64_t k = 0; k < n && k < 16; ++k) s += (k ? ", " : "") + std::to_string(group_member(p, d, rank, k));
+  if (n > 16) s += ", ... (" + std::to_string(n) + " ranks)";
   return s + "]";
 }
 
@@ -211,21 +212,40 @@ nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks)
                             std::to_string(kMaxTracedRanks));
   }
   const Job& job = run.job;
-  nlohmann::json events = nlohmann::json::array();
+  // The programs by pp coordinate (a rank's is its coordinate's, a fault aside), counted first.
+  std::map<int64_t, std::vector<Event>> by_pp;
+  int64_t total = 0;
   for (int64_t rank : ranks) {
     if (rank < 0 || rank >= run.report.world_size) {
       throw OutOfRange("traced rank " + std::to_string(rank) + " is out of range [0, " + std::to_string(run.report.world_size) + ")");
     }
+    const int64_t pp = pp_coordinate(job.parallel, rank);
+    auto it = by_pp.find(pp);
+    if (it == by_pp.end()) it = by_pp.emplace(pp, program(job, run.report.layout, pp)).first;
+    total += static_cast<int64_t>(it->second.size());
+    if (total > kMaxTracedEvents) {
+      throw ResourceExhausted("--trace of " + std::to_string(ranks.size()) + " ranks holds over " +
+                              std::to_string(kMaxTracedEvents) + " events: trace fewer ranks");
+    }
+  }
+  nlohmann::json events = nlohmann::json::array();
+  for (int64_t rank : ranks) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", rank},
                       {"args", {{"name", "rank " + std::to_string(rank)}}}});
-    auto prog = program(job, run.report.layout, pp_coordinate(job.parallel, rank));
+    std::vector<Event> prog = by_pp.at(pp_coordinate(job.parallel, rank));
     for (const Fault& f : run.options.faults) {
       if (f.rank == rank) apply_fault(job, f, prog);
     }
     const auto pipeline = group_members(job.parallel, Dim::kPp, rank);
+    std::map<Dim, std::string> group_text;  // this rank's group on each dim, named once
+    auto group_of = [&](Dim d) -> const std::string& {
+      auto it = group_text.find(d);
+      if (it == group_text.end()) it = group_text.emplace(d, members_of(job.parallel, d, rank)).first;
+      return it->second;
+    };
     int64_t ts = 0;
     for (const Event& e : prog) {
-      nlohmann::json args{{"group", members_of(job.parallel, e.dim, rank)}, {"view", std::string(view_name(e.dim))},
+      nlohmann::json args{{"group", group_of(e.dim)}, {"view", std::string(view_name(e.dim))},
                           {"dim", std::string(dim_name(e.dim))}, {"bytes", e.bytes},
                           {"dtype", std::string(dtype_name(e.dtype))}, {"phase", std::string(phase_name(e.phase))},
                           {"what", e.what}};

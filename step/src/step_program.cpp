@@ -21,7 +21,7 @@ constexpr std::array<std::string_view, kDims> kDimNames = {"pp",    "dp_replicat
 // kMaxEvents bounds the events of the programs held at once (one per pp rank and faulted rank),
 // and kMaxSimulatedEvents the events an exact simulation steps through.
 constexpr int64_t kMaxEvents = int64_t{1} << 22;
-constexpr int64_t kMaxSimulatedEvents = int64_t{1} << 30;
+constexpr int64_t kMaxSimulatedEvents = int64_t{1} << 27;
 // kMaxSize bounds a model's sizes and the job's (far past any model, far from overflow in the
 // products below, which are checked anyway).
 constexpr int64_t kMaxSize = int64_t{1} << 32;
@@ -1291,6 +1291,14 @@ int64_t dim_size(const Parallel& p, Dim d) {
 }
 
 int64_t pp_coordinate(const Parallel& p, int64_t rank) { return rank / (world_size(p) / p.pp); }
+
+int64_t group_member(const Parallel& p, Dim d, int64_t rank, int64_t k) {
+  if (k < 0 || k >= dim_size(p, d)) {
+    throw OutOfRange("member " + std::to_string(k) + " of a " + std::string(dim_name(d)) + " group of " +
+                     std::to_string(dim_size(p, d)));
+  }
+  return member_at(p, d, rank, k);
+}
 
 std::vector<int64_t> group_members(const Parallel& p, Dim d, int64_t rank) {
   const auto r = radix(p, d);

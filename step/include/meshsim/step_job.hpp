@@ -53,8 +53,10 @@ struct StepRun {
 StepRun run_step(const StepSpec& spec);
 // step_json is the report as docs/step.md lists it.
 nlohmann::json step_json(const StepRun& run);
-// trace_json is Chrome/Perfetto trace JSON of `ranks`' programs (at most kMaxTracedRanks).
+// trace_json is Chrome/Perfetto trace JSON of `ranks`' programs (at most kMaxTracedRanks ranks
+// and kMaxTracedEvents events in all; ResourceExhausted past them).
 inline constexpr int64_t kMaxTracedRanks = 4096;
+inline constexpr int64_t kMaxTracedEvents = int64_t{1} << 18;
 nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks);
 // traced_ranks: --ranks (every rank for "all"), else the reported rank.
 std::vector<int64_t> traced_ranks(const StepRun& run);

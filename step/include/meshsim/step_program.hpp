@@ -156,8 +156,10 @@ void apply_fault(const Job& job, const Fault& f, std::vector<Event>& events);
 int64_t world_size(const Parallel& p);
 int64_t dim_size(const Parallel& p, Dim d);
 int64_t pp_coordinate(const Parallel& p, int64_t rank);
-// group_members: the ranks of `rank`'s group on `d`, ascending (the group's order).
+// group_members: the ranks of `rank`'s group on `d`, ascending (the group's order);
+// group_member: its k-th (0-based) without listing the rest.
 std::vector<int64_t> group_members(const Parallel& p, Dim d, int64_t rank);
+int64_t group_member(const Parallel& p, Dim d, int64_t rank, int64_t k);
 
 struct Options {
   SendSemantics semantics = SendSemantics::kRendezvous;
