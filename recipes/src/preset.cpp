@@ -243,6 +243,20 @@ void check_key_parts(const std::string& text, const std::string& where) {
   }
 }
 
+// parse_job_file reads and parses a TOML file under the job file's guards: its size (a read error
+// names `what` and the path), its dotted parts, and the parser's error as a ParseError after
+// `where`.
+toml::table parse_job_file(const std::string& path, const std::string& what, const std::string& where) {
+  const std::string text = read_text_file(path, kMaxJobFileBytes, what);
+  check_key_parts(text, where);
+  try {
+    return toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    throw ParseError(where + " is not TOML: " + std::string(e.description()) + " at line " +
+                     std::to_string(e.source().begin.line) + ", column " + std::to_string(e.source().begin.column));
+  }
+}
+
 // edit_distance is Levenshtein's, for naming the known key nearest a misspelled one.
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> row(b.size() + 1);
@@ -427,15 +441,7 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
 
 Torchtitan torchtitan_from_toml(const std::string& path) {
   const std::string where = kTitan + quote_input(path);
-  const std::string text = read_text_file(path, kMaxJobFileBytes, kTitan.substr(0, kTitan.size() - 1));
-  check_key_parts(text, where);
-  toml::table doc;
-  try {
-    doc = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw ParseError(where + " is not TOML: " + std::string(e.description()) + " at line " +
-                     std::to_string(e.source().begin.line) + ", column " + std::to_string(e.source().begin.column));
-  }
+  toml::table doc = parse_job_file(path, kTitan.substr(0, kTitan.size() - 1), where);
   // A misspelled table or key would leave its degrees at their defaults and the job would run
   // as another: refuse it as torchtitan does. A job that extends the config with its own module
   // (experimental.custom_args_module) may add tables; its [parallelism] is still checked.
@@ -498,15 +504,7 @@ Torchtitan torchtitan_spec(const std::string& spec) {
 
 std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& what,
                                          const std::string& where) {
-  const std::string text = read_text_file(path, kMaxJobFileBytes, what);
-  check_key_parts(text, where);
-  toml::table doc;
-  try {
-    doc = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw ParseError(where + " is not TOML: " + std::string(e.description()) + " at line " +
-                     std::to_string(e.source().begin.line) + ", column " + std::to_string(e.source().begin.column));
-  }
+  toml::table doc = parse_job_file(path, what, where);
   const toml::node_view<toml::node> section = doc[table];
   if (!section) return std::nullopt;
   if (!section.is_table()) throw InvalidArgument(where + ": " + quote_input(table) + " is not a table");
