@@ -8,6 +8,7 @@
 //   meshsim ops                             list the query ops
 //   meshsim step --preset torchtitan:... --model llama3-8b ...  one training step's collectives, every rank
 //   meshsim step --schedule 1F1B --pp 4 ... a pipeline schedule's sends and receives, checked
+//   meshsim trace check DIR [--prefix rank_]  every rank's Flight Recorder dump, checked across ranks
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <new>
@@ -24,6 +25,7 @@
 #include "meshsim/run.hpp"
 #include "meshsim/show.hpp"
 #include "meshsim/step_command.hpp"
+#include "meshsim/trace_command.hpp"
 #include "meshsim/store_command.hpp"
 
 namespace {
@@ -189,6 +191,14 @@ int main(int argc, char** argv) {
   step->add_option("--format", sto_step.format, "text or json");
   step->add_option("--max-rows", sto_step.max_rows, "schedule steps printed (text)");
 
+  auto* trace = app.add_subcommand("trace", "traces of real jobs: check PyTorch Flight Recorder dumps across ranks");
+  trace->require_subcommand(1);
+  auto* trace_check = trace->add_subcommand("check", "read every rank's Flight Recorder dump in DIR and check them across ranks");
+  meshsim::trace_command::Options tco;
+  trace_check->add_option("dir", tco.dir, "the directory of dumps (one file per rank, <prefix><rank>)")->required();
+  trace_check->add_option("--prefix", tco.prefix, "the text before each file's rank (default: the one prefix all files share)");
+  trace_check->add_option("--format", tco.format, "text or json")->check(CLI::IsMember({"text", "json"}));
+
   meshsim::cli::guard_integers(app);
   try {
     app.parse(argc, argv);
@@ -235,6 +245,7 @@ int main(int argc, char** argv) {
   if (*launch) return guarded("launch", false, [&] { return meshsim::launch::run(lo, std::cout, std::cerr); });
   if (*rendezvous) return guarded("rendezvous", true, [&] { return meshsim::rendezvous::run(rdv, std::cout); });
   if (*step) return guarded("step", false, [&] { return flushed(meshsim::step_command::run(sto_step, out), out); });
+  if (*trace_check) return guarded("trace check", false, [&] { return flushed(meshsim::trace_command::run(tco, out), out); });
   if (*ops) {
     for (const auto& name : meshsim::query::ops()) std::cout << name << '\n';
   }

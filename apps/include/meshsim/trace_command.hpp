@@ -1,0 +1,26 @@
+// trace_command.hpp — `meshsim trace check DIR`: every rank's Flight Recorder dump in DIR read
+// (pickle or JSON) and checked across ranks: membership, missing dumps, ranks that never issued
+// a collective others wait in, type / size / dtype / state mismatches, send/recv pairs, and the
+// culprits a hang's waits lead to.
+//
+//   meshsim trace check comm_traces --prefix rank_
+//   meshsim trace check comm_traces --format json
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+namespace meshsim::trace_command {
+
+struct Options {
+  std::string dir;                    // the dumps' directory
+  std::optional<std::string> prefix;  // the text before each file's rank (default: inferred)
+  std::string format = "text";        // or "json"
+};
+
+// run prints the report and returns 0 (OK) or 1 (problems found). Unreadable or malformed dumps
+// throw meshsim::Error naming the file.
+int run(const Options& o, std::ostream& out);
+
+}  // namespace meshsim::trace_command

@@ -1,0 +1,418 @@
+// Flight Recorder dumps: the bounded pickle reader against Python's own pickles (protocols 0-5)
+// and hostile bytes; dumps in the schema's exact shape (written by tests/traces/make_fr_dumps.py
+// with Python's pickle and json) checked across ranks, each planted fault named by its rank.
+#include "meshsim/flight_recorder.hpp"
+#include "meshsim/pickle.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "meshsim/error.hpp"
+
+namespace meshsim::trace {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Shell {
+  std::string out;
+  int status = -1;
+};
+
+Shell shell(const std::string& cmd) {
+  Shell s;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return s;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) s.out.append(buf, n);
+  const int st = ::pclose(p);
+  s.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return s;
+}
+
+// python_pickle: the bytes Python's pickle writes for EXPR at PROTOCOL.
+std::string python_pickle(const std::string& expr, int protocol) {
+  const Shell s = shell("python3 -c 'import pickle,sys; sys.stdout.write(pickle.dumps(" + expr + ", protocol=" +
+                        std::to_string(protocol) + ").hex())'");
+  EXPECT_EQ(s.status, 0) << expr;
+  std::string bytes;
+  for (std::size_t k = 0; k + 1 < s.out.size(); k += 2) bytes += static_cast<char>(std::stoi(s.out.substr(k, 2), nullptr, 16));
+  return bytes;
+}
+
+// canonical: the value as Python's repr would write it for these kinds (dict keys in order).
+std::string canonical(const PyData& d, uint32_t i, int depth = 0) {
+  const auto& n = d.node(i);
+  if (depth > 50) return "...";
+  switch (n.kind) {
+    case PyData::Kind::kNone: return "None";
+    case PyData::Kind::kBool: return n.i ? "True" : "False";
+    case PyData::Kind::kInt: return std::to_string(n.i);
+    case PyData::Kind::kFloat: {
+      std::ostringstream o;
+      o << n.f;
+      return o.str();
+    }
+    case PyData::Kind::kStr: return "'" + n.s + "'";
+    case PyData::Kind::kList:
+    case PyData::Kind::kTuple: {
+      std::string out = n.kind == PyData::Kind::kList ? "[" : "(";
+      for (std::size_t k = 0; k < n.items.size(); ++k) out += (k ? ", " : "") + canonical(d, n.items[k], depth + 1);
+      if (n.kind == PyData::Kind::kTuple && n.items.size() == 1) out += ",";
+      return out + (n.kind == PyData::Kind::kList ? "]" : ")");
+    }
+    case PyData::Kind::kDict: {
+      std::string out = "{";
+      for (std::size_t k = 0; k + 1 < n.items.size(); k += 2) {
+        out += (k ? ", " : "") + canonical(d, n.items[k], depth + 1) + ": " + canonical(d, n.items[k + 1], depth + 1);
+      }
+      return out + "}";
+    }
+  }
+  return "?";
+}
+
+TEST(Pickle, ReadsWhatPythonWritesAtEveryProtocol) {
+  // Every kind the dumps hold, integers at each opcode's edges and past them, shared objects.
+  const std::string expr =
+      "{\"version\": \"2.10\", \"ints\": [0, 1, -1, 255, 256, 65535, 65536, -129, 2**31-1, -2**31, 2**31, 2**62, "
+      "2**63-1, -2**63], \"f\": [0.25, -1.5e300], \"b\": (True, False, None), \"s\": [\"\", \"caf\\u00e9 \\U0001F600\", "
+      "\"x\"*300, \"back\\\\slash\\nnl\"], \"t\": [(), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4)], \"e\": [[], {}], "
+      "\"shared\": [[7]]*3}";
+  // The canonical text of the same value, as this test prints it.
+  const std::string want =
+      "{'version': '2.10', 'ints': [0, 1, -1, 255, 256, 65535, 65536, -129, 2147483647, -2147483648, 2147483648, "
+      "4611686018427387904, 9223372036854775807, -9223372036854775808], 'f': [0.25, -1.5e+300], 'b': (True, False, None), "
+      "'s': ['', 'caf\xc3\xa9 \xf0\x9f\x98\x80', '" + std::string(300, 'x') + "', 'back\\slash\nnl'], 't': [(), (1,), (1, 2), (1, 2, 3), "
+      "(1, 2, 3, 4)], 'e': [[], {}], 'shared': [[7], [7], [7]]}";
+  for (int protocol = 0; protocol <= 5; ++protocol) {
+    const std::string bytes = python_pickle(expr, protocol);
+    ASSERT_FALSE(bytes.empty());
+    const PyData d = read_pickle(bytes, "test");
+    EXPECT_EQ(canonical(d, d.root), want) << "protocol " << protocol;
+  }
+}
+
+TEST(Pickle, SharedObjectsAreOneObjectAndCyclesAreHarmless) {
+  const std::string bytes = python_pickle("(lambda l: [l, l])([1])", 4);
+  const PyData d = read_pickle(bytes, "test");
+  ASSERT_EQ(d.node(d.root).items.size(), 2u);
+  EXPECT_EQ(d.node(d.root).items[0], d.node(d.root).items[1]);
+  // A list that contains itself: ] BINPUT 0 BINGET 0 APPEND STOP.
+  const std::string cyc = std::string("\x80\x02]q\x00h\x00" "a.", 9);
+  const PyData c = read_pickle(cyc, "test");
+  ASSERT_EQ(c.node(c.root).items.size(), 1u);
+  EXPECT_EQ(c.node(c.root).items[0], c.root);
+}
+
+void expect_refused(const std::string& bytes, const std::string& needle) {
+  try {
+    read_pickle(bytes, "dump 'x'");
+    ADD_FAILURE() << "read: " << needle;
+  } catch (const ParseError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("dump 'x': offset "), std::string::npos) << m;
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+  }
+}
+
+TEST(Pickle, RefusesEverythingButPlainDataNamingTheOffset) {
+  // A class instance (GLOBAL / STACK_GLOBAL then REDUCE), bytes, a set: refused, never run.
+  expect_refused(python_pickle("__import__(\"collections\").OrderedDict()", 2), "(GLOBAL)");
+  expect_refused(python_pickle("__import__(\"collections\").OrderedDict()", 4), "(STACK_GLOBAL)");
+  expect_refused(python_pickle("[1, b\"x\"]", 3), "BINBYTES");
+  expect_refused(python_pickle("{1}", 4), "EMPTY_SET");
+  // The classic: os.system by GLOBAL and REDUCE.
+  const std::string evil = "cos\nsystem\n(S'touch /tmp/meshsim-pwned'\ntR.";
+  expect_refused(evil, "offset 0: opcode 0x63 (GLOBAL) is refused");
+  EXPECT_FALSE(fs::exists("/tmp/meshsim-pwned"));
+  expect_refused(std::string("\x80\x02]", 3), "ends before its STOP");
+  expect_refused(std::string("\x80\x02X\xff\xff\xff\x00", 7), "ends inside an opcode's argument");
+  expect_refused(std::string("\x80\x02h\x05.", 5), "memo slot 5 was never stored");
+  expect_refused(std::string("\x80\x02}K\x01" "a.", 6), "APPEND onto a dict");
+  expect_refused(std::string("\x80\x02.", 3), "STOP with 0 values on the stack");
+  expect_refused(std::string("\x80\x09N.", 4), "protocol 9 is newer than 5");
+  expect_refused(std::string("\x80\x02\xff", 3), "0xff is not a pickle opcode");
+}
+
+TEST(Pickle, IntegersPastInt64AreOverflowErrors) {
+  for (const char* expr : {"2**63", "-2**63-1", "2**200", "[1, 10**30]"}) {
+    for (int protocol : {0, 2, 4}) {
+      EXPECT_THROW(read_pickle(python_pickle(expr, protocol), "test"), OverflowError) << expr << " protocol " << protocol;
+    }
+  }
+  // LONG4 of an absurd length is refused before it is read.
+  EXPECT_THROW(read_pickle(std::string("\x80\x02\x8b\xff\xff\xff\x7f", 7), "test"), OverflowError);
+}
+
+TEST(Pickle, DeepNestingAndHugeCountsStayBounded) {
+  // 200,000 nested lists (Python itself cannot pickle this deep): read without recursion.
+  std::string deep = "\x80\x02";
+  const int n = 200000;
+  deep += std::string(n, ']');
+  deep += std::string(n - 1, 'a');
+  deep += '.';
+  const PyData d = read_pickle(deep, "test");
+  EXPECT_EQ(d.nodes.size(), static_cast<std::size_t>(n));
+  // Limits: objects, the stack and MARKs.
+  PickleLimits small;
+  small.max_nodes = 1000;
+  small.max_stack = 1000;
+  EXPECT_THROW(read_pickle(deep, "test", small), ResourceExhausted);
+  EXPECT_THROW(read_pickle("\x80\x02" + std::string(5000, '(') + ".", "test", small), ResourceExhausted);
+}
+
+TEST(Pickle, RandomBytesAndMutatedPicklesNeverCrash) {
+  const std::string good = python_pickle(
+      "{\"version\": \"2.10\", \"pg_config\": {\"0\": {\"name\": \"0\", \"desc\": \"default_pg\", \"ranks\": \"[0, 1]\"}}, "
+      "\"entries\": [{\"record_id\": 0, \"input_sizes\": [[4, 4]], \"state\": \"completed\"}]}",
+      4);
+  std::mt19937_64 rng(7);
+  int read = 0, refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string b = good;
+    if (i % 2) {
+      const int flips = 1 + static_cast<int>(rng() % 4);
+      for (int k = 0; k < flips; ++k) b[rng() % b.size()] = static_cast<char>(rng());
+      if (rng() % 4 == 0) b.resize(rng() % b.size());
+    } else {
+      b.resize(rng() % 64);
+      for (char& c : b) c = static_cast<char>(rng());
+      if (!b.empty() && rng() % 2) b[0] = '\x80';
+    }
+    try {
+      read_pickle(b, "fuzz");
+      ++read;
+    } catch (const Error&) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 1000);
+  EXPECT_EQ(read + refused, 20000);
+}
+
+// --- dumps -------------------------------------------------------------------------------------
+
+std::string temp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("meshsim_trace_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  return p.string();
+}
+
+// make_dumps writes a job's dumps with tests/traces/make_fr_dumps.py.
+std::string make_dumps(const std::string& name, const std::string& args) {
+  const std::string dir = temp_dir(name);
+  const Shell s = shell("python3 " MESHSIM_TRACE_GEN " " + dir + " " + args + " 2>&1");
+  EXPECT_EQ(s.status, 0) << s.out;
+  return dir;
+}
+
+std::set<int64_t> culprits(const CheckReport& r) {
+  std::set<int64_t> out;
+  for (const auto& c : r.culprits) out.insert(c.rank);
+  return out;
+}
+
+std::set<std::string> kinds(const CheckReport& r) {
+  std::set<std::string> out;
+  for (const auto& p : r.problems) out.insert(p.kind);
+  return out;
+}
+
+std::string text(const CheckReport& r, const DumpSet& s) { return report_text(r, s); }
+
+TEST(FlightRecorder, AHealthyJobIsOkInEveryForm) {
+  for (const std::string form : {"--format pickle --protocol 2", "--format pickle --protocol 5", "--format json",
+                                 "--format pickle --ring 9", "--coalesced"}) {
+    const std::string dir = make_dumps("ok", "--pp 3 --dp 2 --tp 2 --steps 4 " + form);
+    const DumpSet set = read_dump_dir(dir, std::nullopt);
+    EXPECT_EQ(set.prefix, "rank_");
+    ASSERT_EQ(set.dumps.size(), 12u);
+    const CheckReport r = check_dumps(set.dumps);
+    EXPECT_TRUE(r.ok) << form << "\n" << text(r, set);
+    EXPECT_EQ(r.groups, 1 + 6 + 6 + 4);  // world, TP, DP (split: one name), PP
+    EXPECT_GT(r.collectives_checked, 0);
+    EXPECT_GT(r.p2p_checked, 0);
+    fs::remove_all(dir);
+  }
+}
+
+TEST(FlightRecorder, TheDumpsFieldsAreReadAsWritten) {
+  const std::string dir = make_dumps("fields", "--pp 2 --dp 1 --tp 2 --steps 1");
+  const DumpSet set = read_dump_dir(dir, "rank_");
+  const Dump& d = set.dumps.at(1);
+  EXPECT_EQ(d.rank, 1);
+  EXPECT_EQ(d.format, "pickle");
+  EXPECT_EQ(d.version, "2.10");
+  ASSERT_EQ(d.entries.size(), 5u);  // all_gather, send, reduce_scatter, DP reduce_scatter, all_reduce
+  const Entry& send = d.entries[1];
+  EXPECT_EQ(send.op, "send");
+  EXPECT_EQ(send.src, 0);
+  EXPECT_EQ(send.dst, 1);
+  EXPECT_TRUE(send.is_p2p);
+  EXPECT_EQ(send.input_sizes, (std::vector<std::vector<int64_t>>{{8, 1024}}));
+  const Entry& ag = d.entries[0];
+  EXPECT_EQ(ag.profiling_name, "nccl:all_gather");
+  EXPECT_EQ(ag.desc, "mesh_tp");
+  EXPECT_EQ(ag.collective_seq_id, 1);
+  EXPECT_EQ(ag.output_sizes, (std::vector<std::vector<int64_t>>{{2048, 512}}));
+  EXPECT_EQ(ag.input_dtypes, std::vector<std::string>{"BFloat16"});
+  EXPECT_EQ(ag.state, EntryState::kCompleted);
+  auto world = std::find_if(d.groups.begin(), d.groups.end(), [](const GroupConfig& g) { return g.name == "0"; });
+  ASSERT_NE(world, d.groups.end());
+  EXPECT_EQ(world->ranks, (std::vector<int64_t>{0, 1, 2, 3}));
+  fs::remove_all(dir);
+}
+
+struct Plant {
+  std::string args;
+  std::set<int64_t> culprits;
+  std::string kind;
+};
+
+TEST(FlightRecorder, EveryPlantedFaultIsNamedByItsRank) {
+  // tp = 4, so an odd one out has a majority against it.
+  const std::vector<Plant> plants = {
+      {"--plant hang@21", {21}, "never-issued"},
+      {"--plant dtype@6", {6}, "dtype"},
+      {"--plant size@9", {9}, "size"},
+      {"--plant type@14", {14}, "type"},
+      {"--plant p2psize@3", {3, 19}, "p2p"},          // a send and its receive disagree: both named
+      {"--plant extrarecv@17", {1}, "unmatched-p2p"},  // rank 17 waits for a send rank 1 never posts
+      {"--plant membership@5", {5}, "membership"},
+      {"--plant missing@7", {}, "missing-dump"},
+      {"--plant hang@21 --plant dtype@6", {6, 21}, "dtype"},
+      {"--coalesced --plant bundle@13", {13}, "type"},  // a coalesced block one op short
+      {"--coalesced --plant hang@2", {2}, "never-issued"},
+  };
+  for (const auto& p : plants) {
+    for (const std::string form : {"", " --format json", " --ring 11"}) {
+      const std::string dir = make_dumps("plant", "--pp 2 --dp 4 --tp 4 --steps 4 " + p.args + form);
+      const DumpSet set = read_dump_dir(dir, std::nullopt);
+      const CheckReport r = check_dumps(set.dumps);
+      EXPECT_FALSE(r.ok) << p.args << form;
+      EXPECT_EQ(culprits(r), p.culprits) << p.args << form << "\n" << text(r, set);
+      EXPECT_TRUE(kinds(r).count(p.kind)) << p.args << form << "\n" << text(r, set);
+      fs::remove_all(dir);
+    }
+  }
+}
+
+TEST(FlightRecorder, AThousandDumpsWithAHangAndADtypeMismatchNameExactlyThePlantedRanks) {
+  const std::string dir = make_dumps("1024", "--pp 4 --dp 32 --tp 8 --steps 6 --plant hang@517 --plant dtype@300");
+  const DumpSet set = read_dump_dir(dir, "rank_");
+  ASSERT_EQ(set.dumps.size(), 1024u);
+  const CheckReport r = check_dumps(set.dumps);
+  EXPECT_EQ(culprits(r), (std::set<int64_t>{300, 517})) << text(r, set);
+  const std::string t = text(r, set);
+  // The hang: rank 517 never issued its DP group's reduce_scatter that its 31 peers wait in.
+  EXPECT_NE(t.find("rank 517 never issued it"), std::string::npos) << t;
+  EXPECT_NE(t.find("31 ranks (525,533,...,765 (31 ranks, stride 8)) wait in it"), std::string::npos) << t;
+  // The dtype: rank 300 against the 7 other ranks of its TP group, both entries shown.
+  EXPECT_NE(t.find("rank 300 issued nccl:all_gather in [[1024, 512]] Float"), std::string::npos) << t;
+  EXPECT_NE(t.find("7 ranks (296-299,301-303) issued nccl:all_gather in [[1024, 512]] BFloat16"), std::string::npos) << t;
+  fs::remove_all(dir);
+}
+
+TEST(FlightRecorder, RecordsTheRingBufferDroppedAreNotTakenForMissingOnes) {
+  // Every rank keeps only its newest 7 records; a rank that issued fewer records (the hung one)
+  // holds older ones than its peers. Nothing but the hang is reported.
+  const std::string dir = make_dumps("ring", "--pp 2 --dp 4 --tp 2 --steps 6 --ring 7 --plant hang@9");
+  const DumpSet set = read_dump_dir(dir, std::nullopt);
+  const CheckReport r = check_dumps(set.dumps);
+  EXPECT_EQ(culprits(r), (std::set<int64_t>{9})) << text(r, set);
+  EXPECT_EQ(kinds(r), (std::set<std::string>{"never-issued"})) << text(r, set);
+  fs::remove_all(dir);
+}
+
+void write(const std::string& path, const std::string& bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+TEST(FlightRecorder, MalformedDumpsNameTheFileAndTheField) {
+  const std::string dir = temp_dir("bad");
+  auto refused = [&](const std::string& bytes, const std::string& needle) {
+    write(dir + "/rank_0", bytes);
+    try {
+      read_dump_dir(dir, "rank_");
+      ADD_FAILURE() << needle;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("rank_0"), std::string::npos) << m;
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+    }
+  };
+  refused("", "neither a pickle");
+  refused("garbage", "neither a pickle");
+  refused(python_pickle("[1]", 4), "the top level is a list, not a dict");
+  refused(python_pickle("{\"version\": \"3.0\", \"pg_config\": {}}", 4), "'3.0' is not 2.x");
+  refused(python_pickle("{\"version\": \"2.10\"}", 4), "has no field 'pg_config'");
+  refused(python_pickle("{\"version\": \"2.10\", \"pg_config\": {\"0\": {\"desc\": \"d\", \"ranks\": \"[0, x]\"}}}", 4),
+          "pg_config['0'].ranks 'x' is not a rank");
+  refused(python_pickle("{\"version\": \"2.10\", \"pg_config\": {}, \"entries\": [{\"record_id\": 0}]}", 4),
+          "entries[0] has no field 'process_group'");
+  refused(R"({"version": "2.10", "pg_config": {}, "entries": [{"record_id": 18446744073709551615}]})", "does not fit in int64");
+  refused("{\"version\": " + std::string(100000, '[') + std::string(100000, ']') + "}", "nested 100001 deep");
+  refused(R"({"version": "2.10", "pg_config": {)", "is not valid JSON");
+  fs::remove_all(dir);
+}
+
+TEST(FlightRecorder, DirectoriesPrefixesAndDuplicatesAreClearErrors) {
+  EXPECT_THROW(read_dump_dir("/nonexistent/meshsim", std::nullopt), InvalidArgument);
+  const std::string dir = make_dumps("dirs", "--pp 1 --dp 2 --tp 1 --steps 1");
+  EXPECT_THROW(read_dump_dir(dir + "/rank_0", std::nullopt), InvalidArgument);  // a file, not a directory
+  EXPECT_THROW(read_dump_dir(dir, "nccl_trace_rank_"), InvalidArgument);        // no file has that prefix
+  write(dir + "/sub/rank_1.json", "{}");
+  EXPECT_THROW(read_dump_dir(dir, "rank_"), InvalidArgument);  // two dumps of rank 1
+  fs::remove(dir + "/sub/rank_1.json");
+  write(dir + "/other_7", "x");
+  EXPECT_THROW(read_dump_dir(dir, std::nullopt), InvalidArgument);  // two prefixes: give --prefix
+  EXPECT_EQ(read_dump_dir(dir, "rank_").dumps.size(), 2u);
+  fs::remove_all(dir);
+}
+
+TEST(FlightRecorder, FormatRanks) {
+  EXPECT_EQ(format_ranks({0, 1, 2, 3, 5, 7, 8}), "0-3,5,7-8");
+  EXPECT_EQ(format_ranks({5, 13, 21, 29, 37, 45}), "5,13,...,45 (6 ranks, stride 8)");
+  EXPECT_EQ(format_ranks({5, 13, 21, 29}), "5,13,21,29");
+  EXPECT_EQ(format_ranks({1, 3, 5}), "1,3,5");
+  EXPECT_EQ(format_ranks({0, 2, 3, 5, 6, 9}, 2), "0,2-3,... (6 ranks)");
+  EXPECT_EQ(format_ranks({}), "");
+}
+
+TEST(FlightRecorder, TheToolExitsByTheVerdict) {
+  const std::string ok = make_dumps("cli_ok", "--pp 2 --dp 2 --tp 2 --steps 2");
+  Shell s = shell(std::string(MESHSIM_EXE) + " trace check " + ok);
+  EXPECT_EQ(s.status, 0) << s.out;
+  EXPECT_NE(s.out.find("\nOK\n"), std::string::npos) << s.out;
+  const std::string bad = make_dumps("cli_bad", "--pp 2 --dp 2 --tp 2 --steps 2 --plant hang@3");
+  s = shell(std::string(MESHSIM_EXE) + " trace check " + bad + " --format json");
+  EXPECT_EQ(s.status, 1) << s.out;
+  EXPECT_NE(s.out.find("\"ok\": false"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("\"rank\": 3"), std::string::npos) << s.out;
+  write(bad + "/rank_2", "cos\nsystem\n(S'true'\ntR.");
+  s = shell(std::string(MESHSIM_EXE) + " trace check " + bad + " 2>&1");
+  EXPECT_EQ(s.status, 2) << s.out;
+  EXPECT_NE(s.out.find("neither a pickle"), std::string::npos) << s.out;
+  write(bad + "/rank_2", std::string("\x80\x02") + "cos\nsystem\n(S'true'\ntR.");
+  s = shell(std::string(MESHSIM_EXE) + " trace check " + bad + " 2>&1");
+  EXPECT_EQ(s.status, 2) << s.out;
+  EXPECT_NE(s.out.find("rank_2': offset 2: opcode 0x63 (GLOBAL) is refused"), std::string::npos) << s.out;
+  s = shell(std::string(MESHSIM_EXE) + " trace check /nonexistent/meshsim 2>&1");
+  EXPECT_EQ(s.status, 2) << s.out;
+  fs::remove_all(ok);
+  fs::remove_all(bad);
+}
+
+}  // namespace
+}  // namespace meshsim::trace

@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Writes one PyTorch Flight Recorder dump per rank of a pp x dp x tp job, in the exact shape
+c10d's FlightRecorder writes them (torch/csrc/distributed/c10d/FlightRecorderDetail.hpp at
+pytorch/pytorch cb41e3a4d13921611dde43bb6aa6cf38d22f7f73: dump() and getCollectiveTrace();
+key names and version "2.10" from FlightRecorder.hpp at 911ce84be4781dedb006b619397019e894f94373),
+as a pickle (Python's `pickle`, any protocol) or as the JSON form (dump_json()), with faults
+planted at chosen ranks. Used by the tests of `meshsim trace check`.
+
+  make_fr_dumps.py OUT --pp 4 --dp 32 --tp 8 --steps 4 --plant hang@517 --plant dtype@300
+
+Each step, every rank issues: a TP all_gather; its pipeline receive (pp rank > 0) and send (pp
+rank < pp - 1) on the PP group; a TP reduce_scatter; a DP reduce_scatter; an all_reduce on the
+default group. Plants (KIND@RANK):
+  hang        the rank stops before the last step's DP reduce_scatter; its DP peers wait in
+              that reduce_scatter, everyone else in the default group's all_reduce
+  dtype       the second-to-last step's TP all_gather in Float, not BFloat16
+  size        the second-to-last step's TP all_gather with a larger input
+  type        the second-to-last step's TP all_gather recorded as an all_reduce
+  p2psize     the second-to-last step's pipeline send with a larger tensor
+  extrarecv   after its last step the rank posts a receive its pipeline peer never meets
+  membership  the rank's pg_config lists its TP group with a wrong rank
+  missing     no dump is written for the rank
+  bundle      (with --coalesced) the second-to-last step's coalesced DP block lacks one of its
+              two reduce_scatters
+
+--coalesced issues the DP reduce_scatter as a coalesced block of two (each recorded with the
+block's sequence id, then the "nccl:coalesced" record, as c10d records them since 2.7).
+"""
+import argparse
+import json
+import os
+import pickle
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--pp", type=int, default=2)
+    ap.add_argument("--dp", type=int, default=2)
+    ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--plant", action="append", default=[])
+    ap.add_argument("--format", choices=["pickle", "json"], default="pickle")
+    ap.add_argument("--protocol", type=int, default=pickle.DEFAULT_PROTOCOL)
+    ap.add_argument("--ring", type=int, default=2000, help="entries each rank's ring buffer keeps")
+    ap.add_argument("--prefix", default="rank_")
+    ap.add_argument("--coalesced", action="store_true")
+    a = ap.parse_args()
+
+    plants = {}
+    for p in a.plant:
+        kind, rank = p.split("@")
+        plants.setdefault(int(rank), set()).add(kind)
+    world = a.pp * a.dp * a.tp
+
+    def coords(r):
+        return r // (a.dp * a.tp), (r // a.tp) % a.dp, r % a.tp
+
+    def rank_of(p, d, t):
+        return (p * a.dp + d) * a.tp + t
+
+    def tp_ranks(r):
+        p, d, _ = coords(r)
+        return [rank_of(p, d, t) for t in range(a.tp)]
+
+    def dp_ranks(r):
+        p, _, t = coords(r)
+        return [rank_of(p, d, t) for d in range(a.dp)]
+
+    def pp_ranks(r):
+        _, d, t = coords(r)
+        return [rank_of(p, d, t) for p in range(a.pp)]
+
+    # Group names: the default group "0"; TP groups by new_group (one name per group, the same
+    # on every rank); DP groups by split_group (one name shared by all of them); PP groups by
+    # new_group after the TP ones.
+    tp_names = {}
+    pp_names = {}
+    n = 1
+    for p in range(a.pp):
+        for d in range(a.dp):
+            tp_names[tuple(tp_ranks(rank_of(p, d, 0)))] = str(n)
+            n += 1
+    dp_name = str(n)
+    n += 1
+    for d in range(a.dp):
+        for t in range(a.tp):
+            pp_names[tuple(pp_ranks(rank_of(0, d, t)))] = str(n)
+            n += 1
+
+    hang = [r for r, k in plants.items() if "hang" in k]
+    hang_dp_peers = set()
+    for h in hang:
+        hang_dp_peers.update(dp_ranks(h))
+
+    def rs(ranks):
+        return "[" + ", ".join(str(x) for x in ranks) + "]"
+
+    os.makedirs(a.out, exist_ok=True)
+    for r in range(world):
+        mine = plants.get(r, set())
+        if "missing" in mine:
+            continue
+        p, d, t = coords(r)
+        groups = {
+            "0": ("default_pg", list(range(world))),
+            tp_names[tuple(tp_ranks(r))]: ("mesh_tp", tp_ranks(r)),
+            dp_name: ("mesh_dp", dp_ranks(r)),
+            pp_names[tuple(pp_ranks(r))]: ("mesh_pp", pp_ranks(r)),
+        }
+        pg_config = {}
+        for name, (desc, ranks) in groups.items():
+            ranks = list(ranks)
+            if "membership" in mine and desc == "mesh_tp":
+                ranks[-1] = (ranks[-1] + a.tp) % world
+            pg_config[name] = {"name": name, "desc": desc, "ranks": rs(ranks)}
+        pg_ids = {name: i for i, name in enumerate(groups)}
+        seq = {name: 0 for name in groups}
+        p2p = {name: 0 for name in groups}
+        op = {name: 0 for name in groups}
+        entries = []
+        clock = [1_000_000]
+
+        def record(name, profiling, ins, in_dt, outs, out_dt, state="completed", is_p2p=False, same_seq=False):
+            if is_p2p:
+                p2p[name] += 1
+            elif not same_seq:
+                seq[name] += 1
+            op[name] += 1
+            clock[0] += 1000
+            done = state == "completed"
+            e = {
+                "frames": [{"name": "train_step", "filename": "train.py", "line": 42}],
+                "record_id": len(entries),
+                "pg_id": pg_ids[name],
+                "process_group": (name, groups[name][0]),
+                "thread_name": "pt_main_thread",
+                "thread_id": "140000000000000",
+                "collective_seq_id": seq[name],
+                "p2p_seq_id": p2p[name],
+                "op_id": op[name],
+                "profiling_name": profiling,
+                "time_created_ns": clock[0],
+                "input_sizes": ins,
+                "input_dtypes": in_dt,
+                "output_sizes": outs,
+                "output_dtypes": out_dt,
+                "state": state,
+                "time_discovered_started_ns": clock[0] + 10 if state != "scheduled" else None,
+                "time_discovered_completed_ns": clock[0] + 20 if done else None,
+                "retired": done,
+                "timeout_ms": 600000,
+                "is_p2p": is_p2p,
+            }
+            if done:
+                e["duration_ms"] = 0.25
+            entries.append(e)
+
+        tp_name = tp_names[tuple(tp_ranks(r))]
+        pp_name = pp_names[tuple(pp_ranks(r))]
+        for step in range(a.steps):
+            last = step == a.steps - 1
+            odd = step == a.steps - 2
+            # TP all_gather
+            name, ins, dt = "nccl:all_gather", [[1024, 512]], "BFloat16"
+            outs = [[a.tp * 1024, 512]]
+            if odd and "dtype" in mine:
+                dt = "Float"
+            if odd and "size" in mine:
+                ins = [[2048, 512]]
+            if odd and "type" in mine:
+                name, outs = "nccl:all_reduce", [[1024, 512]]
+            record(tp_name, name, ins, [dt], outs, [dt])
+            # pipeline: receive from the previous stage, send to the next
+            width = 4096 if odd and "p2psize" in mine else 1024
+            if p > 0:
+                record(pp_name, f"nccl:recv {p}<-{p - 1}", [], [], [[8, 1024]], ["BFloat16"], is_p2p=True)
+            if p < a.pp - 1:
+                record(pp_name, f"nccl:send {p}->{p + 1}", [[8, width]], ["BFloat16"], [[8, width]], ["BFloat16"], is_p2p=True)
+            # TP reduce_scatter
+            record(tp_name, "nccl:reduce_scatter", [[a.tp * 1024, 512]], ["BFloat16"], [[1024, 512]], ["BFloat16"])
+            if last and r in hang:
+                break
+            # DP reduce_scatter (fp32 gradients)
+            stuck = last and r in hang_dp_peers
+            st = "started" if stuck else "completed"
+            record(dp_name, "nccl:reduce_scatter", [[a.dp * 256]], ["Float"], [[256]], ["Float"], state=st)
+            if a.coalesced:
+                if not (odd and "bundle" in mine):
+                    record(dp_name, "nccl:reduce_scatter", [[a.dp * 128]], ["Float"], [[128]], ["Float"], state=st,
+                           same_seq=True)
+                record(dp_name, "nccl:coalesced", [], [], [], [], state=st, same_seq=True)
+            if stuck:
+                break
+            # default group all_reduce (the loss)
+            record("0", "nccl:all_reduce", [[1]], ["Float"], [[1]], ["Float"],
+                   state="started" if last and hang else "completed")
+        if "extrarecv" in mine and p > 0:
+            record(pp_name, f"nccl:recv {p}<-{p - 1}", [], [], [[8, 1024]], ["BFloat16"], state="scheduled", is_p2p=True)
+
+        entries = entries[-a.ring:]
+        status = {str(pg_ids[name]): {"last_enqueued_collective": seq[name], "last_started_collective": seq[name],
+                                      "last_completed_collective": seq[name]} for name in groups}
+        if a.format == "pickle":
+            dump = {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.21.5", "pg_status": status,
+                    "entries": entries}
+            with open(os.path.join(a.out, f"{a.prefix}{r}"), "wb") as f:
+                pickle.dump(dump, f, protocol=a.protocol)
+        else:
+            # dump_json(): process_group as a list, missing times as 0, string statuses, no
+            # frames, and no "entries" key when there are none.
+            for e in entries:
+                e.pop("frames")
+                e["process_group"] = list(e["process_group"])
+                for k in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+                    e[k] = e[k] or 0
+            dump = {"version": "2.10", "comm_lib_version": "2.21.5", "pg_config": pg_config,
+                    "pg_status": {k: {kk: str(vv) for kk, vv in v.items()} for k, v in status.items()}}
+            if entries:
+                dump["entries"] = entries
+            with open(os.path.join(a.out, f"{a.prefix}{r}.json"), "w") as f:
+                json.dump(dump, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+// pickle.hpp — a bounded reader of Python pickles that hold plain data only: dicts, lists,
+// tuples, str, int, float, bool and None, which is what PyTorch's Flight Recorder writes (its
+// C++ pickler with tagging off) and what Python's `pickle` writes for the same values at any
+// protocol 0 to 5. It interprets the pickle machine's data opcodes and nothing else: an opcode
+// that would import, call or build an object (GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, EXT,
+// PERSID), bytes, sets and out-of-band buffers are refused with the offset and the opcode named.
+// Nothing in the input is ever executed.
+//
+//   PyData d = read_pickle(bytes, "dump 'comm_traces/rank_3'");
+//   const PyData::Node& root = d.node(d.root);        // a dict, say
+//   if (auto v = d.get(d.root, "version")) ...        // the value under a str key
+//
+// Objects live in one arena and refer to each other by index, so shared and even cyclic
+// structures (which the memo opcodes can build) are harmless to hold and to free; readers walk
+// them along a known schema, never recursively over everything.
+//
+// Bounds: Limits (nodes, stack, memo) keep memory proportional to the input; integers must fit
+// in int64 (an OverflowError names the offset). Errors: ParseError "<what>: offset N: ..." for a
+// truncated or malformed pickle and for refused opcodes; ResourceExhausted for a limit.
+// Thread safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshsim::trace {
+
+struct PyData {
+  enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kStr, kList, kTuple, kDict };
+  struct Node {
+    Kind kind = Kind::kNone;
+    int64_t i = 0;             // kBool (0/1) and kInt
+    double f = 0;              // kFloat
+    std::string s;             // kStr (UTF-8 as pickled)
+    std::vector<uint32_t> items;  // kList/kTuple: elements; kDict: key, value, key, value, ...
+  };
+  std::vector<Node> nodes;
+  uint32_t root = 0;
+
+  const Node& node(uint32_t i) const { return nodes[i]; }
+  // get: the value under the str key `key` of dict `dict` (the last one, as Python keeps), or
+  // nothing when `dict` is not a dict or has no such key.
+  std::optional<uint32_t> get(uint32_t dict, std::string_view key) const;
+};
+
+const char* kind_name(PyData::Kind k);
+
+struct PickleLimits {
+  std::size_t max_nodes = std::size_t{1} << 25;   // objects built
+  std::size_t max_stack = std::size_t{1} << 20;   // values and marks on the machine's stack
+  std::size_t max_memo = std::size_t{1} << 25;    // memo slots
+};
+
+// read_pickle runs the pickle in `bytes` (one pickle; bytes after its STOP are ignored, as
+// pickle.load does) and returns its value. `what` names the input in errors.
+PyData read_pickle(std::string_view bytes, const std::string& what, const PickleLimits& limits = {});
+
+}  // namespace meshsim::trace

@@ -1,0 +1,878 @@
+// The cross-rank check of Flight Recorder dumps (flight_recorder.hpp).
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "meshsim/error.hpp"
+#include "meshsim/flight_recorder.hpp"
+
+namespace meshsim::trace {
+
+std::string format_ranks(const std::vector<int64_t>& r, std::size_t max_runs) {
+  // A strided group (a DP group of a TP x DP mesh, say): its ends and its stride.
+  if (r.size() >= 6 && r[1] - r[0] > 1) {
+    const int64_t step = r[1] - r[0];
+    bool even = true;
+    for (std::size_t k = 2; k < r.size() && even; ++k) even = r[k] - r[k - 1] == step;
+    if (even) {
+      return std::to_string(r[0]) + "," + std::to_string(r[1]) + ",...," + std::to_string(r.back()) + " (" +
+             std::to_string(r.size()) + " ranks, stride " + std::to_string(step) + ")";
+    }
+  }
+  std::string out;
+  std::size_t runs = 0;
+  for (std::size_t i = 0; i < r.size();) {
+    std::size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+    if (runs == max_runs) {
+      out += ",... (" + std::to_string(r.size()) + " ranks)";
+      return out;
+    }
+    if (!out.empty()) out += ',';
+    out += std::to_string(r[i]);
+    if (j > i) out += "-" + std::to_string(r[j]);
+    ++runs;
+    i = j + 1;
+  }
+  return out;
+}
+
+namespace {
+
+std::string sizes_text(const std::vector<std::vector<int64_t>>& s) {
+  std::string out = "[";
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    if (k == 8) {
+      out += ", ... (" + std::to_string(s.size()) + " tensors)";
+      break;
+    }
+    out += k ? ", [" : "[";
+    for (std::size_t m = 0; m < s[k].size(); ++m) out += (m ? ", " : "") + std::to_string(s[k][m]);
+    out += "]";
+  }
+  return out + "]";
+}
+
+std::string dtypes_text(const std::vector<std::string>& d) {
+  std::vector<std::string> u(d.begin(), d.end());
+  std::sort(u.begin(), u.end());
+  u.erase(std::unique(u.begin(), u.end()), u.end());
+  std::string out;
+  for (const auto& t : u) out += (out.empty() ? "" : "/") + t.substr(0, 40);
+  return out.empty() ? "-" : out;
+}
+
+// entry_text: "nccl:all_gather in [[4096]] BFloat16 out [[32768]] BFloat16 (record 41, started)".
+std::string entry_text(const Entry& e) {
+  return e.profiling_name.substr(0, 80) + " in " + sizes_text(e.input_sizes) + " " + dtypes_text(e.input_dtypes) + " out " +
+         sizes_text(e.output_sizes) + " " + dtypes_text(e.output_dtypes) + " (record " + std::to_string(e.record_id) + ", " +
+         state_name(e.state) + ")";
+}
+
+// who: "rank 5" or "ranks 5,7".
+std::string who(const std::vector<int64_t>& ranks, std::size_t max_runs = 64) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + format_ranks(ranks, max_runs);
+}
+
+// counted: "1 rank (5)" or "7 ranks (0-4,6-7)".
+std::string counted(const std::vector<int64_t>& ranks, std::size_t max_runs) {
+  return std::to_string(ranks.size()) + (ranks.size() == 1 ? " rank (" : " ranks (") + format_ranks(ranks, max_runs) + ")";
+}
+
+// verb: "waits" for one rank, "wait" for more.
+std::string verb(const std::vector<int64_t>& ranks, const std::string& plural) {
+  return ranks.size() == 1 ? plural + "s" : plural;
+}
+
+bool has(const std::string& op, const char* part) { return op.find(part) != std::string::npos; }
+
+int64_t numel(const std::vector<std::vector<int64_t>>& s) {
+  int64_t total = 0;
+  for (const auto& t : s) {
+    int64_t p = 1;
+    for (int64_t d : t) {
+      if (d != 0 && p > INT64_MAX / d) return -1;  // past int64: compared as unknown
+      p *= d;
+    }
+    if (total > INT64_MAX - p) return -1;
+    total += p;
+  }
+  return total;
+}
+
+// signature: what every member of a collective must agree on (fr_trace's Op.match): the
+// operation, the sizes (all-to-all's splits and scatter's input / gather's output may differ
+// per rank) and the dtypes.
+std::string signature(const std::vector<const Entry*>& bundle) {
+  std::string s;
+  for (const Entry* e : bundle) {
+    s += e->op;
+    s += '|';
+    const bool a2a = e->op.rfind("all_to_all", 0) == 0 || e->op.rfind("alltoall", 0) == 0;
+    if (!a2a && e->op != "scatter") s += sizes_text(e->input_sizes);
+    s += '|';
+    if (!a2a && e->op != "gather") s += sizes_text(e->output_sizes);
+    s += '|' + dtypes_text(e->input_dtypes) + '|' + dtypes_text(e->output_dtypes) + ';';
+  }
+  return s;
+}
+
+// own_rule: an entry's own size and dtype rules for a group of n ranks, or "".
+std::pair<std::string, std::string> own_rule(const Entry& e, int64_t n) {
+  const int64_t in = numel(e.input_sizes), out = numel(e.output_sizes);
+  const bool gather = has(e.op, "all_gather") || has(e.op, "allgather");
+  const bool scatter = has(e.op, "reduce_scatter");
+  if (in >= 0 && out >= 0 && n > 0 && !e.input_sizes.empty() && !e.output_sizes.empty()) {
+    if (gather && in <= INT64_MAX / n && out != in * n) {
+      return {"size", "its output holds " + std::to_string(out) + " elements, not input " + std::to_string(in) + " x group size " +
+                          std::to_string(n)};
+    }
+    if (scatter && out <= INT64_MAX / n && in != out * n) {
+      return {"size", "its input holds " + std::to_string(in) + " elements, not output " + std::to_string(out) + " x group size " +
+                          std::to_string(n)};
+    }
+    if ((e.op == "all_reduce" || e.op == "allreduce_coalesced") && e.input_sizes != e.output_sizes) {
+      return {"size", "its output sizes " + sizes_text(e.output_sizes) + " are not its input sizes " + sizes_text(e.input_sizes)};
+    }
+  }
+  if (e.op != "scatter" && e.op != "gather" && e.op != "broadcast" && !e.input_dtypes.empty() && !e.output_dtypes.empty() &&
+      dtypes_text(e.input_dtypes) != dtypes_text(e.output_dtypes) && in != 0 && out != 0) {
+    return {"dtype", "its input is " + dtypes_text(e.input_dtypes) + " and its output " + dtypes_text(e.output_dtypes)};
+  }
+  return {"", ""};
+}
+
+struct Group {
+  std::string name, desc;
+  std::vector<int64_t> ranks;
+  std::vector<int64_t> claimers;
+  std::map<std::string, std::vector<int64_t>> descs;  // desc -> ranks that list it so
+};
+
+struct RankState {
+  const Dump* dump = nullptr;
+  bool wrapped = false;                         // its ring buffer dropped older records
+  std::unordered_map<std::string, int> gid_of;  // pg name -> group
+  const Entry* blocking = nullptr;              // its oldest record not completed
+  int blocking_gid = -1;
+};
+
+// Per group and member: its collectives as (seq, entries of that seq) in record order.
+struct Member {
+  int64_t rank = 0;
+  bool dumped = false;
+  std::vector<std::pair<int64_t, std::vector<const Entry*>>> bundles;
+  std::vector<const Entry*> p2p;
+};
+
+class Checker {
+ public:
+  explicit Checker(const std::vector<Dump>& dumps) {
+    for (const auto& d : dumps) {
+      RankState& rs = ranks_[d.rank];
+      rs.dump = &d;
+      rs.wrapped = !d.entries.empty() && d.entries.front().record_id > 0;
+      report_.entries += static_cast<int64_t>(d.entries.size());
+    }
+    report_.dumps = static_cast<int64_t>(dumps.size());
+  }
+
+  CheckReport run() {
+    build_groups();
+    check_membership();
+    check_missing_dumps();
+    assign_entries();
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      check_collectives(static_cast<int>(g));
+      check_p2p(static_cast<int>(g));
+    }
+    follow_waits();
+    finish();
+    return std::move(report_);
+  }
+
+ private:
+  std::string group_text(int g) const {
+    const Group& G = groups_[g];
+    return "group '" + G.name.substr(0, 60) + "'" + (G.desc.empty() || G.desc == "undefined" ? "" : " (" + G.desc.substr(0, 60) + ")") +
+           " ranks [" + format_ranks(G.ranks, 8) + "]";
+  }
+  void add(Problem p, int g) {
+    if (g >= 0) {
+      p.group = groups_[g].name;
+      p.desc = groups_[g].desc;
+      p.group_ranks = groups_[g].ranks;
+    }
+    std::sort(p.ranks.begin(), p.ranks.end());
+    report_.problems.push_back(std::move(p));
+  }
+  void blame(int64_t rank, const std::string& why) {
+    auto& c = culprits_[rank];
+    if (c.empty()) c = why;
+  }
+  bool dumped(int64_t r) const { return ranks_.count(r) != 0; }
+
+  void build_groups() {
+    std::map<std::pair<std::string, std::vector<int64_t>>, int> index;
+    for (auto& [r, rs] : ranks_) {
+      for (const auto& c : rs.dump->groups) {
+        auto key = std::make_pair(c.name, c.ranks);
+        auto [it, fresh] = index.emplace(key, static_cast<int>(groups_.size()));
+        if (fresh) groups_.push_back(Group{c.name, c.desc, c.ranks, {}, {}});
+        Group& G = groups_[it->second];
+        G.claimers.push_back(r);
+        G.descs[c.desc].push_back(r);
+        rs.gid_of[c.name] = it->second;
+      }
+    }
+    report_.groups = static_cast<int64_t>(groups_.size());
+  }
+
+  void check_membership() {
+    // Groups of one name must not share a rank (split groups share a name, never a member);
+    // one group's ranks must agree on its description; a rank must be in the groups it lists.
+    std::map<std::string, std::unordered_map<int64_t, int>> owner;
+    std::set<std::pair<int, int>> reported;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      const Group& G = groups_[g];
+      auto& own = owner[G.name];
+      for (int64_t m : G.ranks) {
+        auto [it, fresh] = own.emplace(m, static_cast<int>(g));
+        if (fresh || !reported.emplace(it->second, static_cast<int>(g)).second) continue;
+        const Group& H = groups_[it->second];
+        Problem p;
+        p.kind = "membership";
+        p.ranks = H.claimers;
+        p.ranks.insert(p.ranks.end(), G.claimers.begin(), G.claimers.end());
+        p.message = "group '" + G.name.substr(0, 60) + "': " + who(H.claimers) + " " + verb(H.claimers, "list") + " its ranks as [" +
+                    format_ranks(H.ranks, 16) + "] but " + who(G.claimers) + " as [" + format_ranks(G.ranks, 16) +
+                    "]; both include rank " + std::to_string(m) + " (neither group's records are matched)";
+        conflicted_.insert(static_cast<int>(g));
+        conflicted_.insert(it->second);
+        const auto& fewer = H.claimers.size() < G.claimers.size() ? H.claimers : G.claimers;
+        if (H.claimers.size() != G.claimers.size()) {
+          for (int64_t r : fewer) blame(r, "its pg_config disagrees with the other members of group '" + G.name.substr(0, 60) + "'");
+        }
+        add(std::move(p), static_cast<int>(g));
+      }
+      if (G.descs.size() > 1) {
+        Problem p;
+        p.kind = "membership";
+        std::string parts;
+        for (const auto& [desc, rs] : G.descs) {
+          parts += (parts.empty() ? "" : "; ") + (who(rs) + " call it '" + desc.substr(0, 60) + "'");
+          p.ranks.insert(p.ranks.end(), rs.begin(), rs.end());
+        }
+        p.message = group_text(static_cast<int>(g)) + ": its members disagree on its description: " + parts;
+        add(std::move(p), static_cast<int>(g));
+      }
+      std::vector<int64_t> outside;
+      for (int64_t r : G.claimers) {
+        if (!std::binary_search(G.ranks.begin(), G.ranks.end(), r)) outside.push_back(r);
+      }
+      if (!outside.empty()) {
+        Problem p;
+        p.kind = "membership";
+        p.ranks = outside;
+        p.message = group_text(static_cast<int>(g)) + ": " + who(outside) + " " + verb(outside, "list") + " it but " + (outside.size() == 1 ? "is" : "are") + " not among its ranks";
+        for (int64_t r : outside) blame(r, "lists " + group_text(static_cast<int>(g)) + " without being a member");
+        add(std::move(p), static_cast<int>(g));
+      }
+    }
+  }
+
+  void check_missing_dumps() {
+    std::set<int64_t> expected;
+    for (const auto& G : groups_) expected.insert(G.ranks.begin(), G.ranks.end());
+    for (const auto& [r, rs] : ranks_) expected.erase(r);
+    if (expected.empty()) return;
+    Problem p;
+    p.kind = "missing-dump";
+    p.ranks.assign(expected.begin(), expected.end());
+    p.message = "no dump from " + who(p.ranks) + " (members of the groups the dumps list): what they issued is unknown";
+    missing_.insert(expected.begin(), expected.end());
+    add(std::move(p), -1);
+  }
+
+  void assign_entries() {
+    members_.resize(groups_.size());
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      for (int64_t r : groups_[g].ranks) members_[g].push_back(Member{r, dumped(r), {}, {}});
+    }
+    for (auto& [r, rs] : ranks_) {
+      std::map<std::string, int64_t> unknown;
+      for (const Entry& e : rs.dump->entries) {
+        auto it = rs.gid_of.find(e.group);
+        if (it == rs.gid_of.end()) {
+          ++unknown[e.group];
+          continue;
+        }
+        const int g = it->second;
+        if (!rs.blocking && e.state != EntryState::kCompleted) {
+          rs.blocking = &e;
+          rs.blocking_gid = g;
+        }
+        Member* m = member(g, r);
+        if (!m) continue;  // reported as membership
+        if (e.is_p2p) {
+          if (e.op == "send" || e.op == "recv") m->p2p.push_back(&e);
+          continue;
+        }
+        if (m->bundles.empty() || m->bundles.back().first != e.collective_seq_id) m->bundles.push_back({e.collective_seq_id, {}});
+        m->bundles.back().second.push_back(&e);
+      }
+      for (const auto& [name, n] : unknown) {
+        Problem p;
+        p.kind = "unknown-group";
+        p.ranks = {r};
+        p.message = "rank " + std::to_string(r) + " has " + std::to_string(n) + " records on group '" + name.substr(0, 60) +
+                    "', which its pg_config does not list: they are not checked";
+        add(std::move(p), -1);
+      }
+    }
+  }
+
+  Member* member(int g, int64_t r) {
+    auto& ms = members_[g];
+    auto it = std::lower_bound(ms.begin(), ms.end(), r, [](const Member& m, int64_t x) { return m.rank < x; });
+    return it != ms.end() && it->rank == r ? &*it : nullptr;
+  }
+
+  // never_issued: whether member m certainly never issued collective `seq` of its group: its
+  // newest record of the group is older, or it holds none and its buffer never wrapped.
+  bool never_issued(const Member& m, int64_t seq) const {
+    if (!m.dumped) return false;
+    if (m.bundles.empty()) return !ranks_.at(m.rank).wrapped;
+    return seq > m.bundles.back().first;
+  }
+
+  void check_collectives(int g) {
+    if (conflicted_.count(g)) return;
+    auto& ms = members_[g];
+    const int64_t n = static_cast<int64_t>(ms.size());
+    std::set<int64_t> seqs;
+    for (const auto& m : ms) {
+      for (const auto& b : m.bundles) seqs.insert(b.first);
+    }
+    std::vector<std::size_t> cursor(ms.size(), 0);
+    std::vector<char> reported_never(ms.size(), 0);
+    std::vector<int64_t> unknown;
+    for (std::size_t i = 0; i < ms.size(); ++i) {
+      if (ms[i].dumped && ms[i].bundles.empty() && ranks_.at(ms[i].rank).wrapped && !seqs.empty()) unknown.push_back(ms[i].rank);
+    }
+    if (!unknown.empty()) {
+      report_.notes.push_back(group_text(g) + ": " + who(unknown) +
+                              " hold no record of it in their wrapped ring buffers: whether they issued its collectives is unknown");
+    }
+    for (int64_t s : seqs) {
+      ++report_.collectives_checked;
+      std::vector<std::pair<int64_t, const std::vector<const Entry*>*>> present;
+      std::vector<int64_t> never, absent;
+      for (std::size_t i = 0; i < ms.size(); ++i) {
+        Member& m = ms[i];
+        if (!m.dumped) continue;
+        while (cursor[i] < m.bundles.size() && m.bundles[cursor[i]].first < s) ++cursor[i];
+        if (cursor[i] < m.bundles.size() && m.bundles[cursor[i]].first == s) {
+          present.push_back({m.rank, &m.bundles[cursor[i]].second});
+        } else if (never_issued(m, s)) {
+          if (!reported_never[i]) {
+            reported_never[i] = 1;
+            never.push_back(m.rank);
+          }
+        } else if (!m.bundles.empty() && s > m.bundles.front().first) {
+          absent.push_back(m.rank);  // a gap inside what its buffer holds
+        }
+      }
+      if (present.empty()) continue;
+      const Entry& ref = *present.front().second->front();
+      // Agreement: the ranks against the majority.
+      std::map<std::string, std::vector<std::size_t>> variants;
+      for (std::size_t k = 0; k < present.size(); ++k) variants[signature(*present[k].second)].push_back(k);
+      if (variants.size() > 1) mismatch(g, s, present, variants);
+      // Each variant's own rules (once per variant, naming its ranks).
+      for (const auto& [sig, idx] : variants) {
+        const auto& bundle = *present[idx.front()].second;
+        for (const Entry* e : bundle) {
+          auto [kind, why] = own_rule(*e, n);
+          if (kind.empty()) continue;
+          Problem p;
+          p.kind = kind;
+          p.seq = s;
+          for (std::size_t k : idx) p.ranks.push_back(present[k].first);
+          p.message = group_text(g) + " #" + std::to_string(s) + ": " + who(p.ranks) + " issued " + entry_text(*e) +
+                      ": " + why;
+          for (int64_t r : p.ranks) blame(r, kind + " rule broken at " + group_text(g) + " #" + std::to_string(s));
+          add(std::move(p), g);
+          break;
+        }
+      }
+      // State: completed on some members, not on others.
+      std::vector<int64_t> done, pending;
+      for (const auto& [r, b] : present) {
+        const bool all_done = std::all_of(b->begin(), b->end(), [](const Entry* e) { return e->state == EntryState::kCompleted; });
+        (all_done ? done : pending).push_back(r);
+      }
+      if (!done.empty() && !pending.empty() && never.empty()) {
+        Problem p;
+        p.kind = "state";
+        p.seq = s;
+        p.ranks = pending;
+        p.message = group_text(g) + " #" + std::to_string(s) + " " + ref.profiling_name.substr(0, 60) + ": " +
+                    who(done) + " completed it while " + who(pending) + " have it " +
+                    state_name(ranks_pending_state(present)) + "";
+        add(std::move(p), g);
+      }
+      if (!never.empty()) {
+        Problem p;
+        p.kind = "never-issued";
+        p.seq = s;
+        p.ranks = never;
+        std::string newest;
+        if (never.size() == 1) {
+          const Member* m = member(g, never.front());
+          newest = m->bundles.empty() ? " (it holds no record of this group)"
+                                      : " (its newest record of this group: #" + std::to_string(m->bundles.back().first) + " " +
+                                            entry_text(*m->bundles.back().second.back()) + ")";
+        }
+        p.message = group_text(g) + " #" + std::to_string(s) + " " + entry_text(ref) + " (rank " +
+                    std::to_string(present.front().first) + "): " + who(never) + " never issued it" + newest + "; " +
+                    (pending.empty() ? who(done) + " completed it"
+                                     : counted(pending, 16) + " " + verb(pending, "wait") + " in it");
+        add(std::move(p), g);
+        for (int64_t r : never) never_[{g, s}].push_back(r);
+      }
+      if (!absent.empty()) {
+        Problem p;
+        p.kind = "absent";
+        p.seq = s;
+        p.ranks = absent;
+        p.message = group_text(g) + " #" + std::to_string(s) + " " + entry_text(ref) + ": " + who(absent) +
+                    " hold records of this group before and after it but none of it";
+        for (int64_t r : absent) blame(r, "skipped " + group_text(g) + " #" + std::to_string(s));
+        add(std::move(p), g);
+      }
+    }
+  }
+
+  static EntryState ranks_pending_state(const std::vector<std::pair<int64_t, const std::vector<const Entry*>*>>& present) {
+    EntryState st = EntryState::kCompleted;
+    for (const auto& [r, b] : present) {
+      for (const Entry* e : *b) {
+        if (e->state != EntryState::kCompleted) st = std::min(st, e->state);
+      }
+    }
+    return st;
+  }
+
+  void mismatch(int g, int64_t s, const std::vector<std::pair<int64_t, const std::vector<const Entry*>*>>& present,
+                const std::map<std::string, std::vector<std::size_t>>& variants) {
+    // The majority variant; on a tie no side is the odd one out and every side is named.
+    std::size_t best = 0, best_count = 0;
+    bool tie = false;
+    std::vector<const std::vector<std::size_t>*> vs;
+    for (const auto& [sig, idx] : variants) vs.push_back(&idx);
+    for (std::size_t k = 0; k < vs.size(); ++k) {
+      if (vs[k]->size() > best_count) {
+        best = k;
+        best_count = vs[k]->size();
+        tie = false;
+      } else if (vs[k]->size() == best_count) {
+        tie = true;
+      }
+    }
+    const auto& major = *vs[best];
+    const auto& mb = *present[major.front()].second;
+    std::vector<int64_t> major_ranks;
+    for (std::size_t k : major) major_ranks.push_back(present[k].first);
+    std::sort(major_ranks.begin(), major_ranks.end());
+    for (std::size_t k = 0; k < vs.size(); ++k) {
+      if (k == best) continue;
+      const auto& ob = *present[vs[k]->front()].second;
+      // The first entry that differs, and how.
+      std::string kind = "type";
+      std::size_t at = 0;
+      if (ob.size() == mb.size()) {
+        for (at = 0; at < ob.size(); ++at) {
+          if (signature({ob[at]}) != signature({mb[at]})) break;
+        }
+        if (at == ob.size()) at = 0;
+        const Entry& x = *ob[at];
+        const Entry& y = *mb[at];
+        if (x.op != y.op) kind = "type";
+        else if (dtypes_text(x.input_dtypes) != dtypes_text(y.input_dtypes) || dtypes_text(x.output_dtypes) != dtypes_text(y.output_dtypes)) kind = "dtype";
+        else kind = "size";
+      }
+      Problem p;
+      p.kind = kind;
+      p.seq = s;
+      for (std::size_t i : *vs[k]) p.ranks.push_back(present[i].first);
+      std::sort(p.ranks.begin(), p.ranks.end());
+      auto block = [](const std::vector<const Entry*>& b) {
+        std::string names;
+        for (std::size_t k = 0; k < b.size() && k < 8; ++k) names += (k ? ", " : "") + b[k]->profiling_name.substr(0, 60);
+        return "a coalesced block of " + std::to_string(b.size()) + " (" + names + (b.size() > 8 ? ", ..." : "") + ", record " +
+               std::to_string(b.front()->record_id) + ")";
+      };
+      std::string mine, theirs;
+      if (ob.size() != mb.size()) {
+        mine = ob.size() == 1 ? entry_text(*ob.front()) : block(ob);
+        theirs = mb.size() == 1 ? entry_text(*mb.front()) : block(mb);
+      } else {
+        const std::string op = mb.size() > 1 ? " (op " + std::to_string(at + 1) + " of a coalesced block of " + std::to_string(mb.size()) + ")" : "";
+        mine = entry_text(*ob[at]) + op;
+        theirs = entry_text(*mb[at]) + op;
+      }
+      p.message = group_text(g) + " #" + std::to_string(s) + ": " + (tie ? "no majority: " : "") + who(p.ranks) + " issued " + mine +
+                  " where " + counted(major_ranks, 16) + " issued " + theirs + " (rank " + std::to_string(major_ranks.front()) + ")";
+      for (int64_t r : p.ranks) blame(r, std::string(tie ? "one side of " : "the odd one out of ") + group_text(g) + " #" + std::to_string(s) + " (" + kind + ")");
+      if (tie) {
+        for (int64_t r : major_ranks) blame(r, "one side of " + group_text(g) + " #" + std::to_string(s) + " (" + kind + ")");
+      }
+      mismatched_.insert({g, s});
+      add(std::move(p), g);
+    }
+  }
+
+  void check_p2p(int g) {
+    if (conflicted_.count(g)) return;
+    auto& ms = members_[g];
+    const int64_t n = static_cast<int64_t>(ms.size());
+    // (src, dst) global ranks -> that pair's sends (at src) and receives (at dst), in order.
+    std::map<std::pair<int64_t, int64_t>, std::pair<std::vector<const Entry*>, std::vector<const Entry*>>> pairs;
+    for (std::size_t i = 0; i < ms.size(); ++i) {
+      for (const Entry* e : ms[i].p2p) {
+        const int64_t self = e->op == "send" ? e->src : e->dst;
+        const int64_t peer = e->op == "send" ? e->dst : e->src;
+        if (self != static_cast<int64_t>(i) || peer >= n) {
+          Problem p;
+          p.kind = "p2p";
+          p.ranks = {ms[i].rank};
+          p.message = group_text(g) + ": rank " + std::to_string(ms[i].rank) + " (group rank " + std::to_string(i) + ") recorded " +
+                      entry_text(*e) + ", which names " +
+                      (self != static_cast<int64_t>(i) ? "group rank " + std::to_string(self) + " as itself"
+                                                       : "group rank " + std::to_string(peer) + ", outside a group of " + std::to_string(n));
+          blame(ms[i].rank, "recorded a send/recv naming the wrong group ranks in " + group_text(g));
+          add(std::move(p), g);
+          continue;
+        }
+        const int64_t pg = ms[peer].rank;
+        if (e->op == "send") pairs[{ms[i].rank, pg}].first.push_back(e);
+        else pairs[{pg, ms[i].rank}].second.push_back(e);
+      }
+    }
+    for (auto& [key, sr] : pairs) {
+      const auto [src, dst] = key;
+      if (!dumped(src) || !dumped(dst)) continue;
+      const auto& sends = sr.first;
+      const auto& recvs = sr.second;
+      const bool exact = !ranks_.at(src).wrapped && !ranks_.at(dst).wrapped;
+      const std::string pair_text = "rank " + std::to_string(src) + " -> rank " + std::to_string(dst);
+      auto compare = [&](const Entry& s, const Entry& r, std::size_t k, const std::string& index) {
+        ++report_.p2p_checked;
+        if (s.input_sizes == r.output_sizes && dtypes_text(s.input_dtypes) == dtypes_text(r.output_dtypes)) return;
+        Problem p;
+        p.kind = "p2p";
+        p.seq = static_cast<int64_t>(k);
+        p.ranks = {src, dst};
+        p.message = group_text(g) + ": " + pair_text + " send " + index + " " + entry_text(s) + " meets receive " + entry_text(r) +
+                    ": " + (s.input_sizes != r.output_sizes ? "sizes" : "dtypes") + " differ";
+        blame(src, "its send " + index + " to rank " + std::to_string(dst) + " does not fit the receive");
+        blame(dst, "its receive " + index + " from rank " + std::to_string(src) + " does not fit the send");
+        add(std::move(p), g);
+      };
+      if (exact) {
+        const std::size_t both = std::min(sends.size(), recvs.size());
+        for (std::size_t k = 0; k < both; ++k) compare(*sends[k], *recvs[k], k, "#" + std::to_string(k));
+        if (sends.size() != recvs.size()) {
+          const bool more_sends = sends.size() > recvs.size();
+          const Entry& e = more_sends ? *sends[recvs.size()] : *recvs[sends.size()];
+          Problem p;
+          p.kind = "unmatched-p2p";
+          p.seq = static_cast<int64_t>(std::min(sends.size(), recvs.size()));
+          p.ranks = {more_sends ? dst : src};
+          p.message = group_text(g) + ": " + pair_text + ": " +
+                      (more_sends ? "send #" + std::to_string(recvs.size()) + " " + entry_text(e) + " has no receive at rank " +
+                                        std::to_string(dst) + " (it posted " + std::to_string(recvs.size()) + ")"
+                                  : "receive #" + std::to_string(sends.size()) + " " + entry_text(e) + " has no send at rank " +
+                                        std::to_string(src) + " (it posted " + std::to_string(sends.size()) + ")");
+          add(std::move(p), g);
+          unmatched_[&e] = more_sends ? dst : src;
+        }
+      } else {
+        // A wrapped buffer drops the oldest records, so the pair's counts say nothing. Pending
+        // ones: a pending send with no pending receive at its peer (whose newest records are
+        // kept) was never met, and the other way round. Completed ones are paired from the
+        // newest back (a completed send met its receive, in order).
+        auto pending = [](const std::vector<const Entry*>& v) {
+          return std::count_if(v.begin(), v.end(), [](const Entry* e) { return e->state != EntryState::kCompleted; });
+        };
+        const auto ps = pending(sends), pr = pending(recvs);
+        std::vector<const Entry*> cs, cr;
+        for (const Entry* e : sends) if (e->state == EntryState::kCompleted) cs.push_back(e);
+        for (const Entry* e : recvs) if (e->state == EntryState::kCompleted) cr.push_back(e);
+        for (std::size_t k = 1; k <= std::min(cs.size(), cr.size()); ++k) {
+          compare(*cs[cs.size() - k], *cr[cr.size() - k], k, "(completed, " + std::to_string(k) + " back from the newest; buffers wrapped)");
+        }
+        if ((ps > 0) != (pr > 0)) {
+          const bool send_waits = ps > 0;
+          const auto& v = send_waits ? sends : recvs;
+          const Entry* e = *std::find_if(v.begin(), v.end(), [](const Entry* x) { return x->state != EntryState::kCompleted; });
+          Problem p;
+          p.kind = "unmatched-p2p";
+          p.ranks = {send_waits ? dst : src};
+          p.message = group_text(g) + ": " + pair_text + ": " + (send_waits ? "the send " : "the receive ") + entry_text(*e) +
+                      " waits, and rank " + std::to_string(send_waits ? dst : src) + " has no pending " +
+                      (send_waits ? "receive from rank " + std::to_string(src) : "send to rank " + std::to_string(dst));
+          add(std::move(p), g);
+          unmatched_[e] = send_waits ? dst : src;
+        }
+      }
+    }
+  }
+
+  // follow_waits: every rank's oldest pending record is what it waits in; the members that never
+  // issued it (or the peer that never met it) hold it up. Following these waits ends at ranks
+  // that wait in nothing (the roots: culprits), at ranks without a dump, or in a cycle.
+  void follow_waits() {
+    std::map<int64_t, std::vector<int64_t>> blockers;
+    std::map<int64_t, std::string> waits_in;
+    for (auto& [r, rs] : ranks_) {
+      if (!rs.blocking) continue;
+      const Entry& e = *rs.blocking;
+      const int g = rs.blocking_gid;
+      auto& b = blockers[r];
+      waits_in[r] = group_text(g) + " " + (e.is_p2p ? "" : "#" + std::to_string(e.collective_seq_id) + " ") + e.profiling_name.substr(0, 60);
+      if (e.is_p2p) {
+        if (auto it = unmatched_.find(&e); it != unmatched_.end()) b.push_back(it->second);
+        continue;
+      }
+      if (auto it = never_.find({g, e.collective_seq_id}); it != never_.end()) b = it->second;
+      for (const Member& m : members_[g]) {
+        if (!m.dumped) b.push_back(m.rank);
+        else if (never_issued(m, e.collective_seq_id) && std::find(b.begin(), b.end(), m.rank) == b.end()) b.push_back(m.rank);
+      }
+      std::sort(b.begin(), b.end());
+      b.erase(std::unique(b.begin(), b.end()), b.end());
+    }
+    // Roots, found by walking from each waiting rank; cycles by Tarjan's algorithm over waits.
+    std::map<int64_t, std::vector<int64_t>> held_up;  // root -> ranks whose waits lead to it
+    std::vector<int64_t> stuck;
+    for (const auto& [r, b] : blockers) {
+      if (b.empty()) stuck.push_back(r);
+      std::set<int64_t> seen{r};
+      std::vector<int64_t> todo(b.begin(), b.end());
+      while (!todo.empty()) {
+        const int64_t x = todo.back();
+        todo.pop_back();
+        if (!seen.insert(x).second) continue;
+        auto it = blockers.find(x);
+        if (it == blockers.end()) {
+          held_up[x].push_back(r);
+        } else {
+          todo.insert(todo.end(), it->second.begin(), it->second.end());
+        }
+      }
+    }
+    for (auto& [root, rs] : held_up) {
+      std::sort(rs.begin(), rs.end());
+      if (missing_.count(root)) {
+        blame(root, "no dump; " + counted(rs, 8) + " " + verb(rs, "wait") + " on it");
+        continue;
+      }
+      // What root never issued that others wait in.
+      std::string what;
+      for (const auto& [key, never] : never_) {
+        if (std::find(never.begin(), never.end(), root) != never.end()) {
+          what = group_text(key.first) + " #" + std::to_string(key.second);
+          break;
+        }
+      }
+      for (const auto& [e, peer] : unmatched_) {
+        if (what.empty() && peer == root) {
+          what = std::string(e->op == "recv" ? "the send that " : "the receive that ") + e->profiling_name.substr(0, 60) + " (record " +
+                 std::to_string(e->record_id) + ") waits for";
+        }
+      }
+      const Dump& d = *ranks_.at(root).dump;
+      blame(root, "never issued " + (what.empty() ? std::string("what others wait in") : what) + ", which " +
+                      counted(rs, 8) + " " + verb(rs, "wait") + " on; it waits in nothing itself" +
+                      (d.entries.empty() ? " (its dump holds no records)" : " (newest record: " + entry_text(d.entries.back()) + ")"));
+    }
+    // Cycles of waits.
+    std::map<int64_t, int> index, low;
+    std::vector<int64_t> stack;
+    std::set<int64_t> on;
+    int counter = 0;
+    std::function<void(int64_t)> strong = [&](int64_t v) {
+      index[v] = low[v] = counter++;
+      stack.push_back(v);
+      on.insert(v);
+      for (int64_t w : blockers[v]) {
+        if (!blockers.count(w)) continue;
+        if (!index.count(w)) {
+          strong(w);
+          low[v] = std::min(low[v], low[w]);
+        } else if (on.count(w)) {
+          low[v] = std::min(low[v], index[w]);
+        }
+      }
+      if (low[v] == index[v]) {
+        std::vector<int64_t> scc;
+        int64_t w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on.erase(w);
+          scc.push_back(w);
+        } while (w != v);
+        const auto& bv = blockers[v];
+        if (scc.size() > 1 || std::find(bv.begin(), bv.end(), v) != bv.end()) {
+          std::sort(scc.begin(), scc.end());
+          Problem p;
+          p.kind = "wait-cycle";
+          p.ranks = scc;
+          std::string parts;
+          for (std::size_t k = 0; k < scc.size() && k < 8; ++k) {
+            parts += (k ? "; " : "") + ("rank " + std::to_string(scc[k]) + " waits in " + waits_in[scc[k]]);
+          }
+          p.message = who(scc) + " wait on each other (each waits in what another never issued): " + parts;
+          for (int64_t r : scc) blame(r, "in a cycle of waits: " + waits_in[r]);
+          add(std::move(p), -1);
+        }
+      }
+    };
+    // The recursion is one frame per waiting rank on a chain; past kMaxCycleSearch waiting
+    // ranks it is not run (and a note says so) rather than risk the stack.
+    constexpr std::size_t kMaxCycleSearch = 16384;
+    if (blockers.size() <= kMaxCycleSearch) {
+      for (const auto& [r, b] : blockers) {
+        if (!index.count(r)) strong(r);
+      }
+    } else {
+      report_.notes.push_back(std::to_string(blockers.size()) + " ranks wait: cycles of waits are not searched past " +
+                              std::to_string(kMaxCycleSearch));
+    }
+    // Ranks that wait in a collective every member issued (and no mismatch explains): in a dump
+    // taken while the job ran this is the collective in flight, so it is a note, not a failure.
+    std::map<std::pair<int, int64_t>, std::vector<int64_t>> stuck_in;
+    for (int64_t r : stuck) {
+      const RankState& rs = ranks_.at(r);
+      if (rs.blocking->is_p2p) continue;
+      const std::pair<int, int64_t> key{rs.blocking_gid, rs.blocking->collective_seq_id};
+      if (!mismatched_.count(key)) stuck_in[key].push_back(r);
+    }
+    for (const auto& [key, rs] : stuck_in) {
+      report_.notes.push_back(group_text(key.first) + " #" + std::to_string(key.second) + " " +
+                              ranks_.at(rs.front()).blocking->profiling_name.substr(0, 60) + ": " + who(rs, 16) + " " + verb(rs, "wait") +
+                              " in it and every member with a dump issued it (in flight when the dumps were taken, or "
+                              "held up inside: the network, or a rank that stopped in it)");
+    }
+  }
+
+  void finish() {
+    // One line for a problem that repeats over consecutive collectives of a group.
+    std::vector<Problem> merged;
+    std::map<std::tuple<std::string, std::string, std::vector<int64_t>, std::vector<int64_t>>, std::size_t> last;
+    for (auto& p : report_.problems) {
+      auto key = std::make_tuple(p.kind, p.group, p.group_ranks, p.ranks);
+      auto it = last.find(key);
+      if (p.seq >= 0 && it != last.end() && merged[it->second].seq >= 0 &&
+          p.seq > std::max(merged[it->second].seq, merged[it->second].last_seq) && p.kind != "never-issued" && p.kind != "p2p" &&
+          p.kind != "unmatched-p2p") {
+        Problem& q = merged[it->second];
+        q.last_seq = p.seq;
+        ++q.repeats;
+        continue;
+      }
+      last[key] = merged.size();
+      merged.push_back(std::move(p));
+    }
+    report_.problems = std::move(merged);
+    for (const auto& [r, why] : culprits_) report_.culprits.push_back(Culprit{r, why});
+    report_.ok = report_.problems.empty();
+  }
+
+  std::map<int64_t, RankState> ranks_;
+  std::vector<Group> groups_;
+  std::vector<std::vector<Member>> members_;
+  std::set<int64_t> missing_;
+  std::map<std::pair<int, int64_t>, std::vector<int64_t>> never_;  // (group, seq) -> ranks that never issued it
+  std::set<std::pair<int, int64_t>> mismatched_;
+  std::set<int> conflicted_;  // groups whose members disagree on who they are
+  std::map<const Entry*, int64_t> unmatched_;  // a pending p2p record -> the peer that never met it
+  std::map<int64_t, std::string> culprits_;
+  CheckReport report_;
+};
+
+}  // namespace
+
+CheckReport check_dumps(const std::vector<Dump>& dumps) { return Checker(dumps).run(); }
+
+std::string report_text(const CheckReport& r, const DumpSet& set) {
+  std::ostringstream out;
+  std::string formats, versions;
+  std::set<std::string> fs, vs;
+  for (const auto& d : set.dumps) {
+    fs.insert(d.format);
+    vs.insert(d.version);
+  }
+  for (const auto& f : fs) formats += (formats.empty() ? "" : "+") + f;
+  for (const auto& v : vs) versions += (versions.empty() ? "" : ", ") + v.substr(0, 20);
+  out << "meshsim trace check: " << r.dumps << " dumps in '" << set.dir << "' (prefix '" << set.prefix << "', " << formats
+      << ", version " << versions << "): " << r.groups << " groups, " << r.entries << " records; " << r.collectives_checked
+      << " collectives and " << r.p2p_checked << " send/recv pairs checked\n";
+  for (const auto& p : r.problems) {
+    out << "FAILED " << p.kind << ": " << p.message;
+    if (p.repeats > 0) out << " (and the same at " << p.repeats << " more collectives, to #" << p.last_seq << ")";
+    out << "\n";
+  }
+  for (const auto& c : r.culprits) out << "culprit: rank " << c.rank << ": " << c.why << "\n";
+  for (const auto& n : r.notes) out << "note: " << n << "\n";
+  if (r.ok) {
+    out << "OK\n";
+  } else {
+    std::vector<int64_t> cs;
+    for (const auto& c : r.culprits) cs.push_back(c.rank);
+    out << "FAILED: " << r.problems.size() << " problems"
+        << (cs.empty() ? std::string() : "; culprits: " + who(cs)) << "\n";
+  }
+  return out.str();
+}
+
+nlohmann::json report_json(const CheckReport& r, const DumpSet& set) {
+  nlohmann::json j;
+  j["ok"] = r.ok;
+  j["dir"] = set.dir;
+  j["prefix"] = set.prefix;
+  j["dumps"] = r.dumps;
+  j["groups"] = r.groups;
+  j["records"] = r.entries;
+  j["collectives_checked"] = r.collectives_checked;
+  j["p2p_checked"] = r.p2p_checked;
+  auto& ps = j["problems"] = nlohmann::json::array();
+  for (const auto& p : r.problems) {
+    nlohmann::json q{{"kind", p.kind}, {"ranks", p.ranks}, {"message", p.message}};
+    if (!p.group_ranks.empty() || !p.group.empty()) {
+      q["group"] = p.group;
+      q["desc"] = p.desc;
+      q["group_size"] = p.group_ranks.size();
+      q["group_ranks"] = format_ranks(p.group_ranks, SIZE_MAX);
+    }
+    if (p.seq >= 0) q["seq"] = p.seq;
+    if (p.repeats > 0) {
+      q["repeats"] = p.repeats;
+      q["last_seq"] = p.last_seq;
+    }
+    ps.push_back(std::move(q));
+  }
+  auto& cs = j["culprits"] = nlohmann::json::array();
+  for (const auto& c : r.culprits) cs.push_back({{"rank", c.rank}, {"why", c.why}});
+  j["notes"] = r.notes;
+  return j;
+}
+
+}  // namespace meshsim::trace
