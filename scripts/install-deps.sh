@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs meshsim's build dependencies from Debian's packages (idempotent, non-interactive).
+# protobuf-compiler is for the tests only: they decode `meshsim step --chakra` files with protoc.
 set -euo pipefail
 pkgs=(g++ cmake ninja-build libgtest-dev librapidcheck-dev libgloo-dev libboost-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev rapidjson-dev libtomlplusplus-dev
-      libxml2-utils librsvg2-bin
+      libxml2-utils librsvg2-bin protobuf-compiler
       pybind11-dev python3-dev python3-pytest python3-hypothesis)
 # The launchers the `launchers` tests run for real: torchrun and torch.distributed.TCPStore
 # (python3-torch), mpirun (openmpi-bin), mpiexec.mpich (mpich), srun with slurmctld and slurmd

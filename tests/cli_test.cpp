@@ -1134,6 +1134,30 @@ TEST(Cli, ControlBytesInNamesAreEscapedInTextOutput) {
 
 // meshsim step --preset: a torchtitan job's step on every rank. The issue's own command: the
 // table and OK; a planted fault and a deadlocking CSV each one FAILED line naming the ranks.
+TEST(CliStep, ChakraTracesAreWrittenPerNpuWithTheirGroups) {
+  const std::string prefix = ::testing::TempDir() + "/meshsim_cli_chakra";
+  const std::string job = "step --preset torchtitan:pp=2,dp_shard=2,tp=2 --model llama3-debugmodel --seq-len 256 "
+                          "--local-batch-size 1 --microbatches 2 --chakra " + prefix;
+  Result r = run(job + " --chakra-world replica");
+  ASSERT_EQ(r.status, 0);
+  bool said = false;
+  for (const auto& l : r.lines) {
+    said = said || (l.find("chakra: " + prefix + ".{0..3}.et (4 NPUs") != std::string::npos && l.find("left out") != std::string::npos);
+  }
+  EXPECT_TRUE(said);
+  for (int npu = 0; npu < 4; ++npu) EXPECT_TRUE(std::filesystem::exists(prefix + "." + std::to_string(npu) + ".et"));
+  EXPECT_FALSE(std::filesystem::exists(prefix + ".4.et"));
+  std::ifstream groups(prefix + ".comm_groups.json");
+  EXPECT_FALSE(Json::parse(groups).empty());
+  r = run(job + " --format json");
+  ASSERT_EQ(r.status, 0);
+  const Json j = Json::parse(r.lines.at(0));
+  EXPECT_EQ(j["chakra"]["npus"], 8);
+  EXPECT_TRUE(j["chakra"]["dropped"].empty());
+  EXPECT_EQ(run(job + " --chakra-world half").status, 2);
+  EXPECT_EQ(run("step --schedule 1F1B --pp 2 --microbatches 2 --chakra " + prefix).status, 2);
+}
+
 TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
   const std::string job = "step --preset torchtitan:pp=4,dp_shard=8,tp=2 --model llama3-8b --seq-len 8192 "
                           "--local-batch-size 8 --microbatches 8";

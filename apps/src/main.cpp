@@ -176,6 +176,9 @@ int main(int argc, char** argv) {
   step->add_option("--ranks", sto_step.ranks, "simulate these ranks exactly ('all', or 0,3,8-15); also what --trace writes");
   step->add_option("--fault", sto_step.faults, "plant a fault: skip@R, swap@R, wrong-group@R, wrong-peer@R (repeatable)");
   step->add_option("--trace", sto_step.trace, "write Chrome/Perfetto trace JSON of the --ranks (or --rank) here");
+  step->add_option("--chakra", sto_step.chakra, "write MLCommons Chakra execution traces PREFIX.<npu>.et and PREFIX.comm_groups.json (for ASTRA-sim)");
+  step->add_option("--chakra-world", sto_step.chakra_world, "the ranks --chakra exports: all, or replica (one data-parallel replica)")
+      ->check(CLI::IsMember({"all", "replica"}));
   step->add_option("--reshard-after-forward", sto_step.reshard_after_forward, "FSDP's policy: default, always or never");
   step->add_option("--activation-checkpoint", sto_step.activation_checkpoint,
                    "selective (torchtitan's default: all-gathers issued again in backward), full or none");

@@ -4,11 +4,13 @@
 #include <cctype>
 #include <cstdio>
 #include <set>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "meshsim/chakra.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/preset.hpp"
 #include "meshsim/schedule.hpp"
@@ -137,8 +139,16 @@ int run_job(const Options& o, std::ostream& out) {
   const int64_t world = r.world_size;
   if (!o.dump_schedule.empty() && t.pp > 1) write_file_whole(o.dump_schedule, step::write_csv(r.layout.schedule), "--dump-schedule");
   if (!o.trace.empty()) write_file_whole(o.trace, step::trace_json(run, step::traced_ranks(run)).dump() + "\n", "--trace");
+  std::optional<step::ChakraExport> chakra;
+  if (!o.chakra.empty()) chakra = step::write_chakra(run, step::chakra_world(run, o.chakra_world), o.chakra);
   if (o.format == "json") {
-    out << step::step_json(run).dump() << "\n";
+    nlohmann::json j = step::step_json(run);
+    if (chakra) {
+      j["chakra"] = {{"prefix", o.chakra}, {"npus", chakra->ranks.size()}, {"ranks", chakra->ranks}, {"nodes", chakra->nodes},
+                     {"collectives", chakra->collectives}, {"sends", chakra->sends}, {"recvs", chakra->recvs},
+                     {"groups", chakra->groups}, {"dropped", chakra->dropped}, {"comm_groups", chakra->comm_groups_path}};
+    }
+    out << j.dump() << "\n";
     return r.ok ? 0 : 1;
   }
   const int64_t params = step::parameter_count(job.model);
@@ -205,6 +215,15 @@ int run_job(const Options& o, std::ostream& out) {
       out << "\n";
     }
   }
+  if (chakra) {
+    std::string dropped;
+    for (const auto& [dim, n] : chakra->dropped) dropped += (dropped.empty() ? "" : ", ") + dim + " " + thousands(n);
+    out << "chakra: " << o.chakra << ".{0.." << chakra->ranks.size() - 1 << "}.et (" << chakra->ranks.size() << " NPUs: ranks "
+        << (o.chakra_world == "all" ? std::string("all") : o.chakra_world) << ") and " << chakra->comm_groups_path << ": "
+        << thousands(chakra->nodes) << " nodes (" << thousands(chakra->collectives) << " collectives, " << thousands(chakra->sends)
+        << " sends, " << thousands(chakra->recvs) << " receives) over " << chakra->groups << " communicator groups"
+        << (dropped.empty() ? std::string() : "; left out (groups reach outside): " + dropped) << "\n";
+  }
   if (r.ok) {
     out << "OK: " << thousands(world) << " ranks: every group's members issue the same collectives and the step "
         << "makes progress under " << o.send_semantics << " sends (" << r.programs << " programs, " << r.groups_checked
@@ -223,6 +242,7 @@ int run(const Options& o, std::ostream& out) {
            {!o.model.empty(), "--model"}, {o.seq_len.has_value(), "--seq-len"},
            {o.local_batch_size.has_value(), "--local-batch-size"}, {o.gpus_per_host.has_value(), "--gpus-per-host"},
            {!o.faults.empty(), "--fault"}, {!o.trace.empty(), "--trace"}, {!o.ranks.empty(), "--ranks"},
+           {!o.chakra.empty(), "--chakra"},
            {o.world_size.has_value(), "--world-size"}}) {
     if (set) throw InvalidArgument(std::string(flag) + " needs --preset (a torchtitan job's step)");
   }

@@ -31,6 +31,8 @@ struct Options {
   std::string ranks;                  // simulate exactly: "all", or "0,3,8-15"
   std::vector<std::string> faults;    // KIND@RANK
   std::string trace;                  // write Chrome/Perfetto trace JSON here
+  std::string chakra;                 // write Chakra execution traces PREFIX.<npu>.et here
+  std::string chakra_world = "all";   // every rank, or "replica" (one data-parallel replica)
   std::string reshard_after_forward = "default";
   std::string activation_checkpoint = "selective";
   bool no_metrics = false;            // a step that does not log
