@@ -1135,7 +1135,10 @@ TEST(Cli, ControlBytesInNamesAreEscapedInTextOutput) {
 // meshsim step --preset: a torchtitan job's step on every rank. The issue's own command: the
 // table and OK; a planted fault and a deadlocking CSV each one FAILED line naming the ranks.
 TEST(CliStep, ChakraTracesAreWrittenPerNpuWithTheirGroups) {
-  const std::string prefix = ::testing::TempDir() + "/meshsim_cli_chakra";
+  const std::string dir = ::testing::TempDir() + "/meshsim_cli_chakra";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string prefix = dir + "/step";
   const std::string job = "step --preset torchtitan:pp=2,dp_shard=2,tp=2 --model llama3-debugmodel --seq-len 256 "
                           "--local-batch-size 1 --microbatches 2 --chakra " + prefix;
   Result r = run(job + " --chakra-world replica");
