@@ -3,6 +3,8 @@
 // with Python's pickle and json) checked across ranks, each planted fault named by its rank.
 #include "meshsim/flight_recorder.hpp"
 #include "meshsim/pickle.hpp"
+#include "meshsim/plan_check.hpp"
+#include "meshsim/step_job.hpp"
 
 #include <gtest/gtest.h>
 
@@ -412,6 +414,105 @@ TEST(FlightRecorder, TheToolExitsByTheVerdict) {
   EXPECT_EQ(s.status, 2) << s.out;
   fs::remove_all(ok);
   fs::remove_all(bad);
+}
+
+// --- dumps against the plan ---------------------------------------------------------------------
+
+step::StepSpec plan_spec(int64_t microbatches) {
+  step::StepSpec s;
+  s.preset = "torchtitan:pp=2,dp_shard=2,tp=2";
+  s.model = "llama3-debugmodel";
+  s.seq_len = 256;
+  s.local_batch_size = 1;
+  s.microbatches = microbatches;
+  s.ranks = "all";
+  return s;
+}
+
+// planned_dumps: the dumps of a job that ran the planned step `steps` times (written by the
+// generator from the plan's Chrome trace), with plants.
+std::string planned_dumps(const std::string& name, const step::StepRun& run, const std::string& args) {
+  const std::string trace = temp_dir(name + "_trace.json");
+  std::ofstream(trace) << step::trace_json(run, step::traced_ranks(run)).dump();
+  const std::string dir = make_dumps(name, "--from-trace " + trace + " " + args);
+  fs::remove(trace);
+  return dir;
+}
+
+std::set<int64_t> leaving(const PlanReport& p) {
+  std::set<int64_t> out;
+  for (const auto& d : p.divergences) out.insert(d.rank);
+  return out;
+}
+
+TEST(PlanCheck, AJobThatRanThePlanAgreesWithItWrappedOrNot) {
+  const step::StepRun run = step::run_step(plan_spec(2));
+  for (const std::string args : {"--steps 2", "--steps 3 --ring 50", "--steps 2 --format pickle --protocol 2"}) {
+    const std::string dir = planned_dumps("plan_ok", run, args);
+    const DumpSet set = read_dump_dir(dir, std::nullopt);
+    const PlanReport p = check_against_plan(set.dumps, run);
+    EXPECT_TRUE(p.ok) << args << ": " << (p.divergences.empty() ? "" : p.divergences.front().message);
+    EXPECT_EQ(p.ranks_compared, 8);
+    EXPECT_GE(p.records_compared, 8 * 50);
+    EXPECT_TRUE(check_dumps(set.dumps).ok);
+    fs::remove_all(dir);
+  }
+}
+
+TEST(PlanCheck, TheFirstRecordThatLeavesThePlanIsNamed) {
+  const step::StepRun run = step::run_step(plan_spec(2));
+  {
+    const std::string dir = planned_dumps("plan_op", run, "--steps 2 --plant planop@3");
+    const PlanReport p = check_against_plan(read_dump_dir(dir, std::nullopt).dumps, run);
+    EXPECT_EQ(leaving(p), (std::set<int64_t>{3}));
+    ASSERT_EQ(p.divergences.size(), 1u);
+    const std::string& m = p.divergences[0].message;
+    EXPECT_NE(m.find("rank 3 issued nccl:reduce_scatter #"), std::string::npos) << m;
+    EXPECT_NE(m.find("where the plan has all_gather on tp [2, 3]"), std::string::npos) << m;
+    fs::remove_all(dir);
+  }
+  {
+    const std::string dir = planned_dumps("plan_swap", run, "--steps 3 --ring 120 --plant planswap@5");
+    const PlanReport p = check_against_plan(read_dump_dir(dir, std::nullopt).dumps, run);
+    EXPECT_EQ(leaving(p), (std::set<int64_t>{5}));
+    fs::remove_all(dir);
+  }
+}
+
+TEST(PlanCheck, DumpsThatAgreeWithEachOtherButNotWithThePlanAreCaught) {
+  // The job ran 2 microbatches; the plan says 4. Every rank agrees with every other (the
+  // cross-rank check passes) and every rank leaves the plan.
+  const std::string dir = planned_dumps("plan_other", step::run_step(plan_spec(2)), "--steps 2");
+  const DumpSet set = read_dump_dir(dir, std::nullopt);
+  EXPECT_TRUE(check_dumps(set.dumps).ok);
+  const PlanReport p = check_against_plan(set.dumps, step::run_step(plan_spec(4)));
+  EXPECT_EQ(leaving(p).size(), 8u);
+  // A plan of another world: refused.
+  step::StepSpec small = plan_spec(2);
+  small.preset = "torchtitan:pp=2,dp_shard=1,tp=2";
+  EXPECT_THROW(check_against_plan(set.dumps, step::run_step(small)), OutOfRange);
+  fs::remove_all(dir);
+}
+
+TEST(PlanCheck, TheToolTakesThePlansFlagsOrAFileOfThem) {
+  const step::StepRun run = step::run_step(plan_spec(2));
+  const std::string dir = planned_dumps("plan_cli", run, "--steps 2 --plant planop@3");
+  const std::string flags = "--preset torchtitan:pp=2,dp_shard=2,tp=2 --model llama3-debugmodel --seq-len 256 "
+                            "--local-batch-size 1 --microbatches 2";
+  Shell s = shell(std::string(MESHSIM_EXE) + " trace check " + dir + " --against '" + flags + "'");
+  EXPECT_EQ(s.status, 1) << s.out;
+  EXPECT_NE(s.out.find("FAILED plan: rank 3 issued nccl:reduce_scatter"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("1 rank leaves the plan"), std::string::npos) << s.out;
+  const std::string file = dir + "_plan.txt";
+  std::ofstream(file) << flags << "\n";
+  s = shell(std::string(MESHSIM_EXE) + " trace check " + dir + " --format json --against @" + file);
+  EXPECT_EQ(s.status, 1) << s.out;
+  EXPECT_NE(s.out.find("\"divergences\""), std::string::npos) << s.out;
+  s = shell(std::string(MESHSIM_EXE) + " trace check " + dir + " --against '--preset torchtitan:tp=2 --bogus 1' 2>&1");
+  EXPECT_EQ(s.status, 2) << s.out;
+  EXPECT_NE(s.out.find("'--bogus' is not one of the flags that define a step"), std::string::npos) << s.out;
+  fs::remove(file);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -201,6 +201,8 @@ int main(int argc, char** argv) {
   trace_check->add_option("dir", tco.dir, "the directory of dumps (one file per rank, <prefix><rank>)")->required();
   trace_check->add_option("--prefix", tco.prefix, "the text before each file's rank (default: the one prefix all files share)");
   trace_check->add_option("--format", tco.format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  trace_check->add_option("--against", tco.against,
+                          "hold the dumps to the step these `meshsim step` flags plan (\"--preset torchtitan:... --model ...\"), or @FILE holding them");
 
   meshsim::cli::guard_integers(app);
   try {

@@ -1,22 +1,120 @@
 #include "meshsim/trace_command.hpp"
 
+#include <optional>
 #include <ostream>
+#include <sstream>
 
 #include "meshsim/error.hpp"
 #include "meshsim/flight_recorder.hpp"
+#include "meshsim/plan_check.hpp"
+#include "meshsim/step_job.hpp"
+#include "meshsim/text_file.hpp"
 
 namespace meshsim::trace_command {
 
+namespace {
+
+int64_t integer(const std::string& flag, const std::string& v) {
+  std::size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size()) throw InvalidArgument("--against: " + flag + " " + quote_input(v) + " is not an integer");
+  return n;
+}
+
+// plan_spec reads `meshsim step`'s flags that define a step.
+step::StepSpec plan_spec(const std::string& against) {
+  std::string text = against;
+  if (!text.empty() && text[0] == '@') text = read_text_file(text.substr(1), 1 << 16, "--against");
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  step::StepSpec spec;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    std::string flag = words[i], value;
+    if (const auto eq = flag.find('='); eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (flag != "--no-metrics") {
+      if (i + 1 >= words.size()) throw InvalidArgument("--against: " + flag + " has no value");
+      value = words[++i];
+    }
+    if (flag == "--preset") spec.preset = value;
+    else if (flag == "--model") spec.model = value;
+    else if (flag == "--seq-len") spec.seq_len = integer(flag, value);
+    else if (flag == "--local-batch-size") spec.local_batch_size = integer(flag, value);
+    else if (flag == "--microbatches") spec.microbatches = integer(flag, value);
+    else if (flag == "--schedule") spec.schedule = value;
+    else if (flag == "--stages") spec.stages = integer(flag, value);
+    else if (flag == "--world-size") spec.world_size = integer(flag, value);
+    else if (flag == "--reshard-after-forward") spec.reshard_after_forward = value;
+    else if (flag == "--activation-checkpoint") spec.activation_checkpoint = value;
+    else if (flag == "--no-metrics") spec.log_metrics = false;
+    else {
+      throw InvalidArgument("--against: " + quote_input(flag) +
+                            " is not one of the flags that define a step (--preset, --model, --seq-len, --local-batch-size, "
+                            "--microbatches, --schedule, --stages, --world-size, --reshard-after-forward, "
+                            "--activation-checkpoint, --no-metrics)");
+    }
+  }
+  if (spec.preset.empty()) throw InvalidArgument("--against needs --preset (the step's job), as `meshsim step` takes it");
+  return spec;
+}
+
+}  // namespace
+
 int run(const Options& o, std::ostream& out) {
   if (o.format != "text" && o.format != "json") throw InvalidArgument("--format '" + o.format + "' is not text or json");
+  std::optional<step::StepRun> plan;
+  if (!o.against.empty()) plan = step::run_step(plan_spec(o.against));  // bad flags fail before the dumps are read
   const trace::DumpSet set = trace::read_dump_dir(o.dir, o.prefix);
   const trace::CheckReport r = trace::check_dumps(set.dumps);
+  std::optional<trace::PlanReport> p;
+  if (plan) p = trace::check_against_plan(set.dumps, *plan);
+  const bool ok = r.ok && (!p || p->ok);
   if (o.format == "json") {
-    out << trace::report_json(r, set).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  } else {
-    out << trace::report_text(r, set);
+    nlohmann::json j = trace::report_json(r, set);
+    if (p) {
+      nlohmann::json d = nlohmann::json::array();
+      for (const auto& x : p->divergences) d.push_back({{"rank", x.rank}, {"record_id", x.record_id}, {"message", x.message}});
+      j["plan"] = {{"ok", p->ok}, {"ranks_compared", p->ranks_compared}, {"records_compared", p->records_compared},
+                   {"divergences", d}, {"notes", p->notes}};
+      j["ok"] = ok;
+    }
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return ok ? 0 : 1;
   }
-  return r.ok ? 0 : 1;
+  std::string text = trace::report_text(r, set);
+  if (p) {
+    // The plan's lines go before the verdict, which then covers both.
+    const std::size_t verdict = text.rfind(r.ok ? "OK\n" : "FAILED: ");
+    std::string verdict_line = text.substr(verdict);
+    text.resize(verdict);
+    out << text;
+    out << "plan: " << p->ranks_compared << " ranks' " << p->records_compared << " records held to the step planned by --against\n";
+    constexpr std::size_t kShown = 64;
+    for (std::size_t k = 0; k < p->divergences.size() && k < kShown; ++k) out << "FAILED plan: " << p->divergences[k].message << "\n";
+    if (p->divergences.size() > kShown) {
+      out << "... and " << p->divergences.size() - kShown << " more ranks leave the plan (--format json lists them all)\n";
+    }
+    for (std::size_t k = 0; k < p->notes.size() && k < 8; ++k) out << "note: " << p->notes[k] << "\n";
+    if (p->notes.size() > 8) out << "note: ... and " << p->notes.size() - 8 << " more like it\n";
+    const std::string leave = std::to_string(p->divergences.size()) + (p->divergences.size() == 1 ? " rank leaves" : " ranks leave") + " the plan";
+    if (ok) {
+      out << "OK\n";
+    } else if (r.ok) {
+      out << "FAILED: " << leave << "\n";
+    } else {
+      out << verdict_line.substr(0, verdict_line.size() - 1) << "; " << leave << "\n";
+    }
+  } else {
+    out << text;
+  }
+  return ok ? 0 : 1;
 }
 
 }  // namespace meshsim::trace_command

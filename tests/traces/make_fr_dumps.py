@@ -25,6 +25,12 @@ default group. Plants (KIND@RANK):
 
 --coalesced issues the DP reduce_scatter as a coalesced block of two (each recorded with the
 block's sequence id, then the "nccl:coalesced" record, as c10d records them since 2.7).
+
+--from-trace TRACE.json writes instead the dumps of a job that runs, --steps times, the step
+`meshsim step ... --ranks all --trace TRACE.json` planned (groups of up to 16 ranks), after one
+barrier on the default group; plants: planop@R (the last step's third all_gather recorded as a
+reduce_scatter), planswap@R (the last step's first two adjacent records of different operations
+swapped), planhang@R (the rank stops before the last step's tenth record).
 """
 import argparse
 import json
@@ -45,7 +51,10 @@ def main():
     ap.add_argument("--ring", type=int, default=2000, help="entries each rank's ring buffer keeps")
     ap.add_argument("--prefix", default="rank_")
     ap.add_argument("--coalesced", action="store_true")
+    ap.add_argument("--from-trace")
     a = ap.parse_args()
+    if a.from_trace:
+        return from_trace(a)
 
     plants = {}
     for p in a.plant:
@@ -220,6 +229,95 @@ def main():
                 dump["entries"] = entries
             with open(os.path.join(a.out, f"{a.prefix}{r}.json"), "w") as f:
                 json.dump(dump, f)
+
+
+DTYPES = {"bfloat16": ("BFloat16", 2), "float32": ("Float", 4), "int64": ("Long", 8), "int32": ("Int", 4)}
+
+
+def from_trace(a):
+    plants = {}
+    for p in a.plant:
+        kind, rank = p.split("@")
+        plants.setdefault(int(rank), set()).add(kind)
+    with open(a.from_trace) as f:
+        trace = json.load(f)
+    events = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X":
+            events.setdefault(e["tid"], []).append(e)
+    world = max(events) + 1
+    names = {}
+
+    def group_of(text):
+        # "tp [0, 1]" -> (dim, ranks); one name per distinct group, the same on every rank.
+        dim, members = text.split(" ", 1)
+        ranks = tuple(json.loads(members))
+        if ranks not in names:
+            names[ranks] = str(len(names) + 1)
+        return names[ranks], "mesh_" + dim, list(ranks)
+
+    os.makedirs(a.out, exist_ok=True)
+    for r in range(world):
+        mine = plants.get(r, set())
+        prog = sorted(events[r], key=lambda e: e["ts"])
+        pg_config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[" + ", ".join(map(str, range(world))) + "]"}}
+        seq, p2p = {"0": 0}, {}
+        entries = []
+
+        def record(name, desc, profiling, ins, outs, dt, is_p2p=False, state="completed"):
+            if is_p2p:
+                p2p[name] = p2p.get(name, 0) + 1
+            else:
+                seq[name] = seq.get(name, 0) + 1
+            entries.append({
+                "frames": [], "record_id": len(entries), "pg_id": int(name), "process_group": (name, desc),
+                "thread_name": "pt_main_thread", "thread_id": "1", "collective_seq_id": seq.get(name, 0),
+                "p2p_seq_id": p2p.get(name, 0), "op_id": len(entries), "profiling_name": profiling,
+                "time_created_ns": 1000 * len(entries), "input_sizes": ins, "input_dtypes": [dt] * len(ins),
+                "output_sizes": outs, "output_dtypes": [dt] * len(outs), "state": state,
+                "time_discovered_started_ns": 1, "time_discovered_completed_ns": 2 if state == "completed" else None,
+                "retired": state == "completed", "timeout_ms": 600000, "is_p2p": is_p2p})
+
+        record("0", "default_pg", "nccl:all_reduce_barrier", [[1]], [[1]], "Float")
+        for step in range(a.steps):
+            last = step == a.steps - 1
+            records = []
+            for e in prog:
+                args = e["args"]
+                op = e["name"].split(" ")[0]
+                dt, width = DTYPES[args["dtype"]]
+                numel = args["bytes"] // width
+                name, desc, ranks = group_of(args["group"])
+                pg_config[name] = {"name": name, "desc": desc, "ranks": "[" + ", ".join(map(str, ranks)) + "]"}
+                n = len(ranks)
+                if op in ("send", "recv"):
+                    me, peer = ranks.index(r), ranks.index(args["peer"])
+                    prof = f"nccl:send {me}->{peer}" if op == "send" else f"nccl:recv {me}<-{peer}"
+                    ins, outs = ([[numel]], [[numel]]) if op == "send" else ([], [[numel]])
+                    records.append([name, desc, prof, ins, outs, dt, True])
+                    continue
+                ins, outs = [[numel]], [[numel]]
+                if op == "all_gather":
+                    ins = [[numel // n]]
+                elif op == "reduce_scatter":
+                    outs = [[numel // n]]
+                records.append([name, desc, "nccl:" + op, ins, outs, dt, False])
+            if last and "planop" in mine:
+                k = [i for i, x in enumerate(records) if x[2] == "nccl:all_gather"][2]
+                x = records[k]
+                x[2], x[3], x[4] = "nccl:reduce_scatter", x[4], x[3]
+            if last and "planswap" in mine:
+                k = next(i for i in range(len(records) - 1) if records[i][2] != records[i + 1][2])
+                records[k], records[k + 1] = records[k + 1], records[k]
+            if last and "planhang" in mine:
+                records = records[:9]
+            for x in records:
+                record(*x)
+        entries = entries[-a.ring:]
+        dump = {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.21.5", "pg_status": {},
+                "entries": entries}
+        with open(os.path.join(a.out, f"{a.prefix}{r}"), "wb") as f:
+            pickle.dump(dump, f, protocol=a.protocol)
 
 
 if __name__ == "__main__":

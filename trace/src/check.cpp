@@ -837,7 +837,7 @@ std::string report_text(const CheckReport& r, const DumpSet& set) {
   } else {
     std::vector<int64_t> cs;
     for (const auto& c : r.culprits) cs.push_back(c.rank);
-    out << "FAILED: " << r.problems.size() << " problems"
+    out << "FAILED: " << r.problems.size() << (r.problems.size() == 1 ? " problem" : " problems")
         << (cs.empty() ? std::string() : "; culprits: " + who(cs)) << "\n";
   }
   return out.str();

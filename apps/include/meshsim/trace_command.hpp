@@ -5,6 +5,7 @@
 //
 //   meshsim trace check comm_traces --prefix rank_
 //   meshsim trace check comm_traces --format json
+//   meshsim trace check comm_traces --against "--preset torchtitan:pp=4,dp_shard=8 --model llama3-8b --seq-len 8192 --local-batch-size 1"
 #pragma once
 
 #include <iosfwd>
@@ -17,6 +18,9 @@ struct Options {
   std::string dir;                    // the dumps' directory
   std::optional<std::string> prefix;  // the text before each file's rank (default: inferred)
   std::string format = "text";        // or "json"
+  // The plan the dumps are held to: `meshsim step`'s flags that define a step ("--preset
+  // torchtitan:... --model llama3-8b --seq-len 8192 ..."), or "@FILE" holding them.
+  std::string against;
 };
 
 // run prints the report and returns 0 (OK) or 1 (problems found). Unreadable or malformed dumps
