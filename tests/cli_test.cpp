@@ -1134,6 +1134,23 @@ TEST(Cli, ControlBytesInNamesAreEscapedInTextOutput) {
 
 // meshsim step --preset: a torchtitan job's step on every rank. The issue's own command: the
 // table and OK; a planted fault and a deadlocking CSV each one FAILED line naming the ranks.
+TEST(CliStep, MegatronsInterleavedScheduleAndItsEvenOddRule) {
+  Result ok = run("step --schedule MegatronInterleaved --pp 4 --stages 8 --microbatches 8");
+  EXPECT_EQ(ok.status, 0);
+  EXPECT_TRUE(has_line(ok, "OK: 4 pipeline ranks, 8 stages, 8 microbatches: every send meets its receive under rendezvous sends"));
+  Result off = run("step --schedule MegatronInterleaved --pp 4 --stages 8 --microbatches 8 --fault no-parity@2");
+  EXPECT_EQ(off.status, 1);
+  bool named = false;
+  for (const auto& l : off.lines) {
+    named = named || (l.rfind("FAILED ranks [0, 1, 2, 3]: pipeline deadlock under rendezvous sends: rank 0 waits in its send", 0) == 0);
+  }
+  EXPECT_TRUE(named);
+  EXPECT_EQ(run("step --schedule MegatronInterleaved --pp 4 --stages 8 --microbatches 8 --fault no-parity@4").status, 2);
+  EXPECT_EQ(run("step --schedule MegatronInterleaved --pp 4 --stages 8 --microbatches 8 --fault skip@1").status, 2);
+  EXPECT_EQ(run("step --schedule MegatronInterleaved --pp 4 --stages 8 --microbatches 6").status, 2);
+  EXPECT_EQ(run("step --schedule 1F1B --pp 4 --microbatches 8 --fault no-parity@1").status, 2);
+}
+
 TEST(CliStep, ChakraTracesAreWrittenPerNpuWithTheirGroups) {
   const std::string dir = ::testing::TempDir() + "/meshsim_cli_chakra";
   std::filesystem::remove_all(dir);

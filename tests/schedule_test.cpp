@@ -258,3 +258,73 @@ TEST(BuiltinSchedules, InterleavedZeroBubbleByPyTorchsRules) {
 
 }  // namespace
 }  // namespace meshsim::step
+
+namespace meshsim::step {
+namespace {
+
+TEST(MegatronInterleaved, TheScheduleTableIsMegatrons) {
+  // get_schedule_table(6, 2, 4): microbatches 0-3 through chunk 0 then chunk 1, then the last
+  // group (4-5) the same way.
+  const std::vector<std::pair<int64_t, int64_t>> want = {{0, 0}, {1, 0}, {2, 0}, {3, 0}, {0, 1}, {1, 1},
+                                                         {2, 1}, {3, 1}, {4, 0}, {5, 0}, {4, 1}, {5, 1}};
+  EXPECT_EQ(megatron_schedule_table(6, 2, 4), want);
+  EXPECT_EQ(megatron_schedule_table(2, 3, 2), (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}}));
+}
+
+TEST(MegatronInterleaved, TwoRanksTwoChunksAsWorkedByHandFromMegatronsLoop) {
+  // Worked from forward_backward_pipelining_with_interleaving (overlap_p2p_comm): rank 0 is all
+  // warm-up (2 (pp - 1 - 0) + (chunks - 1) x pp = 4 = M x chunks), rank 1 warms up 2; each
+  // call's operations in _p2p_ops's order (rank 0 even: sends first; rank 1 odd: receives first).
+  const Schedule s = megatron_interleaved(2, 4, 2);
+  EXPECT_TRUE(s.lowered);
+  EXPECT_EQ(row(s, 0), (std::vector<std::string>{"0F0", "0SEND_F0", "0F1", "0SEND_F1", "2RECV_F0", "2F0", "2SEND_F0",
+                                                 "2RECV_F1", "2F1", "2SEND_F1", "2RECV_B0", "2B0", "2SEND_B0", "2RECV_B1",
+                                                 "2B1", "2SEND_B1", "0RECV_B0", "0B0", "0RECV_B1", "0B1"}));
+  EXPECT_EQ(row(s, 1), (std::vector<std::string>{"1RECV_F0", "1F0", "1RECV_F1", "1SEND_F0", "1F1", "3RECV_F0", "1SEND_F1",
+                                                 "3F0", "3RECV_F1", "3B0", "3SEND_B0", "3F1", "3B1", "1RECV_B0", "3SEND_B1",
+                                                 "1B0", "1RECV_B1", "1SEND_B0", "1B1", "1SEND_B1"}));
+  EXPECT_TRUE(check_progress(s, SendSemantics::kRendezvous).ok);
+}
+
+TEST(MegatronInterleaved, TheEvenOddRuleIsWhatKeepsRendezvousSendsFromDeadlocking) {
+  for (int64_t pp : {2, 3, 4, 6, 8}) {
+    for (int64_t chunks : {2, 3, 4}) {
+      for (int64_t m : {pp, 2 * pp, 3 * pp}) {
+        const Schedule s = megatron_interleaved(pp, pp * chunks, m);
+        // Every stage runs each microbatch's forward and backward once, in order.
+        Schedule compute = s;
+        for (auto& l : compute.ranks) {
+          std::erase_if(l, [](const std::optional<Action>& a) {
+            return a && a->type != ActionType::kF && a->type != ActionType::kB;
+          });
+        }
+        compute.lowered = false;
+        EXPECT_NO_THROW(validate(compute)) << pp << " " << chunks << " " << m;
+        const Progress ok = check_progress(s, SendSemantics::kRendezvous);
+        EXPECT_TRUE(ok.ok) << pp << " " << chunks << " " << m << ": " << ok.diagnosis;
+        // Every rank taking the even order: the sends to the next rank close the ring.
+        std::vector<int64_t> all;
+        for (int64_t r = 0; r < pp; ++r) all.push_back(r);
+        const Progress stuck = check_progress(megatron_interleaved(pp, pp * chunks, m, 0, all), SendSemantics::kRendezvous);
+        EXPECT_FALSE(stuck.ok) << pp << " " << chunks << " " << m;
+        EXPECT_EQ(stuck.ranks, all) << stuck.diagnosis;
+        EXPECT_NE(stuck.diagnosis.find("pipeline deadlock under rendezvous sends"), std::string::npos);
+        // Eager sends never wait: the rule does not matter there.
+        EXPECT_TRUE(check_progress(megatron_interleaved(pp, pp * chunks, m, 0, all), SendSemantics::kEager).ok);
+      }
+    }
+  }
+}
+
+TEST(MegatronInterleaved, MegatronsRefusals) {
+  EXPECT_THROW(megatron_interleaved(4, 6, 8), InvalidArgument);      // stages not a multiple of pp
+  EXPECT_THROW(megatron_interleaved(4, 8, 3), InvalidArgument);      // fewer microbatches than pp
+  EXPECT_THROW(megatron_interleaved(4, 8, 10), InvalidArgument);     // a last group of 2 < pp
+  EXPECT_THROW(megatron_interleaved(4, 8, 8, 2), InvalidArgument);   // a group below pp
+  EXPECT_THROW(megatron_interleaved(4, 8, 8, 16), InvalidArgument);  // a group above M
+  EXPECT_NO_THROW(megatron_interleaved(4, 8, 12, 4));                // groups of 4, 4, 4
+  EXPECT_NO_THROW(megatron_interleaved(4, 8, 10, 5));                // groups of 5 and 5
+}
+
+}  // namespace
+}  // namespace meshsim::step

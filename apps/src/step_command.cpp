@@ -39,6 +39,26 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches) {
     }
     return step::lower(name == "gpipe" ? step::gpipe(*o.pp, microbatches) : step::one_f_one_b(*o.pp, microbatches));
   }
+  if (name == "megatroninterleaved") {
+    if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
+    if (!o.stages) throw InvalidArgument("--schedule " + o.schedule + " needs --stages (a multiple of --pp)");
+    std::vector<int64_t> off;
+    for (const std::string& f : o.faults) {
+      // no-parity@R: the pipeline issues its sends and receives without Megatron's even/odd rule.
+      const std::string kind = "no-parity@";
+      if (f.rfind(kind, 0) != 0) {
+        throw InvalidArgument("--fault " + quote_input(f) + " with --schedule alone: only no-parity@R (R a pp rank)");
+      }
+      const std::string rank = f.substr(kind.size());
+      if (rank.empty() || rank.size() > 9 || rank.find_first_not_of("0123456789") != std::string::npos) {
+        throw InvalidArgument("--fault " + quote_input(f) + ": R must be a pp rank");
+      }
+      const int64_t r = std::stoll(rank);
+      if (r >= *o.pp) throw OutOfRange("--fault " + quote_input(f) + ": pp rank " + rank + " is not below --pp " + std::to_string(*o.pp));
+      for (int64_t k = 0; k < *o.pp; ++k) off.push_back(k);  // the rule is the code's: off on every rank
+    }
+    return step::megatron_interleaved(*o.pp, *o.stages, microbatches, 0, off);
+  }
   if (step::known_schedule(name)) {
     if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
     const bool v = name == "zbvzerobubble";
@@ -241,7 +261,7 @@ int run(const Options& o, std::ostream& out) {
   for (const auto& [set, flag] : std::vector<std::pair<bool, const char*>>{
            {!o.model.empty(), "--model"}, {o.seq_len.has_value(), "--seq-len"},
            {o.local_batch_size.has_value(), "--local-batch-size"}, {o.gpus_per_host.has_value(), "--gpus-per-host"},
-           {!o.faults.empty(), "--fault"}, {!o.trace.empty(), "--trace"}, {!o.ranks.empty(), "--ranks"},
+           {!o.faults.empty() && lower_case(o.schedule) != "megatroninterleaved", "--fault"}, {!o.trace.empty(), "--trace"}, {!o.ranks.empty(), "--ranks"},
            {!o.chakra.empty(), "--chakra"},
            {o.world_size.has_value(), "--world-size"}}) {
     if (set) throw InvalidArgument(std::string(flag) + " needs --preset (a torchtitan job's step)");

@@ -309,6 +309,153 @@ Schedule interleaved_zero_bubble(int64_t pp, int64_t stages, int64_t microbatche
   return add_bubbles(interleaved(pp, stages, microbatches, true));
 }
 
+std::vector<std::pair<int64_t, int64_t>> megatron_schedule_table(int64_t microbatches, int64_t chunks, int64_t group) {
+  std::vector<std::pair<int64_t, int64_t>> table;
+  for (int64_t first = 0; first < microbatches; first += group) {
+    const int64_t end = first + group >= microbatches ? microbatches : first + group;
+    for (int64_t c = 0; c < chunks; ++c) {
+      for (int64_t m = first; m < end; ++m) table.emplace_back(m, c);
+    }
+  }
+  return table;
+}
+
+Schedule megatron_interleaved(int64_t pp, int64_t stages, int64_t microbatches, int64_t group,
+                              const std::vector<int64_t>& without_parity) {
+  check_multi("MegatronInterleaved", pp, stages, microbatches);
+  const int64_t chunks = stages / pp;
+  if (group == 0) group = pp;  // microbatch_group_size_per_vp_stage's default
+  // Megatron's refusals (forward_backward_pipelining_with_interleaving).
+  if (group > microbatches || group < pp) {
+    throw InvalidArgument("MegatronInterleaved: the microbatch group size per virtual stage (" + std::to_string(group) +
+                          ") must be at least the pipeline size (" + std::to_string(pp) + ") and at most the microbatches (" +
+                          std::to_string(microbatches) + ")");
+  }
+  if (const int64_t last = microbatches % group; last > 0 && last < pp) {
+    throw InvalidArgument("MegatronInterleaved: the last microbatch group has " + std::to_string(last) +
+                          " microbatches, fewer than the pipeline size (" + std::to_string(pp) + ")");
+  }
+  if (microbatches * stages * 6 > kMaxActions) {  // both bounded by check_multi: no overflow
+    throw ResourceExhausted("MegatronInterleaved: " + std::to_string(microbatches) + " microbatches over " +
+                            std::to_string(stages) + " stages is over " + std::to_string(kMaxActions) + " actions");
+  }
+  const auto table = megatron_schedule_table(microbatches, chunks, group);
+  const int64_t total = microbatches * chunks;
+  // One rank's operations in issue order: compute, and sends and receives whose receives are
+  // labelled once every rank's sends are known (the k-th receive from a peer meets its k-th send).
+  enum class Op { kCompute, kSendNext, kRecvPrev, kSendPrev, kRecvNext };
+  struct Item {
+    Op op;
+    Action a;  // compute and sends: the action; receives: filled in below
+  };
+  std::vector<std::vector<Item>> items(static_cast<std::size_t>(pp));
+  for (int64_t r = 0; r < pp; ++r) {
+    auto& out = items[static_cast<std::size_t>(r)];
+    const bool even = r % 2 == 0 || std::find(without_parity.begin(), without_parity.end(), r) != without_parity.end();
+    auto chunk = [&](int64_t v, bool forward) {
+      const int64_t c = table[static_cast<std::size_t>(v % total)].second;
+      return forward ? c : chunks - c - 1;
+    };
+    // The k-th forward (backward) of a chunk runs its k-th microbatch of the table (backwards
+    // release a chunk's inputs first in, first out).
+    std::vector<int64_t> forwards(static_cast<std::size_t>(chunks), 0), backwards(static_cast<std::size_t>(chunks), 0);
+    std::vector<std::vector<int64_t>> order(static_cast<std::size_t>(chunks));
+    for (const auto& [m, c] : table) order[static_cast<std::size_t>(c)].push_back(m);
+    // recv_tensor_from_previous_stage: whether the rank receives after virtual microbatch v.
+    auto receives = [&](int64_t v, bool forward) {
+      const bool leading = forward ? r == 0 : r == pp - 1;
+      if (!leading) return true;
+      if (v < pp - 1) return false;
+      return chunk(v - (pp - 1), forward) != (forward ? chunks - 1 : 0);
+    };
+    auto call = [&](std::optional<Action> send_next, bool recv_prev, std::optional<Action> send_prev, bool recv_next) {
+      auto put = [&](Op op, const std::optional<Action>& a) { out.push_back({op, a.value_or(Action{})}); };
+      if (even) {
+        if (send_next) put(Op::kSendNext, send_next);
+        if (recv_prev) put(Op::kRecvPrev, std::nullopt);
+        if (send_prev) put(Op::kSendPrev, send_prev);
+        if (recv_next) put(Op::kRecvNext, std::nullopt);
+      } else {
+        if (recv_prev) put(Op::kRecvPrev, std::nullopt);
+        if (send_next) put(Op::kSendNext, send_next);
+        if (recv_next) put(Op::kRecvNext, std::nullopt);
+        if (send_prev) put(Op::kSendPrev, send_prev);
+      }
+    };
+    auto forward = [&](int64_t v) -> std::optional<Action> {
+      const int64_t c = chunk(v, true);
+      const int64_t m = order[static_cast<std::size_t>(c)][static_cast<std::size_t>(forwards[static_cast<std::size_t>(c)]++)];
+      const int64_t stage = c * pp + r;
+      out.push_back({Op::kCompute, act(stage, ActionType::kF, m)});
+      if (stage == stages - 1) return std::nullopt;  // the last stage sends nothing forward
+      return act(stage, ActionType::kSendF, m);
+    };
+    auto backward = [&](int64_t v) -> std::optional<Action> {
+      const int64_t c = chunk(v, false);
+      const int64_t m = order[static_cast<std::size_t>(c)][static_cast<std::size_t>(backwards[static_cast<std::size_t>(c)]++)];
+      const int64_t stage = c * pp + r;
+      out.push_back({Op::kCompute, act(stage, ActionType::kB, m)});
+      if (stage == 0) return std::nullopt;  // the first stage sends nothing backward
+      return act(stage, ActionType::kSendB, m);
+    };
+    int64_t warmup = 2 * (pp - 1 - r) + (chunks - 1) * group;
+    const bool all_warmup = warmup >= total;
+    if (all_warmup) warmup = total;
+    const int64_t remaining = total - warmup;
+    if (r != 0) call(std::nullopt, true, std::nullopt, false);  // recv_forward of the first input
+    for (int64_t k = 0; k < warmup; ++k) {
+      const auto send = forward(k);
+      const bool recv = receives(k, true) && k != total - 1;
+      call(send, recv, std::nullopt, false);  // send_forward_recv_forward (waited)
+      if (k == warmup - 1 && !all_warmup) call(std::nullopt, false, std::nullopt, r != pp - 1);  // send_backward_recv_backward
+    }
+    for (int64_t k = 0; k < remaining; ++k) {
+      const int64_t fk = k + warmup;
+      const auto send = forward(fk);
+      call(send, receives(fk, true) && k != remaining - 1, std::nullopt, false);  // pp_post_forward
+      const auto grad = backward(k);
+      call(std::nullopt, false, grad, receives(k, false));  // pp_post_backward
+    }
+    if (all_warmup && r != pp - 1) call(std::nullopt, false, std::nullopt, true);  // recv_backward
+    for (int64_t k = remaining; k < total; ++k) {
+      const auto grad = backward(k);
+      call(std::nullopt, false, grad, receives(k, false) && k != total - 1);  // send_backward_recv_backward
+    }
+  }
+  // Label each receive by the send it meets: the k-th receive at r from a peer meets the peer's
+  // k-th send to r.
+  Schedule s = empty(pp, microbatches);
+  s.stages = stages;
+  s.lowered = true;
+  for (int64_t r = 0; r < pp; ++r) {
+    const int64_t prev = (r + pp - 1) % pp, next = (r + 1) % pp;
+    std::vector<Action> from_prev, from_next;  // the peers' sends to r, in order
+    for (const Item& it : items[static_cast<std::size_t>(prev)]) {
+      if (it.op == Op::kSendNext) from_prev.push_back(it.a);
+    }
+    for (const Item& it : items[static_cast<std::size_t>(next)]) {
+      if (it.op == Op::kSendPrev) from_next.push_back(it.a);
+    }
+    std::size_t fp = 0, fn = 0;
+    auto& l = s.ranks[static_cast<std::size_t>(r)];
+    for (const Item& it : items[static_cast<std::size_t>(r)]) {
+      if (it.op == Op::kRecvPrev || it.op == Op::kRecvNext) {
+        auto& src = it.op == Op::kRecvPrev ? from_prev : from_next;
+        std::size_t& i = it.op == Op::kRecvPrev ? fp : fn;
+        if (i >= src.size()) {
+          throw Internal("MegatronInterleaved: rank " + std::to_string(r) + " posts more receives than its peer sends");
+        }
+        const Action& sent = src[i++];
+        l.push_back(it.op == Op::kRecvPrev ? act(sent.stage + 1, ActionType::kRecvF, *sent.microbatch)
+                                           : act(sent.stage - 1, ActionType::kRecvB, *sent.microbatch));
+      } else {
+        l.push_back(it.a);
+      }
+    }
+  }
+  return s;
+}
+
 Schedule looped_bfs(int64_t pp, int64_t stages, int64_t microbatches) {
   check_multi("LoopedBFS", pp, stages, microbatches);
   Schedule s = empty(pp, microbatches);

@@ -102,6 +102,29 @@ Schedule zbv_zero_bubble(int64_t pp, int64_t microbatches);
 // ZBVZeroBubble (PyTorch's names, any case; `stages` for the multi-stage ones), compute only;
 // NotFound naming the known ones otherwise (DualPipeV is not built: read it from a CSV).
 Schedule schedule_by_name(std::string_view name, int64_t pp, int64_t stages, int64_t microbatches);
+// megatron_schedule_table is Megatron-core's get_schedule_table (megatron/core/pipeline_parallel/
+// schedules.py at NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553): the (microbatch,
+// model chunk) of each virtual microbatch, microbatches taken `group` at a time, every chunk of a
+// group in turn (the last group takes what is left).
+std::vector<std::pair<int64_t, int64_t>> megatron_schedule_table(int64_t microbatches, int64_t chunks, int64_t group);
+
+// megatron_interleaved is Megatron-core's forward_backward_pipelining_with_interleaving as it
+// runs by default (overlap_p2p_comm, so batch_p2p_comm off: each send and receive its own
+// isend/irecv), already lowered: chunk c of rank r is stage c x pp + r; rank r runs
+// min(2 (pp - 1 - r) + (chunks - 1) x group, M x chunks) warm-up forwards, then a forward and a
+// backward in turn, then the remaining backwards, in the schedule table's order; its sends and
+// receives are those calls' (send_forward_recv_forward after each forward, send_backward_recv_
+// backward after each backward, the first input received before the first forward, the last
+// stage's wrap to rank 0 and back), each call's operations in _p2p_ops's order: an even pipeline
+// rank sends to the next rank, receives from the previous, sends to the previous, receives from
+// the next; an odd rank receives from the previous, sends to the next, receives from the next,
+// sends to the previous. `without_parity` lists the pp ranks that take the even order whatever
+// their parity (the rule turned off). `group` is microbatch_group_size_per_vp_stage (default
+// pp). InvalidArgument for Megatron's own refusals (stages not a multiple of pp, a group below pp
+// or above M, a last group below pp).
+Schedule megatron_interleaved(int64_t pp, int64_t stages, int64_t microbatches, int64_t group = 0,
+                              const std::vector<int64_t>& without_parity = {});
+
 // is_single_stage: GPipe and 1F1B (one stage per rank); known_schedule: a name schedule_by_name takes.
 bool is_single_stage(std::string_view name);
 bool known_schedule(std::string_view name);
