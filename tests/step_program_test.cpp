@@ -443,3 +443,177 @@ TEST(StepBytes, LinksSplitByHost) {
 
 }  // namespace
 }  // namespace meshsim::step
+
+namespace meshsim::step {
+namespace {
+
+// ---- Megatron-core's step -------------------------------------------------------------------
+
+StepSpec megatron_spec(const std::string& preset, const std::string& model = "llama3-debugmodel", int64_t microbatches = 4) {
+  StepSpec s;
+  s.preset = preset;
+  s.model = model;
+  s.seq_len = 1024;
+  s.local_batch_size = 1;
+  s.microbatches = microbatches;
+  return s;
+}
+
+int64_t calls(const Report& r, const std::string& dim, const std::string& op) {
+  auto d = r.by_dim.find(dim);
+  if (d == r.by_dim.end()) return 0;
+  auto o = d->second.find(op);
+  return o == d->second.end() ? 0 : o->second.calls;
+}
+int64_t bytes(const Report& r, const std::string& dim, const std::string& op) {
+  auto d = r.by_dim.find(dim);
+  if (d == r.by_dim.end()) return 0;
+  auto o = d->second.find(op);
+  return o == d->second.end() ? 0 : o->second.bytes;
+}
+
+TEST(MegatronStep, GroupsMatchTheMegatronPresetViews) {
+  for (const std::string preset : {"megatron:tp=2,pp=2,cp=2,dp=2", "megatron:tp=4,pp=2,dp=2,ep=4,etp=1",
+                                   "megatron:tp=2,cp=2,dp=4,ep=2,etp=1", "megatron:pp=4,dp=2"}) {
+    SCOPED_TRACE(preset);
+    const preset::Megatron mg = preset::megatron_spec(preset);
+    const BuiltMeshes b = apply(preset::megatron_recipe(mg, std::nullopt));
+    const int64_t dp = *mg.dp;
+    const Parallel p{mg.pp, 1, dp, mg.cp, mg.tp, mg.ep};
+    const int64_t world = world_size(p);
+    auto ours = [&](Dim d) {
+      std::set<std::vector<int64_t>> s;
+      for (int64_t r = 0; r < world; ++r) s.insert(group_members(p, d, r));
+      return s;
+    };
+    auto theirs = [&](const DeviceMesh& m, std::string_view name) {
+      std::set<std::vector<int64_t>> s;
+      for (auto g : m.groups(m.dim_index(name))) {
+        std::sort(g.begin(), g.end());
+        s.insert(g);
+      }
+      return s;
+    };
+    EXPECT_EQ(ours(Dim::kTp), theirs(b.handles.at("dense"), "tp"));
+    EXPECT_EQ(ours(Dim::kCp), theirs(b.handles.at("dense"), "cp"));
+    EXPECT_EQ(ours(Dim::kPp), theirs(b.handles.at("dense"), "pp"));
+    EXPECT_EQ(ours(Dim::kBatch), theirs(b.handles.at("dense"), "dp"));
+    EXPECT_EQ(ours(Dim::kFsdp), theirs(b.handles.at("dp_cp"), "dp_cp"));
+    EXPECT_EQ(ours(Dim::kMp), theirs(b.handles.at("mp"), "mp"));
+    if (mg.etp.value_or(mg.tp) == 1) {  // the expert view meshsim step lays out (expert tp 1)
+      EXPECT_EQ(ours(Dim::kEp), theirs(b.handles.at("expert"), "ep"));
+      EXPECT_EQ(ours(Dim::kEfsdp), theirs(b.handles.at("expert"), "edp"));
+    }
+    EXPECT_EQ(ours(Dim::kWorld).size(), 1u);
+  }
+}
+
+TEST(MegatronStep, TheDistributedOptimizersBucketIsTheStagesParametersPadded) {
+  // llama3-8b at tp=2, dp=4, no pp: one bucket (overlap_grad_reduce off) of this rank's
+  // parameters, every one a multiple of 64 elements, its end padded to lcm(4, 128) = 128:
+  // the embedding and the output layer over a vocabulary padded to 128 x tp (128256 = 501 x 256),
+  // per layer two norms, QKV ((32 + 2 x 8) heads x 128 / 2), the projection, SwiGLU's fc1 (2 x
+  // 14336 / 2) and fc2, and the final norm. Reduce-scattered in bf16 over dp x cp, then gathered.
+  StepSpec s = megatron_spec("megatron:tp=2,dp=4", "llama3-8b", 1);
+  s.seq_len = 8192;
+  const StepRun run = run_step(s);
+  ASSERT_TRUE(run.report.ok) << run.report.diagnosis;
+  const int64_t D = 4096;
+  const int64_t layer = 2 * D + 3072 * D + D * 2048 + 2 * 7168 * D + D * 7168;
+  const int64_t params = 2 * (128256 / 2) * D + 32 * layer + D;
+  const int64_t padded = (params + 127) / 128 * 128;
+  EXPECT_EQ(bytes(run.report, "dp_cp", "reduce_scatter"), padded * 2);
+  EXPECT_EQ(bytes(run.report, "dp_cp", "all_gather"), padded * 2);
+  EXPECT_EQ(calls(run.report, "dp_cp", "reduce_scatter"), 1);
+  // The sequence-parallel norms' gradients: one all-reduce over tp of 2 x 32 + 1 norms, bf16.
+  EXPECT_EQ(calls(run.report, "tp", "all_reduce"), 1 + 3);  // the norms, and 3 from the loss
+  // The gradient norm over the world; update_successful and the norm's max over mp.
+  EXPECT_EQ(calls(run.report, "world", "all_reduce"), 1);
+  EXPECT_EQ(calls(run.report, "mp", "all_reduce"), 2);
+  EXPECT_EQ(calls(run.report, "dp_cp", "all_reduce"), 1);  // the loss report
+}
+
+TEST(MegatronStep, SequenceParallelCollectivesPerMicrobatch) {
+  // No pp, 3 microbatches, 6 layers: per microbatch each layer gathers twice forward (QKV, fc1)
+  // and four times backward (the projection's and fc2's output gradients, QKV's and fc1's
+  // inputs again), reduce-scatters twice each way; the embedding reduce-scatters forward and
+  // gathers backward; the output layer gathers forward, gathers and reduce-scatters backward.
+  const StepRun run = run_step(megatron_spec("megatron:tp=2,dp=2", "llama3-debugmodel", 3));
+  ASSERT_TRUE(run.report.ok) << run.report.diagnosis;
+  const int64_t L = run.job.model.layers;
+  EXPECT_EQ(calls(run.report, "tp", "all_gather"), 3 * (6 * L + 1 + 2));
+  EXPECT_EQ(calls(run.report, "tp", "reduce_scatter"), 3 * (4 * L + 1 + 1));
+  // A gather moves the whole sequence's hidden states: 1024 tokens x dim x 2 bytes.
+  EXPECT_EQ(bytes(run.report, "tp", "all_gather"), calls(run.report, "tp", "all_gather") * 1024 * run.job.model.dim * 2);
+  // Full recomputation issues each layer's forward collectives again in its backward.
+  StepSpec full = megatron_spec("megatron:tp=2,dp=2", "llama3-debugmodel", 3);
+  full.activation_checkpoint = "full";
+  EXPECT_EQ(calls(run_step(full).report, "tp", "all_gather"), 3 * (8 * L + 1 + 2));
+}
+
+TEST(MegatronStep, MoeDispatchesOverEpAndReducesExpertsOverEdp) {
+  const StepRun run = run_step(megatron_spec("megatron:tp=2,dp=2,ep=2,etp=1", "deepseek_v3-debugmodel", 2));
+  ASSERT_TRUE(run.report.ok) << run.report.diagnosis;
+  const Model& m = run.job.model;
+  const int64_t moe_layers = m.layers - m.dense_layers;
+  // Per MoE layer and microbatch: the tokens per expert gathered; tokens, probabilities and the
+  // combine each way (6 all-to-alls).
+  EXPECT_EQ(calls(run.report, "ep", "all_gather"), 2 * moe_layers);
+  EXPECT_EQ(calls(run.report, "ep", "all_to_all"), 2 * moe_layers * 6);
+  EXPECT_EQ(calls(run.report, "edp", "reduce_scatter"), 1);
+  EXPECT_EQ(calls(run.report, "edp", "all_gather"), 1);
+  // The expert buffer: E / ep experts of (2F x D + D x F) per MoE layer, padded to lcm(edp, 128).
+  const int64_t experts = moe_layers * (m.experts / 2) * 3 * m.moe_ffn_dim * m.dim;
+  EXPECT_EQ(bytes(run.report, "edp", "reduce_scatter"), (experts + 127) / 128 * 128 * 2);
+}
+
+TEST(MegatronStep, TheEvenOddRuleKeepsTheInterleavedPipelineGoing) {
+  // llama3-debugmodel has 6 layers: pp 3 x 2 virtual stages.
+  StepSpec s = megatron_spec("megatron:tp=2,pp=3,dp=2", "llama3-debugmodel", 6);
+  s.stages = 6;
+  const StepRun ok = run_step(s);
+  EXPECT_TRUE(ok.report.ok) << ok.report.diagnosis;
+  EXPECT_EQ(ok.job.schedule, "MegatronInterleaved");
+  for (int64_t rank : {0, 7, 11}) {
+    StepSpec f = s;
+    f.faults = {"no-parity@" + std::to_string(rank)};
+    const StepRun bad = run_step(f);
+    EXPECT_FALSE(bad.report.ok);
+    EXPECT_EQ(bad.report.diagnosis.rfind("FAILED: the step cannot progress (rendezvous sends): rank " + std::to_string(rank) +
+                                             " waits in its send",
+                                         0),
+              0u)
+        << bad.report.diagnosis;
+    EXPECT_TRUE(std::find(bad.report.ranks.begin(), bad.report.ranks.end(), rank) != bad.report.ranks.end());
+  }
+  // The rule is the interleaved schedule's: 1F1B batches each call.
+  StepSpec one = megatron_spec("megatron:tp=2,pp=3,dp=2", "llama3-debugmodel", 6);
+  one.faults = {"no-parity@1"};
+  EXPECT_THROW(run_step(one), InvalidArgument);
+}
+
+TEST(MegatronStep, PlantedFaultsNameTheRankAndMegatronsRefusals) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 8; ++trial) {
+    StepSpec s = megatron_spec(trial % 2 ? "megatron:tp=2,pp=2,dp=2" : "megatron:tp=2,pp=3,dp=2", "llama3-debugmodel", 6);
+    const int64_t world = trial % 2 ? 8 : 12;
+    const int64_t rank = static_cast<int64_t>(rng() % static_cast<uint64_t>(world));
+    const char* kinds[] = {"skip@", "swap@", "wrong-group@", "wrong-peer@"};
+    s.faults = {kinds[trial % 4] + std::to_string(rank)};
+    const StepRun run = run_step(s);
+    EXPECT_FALSE(run.report.ok) << s.faults[0];
+    EXPECT_TRUE(std::find(run.report.ranks.begin(), run.report.ranks.end(), rank) != run.report.ranks.end())
+        << s.faults[0] << ": " << run.report.diagnosis;
+  }
+  EXPECT_THROW(run_step(megatron_spec("megatron:tp=2,dp=2,ep=2", "deepseek_v3-debugmodel")), InvalidArgument);  // etp = tp
+  EXPECT_THROW(run_step(megatron_spec("megatron:dp=2", "deepseek_v3-debugmodel")), InvalidArgument);  // MoE with ep 1
+  EXPECT_THROW(run_step(megatron_spec("megatron:tp=2,dp=2,order=tp-dp-cp-ep-pp")), InvalidArgument);
+  StepSpec uneven = megatron_spec("megatron:pp=4,dp=1");  // 6 layers over 4 stages
+  EXPECT_THROW(run_step(uneven), InvalidArgument);
+  StepSpec csv = megatron_spec("megatron:pp=2,dp=1");
+  csv.schedule = "GPipe";
+  EXPECT_THROW(run_step(csv), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace meshsim::step

@@ -173,8 +173,14 @@ int run_job(const Options& o, std::ostream& out) {
   }
   const int64_t params = step::parameter_count(job.model);
   const std::vector<int64_t>& layers = r.layout.layer_count;
-  out << "step: torchtitan pp=" << t.pp << " dp_replicate=" << t.dp_replicate << " dp_shard=" << t.dp_shard
-      << " cp=" << t.cp << " tp=" << t.tp << " (" << thousands(world) << " ranks); " << job.model.name << " ("
+  if (job.framework == "megatron") {
+    out << "step: megatron pp=" << t.pp << " dp=" << t.dp_shard << " cp=" << t.cp << " tp=" << t.tp << " ep=" << t.ep
+        << " (" << thousands(world) << " ranks); ";
+  } else {
+    out << "step: torchtitan pp=" << t.pp << " dp_replicate=" << t.dp_replicate << " dp_shard=" << t.dp_shard
+        << " cp=" << t.cp << " tp=" << t.tp << " (" << thousands(world) << " ranks); ";
+  }
+  out << job.model.name << " ("
       << thousands(params) << " parameters), seq " << job.seq_len << ", local batch " << job.local_batch_size << "\n";
   if (t.pp > 1) {
     std::string split;
@@ -189,10 +195,11 @@ int run_job(const Options& o, std::ostream& out) {
   std::snprintf(line, sizeof line, "%-13s %6s  %-15s %7s %14s %14s", "dim", "size", "op", "calls", "bytes/rank",
                 r.by_link ? "across hosts" : "");
   out << line << "\n";
+  std::set<std::string> printed;
   for (int d = 0; d < step::kDims; ++d) {
-    const std::string dim(step::dim_name(static_cast<step::Dim>(d)));
+    const std::string dim(step::dim_label(job, static_cast<step::Dim>(d)));
     const auto it = r.by_dim.find(dim);
-    if (it == r.by_dim.end()) continue;
+    if (it == r.by_dim.end() || !printed.insert(dim).second) continue;
     bool first = true;
     for (const auto& [op, total] : it->second) {
       std::string share;

@@ -357,9 +357,10 @@ def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedul
          reshard_after_forward="default", log_metrics=True, world_size=None, trace=False,
          activation_checkpoint="selective"):
     """`meshsim step --preset ... --format json` in this process: every rank's program of one
-    torchtitan training step, checked (every group's members agree; the step progresses under
-    rendezvous or eager sends) and counted per dim and per link. `preset` is "torchtitan:pp=4,..."
-    or "torchtitan:FILE.toml"; `model` a built-in name ("llama3-8b") or a .toml path; `schedule`
+    torchtitan or Megatron-core training step, checked (every group's members agree; the step
+    progresses under rendezvous or eager sends) and counted per dim and per link. `preset` is
+    "torchtitan:pp=4,...", "torchtitan:FILE.toml" or "megatron:tp=2,pp=4,dp=4,..." (`stages` > pp:
+    Megatron's interleaved schedule; fault "no-parity@R" turns off its even/odd rule); `model` a built-in name ("llama3-8b") or a .toml path; `schedule`
     "GPipe", "1F1B" (default), "Interleaved1F1B" or a CSV path; `ranks` "all", a "0,3,8-15" string
     or a list of ranks (simulated exactly); `faults` like ["skip@5", "wrong-peer@3"]. Returns the
     report as a dict ("ok", "diagnosis", "world_size", "rank", "by_dim", "by_link", ...; with

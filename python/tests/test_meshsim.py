@@ -648,6 +648,21 @@ def test_flattening_one_name_again_and_again_does_not_grow_the_plan():
     assert steps == ["init_device_mesh", "flatten"]
 
 
+def test_step_checks_a_megatron_step_as_the_tool_does():
+    job = dict(seq_len=1024, local_batch_size=1, microbatches=6, stages=6)
+    report = meshsim.step("megatron:tp=2,pp=3,dp=2", "llama3-debugmodel", **job)
+    assert report["ok"] and report["framework"] == "megatron"
+    assert report["parallel"] == {"pp": 3, "dp": 2, "cp": 1, "tp": 2, "ep": 1, "etp": 1}
+    assert report["schedule"] == "MegatronInterleaved"
+    assert report["by_dim"]["dp_cp"]["reduce_scatter"]["calls"] == 2  # one bucket per model chunk
+    tool = subprocess.run([EXE, "step", "--preset", "megatron:tp=2,pp=3,dp=2", "--model", "llama3-debugmodel",
+                           "--seq-len", "1024", "--local-batch-size", "1", "--microbatches", "6", "--stages", "6",
+                           "--format", "json"], capture_output=True, text=True, timeout=60)
+    assert tool.returncode == 0 and json.loads(tool.stdout) == report
+    bad = meshsim.step("megatron:tp=2,pp=3,dp=2", "llama3-debugmodel", faults=["no-parity@7"], **job)
+    assert not bad["ok"] and 7 in bad["ranks"] and bad["diagnosis"].startswith("FAILED: the step cannot progress")
+
+
 def test_step_checks_a_torchtitan_step_as_the_tool_does(tmp_path):
     job = dict(seq_len=8192, local_batch_size=8, microbatches=8, gpus_per_host=8)
     report = meshsim.step("torchtitan:pp=4,dp_shard=8,tp=2", "llama3-8b", **job)

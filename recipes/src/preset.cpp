@@ -492,6 +492,12 @@ Torchtitan torchtitan_from_toml(const std::string& path) {
   return t;
 }
 
+Megatron megatron_spec(const std::string& spec) {
+  const auto colon = spec.find(':');
+  if (spec.substr(0, colon) != "megatron") throw InvalidArgument("--preset " + quote_input(spec) + ": expected megatron:KEY=V,...");
+  return megatron_from_items(colon == std::string::npos ? "" : spec.substr(colon + 1));
+}
+
 Torchtitan torchtitan_spec(const std::string& spec) {
   const auto colon = spec.find(':');
   if (spec.substr(0, colon) != "torchtitan") {

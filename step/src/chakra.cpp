@@ -186,7 +186,7 @@ ChakraExport write_chakra(const StepRun& run, const std::vector<int64_t>& ranks,
         }
         const auto [gid, n] = it->second;
         if (gid < 0) {
-          ++ex.dropped[std::string(dim_name(e.dim))];
+          ++ex.dropped[std::string(dim_label(job, e.dim))];
           continue;
         }
         attrs.push_back(attr_int64("comm_type", comm_type(e.op)));

@@ -34,9 +34,10 @@ Model model_of(const std::string& name) {
   return file ? model_from_toml(name) : builtin_model(name);
 }
 
-std::string members_of(const Parallel& p, Dim d, int64_t rank) {
+std::string members_of(const Job& job, Dim d, int64_t rank) {
+  const Parallel& p = job.parallel;
   const int64_t n = dim_size(p, d);
-  std::string s = std::string(dim_name(d)) + " [";
+  std::string s = std::string(dim_label(job, d)) + " [";
   for (int64_t k = 0; k < n && k < 16; ++k) s += (k ? ", " : "") + std::to_string(group_member(p, d, rank, k));
   if (n > 16) s += ", ... (" + std::to_string(n) + " ranks)";
   return s + "]";
@@ -110,10 +111,33 @@ StepRun run_step(const StepSpec& spec) {
   }
   StepRun run;
   preset::Torchtitan& t = run.degrees;
-  t = preset::torchtitan_spec(spec.preset);
-  (void)preset::torchtitan_recipe(t, spec.world_size);  // torchtitan's checks of the degrees
-  if (t.dp_shard == -1) t.dp_shard = *spec.world_size / (t.pp * t.dp_replicate * t.cp * t.tp);
   Job& job = run.job;
+  const bool megatron = spec.preset.rfind("megatron", 0) == 0;
+  if (megatron) {
+    // Megatron-core's sizes, checked by its own rules (the preset's RankGenerators), laid out in
+    // its default order tp-cp-ep-dp-pp: the dense ranks as (pp, dp, cp, tp), the expert ranks as
+    // (pp, edp, ep) with expert tp 1 — torchtitan's dense and sparse views.
+    const preset::Megatron mg = preset::megatron_spec(spec.preset);
+    (void)preset::megatron_recipe(mg, spec.world_size);
+    if (mg.order != "tp-cp-ep-dp-pp") {
+      throw InvalidArgument("--preset megatron: order=" + quote_input(mg.order) +
+                            ": meshsim step lays out Megatron's default order tp-cp-ep-dp-pp only");
+    }
+    const int64_t etp = mg.etp.value_or(mg.tp);
+    if (mg.ep > 1 && etp != 1) {
+      throw InvalidArgument("--preset megatron: etp=" + std::to_string(etp) +
+                            " (Megatron's default is tp): meshsim step models MoE with expert tensor parallel size 1; "
+                            "give etp=1");
+    }
+    const int64_t dp = mg.dp ? *mg.dp : *spec.world_size / (mg.tp * mg.pp * mg.cp);
+    t = preset::Torchtitan{mg.pp, 1, dp, mg.cp, mg.tp, mg.ep};
+    job.framework = "megatron";
+    job.activation_checkpoint = "none";
+  } else {
+    t = preset::torchtitan_spec(spec.preset);
+    (void)preset::torchtitan_recipe(t, spec.world_size);  // torchtitan's checks of the degrees
+    if (t.dp_shard == -1) t.dp_shard = *spec.world_size / (t.pp * t.dp_replicate * t.cp * t.tp);
+  }
   job.parallel = {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep};
   job.model = model_of(spec.model);
   if (!spec.seq_len) throw InvalidArgument("--seq-len is required with --preset");
@@ -122,10 +146,18 @@ StepRun run_step(const StepSpec& spec) {
   job.local_batch_size = *spec.local_batch_size;
   job.microbatches = spec.microbatches.value_or(1);
   job.reshard_after_forward = spec.reshard_after_forward;
-  job.activation_checkpoint = spec.activation_checkpoint;
+  if (!megatron || spec.activation_checkpoint != "selective") job.activation_checkpoint = spec.activation_checkpoint;
   job.log_metrics = spec.log_metrics;
   const std::string name = lower_case(spec.schedule.empty() ? "1F1B" : spec.schedule);
-  if (known_schedule(name)) {
+  if (megatron) {
+    // 1F1B, or Megatron's interleaved schedule when --stages puts more than one stage on a rank.
+    if (spec.stages && (*spec.stages < 1 || *spec.stages % t.pp != 0)) {
+      throw InvalidArgument("--stages " + std::to_string(*spec.stages) + " is not a positive multiple of pp " +
+                            std::to_string(t.pp));
+    }
+    job.stages_per_rank = spec.stages ? *spec.stages / t.pp : 1;
+    job.schedule = job.stages_per_rank > 1 ? "MegatronInterleaved" : spec.schedule.empty() ? "1F1B" : spec.schedule;
+  } else if (known_schedule(name)) {
     job.schedule = spec.schedule.empty() ? "1F1B" : spec.schedule;
     if (spec.stages) {
       if (*spec.stages < 1 || *spec.stages % t.pp != 0) {
@@ -146,10 +178,27 @@ StepRun run_step(const StepSpec& spec) {
   so.semantics = spec.send_semantics == "eager" ? SendSemantics::kEager : SendSemantics::kRendezvous;
   so.gpus_per_host = spec.gpus_per_host;
   so.rank = spec.rank;
-  for (const auto& f : spec.faults) so.faults.push_back(parse_fault(f));
   const int64_t world = world_size(job.parallel);
+  std::vector<int64_t> parity_ranks;
+  for (const auto& f : spec.faults) {
+    if (f.rfind("no-parity@", 0) == 0) {
+      // Megatron's even/odd p2p rule turned off: a property of the code, so of every pipeline;
+      // rank R's pipeline is simulated, so the cycle it closes names R.
+      if (!megatron || job.stages_per_rank < 2) {
+        throw InvalidArgument("--fault " + quote_input(f) + ": the even/odd rule is Megatron's interleaved schedule's "
+                              "(--preset megatron:... with --stages > pp; 1F1B batches each call)");
+      }
+      const auto r = parse_ranks(f.substr(10), world);
+      if (r.size() != 1) throw InvalidArgument("--fault " + quote_input(f) + ": name one rank");
+      job.megatron_parity = false;
+      parity_ranks.push_back(r.front());
+      continue;
+    }
+    so.faults.push_back(parse_fault(f));
+  }
   if (spec.ranks == "all") so.all_ranks = true;
   else if (!spec.ranks.empty()) so.ranks = parse_ranks(spec.ranks, world);
+  for (int64_t r : parity_ranks) so.ranks.push_back(r);
   run.report = check_step(job, so);
   return run;
 }
@@ -170,7 +219,11 @@ nlohmann::json step_json(const StepRun& run) {
                    {"by_dim", by_dim},
                    {"model", {{"name", run.job.model.name}, {"parameters", parameter_count(run.job.model)},
                               {"layers", run.job.model.layers}}},
-                   {"parallel", {{"pp", t.pp}, {"dp_replicate", t.dp_replicate}, {"dp_shard", t.dp_shard}, {"cp", t.cp}, {"tp", t.tp}, {"ep", t.ep}}},
+                   {"framework", run.job.framework},
+                   {"parallel", run.job.framework == "megatron"
+                                    ? nlohmann::json{{"pp", t.pp}, {"dp", t.dp_shard}, {"cp", t.cp}, {"tp", t.tp}, {"ep", t.ep}, {"etp", 1}}
+                                    : nlohmann::json{{"pp", t.pp}, {"dp_replicate", t.dp_replicate}, {"dp_shard", t.dp_shard},
+                                                     {"cp", t.cp}, {"tp", t.tp}, {"ep", t.ep}}},
                    {"schedule", pp ? nlohmann::json(run.job.schedule) : nlohmann::json(nullptr)},
                    {"stages", r.layout.stages},
                    {"layers_per_stage", r.layout.layer_count},
@@ -240,13 +293,13 @@ nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks)
     std::map<Dim, std::string> group_text;  // this rank's group on each dim, named once
     auto group_of = [&](Dim d) -> const std::string& {
       auto it = group_text.find(d);
-      if (it == group_text.end()) it = group_text.emplace(d, members_of(job.parallel, d, rank)).first;
+      if (it == group_text.end()) it = group_text.emplace(d, members_of(job, d, rank)).first;
       return it->second;
     };
     int64_t ts = 0;
     for (const Event& e : prog) {
       nlohmann::json args{{"group", group_of(e.dim)}, {"view", std::string(view_name(e.dim))},
-                          {"dim", std::string(dim_name(e.dim))}, {"bytes", e.bytes},
+                          {"dim", std::string(dim_label(job, e.dim))}, {"bytes", e.bytes},
                           {"dtype", std::string(dtype_name(e.dtype))}, {"phase", std::string(phase_name(e.phase))},
                           {"what", e.what}};
       if (e.stage >= 0) args["stage"] = e.stage;
@@ -254,7 +307,7 @@ nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks)
       if (e.microbatch >= 0) args["microbatch"] = e.microbatch;
       if (e.peer >= 0) args["peer"] = pipeline[static_cast<std::size_t>(e.peer)];
       if (e.recompute) args["recompute"] = true;
-      events.push_back({{"name", std::string(op_name(e.op)) + " " + std::string(dim_name(e.dim))},
+      events.push_back({{"name", std::string(op_name(e.op)) + " " + std::string(dim_label(job, e.dim))},
                         {"cat", std::string(phase_name(e.phase))}, {"ph", "X"}, {"ts", ts++}, {"dur", 1},
                         {"pid", 0}, {"tid", rank}, {"args", std::move(args)}});
     }

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstring>
 #include <deque>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 
@@ -15,8 +16,8 @@ namespace meshsim::step {
 
 namespace {
 
-constexpr std::array<std::string_view, kDims> kDimNames = {"pp",    "dp_replicate", "fsdp", "cp",   "tp",
-                                                           "batch", "loss",         "ep",   "efsdp"};
+constexpr std::array<std::string_view, kDims> kDimNames = {"pp",    "dp_replicate", "fsdp",  "cp", "tp",   "batch",
+                                                           "loss",  "ep",           "efsdp", "mp", "world"};
 
 // kMaxEvents bounds the events of the programs held at once (one per pp rank and faulted rank),
 // and kMaxSimulatedEvents the events an exact simulation steps through.
@@ -60,6 +61,8 @@ constexpr std::array<std::array<bool, 5>, kDims> kAxes = {{
     {false, true, true, true, false},     // loss
     {false, false, false, true, false},   // ep (sparse view)
     {false, false, true, false, false},   // efsdp (sparse view)
+    {true, false, false, false, true},    // mp (Megatron's model-parallel group: pp x tp)
+    {true, true, true, true, true},       // world
 }};
 
 bool sparse(Dim d) { return d == Dim::kEp || d == Dim::kEfsdp; }
@@ -230,7 +233,9 @@ class Builder {
     z_.tokens = mul(job.local_batch_size, job.seq_len / p.cp, "the tokens of a microbatch");
     z_.hidden_bytes = mul(mul(z_.tokens, m.dim, "tokens x dim"), 2, "an activation's bytes");
     z_.pp_bytes = z_.hidden_bytes / p.tp;
-    const int64_t f = z_.fsdp, t = p.tp;
+    megatron_ = job.framework == "megatron";
+    // Megatron's distributed optimizer pads buffers, not parameters: sizes below are unpadded.
+    const int64_t f = megatron_ ? 1 : z_.fsdp, t = p.tp;
     const int64_t seq_tokens = mul(job.local_batch_size, job.seq_len, "K's bytes");
     if (mla(m)) {
       z_.k_bytes = mul(mul(seq_tokens, m.heads / t * (m.qk_nope_head_dim + m.qk_rope_head_dim), "K's bytes"), 2, "K's bytes");
@@ -273,8 +278,8 @@ class Builder {
       if (fs > 0) moe_dense_ = add(moe_dense_, add(mul(padded(fs / t, m.dim, f), 2, w), padded(m.dim, fs / t, f), w), w);
       const int64_t e = m.experts, F = m.moe_ffn_dim, D = m.dim;
       if (p.ep > 1) {
-        const int64_t el = e / p.ep, fe = dim_size(p, Dim::kEfsdp);
-        z_.efsdp = fe;
+        const int64_t el = e / p.ep, fe = megatron_ ? 1 : dim_size(p, Dim::kEfsdp);
+        z_.efsdp = dim_size(p, Dim::kEfsdp);
         routed_ = fe * p.ep > e ? mul(el, add(mul(padded(F, D, fe), 2, w), padded(D, F, fe), w), w)
                                 : mul(padded(el, mul(F, D, w), fe), 3, w);
       } else {
@@ -284,6 +289,13 @@ class Builder {
     }
     embed_ = padded(m.vocab / t, m.dim, f);
     output_ = add(padded(m.dim, 1, f), padded(m.vocab / t, m.dim, f), "the output unit");
+    if (megatron_) {
+      // Megatron pads the vocabulary to a multiple of 128 x tp (make_vocab_size_divisible_by).
+      const int64_t unit = mul(128, t, "the vocabulary's padding");
+      const int64_t vocab = mul((m.vocab + unit - 1) / unit, unit, "the padded vocabulary");
+      embed_ = mul(vocab / t, m.dim, "the embeddings");
+      output_ = mul(vocab / t, m.dim, "the output layer");  // the final norm is counted with the norms
+    }
     if (m.weight_tying) embed_ = add(embed_, padded(m.dim, 1, f), "the tied unit");
     const std::string policy = lower_case(job.reshard_after_forward);
     reshard_blocks_ = policy == "always" || (policy == "default" && p.pp == 1);
@@ -294,6 +306,7 @@ class Builder {
 
   std::vector<Event> build(int64_t pp_rank) {
     out_.clear();
+    if (megatron_) return build_megatron(pp_rank);
     const Parallel& p = job_.parallel;
     if (p.dp_replicate * p.dp_shard > 1) emit(Op::kAllReduce, Dim::kBatch, DType::kI64, 8, Phase::kTokens, "tokens");
     if (p.pp == 1) {
@@ -479,6 +492,7 @@ class Builder {
   void forward(int64_t stage, int64_t mb, bool gather_params) {
     stage_ = static_cast<int32_t>(stage);
     microbatch_ = static_cast<int32_t>(mb);
+    if (megatron_) return megatron_forward(stage);
     const Phase ph = Phase::kFwd;
     const int64_t h = z_.hidden_bytes;
     for (const Unit& u : units(stage)) {
@@ -506,6 +520,7 @@ class Builder {
   void backward(int64_t stage, int64_t mb, bool reduce_grads, bool input_grads = true) {
     stage_ = static_cast<int32_t>(stage);
     microbatch_ = static_cast<int32_t>(mb);
+    if (megatron_) return megatron_backward(stage);
     const Phase ph = Phase::kBwd;
     const int64_t h = z_.hidden_bytes;
     if (stage == layout_.stages - 1 && input_grads) emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "lm_head");
@@ -592,6 +607,207 @@ class Builder {
     }
   }
 
+  // ---- Megatron-core's step (megatron/core at NVIDIA/Megatron-LM d98e8a64ddf3) -----------------
+
+  // megatron_layer_forward: one transformer layer's forward collectives with sequence parallel:
+  // the column-parallel linears gather the sequence over tp (linear_qkv, linear_fc1), the
+  // row-parallel ones reduce-scatter it (linear_proj, linear_fc2); CP gathers K and V (its
+  // all_gather communication type); an MoE layer (the alltoall dispatcher, expert tp 1) gathers
+  // the tokens per expert over ep, sends the tokens and their probabilities to their experts and
+  // back (all-to-alls over ep), then runs its shared experts like an MLP.
+  void megatron_layer_forward(int32_t layer, Phase ph) {
+    const int64_t h = z_.hidden_bytes;
+    emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
+    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", layer);
+    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", layer);
+    emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
+    if (!moe_layer(job_.model, layer)) {
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+      return;
+    }
+    emit_if(Op::kAllGather, Dim::kEp, DType::kI64, mul(z_.counts_bytes, size(Dim::kEp), "the tokens per expert"), ph,
+            "moe_counts", layer);
+    emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
+    emit_if(Op::kAllToAll, Dim::kEp, DType::kF32, z_.dispatch_bytes / job_.model.dim * 2, ph, "moe_probs", layer);
+    emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
+    if (job_.model.shared_experts > 0) {
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+    }
+  }
+
+  // megatron_layer_backward: the same in reverse: a row-parallel linear's backward gathers its
+  // output's gradient; a column-parallel one gathers its input again (for the weight gradient)
+  // and reduce-scatters its input's gradient; CP reduce-scatters dK and dV; the all-to-alls run
+  // back (combine, probabilities, tokens). Full recomputation runs the forward again first.
+  void megatron_layer_backward(int32_t layer, Phase ph) {
+    const int64_t h = z_.hidden_bytes;
+    if (ac_ == Ac::kFull) {
+      recomputing_ = true;
+      megatron_layer_forward(layer, ph);
+      recomputing_ = false;
+    }
+    auto mlp = [&](const char* what) {
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, what, layer);
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, what, layer);
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, what, layer);
+    };
+    if (!moe_layer(job_.model, layer)) {
+      mlp("mlp");
+    } else {
+      if (job_.model.shared_experts > 0) mlp("shared_experts");
+      emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
+      emit_if(Op::kAllToAll, Dim::kEp, DType::kF32, z_.dispatch_bytes / job_.model.dim * 2, ph, "moe_probs", layer);
+      emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
+    }
+    emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
+    emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", layer);
+    emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", layer);
+    emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
+    emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
+  }
+
+  // megatron_forward: the embedding's reduce-scatter into the sequence-parallel region on the
+  // first stage; the layers; on the last stage the output layer's gather and the vocabulary-
+  // parallel cross entropy's all-reduces over tp (the logits' max, the target's logit, the sum
+  // of exponentials).
+  void megatron_forward(int64_t stage) {
+    const Phase ph = Phase::kFwd;
+    const int64_t h = z_.hidden_bytes;
+    if (stage == 0) emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "embeddings");
+    for (int64_t l = 0; l < layout_.layer_count[stage]; ++l) {
+      megatron_layer_forward(static_cast<int32_t>(layout_.first_layer[stage] + l), ph);
+    }
+    if (stage == layout_.stages - 1) {
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "output_layer");
+      for (const char* w : {"loss_max", "loss_target", "loss_sumexp"}) {
+        emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, z_.logits_bytes, ph, w);
+      }
+    }
+  }
+  void megatron_backward(int64_t stage) {
+    const Phase ph = Phase::kBwd;
+    const int64_t h = z_.hidden_bytes;
+    if (stage == layout_.stages - 1) {
+      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "output_layer");
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "output_layer");
+    }
+    for (int64_t l = layout_.layer_count[stage] - 1; l >= 0; --l) {
+      megatron_layer_backward(static_cast<int32_t>(layout_.first_layer[stage] + l), ph);
+    }
+    if (stage == 0) emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "embeddings");
+  }
+
+  // megatron_buffers: one model chunk's (stage's) DDP buffers with the distributed optimizer,
+  // dense and expert: every parameter's start aligned to 64 elements (pad_param_start), the
+  // buffer's end to lcm(its data-parallel size, 128) (pad_bucket_end), parameters laid out in
+  // backward order; one bucket each (overlap_grad_reduce off, Megatron's default). Returns the
+  // padded element counts and the sequence-parallel norms' elements (all-reduced over tp).
+  struct Buffers {
+    int64_t dense = 0, experts = 0, norms = 0;
+  };
+  Buffers megatron_buffers(int64_t stage) const {
+    const Model& m = job_.model;
+    const Parallel& p = job_.parallel;
+    const int64_t t = p.tp;
+    std::vector<int64_t> dense, experts;
+    int64_t norms = 0;
+    if (stage == 0) dense.push_back(embed_);
+    for (int64_t l = 0; l < layout_.layer_count[stage]; ++l) {
+      const int64_t layer = layout_.first_layer[stage] + l;
+      dense.push_back(m.dim);  // input_layernorm
+      dense.push_back(attention_ - 2 * m.dim);  // the attention's projections
+      dense.push_back(m.dim);  // pre_mlp_layernorm
+      norms += 2 * m.dim;
+      if (!moe_layer(m, layer)) {
+        dense.push_back(mul(2 * m.ffn_dim / t, m.dim, "linear_fc1"));
+        dense.push_back(mul(m.dim, m.ffn_dim / t, "linear_fc2"));
+        continue;
+      }
+      dense.push_back(mul(m.experts, m.dim, "the router"));
+      if (m.shared_experts > 0) {
+        const int64_t fs = m.moe_ffn_dim * m.shared_experts;
+        dense.push_back(mul(2 * fs / t, m.dim, "the shared experts' fc1"));
+        dense.push_back(mul(m.dim, fs / t, "the shared experts' fc2"));
+      }
+      for (int64_t e = 0; e < m.experts / p.ep; ++e) {
+        experts.push_back(mul(2 * m.moe_ffn_dim, m.dim, "an expert's fc1"));
+        experts.push_back(mul(m.dim, m.moe_ffn_dim, "an expert's fc2"));
+      }
+    }
+    if (stage == layout_.stages - 1) {
+      dense.push_back(m.dim);  // final_layernorm
+      norms += m.dim;
+      if (!m.weight_tying || layout_.stages > 1) dense.push_back(output_);
+    }
+    auto pad = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
+    auto lay_out = [&](const std::vector<int64_t>& params, int64_t dp) {
+      if (params.empty()) return int64_t{0};
+      int64_t end = 0;
+      for (auto it = params.rbegin(); it != params.rend(); ++it) end = add(pad(end, 64), *it, "a DDP buffer");
+      return pad(end, std::lcm(dp, int64_t{128}));
+    };
+    return Buffers{lay_out(dense, size(Dim::kFsdp)), lay_out(experts, size(Dim::kEfsdp)), norms};
+  }
+
+  std::vector<Event> build_megatron(int64_t pp_rank) {
+    const Parallel& p = job_.parallel;
+    if (p.pp == 1) {
+      for (int64_t mb = 0; mb < job_.microbatches; ++mb) {
+        forward(0, mb, false);
+        backward(0, mb, false);
+      }
+    } else {
+      run_schedule(pp_rank);
+    }
+    stage_ = -1;
+    microbatch_ = -1;
+    // This rank's model chunks (stages), in chunk order.
+    std::vector<int64_t> chunks;
+    for (int64_t st = pp_rank; st < layout_.stages; st += p.pp) chunks.push_back(st);
+    // finalize_model_grads: each chunk's buffers reduce-scattered (dense over dp x cp, experts
+    // over the expert data-parallel group), then the sequence-parallel norms' gradients
+    // all-reduced over tp, one coalesced tensor.
+    int64_t norms = 0;
+    std::vector<Buffers> buffers;
+    for (int64_t st : chunks) {
+      buffers.push_back(megatron_buffers(st));
+      stage_ = static_cast<int32_t>(st);
+      emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kBF16, mul(buffers.back().dense, 2, "a bucket's bytes"), Phase::kBwd,
+              "grads");
+      if (buffers.back().experts > 0) {
+        emit_if(Op::kReduceScatter, Dim::kEfsdp, DType::kBF16, mul(buffers.back().experts, 2, "a bucket's bytes"),
+                Phase::kBwd, "expert_grads");
+      }
+      norms = add(norms, buffers.back().norms, "the norms");
+    }
+    stage_ = -1;
+    emit_if(Op::kAllReduce, Dim::kTp, DType::kBF16, mul(norms, 2, "the norms' bytes"), Phase::kBwd, "norm_grads");
+    // optimizer.step(): the gradient norm over every rank of the distributed optimizer, then
+    // each chunk's parameters gathered (overlap_param_gather off); train_step's reductions over
+    // the model-parallel group (update_successful as a MIN of ints, the grad norm's MAX).
+    emit_if(Op::kAllReduce, Dim::kWorld, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
+    for (std::size_t k = 0; k < chunks.size(); ++k) {
+      stage_ = static_cast<int32_t>(chunks[k]);
+      emit_if(Op::kAllGather, Dim::kFsdp, DType::kBF16, mul(buffers[k].dense, 2, "a bucket's bytes"), Phase::kOptimizer,
+              "params");
+      if (buffers[k].experts > 0) {
+        emit_if(Op::kAllGather, Dim::kEfsdp, DType::kBF16, mul(buffers[k].experts, 2, "a bucket's bytes"),
+                Phase::kOptimizer, "expert_params");
+      }
+    }
+    stage_ = -1;
+    emit_if(Op::kAllReduce, Dim::kMp, DType::kI32, 4, Phase::kOptimizer, "update_successful");
+    emit_if(Op::kAllReduce, Dim::kMp, DType::kF32, 4, Phase::kOptimizer, "grad_norm_max");
+    // The last stage's loss report: (loss sum, tokens) all-reduced over dp x cp.
+    if (pp_rank == p.pp - 1 && job_.log_metrics) {
+      emit_if(Op::kAllReduce, Dim::kFsdp, DType::kF32, 8, Phase::kMetrics, "lm_loss");
+    }
+    return std::move(out_);
+  }
+
+  bool megatron_ = false;
   const Job& job_;
   const StageLayout& layout_;
   Sizes z_{};
@@ -616,9 +832,10 @@ int64_t member_at(const Parallel& p, Dim d, int64_t rank, int64_t k) {
 }
 
 // group_text: "tp group [16, 17]", the first 8 members of a larger group then its size.
-std::string group_text(const Parallel& p, Dim d, int64_t rank) {
+std::string group_text(const Job& job, Dim d, int64_t rank) {
+  const Parallel& p = job.parallel;
   const int64_t n = dim_size(p, d);
-  std::string s = std::string(dim_name(d)) + " group [";
+  std::string s = std::string(dim_label(job, d)) + " group [";
   for (int64_t k = 0; k < std::min<int64_t>(n, 8); ++k) s += (k ? ", " : "") + std::to_string(member_at(p, d, rank, k));
   if (n > 8) s += ", ... (" + std::to_string(n) + " ranks)";
   return s + "]";
@@ -707,7 +924,7 @@ class Checker {
         if (i == n && ref_events.size() == other.size()) break;
         r.ok = false;
         r.ranks = {std::min(ref, m), std::max(ref, m)};
-        const std::string where = group_text(p_, d, lead);
+        const std::string where = group_text(job_, d, lead);
         const std::string nth = "collective #" + std::to_string(i + 1);
         if (i < n) {
           r.diagnosis = "FAILED: rank " + std::to_string(m) + " and rank " + std::to_string(ref) + " disagree on their " +
@@ -938,13 +1155,20 @@ class Checker {
       std::string s = "rank " + std::to_string(set[i]) + " waits in its ";
       if (e.op == Op::kSend) s += "send to rank " + std::to_string(with_pp(p_, set[i], e.peer));
       else if (e.op == Op::kRecv) s += "receive from rank " + std::to_string(with_pp(p_, set[i], e.peer));
-      else s += std::string(op_name(e.op)) + " on its " + group_text(p_, e.dim, set[i]);
+      else s += std::string(op_name(e.op)) + " on its " + group_text(job_, e.dim, set[i]);
       return s + " (" + describe(e) + ", its event #" + std::to_string(pc[i] + 1) + ")";
     };
-    // Follow the waits from the first stuck rank until one repeats: that is the cycle.
+    // Follow the waits from the first stuck rank (a faulted or named one when stuck) until one
+    // repeats: that is the cycle.
     std::vector<std::size_t> path;
     std::map<std::size_t, std::size_t> seen;
     std::optional<std::size_t> at = stuck.front();
+    for (std::size_t i : stuck) {
+      if (faulted_.count(set[i]) || std::find(o_.ranks.begin(), o_.ranks.end(), set[i]) != o_.ranks.end()) {
+        at = i;
+        break;
+      }
+    }
     while (at && head(*at) && !seen.count(*at)) {
       seen.emplace(*at, path.size());
       path.push_back(*at);
@@ -1043,7 +1267,9 @@ class Checker {
           here.inter_host = add(here.inter_host, inter, what);
         }
       }
-      r.link_by_dim[std::string(dim_name(dim))] = here;
+      LinkBytes& slot = r.link_by_dim[std::string(dim_label(job_, dim))];  // Megatron's dp_cp names two dims
+      slot.intra_host = add(slot.intra_host, here.intra_host, "the dim's link bytes");
+      slot.inter_host = add(slot.inter_host, here.inter_host, "the dim's link bytes");
       world.intra_host = add(world.intra_host, here.intra_host, "the world's link bytes");
       world.inter_host = add(world.inter_host, here.inter_host, "the world's link bytes");
     }
@@ -1066,6 +1292,19 @@ class Checker {
 
 std::string_view dim_name(Dim d) { return kDimNames[static_cast<int>(d)]; }
 
+std::string_view dim_label(const Job& job, Dim d) {
+  if (job.framework == "megatron") {
+    switch (d) {
+      case Dim::kFsdp: return "dp_cp";
+      case Dim::kBatch: return "dp";
+      case Dim::kLoss: return "dp_cp";
+      case Dim::kEfsdp: return "edp";
+      default: break;
+    }
+  }
+  return dim_name(d);
+}
+
 std::string_view view_name(Dim d) {
   switch (d) {
     case Dim::kFsdp: return "dense[dp_shard,cp]";
@@ -1073,6 +1312,8 @@ std::string_view view_name(Dim d) {
     case Dim::kLoss: return "loss";
     case Dim::kEp:
     case Dim::kEfsdp: return "sparse";
+    case Dim::kMp: return "mp";
+    case Dim::kWorld: return "world";
     default: return "dense";
   }
 }
@@ -1350,6 +1591,61 @@ Fault parse_fault(std::string_view text) {
   return f;
 }
 
+namespace {
+
+// megatron_layout: Megatron-core's rules for a step: layers split evenly over the stages
+// (pipeline x virtual stages; Megatron asserts they divide), 1F1B without virtual stages (its
+// compute order is PyTorch's 1F1B; Megatron batches each call's sends and receives, so their
+// order in a call does not matter), its interleaved schedule with them.
+StageLayout megatron_layout(const Job& job) {
+  const Parallel& p = job.parallel;
+  const Model& m = job.model;
+  const std::string ac = lower_case(job.activation_checkpoint);
+  if (ac != "selective" && ac != "full" && ac != "none") {
+    throw InvalidArgument("--activation-checkpoint " + quote_input(job.activation_checkpoint) +
+                          " is not none (Megatron's default), selective (core attention: no collectives) or full");
+  }
+  if (m.experts > 0 && p.ep < 2) {
+    throw InvalidArgument("megatron: an MoE model with ep 1 (experts sharded over expert tp) is not modeled: give ep > 1");
+  }
+  if (job.schedule_override) throw InvalidArgument("megatron: a schedule CSV is not taken (Megatron builds its own)");
+  const std::string schedule = lower_case(job.schedule);
+  if (schedule != "1f1b" && schedule != "interleaved1f1b" && schedule != "megatroninterleaved") {
+    throw InvalidArgument("megatron: --schedule " + quote_input(job.schedule) +
+                          " is not Megatron's (1F1B, or its interleaved schedule with --stages > pp)");
+  }
+  StageLayout l;
+  int64_t per = job.stages_per_rank ? job.stages_per_rank : (schedule == "1f1b" ? 1 : 2);
+  if (p.pp == 1 && per != 1) throw InvalidArgument("megatron: virtual pipeline stages need pp > 1");
+  if (p.pp > 1 && m.weight_tying) {
+    throw InvalidArgument("model " + quote_input(m.name) +
+                          " ties its embeddings to its output: with pp > 1 Megatron all-reduces their gradients over the "
+                          "first and last stage, which meshsim step does not model");
+  }
+  l.stages_per_rank = per;
+  l.stages = mul(per, p.pp, "the stages");
+  if (l.stages > kMaxStages || m.layers % l.stages != 0) {
+    throw InvalidArgument("megatron: " + std::to_string(m.layers) + " layers over " + std::to_string(l.stages) +
+                          " stages: Number of layers should be divisible by the pipeline-model-parallel size (times "
+                          "the virtual stages)  [Megatron]");
+  }
+  if (p.pp > 1) {
+    if (per == 1) {
+      l.schedule = lower(one_f_one_b(p.pp, job.microbatches));
+    } else {
+      std::vector<int64_t> off;
+      if (!job.megatron_parity) {
+        for (int64_t r = 0; r < p.pp; ++r) off.push_back(r);
+      }
+      l.schedule = megatron_interleaved(p.pp, l.stages, job.microbatches, 0, off);
+    }
+  }
+  split_layers(l, m.layers, 0, 0);
+  return l;
+}
+
+}  // namespace
+
 StageLayout layout(const Job& job) {
   const Parallel& p = job.parallel;
   const Model& m = job.model;
@@ -1400,6 +1696,7 @@ StageLayout layout(const Job& job) {
                           "): sequence parallel shards each sequence over tp" +
                           (p.cp > 1 ? ", and context parallel's head-tail load balancer in 2 x cp chunks" : ""));
   }
+  if (job.framework == "megatron") return megatron_layout(job);
   const std::string ac = lower_case(job.activation_checkpoint);
   if (ac != "selective" && ac != "full" && ac != "none") {
     throw InvalidArgument("--activation-checkpoint " + quote_input(job.activation_checkpoint) +
@@ -1562,7 +1859,7 @@ Report check_step(const Job& job, const Options& o) {
   r.programs = c.programs();
   r.program = c.program_of(o.rank);
   for (const Event& e : r.program) {
-    OpTotal& t = r.by_dim[std::string(dim_name(e.dim))][std::string(op_name(e.op))];
+    OpTotal& t = r.by_dim[std::string(dim_label(job, e.dim))][std::string(op_name(e.op))];
     ++t.calls;
     t.bytes = add(t.bytes, e.bytes, "rank " + std::to_string(o.rank) + "'s bytes");
   }

@@ -199,7 +199,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
     const Planned& p = planned[k];
     std::string planned_group =
         p.op == "send" || p.op == "recv" ? "peer rank " + std::to_string(p.peer)
-                                         : std::string(step::dim_name(p.e->dim)) + " " + members_text(p.group);
+                                         : std::string(step::dim_label(job, p.e->dim)) + " " + members_text(p.group);
     std::string issued = r.e->profiling_name.substr(0, 60) + (r.e->is_p2p ? "" : " #" + std::to_string(r.e->collective_seq_id)) +
                          " on " + r.group_text + " (" + r.dtype + ", " + std::to_string(r.bytes) + " B, record " +
                          std::to_string(r.e->record_id) + ")";

@@ -66,6 +66,10 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
 // alone). ParseError for a file that is not TOML, InvalidArgument for a value of the wrong type.
 Torchtitan torchtitan_from_toml(const std::string& path);
 
+// megatron_spec decodes "megatron:KEY=V,..." into its sizes (dp may stay unset);
+// InvalidArgument for another framework.
+Megatron megatron_spec(const std::string& spec);
+
 // torchtitan_spec decodes "torchtitan:KEY=V,..." or "torchtitan:FILE.toml" into its degrees
 // (dp_shard may stay -1); InvalidArgument for another framework.
 Torchtitan torchtitan_spec(const std::string& spec);

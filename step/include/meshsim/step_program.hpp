@@ -73,8 +73,9 @@ struct Parallel {
 // dp_shard, the token count's mesh) and loss (batch x cp, torchtitan's loss mesh); and over
 // torchtitan's sparse view (pp, dp_replicate, efsdp, ep), dp_shard x cp x tp unflattened with ep
 // the faster: ep (the experts' all-to-alls) and efsdp (the routed experts' FSDP mesh).
-enum class Dim { kPp, kDpReplicate, kFsdp, kCp, kTp, kBatch, kLoss, kEp, kEfsdp };
-inline constexpr int kDims = 9;
+// Megatron's steps add mp (pp x tp, its model-parallel group) and world (every rank).
+enum class Dim { kPp, kDpReplicate, kFsdp, kCp, kTp, kBatch, kLoss, kEp, kEfsdp, kMp, kWorld };
+inline constexpr int kDims = 11;
 std::string_view dim_name(Dim d);
 // view_name: the torchtitan view (as `--preset torchtitan:...` builds it) whose dim the group is:
 // "dense" (pp, dp_replicate, cp, tp), "dense[dp_shard,cp]" (fsdp, FSDP's flattened mesh),
@@ -121,7 +122,16 @@ struct Job {
   std::string reshard_after_forward = "default";  // always, never, default (not with pp)
   std::string activation_checkpoint = "selective";  // torchtitan's default; full or none
   bool log_metrics = true;         // a logged step (torchtitan logs step 1)
+  // "torchtitan", or "megatron": Megatron-core's step (megatron_step.cpp: the distributed
+  // optimizer's buckets, TP with sequence parallel, the alltoall MoE dispatcher, its pipeline
+  // schedules); megatron_parity false turns off the interleaved schedule's even/odd p2p rule.
+  std::string framework = "torchtitan";
+  bool megatron_parity = true;
 };
+
+// dim_label: the dim as the job's framework names it: Megatron's dp_cp (fsdp), dp (batch), edp
+// (efsdp); the others as dim_name.
+std::string_view dim_label(const Job& job, Dim d);
 
 // Fault plants a defect in one rank's program: kSkip drops its last microbatch, kSwap swaps its
 // first two differing collectives on one group, kWrongGroup issues its first tp (else first)
