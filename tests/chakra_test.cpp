@@ -155,6 +155,22 @@ struct P2p {
   friend auto operator<=>(const P2p&, const P2p&) = default;
 };
 
+P2p p2p_of(const Node& n) {
+  return P2p{std::stoll(n.attr.at("comm_src").substr(6)), std::stoll(n.attr.at("comm_dst").substr(6)),
+             std::stoll(n.attr.at("comm_tag").substr(6)), std::stoll(n.attr.at("comm_size").substr(6))};
+}
+
+// p2p_of: every send and every receive of PREFIX.{0..npus-1}.et.
+std::pair<std::multiset<P2p>, std::multiset<P2p>> p2p_of(const std::string& dir, const std::string& prefix, int64_t npus) {
+  std::multiset<P2p> sends, recvs;
+  for (int64_t npu = 0; npu < npus; ++npu) {
+    for (const Node& n : decode(prefix + "." + std::to_string(npu) + ".et", dir).nodes) {
+      if (n.type == 5 || n.type == 6) (n.type == 5 ? sends : recvs).insert(p2p_of(n));
+    }
+  }
+  return {sends, recvs};
+}
+
 TEST(Chakra, A64RankStepDecodesWithProtocAndMatchesItsPrograms) {
   if (!have_protoc()) GTEST_SKIP() << "protoc is not installed (Debian's protobuf-compiler): the .et files cannot be decoded";
   const std::string dir = dir_for("world");
@@ -185,8 +201,7 @@ TEST(Chakra, A64RankStepDecodesWithProtocAndMatchesItsPrograms) {
       EXPECT_EQ(n.attr.at("is_cpu_op"), "bool:false");
       if (e.op == Op::kSend || e.op == Op::kRecv) {
         EXPECT_EQ(n.type, e.op == Op::kSend ? 5 : 6);
-        const P2p p{std::stoll(n.attr.at("comm_src").substr(6)), std::stoll(n.attr.at("comm_dst").substr(6)),
-                    std::stoll(n.attr.at("comm_tag").substr(6)), std::stoll(n.attr.at("comm_size").substr(6))};
+        const P2p p = p2p_of(n);
         EXPECT_EQ(e.op == Op::kSend ? p.src : p.dst, npu);
         EXPECT_EQ(p.size, e.bytes);
         (e.op == Op::kSend ? sends : recvs).insert(p);
@@ -232,15 +247,7 @@ TEST(Chakra, OneReplicaKeepsTheGroupsInsideItAndCountsTheRest) {
   for (const auto& [id, members] : groups.items()) {
     for (int64_t m : members.get<std::vector<int64_t>>()) EXPECT_LT(m, 16);
   }
-  std::multiset<P2p> sends, recvs;
-  for (int64_t npu = 0; npu < 16; ++npu) {
-    for (const Node& n : decode(dir + "/rep." + std::to_string(npu) + ".et", dir).nodes) {
-      if (n.type != 5 && n.type != 6) continue;
-      const P2p p{std::stoll(n.attr.at("comm_src").substr(6)), std::stoll(n.attr.at("comm_dst").substr(6)),
-                  std::stoll(n.attr.at("comm_tag").substr(6)), std::stoll(n.attr.at("comm_size").substr(6))};
-      (n.type == 5 ? sends : recvs).insert(p);
-    }
-  }
+  const auto [sends, recvs] = p2p_of(dir, dir + "/rep", 16);
   EXPECT_FALSE(sends.empty());
   EXPECT_EQ(sends, recvs);
   fs::remove_all(dir);
@@ -255,15 +262,7 @@ TEST(Chakra, APlantedFaultReachesTheTraces) {
   const StepRun run = sixty_four({"wrong-peer@36"});
   EXPECT_FALSE(run.report.ok);
   const ChakraExport ex = write_chakra(run, chakra_world(run, "replica"), dir + "/f");
-  std::multiset<P2p> sends, recvs;
-  for (int64_t npu = 0; npu < 16; ++npu) {
-    for (const Node& n : decode(dir + "/f." + std::to_string(npu) + ".et", dir).nodes) {
-      if (n.type != 5 && n.type != 6) continue;
-      const P2p p{std::stoll(n.attr.at("comm_src").substr(6)), std::stoll(n.attr.at("comm_dst").substr(6)),
-                  std::stoll(n.attr.at("comm_tag").substr(6)), std::stoll(n.attr.at("comm_size").substr(6))};
-      (n.type == 5 ? sends : recvs).insert(p);
-    }
-  }
+  const auto [sends, recvs] = p2p_of(dir, dir + "/f", 16);
   EXPECT_NE(sends, recvs);
   fs::remove_all(dir);
 }

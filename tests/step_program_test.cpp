@@ -16,6 +16,22 @@
 namespace meshsim::step {
 namespace {
 
+// groups_of: every group of dim d over the world, as sorted member lists; view_groups: a built
+// mesh's groups along one of its dims, the same way.
+std::set<std::vector<int64_t>> groups_of(const Parallel& p, Dim d) {
+  std::set<std::vector<int64_t>> s;
+  for (int64_t r = 0; r < world_size(p); ++r) s.insert(group_members(p, d, r));
+  return s;
+}
+std::set<std::vector<int64_t>> view_groups(const DeviceMesh& m, std::string_view name) {
+  std::set<std::vector<int64_t>> s;
+  for (auto g : m.groups(m.dim_index(name))) {
+    std::sort(g.begin(), g.end());
+    s.insert(g);
+  }
+  return s;
+}
+
 Job small_job(Parallel p, int64_t microbatches = 1, std::string schedule = "1F1B") {
   Job j;
   j.parallel = p;
@@ -56,20 +72,8 @@ TEST(StepModel, ParameterCountsAreMetasPublishedOnes) {
 TEST(StepGroups, MatchTheTorchtitanPresetViews) {
   for (const Parallel p : {Parallel{2, 1, 4, 1, 2, 1}, Parallel{2, 2, 2, 2, 2, 4}, Parallel{1, 3, 2, 2, 1, 2},
                            Parallel{3, 1, 1, 2, 4, 8}, Parallel{1, 2, 4, 1, 2, 2}}) {
-    const int64_t world = world_size(p);
-    auto ours = [&](Dim d) {
-      std::set<std::vector<int64_t>> s;
-      for (int64_t r = 0; r < world; ++r) s.insert(group_members(p, d, r));
-      return s;
-    };
-    auto theirs = [&](const DeviceMesh& m, std::string_view name) {
-      std::set<std::vector<int64_t>> s;
-      for (auto g : m.groups(m.dim_index(name))) {
-        std::sort(g.begin(), g.end());
-        s.insert(g);
-      }
-      return s;
-    };
+    auto ours = [&](Dim d) { return groups_of(p, d); };
+    const auto& theirs = view_groups;
     preset::Torchtitan t{p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp, p.ep, "spmd_types"};
     const BuiltMeshes spmd = apply(preset::torchtitan_recipe(t, std::nullopt));
     t.spmd_backend = "partial_dtensor";
@@ -480,20 +484,8 @@ TEST(MegatronStep, GroupsMatchTheMegatronPresetViews) {
     const BuiltMeshes b = apply(preset::megatron_recipe(mg, std::nullopt));
     const int64_t dp = *mg.dp;
     const Parallel p{mg.pp, 1, dp, mg.cp, mg.tp, mg.ep};
-    const int64_t world = world_size(p);
-    auto ours = [&](Dim d) {
-      std::set<std::vector<int64_t>> s;
-      for (int64_t r = 0; r < world; ++r) s.insert(group_members(p, d, r));
-      return s;
-    };
-    auto theirs = [&](const DeviceMesh& m, std::string_view name) {
-      std::set<std::vector<int64_t>> s;
-      for (auto g : m.groups(m.dim_index(name))) {
-        std::sort(g.begin(), g.end());
-        s.insert(g);
-      }
-      return s;
-    };
+    auto ours = [&](Dim d) { return groups_of(p, d); };
+    const auto& theirs = view_groups;
     EXPECT_EQ(ours(Dim::kTp), theirs(b.handles.at("dense"), "tp"));
     EXPECT_EQ(ours(Dim::kCp), theirs(b.handles.at("dense"), "cp"));
     EXPECT_EQ(ours(Dim::kPp), theirs(b.handles.at("dense"), "pp"));

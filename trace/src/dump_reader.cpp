@@ -7,6 +7,7 @@
 
 #include "meshsim/error.hpp"
 #include "meshsim/flight_recorder.hpp"
+#include "meshsim/json_codec.hpp"
 #include "meshsim/pickle.hpp"
 #include "meshsim/text_file.hpp"
 
@@ -281,21 +282,7 @@ Dump parse_dump(std::string_view bytes, int64_t rank, const std::string& path, c
     throw ParseError(what + " is neither a pickle (it does not start with the PROTO opcode 0x80) nor a JSON object");
   }
   // Refuse absurd nesting before the JSON parser sees it.
-  int depth = 0, best = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < bytes.size(); ++i) {
-    const char ch = bytes[i];
-    if (in_string) {
-      if (ch == '\\') ++i;
-      else if (ch == '"') in_string = false;
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      best = std::max(best, ++depth);
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
+  const int best = json::max_nesting(bytes);
   if (best > kMaxJsonDepth) throw InvalidArgument(what + ": JSON nested " + std::to_string(best) + " deep, over " + std::to_string(kMaxJsonDepth));
   nlohmann::json j;
   try {
