@@ -503,6 +503,9 @@ TEST(PlanCheck, TheToolTakesThePlansFlagsOrAFileOfThem) {
   EXPECT_EQ(s.status, 1) << s.out;
   EXPECT_NE(s.out.find("FAILED plan: rank 3 issued nccl:reduce_scatter"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("1 rank leaves the plan"), std::string::npos) << s.out;
+  // The plan breaks the two-rank tp group's tie: rank 3 is the culprit, rank 2 is not.
+  EXPECT_NE(s.out.find("culprits: rank 3;"), std::string::npos) << s.out;
+  EXPECT_EQ(s.out.find("culprit: rank 2:"), std::string::npos) << s.out;
   const std::string file = dir + "_plan.txt";
   std::ofstream(file) << flags << "\n";
   s = shell(std::string(MESHSIM_EXE) + " trace check " + dir + " --format json --against @" + file);

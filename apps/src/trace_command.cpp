@@ -1,7 +1,9 @@
 #include "meshsim/trace_command.hpp"
 
 #include <optional>
+#include <algorithm>
 #include <ostream>
+#include <set>
 #include <sstream>
 
 #include "meshsim/error.hpp"
@@ -72,9 +74,24 @@ int run(const Options& o, std::ostream& out) {
   std::optional<step::StepRun> plan;
   if (!o.against.empty()) plan = step::run_step(plan_spec(o.against));  // bad flags fail before the dumps are read
   const trace::DumpSet set = trace::read_dump_dir(o.dir, o.prefix);
-  const trace::CheckReport r = trace::check_dumps(set.dumps);
+  trace::CheckReport r = trace::check_dumps(set.dumps);
   std::optional<trace::PlanReport> p;
-  if (plan) p = trace::check_against_plan(set.dumps, *plan);
+  if (plan) {
+    p = trace::check_against_plan(set.dumps, *plan);
+    // The plan breaks a mismatch's tie (a two-rank group, say): of the sides, the ranks that
+    // leave the plan stay culprits, the ones that keep to it do not.
+    std::set<int64_t> leaving;
+    for (const auto& d : p->divergences) leaving.insert(d.rank);
+    const bool any = std::any_of(r.culprits.begin(), r.culprits.end(), [&](const trace::Culprit& c) {
+      return c.why.rfind("one side of ", 0) == 0 && leaving.count(c.rank);
+    });
+    if (any) {
+      std::erase_if(r.culprits, [&](const trace::Culprit& c) { return c.why.rfind("one side of ", 0) == 0 && !leaving.count(c.rank); });
+      for (auto& c : r.culprits) {
+        if (c.why.rfind("one side of ", 0) == 0) c.why += "; it leaves the plan, its peers keep to it";
+      }
+    }
+  }
   const bool ok = r.ok && (!p || p->ok);
   if (o.format == "json") {
     nlohmann::json j = trace::report_json(r, set);
