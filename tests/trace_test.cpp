@@ -294,6 +294,7 @@ TEST(FlightRecorder, EveryPlantedFaultIsNamedByItsRank) {
       {"--plant missing@7", {}, "missing-dump"},
       {"--plant hang@21 --plant dtype@6", {6, 21}, "dtype"},
       {"--coalesced --plant bundle@13", {13}, "type"},  // a coalesced block one op short
+      {"--plant stuckin@10", {10}, "never-issued"},     // stuck inside a collective its peers completed
       {"--coalesced --plant hang@2", {2}, "never-issued"},
   };
   for (const auto& p : plants) {

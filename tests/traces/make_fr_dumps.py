@@ -20,6 +20,8 @@ default group. Plants (KIND@RANK):
   extrarecv   after its last step the rank posts a receive its pipeline peer never meets
   membership  the rank's pg_config lists its TP group with a wrong rank
   missing     no dump is written for the rank
+  stuckin     the rank's last DP reduce_scatter stays started (it is stuck inside it) while its DP
+              peers completed it; it never issues the world all_reduce that everyone else waits in
   bundle      (with --coalesced) the second-to-last step's coalesced DP block lacks one of its
               two reduce_scatters
 
@@ -98,6 +100,7 @@ def main():
             n += 1
 
     hang = [r for r, k in plants.items() if "hang" in k]
+    stuckin = [r for r, k in plants.items() if "stuckin" in k]
     hang_dp_peers = set()
     for h in hang:
         hang_dp_peers.update(dp_ranks(h))
@@ -191,7 +194,7 @@ def main():
             if last and r in hang:
                 break
             # DP reduce_scatter (fp32 gradients)
-            stuck = last and r in hang_dp_peers
+            stuck = (last and r in hang_dp_peers) or (last and r in stuckin)
             st = "started" if stuck else "completed"
             record(dp_name, "nccl:reduce_scatter", [[a.dp * 256]], ["Float"], [[256]], ["Float"], state=st)
             if a.coalesced:
@@ -203,7 +206,7 @@ def main():
                 break
             # default group all_reduce (the loss)
             record("0", "nccl:all_reduce", [[1]], ["Float"], [[1]], ["Float"],
-                   state="started" if last and hang else "completed")
+                   state="started" if last and (hang or stuckin) else "completed")
         if "extrarecv" in mine and p > 0:
             record(pp_name, f"nccl:recv {p}<-{p - 1}", [], [], [[8, 1024]], ["BFloat16"], state="scheduled", is_p2p=True)
 

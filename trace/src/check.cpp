@@ -422,7 +422,7 @@ class Checker {
         p.seq = s;
         p.ranks = pending;
         p.message = group_text(g) + " #" + std::to_string(s) + " " + ref.profiling_name.substr(0, 60) + ": " +
-                    who(done) + " completed it while " + who(pending) + " have it " +
+                    who(done) + " completed it while " + who(pending) + (pending.size() == 1 ? " has it " : " have it ") +
                     state_name(ranks_pending_state(present)) + "";
         add(std::move(p), g);
       }
@@ -670,8 +670,8 @@ class Checker {
         todo.pop_back();
         if (!seen.insert(x).second) continue;
         auto it = blockers.find(x);
-        if (it == blockers.end()) {
-          held_up[x].push_back(r);
+        if (it == blockers.end() || it->second.empty()) {
+          held_up[x].push_back(r);  // waits in nothing, or in what every member issued
         } else {
           todo.insert(todo.end(), it->second.begin(), it->second.end());
         }
@@ -697,7 +697,17 @@ class Checker {
                  std::to_string(e->record_id) + ") waits for";
         }
       }
-      const Dump& d = *ranks_.at(root).dump;
+      const RankState& rs_root = ranks_.at(root);
+      if (rs_root.blocking) {
+        // It waits itself, in a collective every member with a dump issued: stuck inside it.
+        const Entry& e = *rs_root.blocking;
+        blame(root, "never issued " + (what.empty() ? std::string("what others wait in") : what) + ", which " +
+                        counted(rs, 8) + " " + verb(rs, "wait") + " on; it is stuck in " + group_text(rs_root.blocking_gid) +
+                        (e.is_p2p ? " " : " #" + std::to_string(e.collective_seq_id) + " ") + entry_text(e) +
+                        ", which every member with a dump issued");
+        continue;
+      }
+      const Dump& d = *rs_root.dump;
       blame(root, "never issued " + (what.empty() ? std::string("what others wait in") : what) + ", which " +
                       counted(rs, 8) + " " + verb(rs, "wait") + " on; it waits in nothing itself" +
                       (d.entries.empty() ? " (its dump holds no records)" : " (newest record: " + entry_text(d.entries.back()) + ")"));
