@@ -19,7 +19,7 @@ from .errors import *  # noqa: F401,F403 - the error classes are part of the API
 
 __all__ = [
     "DeviceMesh", "GroupTable", "Layout", "init_device_mesh", "concatenate", "equivalent", "save", "load",
-    "preset", "recipe", "run", "backends", "query", "errors",
+    "preset", "recipe", "run", "backends", "query", "errors", "step", "trace_check",
 ] + errors.__all__
 
 
@@ -360,7 +360,8 @@ def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedul
     torchtitan or Megatron-core training step, checked (every group's members agree; the step
     progresses under rendezvous or eager sends) and counted per dim and per link. `preset` is
     "torchtitan:pp=4,...", "torchtitan:FILE.toml" or "megatron:tp=2,pp=4,dp=4,..." (`stages` > pp:
-    Megatron's interleaved schedule; fault "no-parity@R" turns off its even/odd rule); `model` a built-in name ("llama3-8b") or a .toml path; `schedule`
+    Megatron's interleaved schedule; fault "no-parity@R" turns off its even/odd rule); `model` a
+    built-in name ("llama3-8b") or a .toml path; `schedule`
     "GPipe", "1F1B" (default), "Interleaved1F1B" or a CSV path; `ranks` "all", a "0,3,8-15" string
     or a list of ranks (simulated exactly); `faults` like ["skip@5", "wrong-peer@3"]. Returns the
     report as a dict ("ok", "diagnosis", "world_size", "rank", "by_dim", "by_link", ...; with
@@ -374,6 +375,15 @@ def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedul
                          str(send_semantics), opt(gpus_per_host, "gpus_per_host"), _int(rank, "rank"),
                          ranks or "", _listed(faults, "faults"), str(reshard_after_forward), bool(log_metrics),
                          opt(world_size, "world_size"), bool(trace), str(activation_checkpoint))
+
+
+def trace_check(dir, *, prefix=None):
+    """`meshsim trace check DIR --format json` in this process: every rank's PyTorch Flight Recorder
+    dump in `dir` (pickle or JSON; `prefix` the text before each file's rank, default the one all
+    files share) read and checked across ranks. Returns the report as a dict ("ok", "dumps",
+    "groups", "records", "problems" [{"kind", "ranks", "message", ...}], "culprits" [{"rank",
+    "why"}], "notes", ...); unreadable or malformed dumps raise, naming the file."""
+    return _meshsim.trace_check(_os.fspath(dir), None if prefix is None else str(prefix))
 
 
 def _convention(name):

@@ -17,6 +17,7 @@
 #include "meshsim/cli_flags.hpp"
 #include "meshsim/device_mesh.hpp"
 #include "meshsim/error.hpp"
+#include "meshsim/flight_recorder.hpp"
 #include "meshsim/algebra.hpp"
 #include "meshsim/layout.hpp"
 #include "meshsim/mesh_json.hpp"
@@ -719,6 +720,16 @@ PYBIND11_MODULE(_meshsim, m) {
       const meshsim::step::StepRun run = meshsim::step::run_step(spec);
       j = meshsim::step::step_json(run);
       if (trace) j["trace"] = meshsim::step::trace_json(run, meshsim::step::traced_ranks(run));
+    }
+    return py_of_json(j);
+  });
+  // trace_check is `meshsim trace check DIR --format json` in this process.
+  m.def("trace_check", [](const std::string& dir, std::optional<std::string> prefix) {
+    nlohmann::json j;
+    {
+      py::gil_scoped_release unlocked;
+      const meshsim::trace::DumpSet set = meshsim::trace::read_dump_dir(dir, prefix);
+      j = meshsim::trace::report_json(meshsim::trace::check_dumps(set.dumps), set);
     }
     return py_of_json(j);
   });

@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -646,6 +647,25 @@ def test_flattening_one_name_again_and_again_does_not_grow_the_plan():
         mesh["tp"].flatten("tp")
     steps = [s["op"] for s in mesh.creation_plan()["steps"]]
     assert steps == ["init_device_mesh", "flatten"]
+
+
+def test_trace_check_reads_flight_recorder_dumps_as_the_tool_does(tmp_path):
+    gen = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "traces", "make_fr_dumps.py")
+    subprocess.run([sys.executable, gen, str(tmp_path), "--pp", "2", "--dp", "4", "--tp", "4", "--steps", "3",
+                    "--plant", "hang@21", "--plant", "dtype@6"], check=True, timeout=60)
+    report = meshsim.trace_check(tmp_path)
+    assert not report["ok"] and report["dumps"] == 32 and report["prefix"] == "rank_"
+    assert sorted(c["rank"] for c in report["culprits"]) == [6, 21]
+    assert {p["kind"] for p in report["problems"]} == {"never-issued", "dtype"}
+    tool = subprocess.run([EXE, "trace", "check", str(tmp_path), "--format", "json"], capture_output=True, text=True,
+                          timeout=60)
+    assert tool.returncode == 1 and json.loads(tool.stdout) == report
+    assert meshsim.trace_check(tmp_path, prefix="rank_") == report
+    with pytest.raises(meshsim.errors.InvalidArgument, match="no dump"):
+        meshsim.trace_check(tmp_path, prefix="nccl_")
+    (tmp_path / "rank_3").write_bytes(b"\x80\x02cos\nsystem\n(S'true'\ntR.")
+    with pytest.raises(meshsim.errors.ParseError, match="offset 2: opcode 0x63 \\(GLOBAL\\) is refused"):
+        meshsim.trace_check(tmp_path)
 
 
 def test_step_checks_a_megatron_step_as_the_tool_does():
