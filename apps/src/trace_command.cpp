@@ -10,23 +10,14 @@
 #include "meshsim/flight_recorder.hpp"
 #include "meshsim/plan_check.hpp"
 #include "meshsim/step_job.hpp"
+#include "meshsim/text_fields.hpp"
 #include "meshsim/text_file.hpp"
 
 namespace meshsim::trace_command {
 
 namespace {
 
-int64_t integer(const std::string& flag, const std::string& v) {
-  std::size_t used = 0;
-  int64_t n = 0;
-  try {
-    n = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size()) throw InvalidArgument("--against: " + flag + " " + quote_input(v) + " is not an integer");
-  return n;
-}
+int64_t integer(const std::string& flag, const std::string& v) { return text::parse_int(v, "--against: " + flag); }
 
 // plan_spec reads `meshsim step`'s flags that define a step.
 step::StepSpec plan_spec(const std::string& against) {
