@@ -4,7 +4,8 @@
 #     `/nccl` instance (label nccl; a test needing more GPUs than present skips, saying so);
 #   - `meshsim run --backend nccl` as rank threads over every GPU, and as one process per GPU
 #     under `meshsim launch`.
-# Needs the CUDA toolkit with NCCL in /usr/local/cuda and at least one GPU with a driver.
+# Needs the CUDA toolkit (NCCL from the toolkit, NCCL_HOME, or the nvidia-nccl wheel that
+# install-deps.sh puts into .venv where the toolkit has none) and at least one GPU with a driver.
 #
 # MESHSIM_GPU_PREBUILT=DIR runs the same checks on a GPU machine that cannot build (no package
 # registry): DIR holds `meshsim`, `meshsim_nccl_tests` and `meshsim_spmd_tests` built elsewhere
