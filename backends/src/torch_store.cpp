@@ -443,12 +443,17 @@ int64_t TorchStoreClient::add(const std::string& key, int64_t delta) {
     case Socket::Got::kAll:
       return static_cast<int64_t>(le64(out));
     case Socket::Got::kClosed:
-      // PyTorch's server closes a connection whose ADD meets a value that is not an integer.
+      // PyTorch's server closes a connection whose ADD meets a value that is not an integer;
+      // 2.13's legacy server also closes one whose first query is not VALIDATE (a 1.13 query).
       impl_->sock.close();
       throw InvalidArgument(
           "torch store " + impl_->addr() + ": ADD to " + quote_input(key) +
           " was refused (the server closed the connection: the value is not a decimal "
-          "int64, or the server stopped)");
+          "int64, or the server stopped" +
+          (impl_->proto == StoreProtocol::kTorch113
+               ? std::string(", or it is a PyTorch 2.x server, which closes a 1.13 query: "
+                             "MESHSIM_TORCH_STORE_PROTOCOL=1.13 may be wrong)")
+               : std::string(")")));
     case Socket::Got::kTimeout:
       impl_->fail_silent("ADD", impl_->opt.reply_timeout);
   }

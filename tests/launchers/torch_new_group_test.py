@@ -2,7 +2,8 @@
 """meshsim's creation plan, made by real PyTorch processes.
 
 `meshsim show --creation-plan --format json` lists the process-group calls PyTorch's DeviceMesh
-makes; here N processes of Debian's python3-torch (1.13, gloo) each make exactly those calls, in
+makes; here N processes of the interpreter's torch (Debian's python3-torch, 1.13 on Debian 12,
+or .venv's 2.13; gloo) each make exactly those calls, in
 that order, with torch.distributed.new_group, and then check every group they are in with real
 collectives (all_gather of ranks, all_reduce of ones). The plan must run as written; the same
 plan with one rank's first two dims swapped (what `meshsim run --fault reorder@R` plants) must
@@ -24,7 +25,7 @@ try:
     import torch
     import torch.distributed as dist
 except ImportError as e:  # pragma: no cover - depends on the machine
-    print(f"SKIPPED: torch is not importable ({e}); install Debian's python3-torch")
+    print(f"SKIPPED: torch is not importable by {sys.executable} ({e}); scripts/install-deps.sh installs it")
     sys.exit(77)
 
 ARGS = None

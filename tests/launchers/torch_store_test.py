@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """meshsim's PyTorch TCPStore client opposite a real torch.distributed.TCPStore.
 
-The server and the Python-side client are PyTorch's own (Debian's python3-torch); the other side
-is tests/launchers/torch_store_peer.cpp over meshsim's TorchStoreClient. Keys go both ways:
+The server and the Python-side client are PyTorch's own, the torch of the interpreter running
+this file: Debian's python3-torch (1.13 on Debian 12) or the project's .venv (2.13, both its
+servers: libuv, the default, and the legacy one); the other side is
+tests/launchers/torch_store_peer.cpp over meshsim's TorchStoreClient. Keys go both ways:
 PyTorch's Python TCPStore puts "/" before every key on the wire, so the peer's "/x" is Python's
 "x". Exit 77 (ctest: skipped) with the reason printed when torch is not installed.
 """
@@ -17,10 +19,16 @@ import unittest
 from datetime import timedelta
 
 try:
+    import torch
     import torch.distributed as dist
 except ImportError as e:  # pragma: no cover - depends on the machine
-    print(f"SKIPPED: torch is not importable ({e}); install Debian's python3-torch")
+    print(f"SKIPPED: torch is not importable by {sys.executable} ({e}); scripts/install-deps.sh installs it")
     sys.exit(77)
+
+TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+# The protocol meshsim's probe must name for this torch's server.
+PROTOCOL = "torch-1.13" if TORCH < (2, 0) else "torch-2"
+print(f"torch {torch.__version__} from {sys.executable}: its TCPStore speaks {PROTOCOL}", file=sys.stderr)
 
 ARGS = None
 
@@ -42,23 +50,42 @@ def peer(port, *ops, env=None, timeout=30):
     return p.returncode, p.stdout.splitlines(), time.monotonic() - t0
 
 
-class TorchStore113(unittest.TestCase):
-    """A PyTorch 1.13 server (the version Debian ships)."""
+def gloo_run_over_agent_store(test, port):
+    """Four `meshsim run --backend gloo` processes as torchrun's workers: the agent's store at
+    MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE), run id "emu", attempt 1."""
+    procs = []
+    for r in range(4):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="emu",
+                   TORCHELASTIC_RESTART_COUNT="1")
+        env.pop("MESHSIM_TORCH_STORE_PROTOCOL", None)
+        procs.append(subprocess.Popen([ARGS.meshsim, "run", "--backend", "gloo", "--mesh", "dp=2,tp=2",
+                                       "--timeout", "10"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, env=env))
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    test.assertEqual([p.returncode for p in procs], [0, 0, 0, 0], outs)
+    test.assertIn("checks passed: 24 of 24", outs[0])
+
+
+class RealTorchStore:
+    """This torch's own server (a mixin: the classes below name the server kind)."""
+
+    SERVER_KWARGS = {}
 
     def setUp(self):
         self.port = free_port()
-        self.server = dist.TCPStore("127.0.0.1", self.port, 1, True, timedelta(seconds=10))
+        self.server = dist.TCPStore("127.0.0.1", self.port, 1, True, timedelta(seconds=10), **self.SERVER_KWARGS)
 
     def client(self):
-        return dist.TCPStore("127.0.0.1", self.port, 1, False, timedelta(seconds=10))
+        return dist.TCPStore("127.0.0.1", self.port, 1, False, timedelta(seconds=10), **self.SERVER_KWARGS)
 
     def test_probe_names_the_protocol(self):
         rc, out, _ = peer(self.port, "probe")
-        self.assertEqual((rc, out), (0, ["torch-1.13"]))
+        self.assertEqual((rc, out), (0, [PROTOCOL]))
 
     def test_keys_written_by_meshsim_are_read_by_pytorch(self):
         rc, out, _ = peer(self.port, "set", "/from_meshsim", "hello", ";", "add", "/counter", "5", ";", "protocol")
-        self.assertEqual((rc, out), (0, ["ok", "5", "torch-1.13"]))
+        self.assertEqual((rc, out), (0, ["ok", "5", PROTOCOL]))
         c = self.client()
         self.assertEqual(c.get("from_meshsim"), b"hello")
         self.assertEqual(c.add("counter", 2), 7)
@@ -91,6 +118,8 @@ class TorchStore113(unittest.TestCase):
     def test_a_wait_that_times_out_is_reported_and_the_connection_stays_usable(self):
         # 1.13 cannot cancel a wait: after the deadline the server still holds the registration
         # and sends STOP_WAITING when the key comes. The next query must not read that byte.
+        # 2.x cancels it (CANCEL_WAIT, answered WAIT_CANCELED or, if the key came first,
+        # STOP_WAITING then WAIT_CANCELED).
         rc, out, secs = peer(self.port, "wait", "/never", "400", ";", "set", "/never", "now", ";", "add", "/c", "1",
                              ";", "get", "/never", "1000")
         self.assertEqual(rc, 1)
@@ -126,7 +155,16 @@ class TorchStore113(unittest.TestCase):
         self.assertEqual(out[1], "3")  # a fresh connection serves the next query
         self.assertLess(secs, 5)
 
-    def test_the_2x_protocol_forced_on_a_113_server_fails_fast_naming_the_server(self):
+    def test_the_other_protocol_forced_fails_within_the_deadline_naming_the_server(self):
+        if PROTOCOL == "torch-2":
+            rc, out, secs = peer(self.port, "add", "/k", "1",
+                                 env={"MESHSIM_TORCH_STORE_PROTOCOL": "1.13", "MESHSIM_REPLY_TIMEOUT_MS": "1000"})
+            self.assertEqual(rc, 1)
+            self.assertIn(f"127.0.0.1:{self.port}", out[0])
+            self.assertIn("MESHSIM_TORCH_STORE_PROTOCOL=1.13 may be wrong", out[0])
+            self.assertLess(secs, 5)
+            self.assertEqual(peer(self.port, "add", "/ok", "1")[1], ["1"])  # the server serves everyone else
+            return
         rc, out, secs = peer(self.port, "set", "/k", "v", env={"MESHSIM_TORCH_STORE_PROTOCOL": "2"})
         self.assertEqual(rc, 1)
         self.assertIn(f"127.0.0.1:{self.port}", out[-1])
@@ -139,6 +177,26 @@ class TorchStore113(unittest.TestCase):
         rc, out, _ = peer(self.port, "set", "/k", "v", env={"MESHSIM_TORCH_STORE_PROTOCOL": "3"})
         self.assertEqual(rc, 1)
         self.assertIn("MESHSIM_TORCH_STORE_PROTOCOL='3'", out[0])
+
+
+    def test_a_gloo_run_of_four_processes_over_this_torchs_store(self):
+        # What torchrun's workers see: the agent's store at MASTER_ADDR:MASTER_PORT.
+        gloo_run_over_agent_store(self, self.port)
+        # meshsim's keys went to this server (a client of its own counts them).
+        self.assertGreater(self.client().num_keys(), 4)
+
+
+if TORCH < (2, 0):
+    class TorchStore113(RealTorchStore, unittest.TestCase):
+        """PyTorch 1.13's server (Debian 12's python3-torch)."""
+else:
+    class TorchStore2Libuv(RealTorchStore, unittest.TestCase):
+        """PyTorch 2.x's libuv server, its default since 2.4."""
+        SERVER_KWARGS = {"use_libuv": True}
+
+    class TorchStore2Legacy(RealTorchStore, unittest.TestCase):
+        """PyTorch 2.x's legacy (thread-per-socket) server."""
+        SERVER_KWARGS = {"use_libuv": False}
 
 
 class NotATorchStore(unittest.TestCase):
@@ -189,8 +247,9 @@ class NotATorchStore(unittest.TestCase):
 
 class Torch2Server:
     """An emulation of PyTorch 2.x's TCPStore server (the libuv one, the default since 2.4),
-    written from PyTorch's TCPStoreBackend.hpp and TCPStoreLibUvBackend.cpp: no 2.x torch installs
-    on Debian 12. A connection's first message must be VALIDATE with the magic; any other first
+    written from PyTorch's TCPStoreBackend.hpp and TCPStoreLibUvBackend.cpp before a 2.x torch
+    could be installed here; kept because it runs under any interpreter (the real 2.13 servers
+    are the classes above, under .venv's). A connection's first message must be VALIDATE with the magic; any other first
     message gets no answer and no close (as libuv's server does)."""
 
     MAGIC = 0x3C85F7CE
@@ -351,18 +410,7 @@ class TorchStore2Emulated(unittest.TestCase):
 
     def test_a_gloo_run_of_four_processes_over_the_2x_agent_store(self):
         # What a newest-2.x torchrun's workers see: the agent's store at MASTER_ADDR:MASTER_PORT.
-        procs = []
-        for r in range(4):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(self.port), TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="emu",
-                       TORCHELASTIC_RESTART_COUNT="1")
-            env.pop("MESHSIM_TORCH_STORE_PROTOCOL", None)
-            procs.append(subprocess.Popen([ARGS.meshsim, "run", "--backend", "gloo", "--mesh", "dp=2,tp=2",
-                                           "--timeout", "10"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True, env=env))
-        outs = [p.communicate(timeout=60)[0] for p in procs]
-        self.assertEqual([p.returncode for p in procs], [0, 0, 0, 0], outs)
-        self.assertIn("checks passed: 24 of 24", outs[0])
+        gloo_run_over_agent_store(self, self.port)
         # Its keys live under the run's and the attempt's prefix.
         self.assertTrue(any(k.startswith(b"meshsim/run/torchelastic/emu/attempt_1/") for k in self.server.kv))
 
