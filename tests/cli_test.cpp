@@ -1096,12 +1096,32 @@ TEST(CliStep, ABuiltInScheduleProgressesAndADeadlockingCsvIsNamed) {
   const Json j = Json::parse(again.lines.at(0));
   EXPECT_EQ(j["ok"], true);
   EXPECT_EQ(j["pp"], 3);
+  // PyTorch's Schedule1F1B refuses fewer microbatches than stages, in its words.
+  Result few = run_shell(std::string(MESHSIM_EXE) + " step --schedule 1F1B --pp 2 --microbatches 1 2>&1");
+  EXPECT_EQ(few.status, 2);
+  ASSERT_FALSE(few.lines.empty());
+  EXPECT_NE(few.lines.back().find("Number of microbatches (1) must be greater than or equal to the number of stages (2)"),
+            std::string::npos) << few.lines.back();
+  EXPECT_EQ(run("step --schedule GPipe --pp 2 --microbatches 1").status, 0);  // GPipe takes it
   // Bad usage: exit 2, the reason named.
   for (const std::string bad : {"step --schedule 1F1B --microbatches 4", "step --schedule 1F1B --pp 2 --microbatches 0",
                                 "step --schedule 1F1B --pp 2 --microbatches 2 --send-semantics lazy",
                                 "step --schedule /nonexistent.csv --microbatches 2"}) {
     EXPECT_EQ(run(bad).status, 2) << bad;
   }
+}
+
+// A file name is any bytes: JSON output names it with its invalid UTF-8 replaced, never an abort
+// from the JSON writer.
+TEST(CliStep, JsonOutputNamesAFileWhoseNameIsNotUtf8) {
+  const std::string dir = ::testing::TempDir() + "/meshsim_non_utf8";
+  std::filesystem::create_directories(dir);
+  Result r = run_shell(std::string(MESHSIM_EXE) + " step --preset torchtitan:dp_shard=2 --model llama3-debugmodel "
+                       "--seq-len 128 --local-batch-size 1 --format json --chakra \"" + dir + "/x$(printf '\\377')\" 2>&1");
+  ASSERT_EQ(r.status, 0) << (r.lines.empty() ? "" : r.lines.back());
+  ASSERT_FALSE(r.lines.empty());
+  const Json j = Json::parse(r.lines.back());
+  EXPECT_EQ(j["chakra"]["prefix"], dir + "/x\xEF\xBF\xBD");  // U+FFFD
 }
 
 // A dim's name may be any string (PyTorch's rule), but the tool never writes the bytes a terminal

@@ -386,7 +386,8 @@ TEST(StepCheck, PlantedFaultsNameTheRank) {
   for (int trial = 0; trial < 24; ++trial) {
     const Parallel p = shapes[trial % shapes.size()];
     const char* schedules[] = {"1F1B", "GPipe", "ZBVZeroBubble"};
-    const Job job = small_job(p, 2 + trial % 3, schedules[trial % 3]);
+    // At least pp microbatches: PyTorch's Schedule1F1B refuses fewer.
+    const Job job = small_job(p, std::max<int64_t>(2 + trial % 3, p.pp), schedules[trial % 3]);
     const int64_t world = world_size(p);
     const auto kind = static_cast<FaultKind>(trial % 4);
     const int64_t rank = static_cast<int64_t>(rng() % static_cast<uint64_t>(world));

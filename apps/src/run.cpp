@@ -1,6 +1,7 @@
 // run.cpp — `meshsim run`'s front: its flags to a check::Job, the report to text or JSON, and
 // the process's end when a rank is left stuck. The job itself is check::check_meshes.
 #include "meshsim/run.hpp"
+#include "meshsim/json_codec.hpp"
 
 #include <cstdlib>
 #include <iostream>
@@ -27,7 +28,7 @@ void print_report(const Options& o, const check::MeshCheckReport& r, std::ostrea
   const std::vector<DeviceMesh>& meshes = r.meshes;
   const bool lockstep = check::find_engine(r.engine).value_or(check::EngineEntry{}).lockstep;
   if (o.format == "json") {
-    out << check::report_json(r).dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
+    out << json::output_text(check::report_json(r)) << "\n";
   } else {
     if (r.own) {
       out << "meshsim run: rank " << *r.rank << " of " << world << " over the " << r.engine

@@ -28,7 +28,7 @@ constexpr int64_t kMaxRowValues = 64;
 
 std::string join_ints(const Json& a) {
   std::string s;
-  for (const Json& v : a) s += (s.empty() ? "" : " ") + v.dump();
+  for (const Json& v : a) s += (s.empty() ? "" : " ") + json::output_text(v);
   return s;
 }
 
@@ -227,7 +227,7 @@ int run(const Options& o, std::ostream& out) {
       out << "{\n";
       std::size_t i = 0;
       for (const auto& [k, v] : result.items()) {
-        out << "  " << Json(k).dump() << ": " << json::short_dump(v, SIZE_MAX) << (++i < result.size() ? ",\n" : "\n");
+        out << "  " << json::output_text(Json(k)) << ": " << json::short_dump(v, SIZE_MAX) << (++i < result.size() ? ",\n" : "\n");
       }
       out << "}\n";
     } else {
@@ -261,7 +261,7 @@ int run(const Options& o, std::ostream& out) {
     out << "{\n";
     std::size_t i = 0;
     for (const auto& [k, v] : result.items()) {
-      out << "  " << Json(k).dump() << ": " << json::short_dump(v, SIZE_MAX)
+      out << "  " << json::output_text(Json(k)) << ": " << json::short_dump(v, SIZE_MAX)
           << (++i < result.size() ? ",\n" : "\n");
     }
     out << "}\n";

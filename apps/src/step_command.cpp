@@ -1,4 +1,5 @@
 #include "meshsim/step_command.hpp"
+#include "meshsim/json_codec.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -37,7 +38,7 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches) {
       throw InvalidArgument("--schedule " + o.schedule + " runs one stage per rank: --stages " + std::to_string(*o.stages) +
                             " is not --pp " + std::to_string(*o.pp));
     }
-    return step::lower(name == "gpipe" ? step::gpipe(*o.pp, microbatches) : step::one_f_one_b(*o.pp, microbatches));
+    return step::lower(step::schedule_by_name(name, *o.pp, *o.pp, microbatches));
   }
   if (name == "megatroninterleaved") {
     if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
@@ -158,7 +159,7 @@ int run_job(const Options& o, std::ostream& out) {
   const preset::Torchtitan& t = run.degrees;
   const int64_t world = r.world_size;
   if (!o.dump_schedule.empty() && t.pp > 1) write_file_whole(o.dump_schedule, step::write_csv(r.layout.schedule), "--dump-schedule");
-  if (!o.trace.empty()) write_file_whole(o.trace, step::trace_json(run, step::traced_ranks(run)).dump() + "\n", "--trace");
+  if (!o.trace.empty()) write_file_whole(o.trace, json::output_text(step::trace_json(run, step::traced_ranks(run))) + "\n", "--trace");
   std::optional<step::ChakraExport> chakra;
   if (!o.chakra.empty()) chakra = step::write_chakra(run, step::chakra_world(run, o.chakra_world), o.chakra);
   if (o.format == "json") {
@@ -168,7 +169,7 @@ int run_job(const Options& o, std::ostream& out) {
                      {"collectives", chakra->collectives}, {"sends", chakra->sends}, {"recvs", chakra->recvs},
                      {"groups", chakra->groups}, {"dropped", chakra->dropped}, {"comm_groups", chakra->comm_groups_path}};
     }
-    out << j.dump() << "\n";
+    out << json::output_text(j) << "\n";
     return r.ok ? 0 : 1;
   }
   const int64_t params = step::parameter_count(job.model);
@@ -289,7 +290,7 @@ int run(const Options& o, std::ostream& out) {
     nlohmann::json j{{"ok", p.ok}, {"pp", s.ranks.size()}, {"stages", s.stages}, {"microbatches", s.microbatches},
                      {"send_semantics", o.send_semantics}, {"diagnosis", p.ok ? nlohmann::json(nullptr) : nlohmann::json(p.diagnosis)},
                      {"ranks", p.ranks}};
-    out << j.dump() << "\n";
+    out << json::output_text(j) << "\n";
     return p.ok ? 0 : 1;
   }
   print_grid(s, p, o.max_rows, out);

@@ -1,4 +1,5 @@
 #include "meshsim/trace_command.hpp"
+#include "meshsim/json_codec.hpp"
 
 #include <optional>
 #include <algorithm>
@@ -93,7 +94,7 @@ int run(const Options& o, std::ostream& out) {
                    {"divergences", d}, {"notes", p->notes}};
       j["ok"] = ok;
     }
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    out << json::output_text(j, 2) << "\n";
     return ok ? 0 : 1;
   }
   std::string text = trace::report_text(r, set);

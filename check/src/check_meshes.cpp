@@ -2,6 +2,7 @@
 // input refused before any rank starts), a launched rank's store and its report to the launcher,
 // and the report.
 #include "meshsim/check_meshes.hpp"
+#include "meshsim/json_codec.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -365,7 +366,7 @@ void write_error_file(const std::string& path, const std::string& message, std::
                 {{"message", "MeshsimRunFailure: " + message},
                  {"extraInfo", {{"py_callstack", message}, {"timestamp", std::to_string(now)}}}}}};
   std::ofstream f(path, std::ios::trunc);
-  f << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
+  f << json::output_text(j) << "\n";
   if (!f) std::cerr << "meshsim run: cannot write the error file " << quote_input(path) << " for the launcher\n";
 }
 

@@ -197,6 +197,10 @@ const Json& need_object(const Json& j, std::string_view where) {
   return j;
 }
 
+std::string output_text(const Json& j, int indent) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
 std::string to_str(const Json& j, std::string_view field) {
   if (!j.is_string()) throw InvalidArgument(name(field) + " must be a string, got " + short_dump(j));
   return j.get<std::string>();

@@ -403,7 +403,7 @@ Json error_answer(const Json& id, std::string_view type, std::string_view messag
 }
 
 // dump never throws on invalid UTF-8 echoed from input: it is replaced.
-std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string dump(const Json& j) { return json::output_text(j); }
 
 void Out::json(const Json& j) { put(dump(j)); }
 

@@ -1,4 +1,5 @@
 #include "meshsim/chakra.hpp"
+#include "meshsim/json_codec.hpp"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -212,7 +213,7 @@ ChakraExport write_chakra(const StepRun& run, const std::vector<int64_t>& ranks,
   for (const auto& [members, gid] : group_ids) groups[std::to_string(gid)] = members;
   ex.groups = static_cast<int64_t>(group_ids.size());
   ex.comm_groups_path = prefix + ".comm_groups.json";
-  write_file_whole(ex.comm_groups_path, groups.dump() + "\n", "--chakra");
+  write_file_whole(ex.comm_groups_path, json::output_text(groups) + "\n", "--chakra");
   return ex;
 }
 

@@ -538,7 +538,15 @@ bool known_schedule(std::string_view name) {
 Schedule schedule_by_name(std::string_view name, int64_t pp, int64_t stages, int64_t microbatches) {
   const std::string n = lower_name(name);
   if (n == "gpipe") return gpipe(pp, microbatches);
-  if (n == "1f1b") return one_f_one_b(pp, microbatches);
+  if (n == "1f1b") {
+    // PyTorch's Schedule1F1B refuses it (Megatron's 1F1B, one_f_one_b itself, does not).
+    if (microbatches < pp) {
+      throw InvalidArgument("Schedule1F1B: Number of microbatches (" + std::to_string(microbatches) +
+                            ") must be greater than or equal to the number of stages (" + std::to_string(pp) +
+                            ").  [PyTorch]");
+    }
+    return one_f_one_b(pp, microbatches);
+  }
   if (n == "interleaved1f1b") return interleaved_1f1b(pp, stages, microbatches);
   if (n == "loopedbfs") return looped_bfs(pp, stages, microbatches);
   if (n == "interleavedzerobubble") return interleaved_zero_bubble(pp, stages, microbatches);

@@ -50,6 +50,10 @@ void check_keys(const Json& obj, std::initializer_list<std::string_view> allowed
                 std::string_view where);
 // short_dump is a value for an error message: at most ~200 characters, invalid UTF-8 replaced.
 std::string short_dump(const Json& j, std::size_t limit = 200);
+// output_text is JSON as meshsim writes it (reports, traces, files): a string that is not UTF-8
+// (a file name or a dim name of arbitrary bytes) has its invalid bytes replaced by U+FFFD,
+// never an exception from the writer.
+std::string output_text(const Json& j, int indent = -1);
 
 Json from_int_tuple(const IntTuple& t);
 Json from_layout(const Layout& l);

@@ -100,7 +100,9 @@ Schedule interleaved_zero_bubble(int64_t pp, int64_t stages, int64_t microbatche
 Schedule zbv_zero_bubble(int64_t pp, int64_t microbatches);
 // schedule_by_name builds GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble or
 // ZBVZeroBubble (PyTorch's names, any case; `stages` for the multi-stage ones), compute only;
-// NotFound naming the known ones otherwise (DualPipeV is not built: read it from a CSV).
+// NotFound naming the known ones otherwise (DualPipeV is not built: read it from a CSV). It
+// refuses what PyTorch's classes refuse: 1F1B with fewer microbatches than stages
+// (one_f_one_b itself takes them, as Megatron's 1F1B does).
 Schedule schedule_by_name(std::string_view name, int64_t pp, int64_t stages, int64_t microbatches);
 // megatron_schedule_table is Megatron-core's get_schedule_table (megatron/core/pipeline_parallel/
 // schedules.py at NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553): the (microbatch,
