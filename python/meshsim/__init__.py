@@ -150,6 +150,27 @@ def _seconds(value):
     return float(value)
 
 
+def _bool(value, what):
+    """A flag: True or False (numpy's bool too), never a string ("false" is truthy) or a number."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise errors.ArgumentTypeError(what + " must be True or False, got " + repr(value)[:200])
+
+
+def _str(value, what):
+    """A text argument: a str, nothing str() would make one of."""
+    if not isinstance(value, str):
+        raise errors.ArgumentTypeError(what + " must be a string, got " + repr(value)[:200])
+    return value
+
+
+def _path(value, what):
+    """A file or directory: a str or an os.PathLike (bytes paths decoded as the file system does)."""
+    if not isinstance(value, (str, bytes, _os.PathLike)):
+        raise errors.ArgumentTypeError(what + " must be a path (str or os.PathLike), got " + repr(value)[:200])
+    return _os.fsdecode(value)
+
+
 def _names(value, what):
     """A list of dim names: each a str (a bytes name, or any other type, is ArgumentTypeError)."""
     out = _listed(value, what)
@@ -367,14 +388,19 @@ def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedul
     report as a dict ("ok", "diagnosis", "world_size", "rank", "by_dim", "by_link", ...; with
     trace=True also "trace", Chrome/Perfetto trace JSON of the traced ranks); bad input raises."""
     if ranks is not None and not isinstance(ranks, str):
-        ranks = ",".join(str(_int(r, "ranks")) for r in ranks)
+        ranks = ",".join(str(_int(r, "ranks")) for r in _listed(ranks, "ranks"))
     opt = lambda v, what: None if v is None else _int(v, what)  # noqa: E731
-    return _meshsim.step(str(preset), _os.fspath(model), opt(seq_len, "seq_len"),
+    faults = _listed(faults, "faults")
+    for f in faults:
+        _str(f, "faults")
+    return _meshsim.step(_str(preset, "preset"), _path(model, "model"), opt(seq_len, "seq_len"),
                          opt(local_batch_size, "local_batch_size"), opt(microbatches, "microbatches"),
-                         _os.fspath(schedule) if schedule is not None else "", opt(stages, "stages"),
-                         str(send_semantics), opt(gpus_per_host, "gpus_per_host"), _int(rank, "rank"),
-                         ranks or "", _listed(faults, "faults"), str(reshard_after_forward), bool(log_metrics),
-                         opt(world_size, "world_size"), bool(trace), str(activation_checkpoint))
+                         _path(schedule, "schedule") if schedule is not None else "", opt(stages, "stages"),
+                         _str(send_semantics, "send_semantics"), opt(gpus_per_host, "gpus_per_host"),
+                         _int(rank, "rank"), ranks or "", faults,
+                         _str(reshard_after_forward, "reshard_after_forward"), _bool(log_metrics, "log_metrics"),
+                         opt(world_size, "world_size"), _bool(trace, "trace"),
+                         _str(activation_checkpoint, "activation_checkpoint"))
 
 
 def trace_check(dir, *, prefix=None):
@@ -383,7 +409,7 @@ def trace_check(dir, *, prefix=None):
     files share) read and checked across ranks. Returns the report as a dict ("ok", "dumps",
     "groups", "records", "problems" [{"kind", "ranks", "message", ...}], "culprits" [{"rank",
     "why"}], "notes", ...); unreadable or malformed dumps raise, naming the file."""
-    return _meshsim.trace_check(_os.fspath(dir), None if prefix is None else str(prefix))
+    return _meshsim.trace_check(_path(dir, "dir"), None if prefix is None else _str(prefix, "prefix"))
 
 
 def _convention(name):

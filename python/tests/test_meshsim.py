@@ -683,6 +683,27 @@ def test_step_checks_a_megatron_step_as_the_tool_does():
     assert not bad["ok"] and 7 in bad["ranks"] and bad["diagnosis"].startswith("FAILED: the step cannot progress")
 
 
+def test_step_and_trace_check_refuse_wrong_types_with_meshsims_errors(tmp_path):
+    job = dict(seq_len=128, local_batch_size=1)
+    # A string flag is not a bool ("false" is truthy in Python): refused, never taken as True.
+    for flag in ("log_metrics", "trace"):
+        with pytest.raises(meshsim.ArgumentTypeError, match=flag + " must be True or False, got 'false'"):
+            meshsim.step("torchtitan:dp_shard=2", "llama3-debugmodel", **job, **{flag: "false"})
+    for kw, value in (("send_semantics", 3), ("activation_checkpoint", None), ("reshard_after_forward", 1.5),
+                      ("faults", [7]), ("schedule", 12), ("ranks", 3)):
+        with pytest.raises(meshsim.ArgumentTypeError, match=kw):
+            meshsim.step("torchtitan:dp_shard=2", "llama3-debugmodel", **job, **{kw: value})
+    with pytest.raises(meshsim.ArgumentTypeError, match="preset must be a string"):
+        meshsim.step(["torchtitan:dp_shard=2"], "llama3-debugmodel", **job)
+    with pytest.raises(meshsim.ArgumentTypeError, match="model must be a path"):
+        meshsim.step("torchtitan:dp_shard=2", 8, **job)
+    with pytest.raises(meshsim.ArgumentTypeError, match="dir must be a path"):
+        meshsim.trace_check(3)
+    with pytest.raises(meshsim.ArgumentTypeError, match="prefix must be a string"):
+        meshsim.trace_check(tmp_path, prefix=b"rank_")
+    assert meshsim.step("torchtitan:dp_shard=2", "llama3-debugmodel", **job, trace=False)["ok"]
+
+
 def test_step_checks_a_torchtitan_step_as_the_tool_does(tmp_path):
     job = dict(seq_len=8192, local_batch_size=8, microbatches=8, gpus_per_host=8)
     report = meshsim.step("torchtitan:pp=4,dp_shard=8,tp=2", "llama3-8b", **job)
