@@ -1782,6 +1782,28 @@ TEST(CliHostile, MoreRankThreadsThanTheAddressSpaceHoldsAreRefusedUpFrontNamingT
 #endif
 }
 
+TEST(CliHostile, FibersPastTheAddressSpaceAreRefusedAndTheDefaultStackFitsA16GBLimit) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not start under the address-space limit this test sets";
+#else
+  // 65,536 fibers: their stacks are reserved where the backend is made, so a world the address
+  // space cannot hold is a clean refusal (it was an uncaught ResourceExhausted, SIGABRT), naming
+  // how many it could hold and the flag; the default stack shrinks to fit a 16 GB limit.
+  const auto under = [](const std::string& kib, const std::string& args) {
+    return run_shell("sh -c 'ulimit -v " + kib + "; exec " + std::string(MESHSIM_EXE) + " run --backend fiber " + args +
+                     "' 2>&1");
+  };
+  Result small = under("4000000", "--mesh dp=1024,tp=64");
+  expect_refused(small, "fiber backend: cannot reserve 65536 rank stacks of ", "--rank-stack-kib");
+  EXPECT_NE(joined(small).find("holds about "), std::string::npos) << joined(small);
+  Result big = under("16000000", "--mesh dp=1024,tp=64 --rank-stack-kib 1024");
+  expect_refused(big, "fiber backend: cannot reserve 65536 rank stacks of 1052672 bytes", "--rank-stack-kib");
+  Result ok = under("16000000", "--mesh dp=1024,tp=64 --timeout 60");
+  EXPECT_EQ(ok.status, 0) << joined(ok);
+  EXPECT_NE(joined(ok).find("OK: every rank's groups match the mesh on every dim"), std::string::npos) << joined(ok);
+#endif
+}
+
 TEST(CliHostile, ABackendWhosePreconditionFailsIsRefusedBeforeAnyRankStarts) {
   // The registry's precondition for NCCL (a GPU per rank): 64 ranks on this machine are refused,
   // exit 2, naming the backend and why (no NCCL in this build, or fewer GPUs than ranks).

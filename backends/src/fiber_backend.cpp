@@ -1,6 +1,7 @@
 #include "meshsim/fiber_backend.hpp"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -357,6 +359,20 @@ FiberBackend::FiberBackend(Options options) {
     throw InvalidArgument("fiber backend: world size " + std::to_string(options.world_size) +
                           " is out of range [1, " + std::to_string(kMaxRanks) + "] for rank fibers");
   }
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const auto n = static_cast<std::size_t>(options.world_size);
+  // The address-space limit (ulimit -v), where there is one: the stacks may take 5/8 of it.
+  std::optional<std::size_t> budget;
+  if (rlimit lim{}; getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    budget = static_cast<std::size_t>(lim.rlim_cur / 8 * 5);
+  }
+  if (options.stack_bytes == 0) {
+    // The default: 512 KiB, less (down to 128 KiB) where the limit cannot hold n of them.
+    options.stack_bytes = kDefaultStackBytes;
+    if (budget && *budget / n < kDefaultStackBytes + page) {
+      options.stack_bytes = std::max<std::size_t>(kMinAutoStackBytes, (*budget / n - page) / page * page);
+    }
+  }
   if (options.stack_bytes < 64 * 1024) {
     throw InvalidArgument("fiber backend: a stack of " + std::to_string(options.stack_bytes) +
                           " bytes is under the 64 KiB minimum");
@@ -366,6 +382,25 @@ FiberBackend::FiberBackend(Options options) {
 #endif
   s_ = std::make_shared<detail::FiberState>(options);
   attach(std::shared_ptr<detail::RankRegistry>(s_, &s_->reg));
+  // Every stack in one mapping, reserved, not committed (a stack costs the pages it touches),
+  // here rather than in run(): a world the address space cannot hold is refused where the
+  // backend is made, with the count it could hold.
+  detail::FiberState& st = *s_;
+  const std::size_t size = (st.opt.stack_bytes + page - 1) / page * page + page;  // + a guard page
+  if (n > SIZE_MAX / size) throw ResourceExhausted("fiber backend: " + std::to_string(n) + " stacks overflow the address space");
+  st.stacks_bytes = size * n;
+  st.stacks = mmap(nullptr, st.stacks_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (st.stacks == MAP_FAILED) {
+    st.stacks = nullptr;
+    std::string could;
+    if (budget) {
+      could = "; the address-space limit (ulimit -v) of " + std::to_string(*budget / 5 * 8 >> 20) + " MiB holds about " +
+              std::to_string(*budget / size) + " such stacks";
+    }
+    throw ResourceExhausted("fiber backend: cannot reserve " + std::to_string(n) + " rank stacks of " + std::to_string(size) +
+                            " bytes (" + std::to_string(st.stacks_bytes >> 20) + " MiB of address space" + could +
+                            "): run fewer ranks, or smaller stacks with --rank-stack-kib (64 and up)");
+  }
 }
 
 FiberBackend::~FiberBackend() {
@@ -380,21 +415,12 @@ void FiberBackend::run(const std::function<void(int64_t)>& rank_main) {
   s.rank_main = &rank_main;
   const auto n = static_cast<std::size_t>(s.opt.world_size);
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  const std::size_t size = (s.opt.stack_bytes + page - 1) / page * page + page;  // + a guard page
+  const std::size_t size = s.stacks_bytes / n;  // reserved by the constructor, guard page included
   s.fibers.resize(n);
-  // Every stack in one mapping, reserved, not committed (a stack costs the pages it touches). A
-  // guard page under each stack makes an overflow fault instead of corrupting a neighbour; each
-  // splits the mapping in two, so the guards are kept only while two mappings per fiber stay
-  // 8,192 under the kernel's limit (vm.max_map_count, 65,530 by default: up to about 28,000
-  // fibers); beyond, the fibers run without guards.
-  if (n > SIZE_MAX / size) throw ResourceExhausted("fiber backend: " + std::to_string(n) + " stacks overflow the address space");
-  s.stacks_bytes = size * n;
-  s.stacks = mmap(nullptr, s.stacks_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (s.stacks == MAP_FAILED) {
-    s.stacks = nullptr;
-    throw ResourceExhausted("fiber backend: cannot reserve " + std::to_string(n) + " stacks of " + std::to_string(size) +
-                            " bytes (" + std::to_string(s.stacks_bytes >> 20) + " MiB of address space)");
-  }
+  // A guard page under each stack makes an overflow fault instead of corrupting a neighbour;
+  // each splits the mapping in two, so the guards are kept only while two mappings per fiber
+  // stay 8,192 under the kernel's limit (vm.max_map_count, 65,530 by default: up to about
+  // 28,000 fibers); beyond, the fibers run without guards.
   int64_t max_maps = 65530;
   if (std::ifstream f("/proc/sys/vm/max_map_count"); f) f >> max_maps;
   const bool guards = static_cast<int64_t>(2 * n) + 8192 < max_maps;

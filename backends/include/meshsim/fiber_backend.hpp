@@ -36,10 +36,15 @@ class FiberBackend final : public RegistryBackend {
  public:
   // kMaxRanks: fibers per run (each has its own stack).
   static constexpr int64_t kMaxRanks = 65536;
+  // A rank's stack when Options::stack_bytes is 0: kDefaultStackBytes, or less where the
+  // address-space limit (RLIMIT_AS, `ulimit -v`) cannot hold the world's stacks in 5/8 of it,
+  // down to kMinAutoStackBytes (65,536 ranks then fit a 16 GB limit).
+  static constexpr std::size_t kDefaultStackBytes = 512 * 1024;
+  static constexpr std::size_t kMinAutoStackBytes = 128 * 1024;
 
   struct Options {
     int64_t world_size = 1;
-    std::size_t stack_bytes = 512 * 1024;  // per rank (reserved lazily)
+    std::size_t stack_bytes = 0;  // per rank (reserved, committed as touched); 0: see kDefaultStackBytes
     // on_switch(rank) is called on the running thread whenever `rank` stops running (it waits
     // in a collective or its program ended): whatever the program reported since it last
     // started running belongs to that rank (used to attribute GoogleTest results).
