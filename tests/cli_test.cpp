@@ -1124,6 +1124,38 @@ TEST(CliStep, JsonOutputNamesAFileWhoseNameIsNotUtf8) {
   EXPECT_EQ(j["chakra"]["prefix"], dir + "/x\xEF\xBF\xBD");  // U+FFFD
 }
 
+// Outputs: their directories are made (as mkdir -p), an empty path or --dump-schedule without a
+// pipeline is refused, and a refused run writes none of its files.
+TEST(CliStep, OutputsGetTheirDirectoriesAndARefusedRunWritesNothing) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "meshsim_step_outputs";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string job = "step --preset torchtitan:dp_shard=2 --model llama3-debugmodel --seq-len 128 --local-batch-size 1";
+  // --chakra out/step: out/ is made.
+  Result made = run(job + " --chakra " + (dir / "out" / "step").string());
+  EXPECT_EQ(made.status, 0) << joined(made);
+  EXPECT_TRUE(fs::exists(dir / "out" / "step.0.et"));
+  // A refused run (the Chakra prefix's directory cannot be made: a file is in the way) leaves
+  // the trace it would also have written unwritten.
+  std::ofstream(dir / "afile") << "x";
+  const fs::path trace = dir / "trace.json";
+  Result refused = run_shell(std::string(MESHSIM_EXE) + " " + job + " --trace " + trace.string() + " --chakra " +
+                             (dir / "afile" / "sub" / "step").string() + " 2>&1");
+  EXPECT_EQ(refused.status, 2) << joined(refused);
+  EXPECT_NE(joined(refused).find("--chakra"), std::string::npos) << joined(refused);
+  EXPECT_FALSE(fs::exists(trace));
+  // --dump-schedule without pipeline parallelism, and empty output paths: refused.
+  Result no_pp = run_shell(std::string(MESHSIM_EXE) + " " + job + " --dump-schedule " + (dir / "s.csv").string() + " 2>&1");
+  EXPECT_EQ(no_pp.status, 2);
+  EXPECT_NE(joined(no_pp).find("no pipeline parallelism (pp=1)"), std::string::npos) << joined(no_pp);
+  EXPECT_FALSE(fs::exists(dir / "s.csv"));
+  for (const std::string flag : {"--trace", "--chakra", "--dump-schedule"}) {
+    Result empty = run_shell(std::string(MESHSIM_EXE) + " " + job + " " + flag + " '' 2>&1");
+    EXPECT_EQ(empty.status, 2) << flag << "\n" << joined(empty);
+  }
+}
+
 // A dim's name may be any string (PyTorch's rule), but the tool never writes the bytes a terminal
 // acts on: in text output ESC and the other C0 controls (newline and tab aside) are escaped as
 // \xHH, in errors too; JSON escapes them itself.

@@ -166,6 +166,10 @@ int main(int argc, char** argv) {
 
   auto* step = app.add_subcommand("step", "check one training step's collectives on every rank (--preset), or a pipeline schedule");
   meshsim::step_command::Options sto_step;
+  // An output flag given an empty path is refused, never taken as "not given".
+  const CLI::Validator non_empty_path(
+      [](const std::string& v) { return v.empty() ? std::string("an output path may not be empty") : std::string(); },
+      "PATH");
   step->add_option("--preset", sto_step.preset, "torchtitan:KEY=V,... or torchtitan:FILE.toml: check the job's step");
   step->add_option("--world-size", sto_step.world_size, "the world size (for dp_shard=-1)");
   step->add_option("--model", sto_step.model, "llama3-8b, llama3-70b, llama3-405b, deepseek_v3-16b, deepseek_v3-671b, ... or a .toml file with a [model] table");
@@ -175,8 +179,10 @@ int main(int argc, char** argv) {
   step->add_option("--rank", sto_step.rank, "the rank whose program the table reports (default 0)");
   step->add_option("--ranks", sto_step.ranks, "simulate these ranks exactly ('all', or 0,3,8-15); also what --trace writes");
   step->add_option("--fault", sto_step.faults, "plant a fault: skip@R, swap@R, wrong-group@R, wrong-peer@R (repeatable)");
-  step->add_option("--trace", sto_step.trace, "write Chrome/Perfetto trace JSON of the --ranks (or --rank) here");
-  step->add_option("--chakra", sto_step.chakra, "write MLCommons Chakra execution traces PREFIX.<npu>.et and PREFIX.comm_groups.json (for ASTRA-sim)");
+  step->add_option("--trace", sto_step.trace, "write Chrome/Perfetto trace JSON of the --ranks (or --rank) here")
+      ->check(non_empty_path);
+  step->add_option("--chakra", sto_step.chakra, "write MLCommons Chakra execution traces PREFIX.<npu>.et and PREFIX.comm_groups.json (for ASTRA-sim)")
+      ->check(non_empty_path);
   step->add_option("--chakra-world", sto_step.chakra_world, "the ranks --chakra exports: all, or replica (one data-parallel replica)")
       ->check(CLI::IsMember({"all", "replica"}));
   step->add_option("--reshard-after-forward", sto_step.reshard_after_forward, "FSDP's policy: default, always or never");
@@ -190,7 +196,8 @@ int main(int argc, char** argv) {
   step->add_option("--stages", sto_step.stages, "stages (Interleaved1F1B: a multiple of --pp; a CSV: the largest stage + 1)");
   step->add_option("--send-semantics", sto_step.send_semantics,
                    "rendezvous (a send waits for its receive, as NCCL's large messages) or eager");
-  step->add_option("--dump-schedule", sto_step.dump_schedule, "write the lowered schedule to this CSV file");
+  step->add_option("--dump-schedule", sto_step.dump_schedule, "write the lowered schedule to this CSV file")
+      ->check(non_empty_path);
   step->add_option("--format", sto_step.format, "text or json");
   step->add_option("--max-rows", sto_step.max_rows, "schedule steps printed (text)");
 

@@ -158,10 +158,22 @@ int run_job(const Options& o, std::ostream& out) {
   const step::Job& job = run.job;
   const preset::Torchtitan& t = run.degrees;
   const int64_t world = r.world_size;
-  if (!o.dump_schedule.empty() && t.pp > 1) write_file_whole(o.dump_schedule, step::write_csv(r.layout.schedule), "--dump-schedule");
-  if (!o.trace.empty()) write_file_whole(o.trace, json::output_text(step::trace_json(run, step::traced_ranks(run))) + "\n", "--trace");
+  // Every output is made and its place checked before the first is written: a refused run
+  // writes nothing.
+  if (!o.dump_schedule.empty() && t.pp == 1) {
+    throw InvalidArgument("--dump-schedule writes the lowered pipeline schedule, and this job has no pipeline "
+                          "parallelism (pp=1)");
+  }
+  const std::string trace_text =
+      o.trace.empty() ? "" : json::output_text(step::trace_json(run, step::traced_ranks(run))) + "\n";
+  const std::vector<int64_t> chakra_ranks = o.chakra.empty() ? std::vector<int64_t>{} : step::chakra_world(run, o.chakra_world);
+  for (const auto& [path, what] : {std::pair{o.dump_schedule, "--dump-schedule"}, {o.trace, "--trace"}, {o.chakra, "--chakra"}}) {
+    if (!path.empty()) prepare_output(path, what);
+  }
+  if (!o.dump_schedule.empty()) write_file_whole(o.dump_schedule, step::write_csv(r.layout.schedule), "--dump-schedule");
+  if (!o.trace.empty()) write_file_whole(o.trace, trace_text, "--trace");
   std::optional<step::ChakraExport> chakra;
-  if (!o.chakra.empty()) chakra = step::write_chakra(run, step::chakra_world(run, o.chakra_world), o.chakra);
+  if (!o.chakra.empty()) chakra = step::write_chakra(run, chakra_ranks, o.chakra);
   if (o.format == "json") {
     nlohmann::json j = step::step_json(run);
     if (chakra) {
@@ -285,7 +297,10 @@ int run(const Options& o, std::ostream& out) {
   const step::SendSemantics sem =
       o.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous;
   const step::Progress p = step::check_progress(s, sem);
-  if (!o.dump_schedule.empty()) write_file_whole(o.dump_schedule, step::write_csv(s), "--dump-schedule");
+  if (!o.dump_schedule.empty()) {
+    prepare_output(o.dump_schedule, "--dump-schedule");
+    write_file_whole(o.dump_schedule, step::write_csv(s), "--dump-schedule");
+  }
   if (o.format == "json") {
     nlohmann::json j{{"ok", p.ok}, {"pp", s.ranks.size()}, {"stages", s.stages}, {"microbatches", s.microbatches},
                      {"send_semantics", o.send_semantics}, {"diagnosis", p.ok ? nlohmann::json(nullptr) : nlohmann::json(p.diagnosis)},

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "meshsim/error.hpp"
 
@@ -52,6 +53,23 @@ std::string read_text_file(const std::string& path, std::size_t max_bytes, const
     }
   }
   return text;
+}
+
+void prepare_output(const std::string& path, const std::string& what) {
+  const std::string where = what + " " + quote_input(path);
+  auto refuse = [&](const std::string& why) { return InvalidArgument(where + " cannot be written: " + why); };
+  if (path.empty()) throw refuse("the path is empty");
+  if (path.find('\0') != std::string::npos) throw refuse("the path holds a NUL byte");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw refuse("it is a directory");
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw refuse("its directory " + quote_input(dir.string()) + " cannot be made: " + ec.message());
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw refuse("its directory " + quote_input(dir.string()) + " is not writable: " + std::strerror(errno));
+  }
 }
 
 void write_file_whole(const std::string& path, const std::string& text, const std::string& what) {

@@ -28,4 +28,10 @@ std::string read_text_file(const std::string& path, std::size_t max_bytes, const
 // written: <reason>".
 void write_file_whole(const std::string& path, const std::string& text, const std::string& what);
 
+// prepare_output makes the directory `path` goes in (with its parents, as `mkdir -p`) and checks
+// that it can be written there, so a command writes its outputs only once every one of them has
+// a place: a refused run leaves no file written. Errors: InvalidArgument "<what> '<path>' cannot
+// be written: <reason>" (empty, a NUL byte, a directory, no permission).
+void prepare_output(const std::string& path, const std::string& what);
+
 }  // namespace meshsim
