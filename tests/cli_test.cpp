@@ -1201,6 +1201,12 @@ TEST(CliStep, MegatronsInterleavedScheduleAndItsEvenOddRule) {
   EXPECT_EQ(run("step --schedule MegatronInterleaved --pp 4 --stages 8 --microbatches 8 --fault skip@1").status, 2);
   EXPECT_EQ(run("step --schedule MegatronInterleaved --pp 4 --stages 8 --microbatches 6").status, 2);
   EXPECT_EQ(run("step --schedule 1F1B --pp 4 --microbatches 8 --fault no-parity@1").status, 2);
+  // A no-parity rank past the world is the fault's error, not --ranks'.
+  Result far = run_shell(std::string(MESHSIM_EXE) + " step --preset megatron:tp=2,pp=3,dp=2 --model llama3-debugmodel "
+                         "--seq-len 1024 --local-batch-size 1 --microbatches 6 --stages 6 --fault no-parity@99 2>&1");
+  EXPECT_EQ(far.status, 2);
+  EXPECT_NE(joined(far).find("--fault 'no-parity@99': rank 99 is out of range [0, 12)"), std::string::npos) << joined(far);
+  EXPECT_EQ(joined(far).find("--ranks"), std::string::npos) << joined(far);
 }
 
 TEST(CliStep, ChakraTracesAreWrittenPerNpuWithTheirGroups) {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "meshsim/error.hpp"
+#include "meshsim/text_fields.hpp"
 #include "meshsim/text_file.hpp"
 
 namespace meshsim::step {
@@ -188,10 +189,13 @@ StepRun run_step(const StepSpec& spec) {
         throw InvalidArgument("--fault " + quote_input(f) + ": the even/odd rule is Megatron's interleaved schedule's "
                               "(--preset megatron:... with --stages > pp; 1F1B batches each call)");
       }
-      const auto r = parse_ranks(f.substr(10), world);
-      if (r.size() != 1) throw InvalidArgument("--fault " + quote_input(f) + ": name one rank");
+      const int64_t r = text::parse_int(f.substr(10), "--fault " + quote_input(f) + ": the rank");
+      if (r < 0 || r >= world) {
+        throw OutOfRange("--fault " + quote_input(f) + ": rank " + std::to_string(r) + " is out of range [0, " +
+                         std::to_string(world) + ")");
+      }
       job.megatron_parity = false;
-      parity_ranks.push_back(r.front());
+      parity_ranks.push_back(r);
       continue;
     }
     so.faults.push_back(parse_fault(f));
