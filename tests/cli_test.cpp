@@ -1321,6 +1321,21 @@ TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
   ASSERT_EQ(a.status, 0);
   ASSERT_EQ(b.status, 0);
   EXPECT_EQ(Json::parse(a.lines.at(0))["by_dim"], Json::parse(b.lines.at(0))["by_dim"]);
+  // Every key of the model file is known and of its type: a misspelt key of any type is named
+  // unknown, a known key of another type is named with both types.
+  const std::string fields = "[model]\nn_layers = 6\ndim = 256\nffn_dim = 768\nn_heads = 16\nn_kv_heads = 16\n"
+                             "vocab_size = 2048\n";
+  for (const auto& [extra, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"foo = true\n", "unknown key model.'foo' (a boolean;"},
+           {"n_layerz = \"3\"\n", "unknown key model.'n_layerz' (a string;"},
+           {"enable_weight_tying = \"true\"\n", "model.enable_weight_tying is a string, not a boolean"},
+           {"name = 3\n", "model.name is an integer, not a string"},
+           {"num_experts = 1.5\n", "model.num_experts is a float, not an integer"}}) {
+    const std::string bad_model = write_file("meshsim_bad_model.toml", fields + extra);
+    Result r = run_shell(std::string(MESHSIM_EXE) + " " + base + bad_model + " 2>&1");
+    EXPECT_EQ(r.status, 2) << extra;
+    EXPECT_NE(joined(r).find(needle), std::string::npos) << extra << "\n" << joined(r);
+  }
   // A deepseek_v3 MoE job: its all-to-alls over ep, its experts' gathers over efsdp.
   Result moe = run("step --preset torchtitan:pp=2,dp_shard=8,tp=2,ep=8 --model deepseek_v3-16b --seq-len 4096 "
                    "--local-batch-size 2 --microbatches 4 --format json");

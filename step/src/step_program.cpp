@@ -1384,10 +1384,44 @@ Model model_from_toml(const std::string& path) {
   if (!t) throw InvalidArgument(where + " has no [model] table");
   Model m;
   m.name = "model";
-  if (auto it = t->strings.find("name"); it != t->strings.end()) m.name = it->second;
+  // kind_of names what a key holds, for the type errors below.
+  auto kind_of = [&](const std::string& k) -> const char* {
+    if (t->integers.count(k)) return "an integer";
+    if (t->floats.count(k)) return "a float";
+    if (t->booleans.count(k)) return "a boolean";
+    if (t->strings.count(k)) return "a string";
+    return nullptr;
+  };
+  if (auto it = t->strings.find("name"); it != t->strings.end()) {
+    m.name = it->second;
+  } else if (const char* got = kind_of("name")) {
+    throw InvalidArgument(where + ": model.name is " + got + ", not a string");
+  }
   const std::vector<std::pair<std::string, int64_t*>> keys = {
       {"n_layers", &m.layers},  {"dim", &m.dim},           {"ffn_dim", &m.ffn_dim},
       {"n_heads", &m.heads},    {"n_kv_heads", &m.kv_heads}, {"vocab_size", &m.vocab}};
+  const std::vector<std::pair<std::string, int64_t*>> optional = {
+      {"q_lora_rank", &m.q_lora_rank},         {"kv_lora_rank", &m.kv_lora_rank},   {"qk_nope_head_dim", &m.qk_nope_head_dim},
+      {"qk_rope_head_dim", &m.qk_rope_head_dim}, {"v_head_dim", &m.v_head_dim},     {"num_experts", &m.experts},
+      {"top_k", &m.top_k},                     {"moe_ffn_dim", &m.moe_ffn_dim},     {"num_shared_experts", &m.shared_experts},
+      {"n_dense_layers", &m.dense_layers}};
+  auto known = [&](const std::string& k) {
+    return k == "name" || k == "enable_weight_tying" ||
+           std::any_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == k; }) ||
+           std::any_of(optional.begin(), optional.end(), [&](const auto& kv) { return kv.first == k; });
+  };
+  // Every key, whatever it holds: a misspelt one (n_layerz = "3", foo = true) is named.
+  auto refuse_unknown = [&](const std::string& k) {
+    if (known(k)) return;
+    throw InvalidArgument(where + ": unknown key model." + quote_input(k) + " (" + kind_of(k) +
+                          "; known: name, n_layers, dim, ffn_dim, n_heads, n_kv_heads, vocab_size, enable_weight_tying, "
+                          "q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, num_experts, "
+                          "top_k, moe_ffn_dim, num_shared_experts, n_dense_layers)");
+  };
+  for (const auto& [k, _] : t->integers) refuse_unknown(k);
+  for (const auto& [k, _] : t->floats) refuse_unknown(k);
+  for (const auto& [k, _] : t->booleans) refuse_unknown(k);
+  for (const auto& [k, _] : t->strings) refuse_unknown(k);
   if (!t->integers.count("n_kv_heads") && t->integers.count("n_heads") && t->integers.count("kv_lora_rank")) {
     m.kv_heads = t->integers.at("n_heads");  // latent attention: one key and value per head
   }
@@ -1395,34 +1429,22 @@ Model model_from_toml(const std::string& path) {
     const auto it = t->integers.find(k);
     if (it == t->integers.end() && k == "n_kv_heads" && m.kv_heads > 0) continue;
     if (it == t->integers.end()) {
-      const bool other = t->floats.count(k) || t->booleans.count(k) || t->strings.count(k);
-      throw InvalidArgument(where + ": model." + k + (other ? " is not an integer" : " is missing (an integer)"));
+      const char* got = kind_of(k);
+      throw InvalidArgument(where + ": model." + k +
+                            (got ? std::string(" is ") + got + ", not an integer" : std::string(" is missing (an integer)")));
     }
     *into = it->second;
   }
-  if (auto it = t->booleans.find("enable_weight_tying"); it != t->booleans.end()) m.weight_tying = it->second;
-  const std::vector<std::pair<std::string, int64_t*>> optional = {
-      {"q_lora_rank", &m.q_lora_rank},         {"kv_lora_rank", &m.kv_lora_rank},   {"qk_nope_head_dim", &m.qk_nope_head_dim},
-      {"qk_rope_head_dim", &m.qk_rope_head_dim}, {"v_head_dim", &m.v_head_dim},     {"num_experts", &m.experts},
-      {"top_k", &m.top_k},                     {"moe_ffn_dim", &m.moe_ffn_dim},     {"num_shared_experts", &m.shared_experts},
-      {"n_dense_layers", &m.dense_layers}};
+  if (auto it = t->booleans.find("enable_weight_tying"); it != t->booleans.end()) {
+    m.weight_tying = it->second;
+  } else if (const char* got = kind_of("enable_weight_tying")) {
+    throw InvalidArgument(where + ": model.enable_weight_tying is " + got + ", not a boolean (true or false)");
+  }
   for (const auto& [k, into] : optional) {
     if (auto it = t->integers.find(k); it != t->integers.end()) {
       *into = it->second;
-    } else if (t->floats.count(k) || t->booleans.count(k) || t->strings.count(k)) {
-      throw InvalidArgument(where + ": model." + k + " is not an integer");
-    }
-  }
-  auto known = [&](const std::string& k) {
-    return std::any_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == k; }) ||
-           std::any_of(optional.begin(), optional.end(), [&](const auto& kv) { return kv.first == k; });
-  };
-  for (const auto& [k, _] : t->integers) {
-    if (!known(k)) {
-      throw InvalidArgument(where + ": unknown key model." + quote_input(k) +
-                            " (known: name, n_layers, dim, ffn_dim, n_heads, n_kv_heads, vocab_size, enable_weight_tying, "
-                            "q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, num_experts, "
-                            "top_k, moe_ffn_dim, num_shared_experts, n_dense_layers)");
+    } else if (const char* got = kind_of(k)) {
+      throw InvalidArgument(where + ": model." + k + " is " + got + ", not an integer");
     }
   }
   validate_model(m);
