@@ -1336,6 +1336,16 @@ TEST(CliStep, ATorchtitanStepIsCheckedAndCounted) {
     EXPECT_EQ(r.status, 2) << extra;
     EXPECT_NE(joined(r).find(needle), std::string::npos) << extra << "\n" << joined(r);
   }
+  // Each faulted rank's program is a copy: the copies count against the events' bound (127
+  // faults of a long program took 6.9 GB).
+  const std::string deep = write_file("meshsim_deep_model.toml", "[model]\nn_layers = 60000\ndim = 256\nffn_dim = 768\n"
+                                      "n_heads = 16\nn_kv_heads = 16\nvocab_size = 2048\n");
+  std::string many = "step --preset torchtitan:dp_shard=8,tp=2 --seq-len 128 --local-batch-size 1 --model " + deep;
+  for (int r = 1; r <= 7; ++r) many += " --fault skip@" + std::to_string(r);
+  Result copies = run_shell(std::string(MESHSIM_EXE) + " " + many + " 2>&1");
+  EXPECT_EQ(copies.status, 2) << joined(copies);
+  EXPECT_NE(joined(copies).find("faulted ranks (each a copy of its program) hold over 4194304 events"), std::string::npos)
+      << joined(copies);
   // A deepseek_v3 MoE job: its all-to-alls over ep, its experts' gathers over efsdp.
   Result moe = run("step --preset torchtitan:pp=2,dp_shard=8,tp=2,ep=8 --model deepseek_v3-16b --seq-len 4096 "
                    "--local-batch-size 2 --microbatches 4 --format json");

@@ -861,9 +861,19 @@ class Checker {
                                 " events (pp ranks x layers x microbatches): check fewer microbatches or layers");
       }
     }
+    // A faulted rank's program is a copy of its pp rank's: the copies count against the same bound.
     for (const Fault& f : o.faults) {
       auto it = faulted_.find(f.rank);
-      if (it == faulted_.end()) it = faulted_.emplace(f.rank, base_[pp_coordinate(p_, f.rank)]).first;
+      if (it == faulted_.end()) {
+        const std::vector<Event>& base = base_[pp_coordinate(p_, f.rank)];
+        total += static_cast<int64_t>(base.size());
+        if (total > kMaxEvents) {
+          throw ResourceExhausted("the step's programs with " + std::to_string(faulted_.size() + 1) +
+                                  " faulted ranks (each a copy of its program) hold over " + std::to_string(kMaxEvents) +
+                                  " events: plant fewer faults, or check fewer microbatches or layers");
+        }
+        it = faulted_.emplace(f.rank, base).first;
+      }
       apply_fault(job, f, it->second);
     }
   }
