@@ -1075,9 +1075,9 @@ TEST(CliStep, ABuiltInScheduleProgressesAndADeadlockingCsvIsNamed) {
   EXPECT_TRUE(has_line(ok, "OK: 4 pipeline ranks, 4 stages, 8 microbatches: every send meets its receive under rendezvous sends"));
   EXPECT_EQ(run("step --schedule interleaved1f1b --pp 4 --stages 8 --microbatches 8").status, 0);
   EXPECT_EQ(run("step --schedule Interleaved1F1B --pp 4 --microbatches 8").status, 2);  // --stages needed
-  // pytorch/pytorch#172668's two ranks, each sending before it receives.
-  const std::string csv = write_file("meshsim_deadlock.csv", "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
-                  "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n");
+  // pytorch/pytorch#172668's two ranks, each sending before it receives: the file docs/step.md's
+  // example reads, as shipped.
+  const std::string csv = std::string(MESHSIM_TEST_DATA) + "/../../docs/examples/deadlock.csv";
   Result dead = run("step --schedule " + csv + " --microbatches 2");
   EXPECT_EQ(dead.status, 1);
   // PyTorch's _format_pipeline_order grid, its error marker on the step where both ranks wait.
