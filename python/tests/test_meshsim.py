@@ -704,6 +704,16 @@ def test_step_and_trace_check_refuse_wrong_types_with_meshsims_errors(tmp_path):
     assert meshsim.step("torchtitan:dp_shard=2", "llama3-debugmodel", **job, trace=False)["ok"]
 
 
+def test_an_error_message_keeps_what_follows_a_nul_byte():
+    # The message is whole (the NUL written as \x00), not cut where a C string would end.
+    with pytest.raises(meshsim.InvalidArgument) as e:
+        meshsim.step("torchtitan:tp=2\x00x", "llama3-8b", seq_len=8, local_batch_size=1)
+    assert "2\\x00x" in str(e.value), str(e.value)
+    with pytest.raises(meshsim.InvalidArgument) as e:
+        meshsim.trace_check("/nonexistent\x00tail")
+    assert "\\x00tail" in str(e.value), str(e.value)
+
+
 def test_step_checks_a_torchtitan_step_as_the_tool_does(tmp_path):
     job = dict(seq_len=8192, local_batch_size=8, microbatches=8, gpus_per_host=8)
     report = meshsim.step("torchtitan:pp=4,dp_shard=8,tp=2", "llama3-8b", **job)

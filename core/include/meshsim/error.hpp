@@ -35,8 +35,25 @@ namespace meshsim {
 // class name reported by tools (e.g. the "type" field of a `meshsim query` error answer).
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  // A NUL byte in the message (a user's value quoted whole) is written as \x00: what() is a C
+  // string, and every reader of it (the tool's stderr, Python's exception) would stop there.
+  explicit Error(const std::string& message) : std::runtime_error(without_nul(message)) {}
   virtual const char* type_name() const noexcept { return "Error"; }
+
+ private:
+  static std::string without_nul(const std::string& m) {
+    if (m.find('\0') == std::string::npos) return m;
+    std::string out;
+    out.reserve(m.size() + 8);
+    for (char c : m) {
+      if (c == '\0') {
+        out += "\\x00";
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  }
 };
 
 #define MESHSIM_DEFINE_ERROR(Name, Base)                                 \
