@@ -50,6 +50,17 @@ def peer(port, *ops, env=None, timeout=30):
     return p.returncode, p.stdout.splitlines(), time.monotonic() - t0
 
 
+def the_113_protocol_forced_on_a_2x_server_fails(test, port):
+    """An ADD in the 1.13 protocol, forced, to a 2.x server: refused within the reply deadline
+    (libuv never answers it, the legacy server closes it), naming the server and the setting."""
+    rc, out, secs = peer(port, "add", "/k", "1",
+                         env={"MESHSIM_TORCH_STORE_PROTOCOL": "1.13", "MESHSIM_REPLY_TIMEOUT_MS": "1000"})
+    test.assertEqual(rc, 1)
+    test.assertIn(f"127.0.0.1:{port}", out[0])
+    test.assertIn("MESHSIM_TORCH_STORE_PROTOCOL=1.13 may be wrong", out[0])
+    test.assertLess(secs, 5)
+
+
 def gloo_run_over_agent_store(test, port):
     """Four `meshsim run --backend gloo` processes as torchrun's workers: the agent's store at
     MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE), run id "emu", attempt 1."""
@@ -157,12 +168,7 @@ class RealTorchStore:
 
     def test_the_other_protocol_forced_fails_within_the_deadline_naming_the_server(self):
         if PROTOCOL == "torch-2":
-            rc, out, secs = peer(self.port, "add", "/k", "1",
-                                 env={"MESHSIM_TORCH_STORE_PROTOCOL": "1.13", "MESHSIM_REPLY_TIMEOUT_MS": "1000"})
-            self.assertEqual(rc, 1)
-            self.assertIn(f"127.0.0.1:{self.port}", out[0])
-            self.assertIn("MESHSIM_TORCH_STORE_PROTOCOL=1.13 may be wrong", out[0])
-            self.assertLess(secs, 5)
+            the_113_protocol_forced_on_a_2x_server_fails(self, self.port)
             self.assertEqual(peer(self.port, "add", "/ok", "1")[1], ["1"])  # the server serves everyone else
             return
         rc, out, secs = peer(self.port, "set", "/k", "v", env={"MESHSIM_TORCH_STORE_PROTOCOL": "2"})
@@ -400,12 +406,7 @@ class TorchStore2Emulated(unittest.TestCase):
         self.assertEqual((rc, out), (0, ["v"]))
 
     def test_the_113_protocol_forced_on_a_2x_server_ends_at_the_reply_deadline(self):
-        rc, out, secs = peer(self.port, "add", "/k", "1",
-                             env={"MESHSIM_TORCH_STORE_PROTOCOL": "1.13", "MESHSIM_REPLY_TIMEOUT_MS": "1000"})
-        self.assertEqual(rc, 1)
-        self.assertIn(f"127.0.0.1:{self.port}", out[0])
-        self.assertIn("MESHSIM_TORCH_STORE_PROTOCOL=1.13 may be wrong", out[0])
-        self.assertLess(secs, 5)
+        the_113_protocol_forced_on_a_2x_server_fails(self, self.port)
         self.assertNotIn(b"/k", self.server.kv)
 
     def test_a_gloo_run_of_four_processes_over_the_2x_agent_store(self):
