@@ -351,6 +351,32 @@ void report_to_launcher(const Plan& plan, const Outcome& r, std::chrono::system_
                    "meshsim run: rank " + std::to_string(plan.launched->rank) + " of " + std::to_string(plan.world) +
                        " failed: " + text,
                    stamp);
+  // The dates only order the failures torchrun has seen when it looks: once one worker has failed
+  // it stops the rest, and a faulty rank stopped before its report was written is no failure of
+  // record. So a faulty rank announces its report on the job's store, and a rank that only
+  // observed the fault leaves after that announcement (and a moment for torchrun to see the
+  // faulty process end), or after a bounded wait. A rank whose process died announces nothing:
+  // its own exit is already the first failure.
+  const std::string reported = plan.prefix + "/reported/";
+  try {
+    if (culprit) {
+      plan.store->set(reported + std::to_string(plan.launched->rank), "1");
+      return;
+    }
+    std::vector<std::string> keys;
+    for (const Diagnosis& d : r.failures) {
+      const bool alive = d.kind == DiagnosisKind::kError || d.kind == DiagnosisKind::kMismatch ||
+                         d.kind == DiagnosisKind::kDeparted || d.kind == DiagnosisKind::kMesh;
+      if (alive && !d.ranks.empty() && d.ranks[0] != plan.launched->rank) {
+        keys.push_back(reported + std::to_string(d.ranks[0]));
+      }
+    }
+    if (keys.empty()) return;
+    plan.store->wait(keys, std::min<std::chrono::milliseconds>(plan.timeout, std::chrono::seconds(5)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  } catch (const std::exception&) {
+    // The store is gone or the faulty rank never reported: leave now, the wait was bounded.
+  }
 }
 
 }  // namespace
