@@ -519,5 +519,219 @@ TEST(PlanCheck, TheToolTakesThePlansFlagsOrAFileOfThem) {
   fs::remove_all(dir);
 }
 
+// --- hostile dumps: cost in proportion to the bytes ---------------------------------------------
+
+// A pickle assembled opcode by opcode (protocol 4): what no Flight Recorder writes but an
+// attacker can, memo references that name one big value many times.
+struct Pk {
+  std::string b = "\x80\x04";
+  Pk& str(const std::string& s) {
+    b += '\x8c';
+    b += static_cast<char>(s.size());
+    b += s;
+    return *this;
+  }
+  Pk& num(int32_t v) {
+    b += 'J';
+    for (int k = 0; k < 4; ++k) b += static_cast<char>((static_cast<uint32_t>(v) >> (8 * k)) & 0xff);
+    return *this;
+  }
+  Pk& op(char c) {
+    b += c;
+    return *this;
+  }
+  Pk& get(uint32_t slot) {
+    b += 'j';
+    for (int k = 0; k < 4; ++k) b += static_cast<char>((slot >> (8 * k)) & 0xff);
+    return *this;
+  }
+  // A dump's top: version and a one-group pg_config of ranks "[0]", then "entries" and a list's
+  // MARK: the caller adds the records, then end().
+  Pk& top() {
+    op('}').op('(').str("version").str("2.10").str("pg_config").op('}').op('(').str("0");
+    op('}').op('(').str("desc").str("default_pg").str("ranks").str("[0]").op('u').op('u');
+    return str("entries").op(']').op('(');
+  }
+  // The fields of one record (inside a dict's MARK), with input_sizes [[1] * dims].
+  Pk& fields(int32_t seq, int dims) {
+    str("record_id").num(seq).str("pg_id").num(0).str("process_group").str("0").str("default_pg").op('\x86');
+    str("collective_seq_id").num(seq).str("p2p_seq_id").num(0).str("op_id").num(seq);
+    str("profiling_name").str("nccl:all_reduce");
+    str("input_sizes").op(']').op('(').op(']').op('(');
+    for (int k = 0; k < dims; ++k) num(1);
+    op('e').op('e');
+    str("output_sizes").op(']').op('(').op(']').op('(');
+    for (int k = 0; k < dims; ++k) num(1);
+    op('e').op('e');
+    str("input_dtypes").op(']').op('(').str("Float").op('e').str("output_dtypes").op(']').op('(').str("Float").op('e');
+    return str("state").str("completed").str("is_p2p").op('\x89');
+  }
+  std::string end() { return b + "eu."; }
+};
+
+TEST(HostileDumps, OneRecordSharedByMemoIsRefusedNotCopiedPerReference) {
+  // 10,000 references to one record whose sizes hold 30,000 numbers: 0.3 MB that would decode
+  // to 4.8 GB of copies. Refused (a typed error naming the bound) before it is built.
+  Pk p;
+  p.top().op('}').op('(').fields(0, 30000).op('u').op('\x94');
+  for (int k = 1; k < 10000; ++k) p.get(0);
+  const std::string bytes = p.end();
+  ASSERT_LT(bytes.size(), std::size_t{1} << 20);
+  try {
+    parse_dump(bytes, 0, "shared_record");
+    FAIL() << "a dump decoding to 4.8 GB was read";
+  } catch (const ResourceExhausted& e) {
+    EXPECT_NE(std::string(e.what()).find("decode to more than"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shared_record"), std::string::npos) << e.what();
+  }
+  // The same record once is read, sizes and all.
+  Pk once;
+  once.top().op('}').op('(').fields(0, 30000).op('u');
+  const Dump d = parse_dump(once.end(), 0, "one_record");
+  ASSERT_EQ(d.entries.size(), 1u);
+  EXPECT_EQ(d.entries[0].input_sizes.at(0).size(), 30000u);
+}
+
+TEST(HostileDumps, GroupsThatShareOneHugeRankListAreRefused) {
+  // 2,000 group names whose value is one dict of 100,000 ranks (0.3 MB; 1.6 GB as copies).
+  Pk p;
+  p.op('}').op('(').str("version").str("2.10").str("pg_config").op('}').op('(').str("g0").op('}').op('(');
+  p.str("desc").str("x").str("ranks").op(']').op('(');
+  for (int k = 0; k < 100000; ++k) p.num(k);
+  p.op('e').op('u').op('\x94');
+  for (int k = 1; k < 2000; ++k) p.str("g" + std::to_string(k)).get(0);
+  p.op('u').str("entries").op(']').op('u').op('.');
+  const std::string bytes = p.b;
+  ASSERT_LT(bytes.size(), std::size_t{1} << 20);
+  EXPECT_THROW(parse_dump(bytes, 0, "shared_group"), ResourceExhausted);
+}
+
+TEST(HostileDumps, ARecordDictOfOneKeySetAMillionTimesIsLookedUpOnce) {
+  // One record whose dict sets the key "x" 200,000 times (Python keeps the last), named by 5,000
+  // records: each field lookup is a hash lookup, not a walk over 400,000 items per record.
+  Pk p;
+  p.top().op('}').op('(').fields(0, 1);
+  for (int k = 0; k < 200000; ++k) p.str("x").num(k);
+  p.op('u').op('\x94');
+  for (int k = 1; k < 5000; ++k) p.get(0);
+  const Dump d = parse_dump(p.end(), 0, "repeated_key");
+  ASSERT_EQ(d.entries.size(), 5000u);
+  EXPECT_EQ(d.entries.back().op, "all_reduce");
+  // Python's last-wins: a later "state" overrides the first.
+  Pk q;
+  q.top().op('}').op('(').fields(0, 1);
+  for (int k = 0; k < 100; ++k) q.str("pad" + std::to_string(k)).num(k);
+  q.str("state").str("started").op('u');
+  EXPECT_EQ(parse_dump(q.end(), 0, "last_wins").entries.at(0).state, EntryState::kStarted);
+}
+
+// A dump (as JSON, which parse_dump reads too) of `rank` in one group of `members` ranks,
+// with `records` all_reduces, the last one started, dtype `odd` at sequence ids s % 2 == parity.
+std::string json_dump(const std::string& members, int records, int parity) {
+  nlohmann::json j;
+  j["version"] = "2.10";
+  j["pg_config"]["0"] = {{"name", "0"}, {"desc", "default_pg"}, {"ranks", members}};
+  auto& es = j["entries"] = nlohmann::json::array();
+  for (int s = 1; s <= records; ++s) {
+    const std::string dt = s % 2 == parity ? "Half" : "Float";
+    es.push_back({{"record_id", s - 1}, {"pg_id", 0}, {"process_group", {"0", "default_pg"}}, {"collective_seq_id", s},
+                  {"p2p_seq_id", 0}, {"op_id", s}, {"profiling_name", "nccl:all_reduce"}, {"input_sizes", {{4}}},
+                  {"output_sizes", {{4}}}, {"input_dtypes", {dt}}, {"output_dtypes", {dt}},
+                  {"state", s == records ? "started" : "completed"}, {"is_p2p", false}});
+  }
+  return j.dump();
+}
+
+TEST(HostileDumps, AHugeGroupCostsItsRecordsNotItsMembersTimesItsSequenceIds) {
+  // Two dumps of a group of ~670,000 scattered ranks (no two runs alike: 220,000 ranges), 3,000
+  // records each, every record a dtype mismatch between the two (none merge: the sides
+  // alternate), the last started. Reports stay bounded: each problem names its group in at most
+  // 64 ranges (text and JSON), the JSON lists the group once, and the ~670,000 members without
+  // dumps are one note, not a culprit line each.
+  std::vector<int64_t> ranks;
+  std::string members = "[";
+  for (int64_t r = 0; r < 1000000; ++r) {
+    if ((r * 2654435761u) % 3 == 0 && r > 1) continue;
+    members += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    ranks.push_back(r);
+  }
+  members += "]";
+  std::vector<Dump> dumps;
+  std::size_t input = 0;
+  for (int rank : {0, 1}) {
+    const std::string bytes = json_dump(members, 3000, rank);
+    input += bytes.size();
+    dumps.push_back(parse_dump(bytes, rank, "rank_" + std::to_string(rank)));
+  }
+  const CheckReport r = check_dumps(dumps);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.collectives_checked, 3000);
+  EXPECT_EQ(culprits(r), (std::set<int64_t>{0, 1}));
+  EXPECT_TRUE(kinds(r).count("dtype")) << r.problems.front().message;
+  EXPECT_TRUE(kinds(r).count("missing-dump"));
+  DumpSet set;
+  set.dir = "huge";
+  set.prefix = "rank_";
+  const std::string t = report_text(r, set);
+  const std::string js = report_json(r, set).dump();
+  EXPECT_LT(t.size(), std::size_t{4} << 20) << t.substr(0, 2000);
+  EXPECT_LT(js.size(), input) << "the JSON report is not bounded by its input";
+  // The whole group, once: parsed back, it is the group's ranks.
+  const auto j = nlohmann::json::parse(js);
+  ASSERT_EQ(j["group_list"].size(), 1u);
+  EXPECT_EQ(j["group_list"][0]["size"], ranks.size());
+  EXPECT_EQ(j["group_list"][0]["ranks"], format_ranks(ranks, SIZE_MAX));
+  EXPECT_NE(t.find("members without dumps"), std::string::npos);
+}
+
+TEST(HostileDumps, AChainOfWaitsIsFollowedOnceNotFromEveryRank) {
+  // 20,000 ranks, rank i waiting in group {i, i+1} on rank i+1, which never issued it because
+  // it waits in its own next group: the last rank holds everyone up, and the walk is linear.
+  const int n = 20000;
+  std::vector<Dump> dumps(n);
+  for (int i = 0; i < n; ++i) {
+    Dump& d = dumps[i];
+    d.rank = i;
+    d.path = "rank_" + std::to_string(i);
+    for (int g : {i - 1, i}) {
+      if (g < 0 || g + 1 >= n) continue;
+      d.groups.push_back(GroupConfig{"g" + std::to_string(g), "", {g, g + 1}});
+    }
+    if (i + 1 < n) {
+      Entry e;
+      e.group = "g" + std::to_string(i);
+      e.collective_seq_id = 1;
+      e.profiling_name = "nccl:all_reduce";
+      e.op = "all_reduce";
+      e.input_sizes = e.output_sizes = {{4}};
+      e.input_dtypes = e.output_dtypes = {"Float"};
+      e.state = EntryState::kStarted;
+      d.entries.push_back(e);
+    }
+  }
+  const CheckReport r = check_dumps(dumps);
+  EXPECT_FALSE(r.ok);
+  ASSERT_TRUE(culprits(r).count(n - 1)) << r.culprits.size();
+  for (const auto& c : r.culprits) {
+    if (c.rank == n - 1) EXPECT_NE(c.why.find("19999 ranks"), std::string::npos) << c.why;
+  }
+}
+
+TEST(HostileDumps, APrefixRefusalNamesAFewPrefixesNotAll) {
+  const std::string dir = temp_dir("prefixes");
+  fs::create_directories(dir);
+  for (int k = 0; k < 3000; ++k) std::ofstream(dir + "/p" + std::to_string(k) + "x_0") << "{}";
+  try {
+    read_dump_dir(dir, std::nullopt);
+    FAIL() << "3,000 prefixes were taken for one";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_LT(what.size(), 1000u) << what.substr(0, 2000);
+    EXPECT_NE(what.find("and 2992 more"), std::string::npos) << what;
+    EXPECT_NE(what.find("give --prefix"), std::string::npos) << what;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace meshsim::trace

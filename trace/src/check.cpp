@@ -151,6 +151,7 @@ struct Group {
   std::vector<int64_t> ranks;
   std::vector<int64_t> claimers;
   std::map<std::string, std::vector<int64_t>> descs;  // desc -> ranks that list it so
+  std::shared_ptr<const std::vector<int64_t>> shared;  // ranks, once, for its problems
 };
 
 struct RankState {
@@ -205,7 +206,8 @@ class Checker {
     if (g >= 0) {
       p.group = groups_[g].name;
       p.desc = groups_[g].desc;
-      p.group_ranks = groups_[g].ranks;
+      if (!groups_[g].shared) groups_[g].shared = std::make_shared<const std::vector<int64_t>>(groups_[g].ranks);
+      p.group_ranks = groups_[g].shared;
     }
     std::sort(p.ranks.begin(), p.ranks.end());
     report_.problems.push_back(std::move(p));
@@ -354,39 +356,72 @@ class Checker {
     if (conflicted_.count(g)) return;
     auto& ms = members_[g];
     const int64_t n = static_cast<int64_t>(ms.size());
-    std::set<int64_t> seqs;
-    for (const auto& m : ms) {
-      for (const auto& b : m.bundles) seqs.insert(b.first);
-    }
-    std::vector<std::size_t> cursor(ms.size(), 0);
-    std::vector<char> reported_never(ms.size(), 0);
-    std::vector<int64_t> unknown;
+    // Every cost here is in the records (and the problems found), never in members x sequence
+    // ids: a group of 10^6 ranks of which one dumped is walked over that one dump's records.
+    std::vector<int64_t> seqs;
+    std::vector<std::size_t> dumped;  // members with a dump
     for (std::size_t i = 0; i < ms.size(); ++i) {
-      if (ms[i].dumped && ms[i].bundles.empty() && ranks_.at(ms[i].rank).wrapped && !seqs.empty()) unknown.push_back(ms[i].rank);
+      if (!ms[i].dumped) continue;
+      dumped.push_back(i);
+      for (const auto& b : ms[i].bundles) seqs.push_back(b.first);
+    }
+    std::sort(seqs.begin(), seqs.end());
+    seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
+    const auto pos = [&](int64_t s) { return static_cast<std::size_t>(std::lower_bound(seqs.begin(), seqs.end(), s) - seqs.begin()); };
+    // Per sequence id: the members holding it (in member order), those that never issued it
+    // (each member once, at the first id past its newest record that it does not hold), and
+    // those with a gap there inside what their buffers hold. A member's bundles are taken in
+    // record order while their ids increase (a record whose id goes back is not matched).
+    std::vector<std::vector<std::pair<int64_t, const std::vector<const Entry*>*>>> present_at(seqs.size());
+    std::vector<std::vector<int64_t>> never_at(seqs.size()), absent_at(seqs.size());
+    std::vector<int64_t> unknown;
+    for (std::size_t i : dumped) {
+      const Member& m = ms[i];
+      if (m.bundles.empty()) {
+        if (!seqs.empty()) {
+          if (ranks_.at(m.rank).wrapped) unknown.push_back(m.rank);
+          else never_at[0].push_back(m.rank);
+        }
+        continue;
+      }
+      std::vector<std::size_t> held;  // positions in seqs, increasing
+      for (const auto& b : m.bundles) {
+        const std::size_t at = pos(b.first);
+        if (!held.empty() && at <= held.back()) continue;
+        held.push_back(at);
+        present_at[at].push_back({m.rank, &b.second});
+      }
+      const int64_t first = m.bundles.front().first, last = m.bundles.back().first;
+      // never: the first id past `last` it does not hold.
+      for (std::size_t at = static_cast<std::size_t>(std::upper_bound(seqs.begin(), seqs.end(), last) - seqs.begin());
+           at < seqs.size(); ++at) {
+        if (!std::binary_search(held.begin(), held.end(), at)) {
+          never_at[at].push_back(m.rank);
+          break;
+        }
+      }
+      // absent: ids in (first, last] it does not hold, walked between the ids it holds.
+      const std::size_t lo = static_cast<std::size_t>(std::upper_bound(seqs.begin(), seqs.end(), first) - seqs.begin());
+      const std::size_t hi = static_cast<std::size_t>(std::upper_bound(seqs.begin(), seqs.end(), last) - seqs.begin());
+      std::size_t at = lo;
+      for (std::size_t h : held) {
+        if (h < lo) continue;
+        if (h >= hi) break;
+        for (; at < h; ++at) absent_at[at].push_back(m.rank);
+        at = h + 1;
+      }
+      for (; at < hi; ++at) absent_at[at].push_back(m.rank);
     }
     if (!unknown.empty()) {
       report_.notes.push_back(group_text(g) + ": " + who(unknown) +
                               " hold no record of it in their wrapped ring buffers: whether they issued its collectives is unknown");
     }
-    for (int64_t s : seqs) {
+    for (std::size_t at = 0; at < seqs.size(); ++at) {
+      const int64_t s = seqs[at];
       ++report_.collectives_checked;
-      std::vector<std::pair<int64_t, const std::vector<const Entry*>*>> present;
-      std::vector<int64_t> never, absent;
-      for (std::size_t i = 0; i < ms.size(); ++i) {
-        Member& m = ms[i];
-        if (!m.dumped) continue;
-        while (cursor[i] < m.bundles.size() && m.bundles[cursor[i]].first < s) ++cursor[i];
-        if (cursor[i] < m.bundles.size() && m.bundles[cursor[i]].first == s) {
-          present.push_back({m.rank, &m.bundles[cursor[i]].second});
-        } else if (never_issued(m, s)) {
-          if (!reported_never[i]) {
-            reported_never[i] = 1;
-            never.push_back(m.rank);
-          }
-        } else if (!m.bundles.empty() && s > m.bundles.front().first) {
-          absent.push_back(m.rank);  // a gap inside what its buffer holds
-        }
-      }
+      const auto& present = present_at[at];
+      const std::vector<int64_t>& never = never_at[at];
+      const std::vector<int64_t>& absent = absent_at[at];
       if (present.empty()) continue;
       const Entry& ref = *present.front().second->front();
       // Agreement: the ranks against the majority.
@@ -637,9 +672,58 @@ class Checker {
   // follow_waits: every rank's oldest pending record is what it waits in; the members that never
   // issued it (or the peer that never met it) hold it up. Following these waits ends at ranks
   // that wait in nothing (the roots: culprits), at ranks without a dump, or in a cycle.
+  // follow_waits: who each waiting rank waits on, the ranks at the end of those waits (the
+  // roots that hold everyone up) and cycles of waits. Linear in the waits and the roots reached:
+  // the blockers of a (group, sequence id) are found once, a group's members without dumps are
+  // one node when there are many, cycles are found by an iterative Tarjan (no recursion), and
+  // each strongly connected part's roots are computed once, sinks first. Past kMaxWaitWork the
+  // rest is not followed and a note says so.
   void follow_waits() {
-    std::map<int64_t, std::vector<int64_t>> blockers;
+    constexpr std::size_t kMaxWaitWork = std::size_t{1} << 25;
+    constexpr std::size_t kMaxMissingListed = 64;  // missing members named one by one
+    std::size_t work = 0;
+    bool cut = false;
+    std::map<int64_t, std::vector<int64_t>> blockers;  // a waiting rank -> the nodes it waits on
     std::map<int64_t, std::string> waits_in;
+    std::map<int64_t, int> missing_group;  // a pseudo node (< 0) -> the group whose missing members it stands for
+    std::map<std::pair<int, int64_t>, std::vector<int64_t>> cached;
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> by_last(groups_.size());  // (newest seq, rank), sorted
+    std::vector<char> by_last_built(groups_.size(), 0);
+    auto blockers_of = [&](int g, int64_t s) -> const std::vector<int64_t>& {
+      auto [it, fresh] = cached.try_emplace({g, s});
+      if (!fresh) return it->second;
+      auto& b = it->second;
+      if (auto nv = never_.find({g, s}); nv != never_.end()) b = nv->second;
+      if (!by_last_built[g]) {
+        by_last_built[g] = 1;
+        std::vector<int64_t> missing;
+        for (const Member& m : members_[g]) {
+          if (!m.dumped) missing.push_back(m.rank);
+          else if (!m.bundles.empty()) by_last[g].push_back({m.bundles.back().first, m.rank});
+          else if (!ranks_.at(m.rank).wrapped) by_last[g].push_back({INT64_MIN, m.rank});
+        }
+        std::sort(by_last[g].begin(), by_last[g].end());
+        work += members_[g].size();
+        if (missing.size() > kMaxMissingListed) {
+          const int64_t pseudo = -1 - static_cast<int64_t>(g);
+          missing_group[pseudo] = g;
+          missing_of_[g] = std::move(missing);
+        } else {
+          missing_of_[g] = std::move(missing);
+        }
+      }
+      for (const auto& [last, r] : by_last[g]) {
+        if (last >= s) break;
+        b.push_back(r);
+      }
+      const auto& missing = missing_of_[g];
+      if (missing.size() > kMaxMissingListed) b.push_back(-1 - static_cast<int64_t>(g));
+      else b.insert(b.end(), missing.begin(), missing.end());
+      std::sort(b.begin(), b.end());
+      b.erase(std::unique(b.begin(), b.end()), b.end());
+      work += b.size();
+      return b;
+    };
     for (auto& [r, rs] : ranks_) {
       if (!rs.blocking) continue;
       const Entry& e = *rs.blocking;
@@ -650,53 +734,128 @@ class Checker {
         if (auto it = unmatched_.find(&e); it != unmatched_.end()) b.push_back(it->second);
         continue;
       }
-      if (auto it = never_.find({g, e.collective_seq_id}); it != never_.end()) b = it->second;
-      for (const Member& m : members_[g]) {
-        if (!m.dumped) b.push_back(m.rank);
-        else if (never_issued(m, e.collective_seq_id) && std::find(b.begin(), b.end(), m.rank) == b.end()) b.push_back(m.rank);
+      if (work > kMaxWaitWork) {
+        cut = true;
+        continue;
       }
-      std::sort(b.begin(), b.end());
-      b.erase(std::unique(b.begin(), b.end()), b.end());
+      b = blockers_of(g, e.collective_seq_id);
     }
-    // Roots, found by walking from each waiting rank; cycles by Tarjan's algorithm over waits.
-    std::map<int64_t, std::vector<int64_t>> held_up;  // root -> ranks whose waits lead to it
+    auto waits = [&](int64_t x) {
+      auto it = blockers.find(x);
+      return it != blockers.end() && !it->second.empty();
+    };
     std::vector<int64_t> stuck;
     for (const auto& [r, b] : blockers) {
       if (b.empty()) stuck.push_back(r);
-      std::set<int64_t> seen{r};
-      std::vector<int64_t> todo(b.begin(), b.end());
-      while (!todo.empty()) {
-        const int64_t x = todo.back();
-        todo.pop_back();
-        if (!seen.insert(x).second) continue;
-        auto it = blockers.find(x);
-        if (it == blockers.end() || it->second.empty()) {
-          held_up[x].push_back(r);  // waits in nothing, or in what every member issued
-        } else {
-          todo.insert(todo.end(), it->second.begin(), it->second.end());
+    }
+    if (cut) stuck.clear();  // blockers left unfound are not "every member issued it"
+    // Strongly connected parts of the waits (iterative Tarjan), in the order they close: each
+    // after every part it waits on.
+    std::unordered_map<int64_t, int64_t> index, low;
+    std::unordered_map<int64_t, std::size_t> part_of;
+    std::vector<std::vector<int64_t>> parts;
+    std::vector<int64_t> stack;
+    std::unordered_map<int64_t, char> on;
+    int64_t counter = 0;
+    for (const auto& [start, unused] : blockers) {
+      if (!waits(start) || index.count(start)) continue;
+      std::vector<std::pair<int64_t, std::size_t>> frames{{start, 0}};
+      index[start] = low[start] = counter++;
+      stack.push_back(start);
+      on[start] = 1;
+      while (!frames.empty()) {
+        auto& [v, next] = frames.back();
+        const auto& bv = blockers[v];
+        if (next < bv.size()) {
+          const int64_t w = bv[next++];
+          if (!waits(w)) continue;
+          if (!index.count(w)) {
+            index[w] = low[w] = counter++;
+            stack.push_back(w);
+            on[w] = 1;
+            frames.push_back({w, 0});
+          } else if (on[w]) {
+            low[v] = std::min(low[v], index[w]);
+          }
+          continue;
+        }
+        if (low[v] == index[v]) {
+          std::vector<int64_t> part;
+          int64_t w;
+          do {
+            w = stack.back();
+            stack.pop_back();
+            on[w] = 0;
+            part.push_back(w);
+            part_of[w] = parts.size();
+          } while (w != v);
+          std::sort(part.begin(), part.end());
+          parts.push_back(std::move(part));
+        }
+        const int64_t done = v;
+        frames.pop_back();
+        if (!frames.empty()) low[frames.back().first] = std::min(low[frames.back().first], low[done]);
+      }
+    }
+    // Each part's roots: what its waits reach that waits in nothing.
+    std::vector<std::vector<int64_t>> roots(parts.size());
+    for (std::size_t k = 0; k < parts.size() && !cut; ++k) {
+      std::vector<int64_t> rs;
+      for (int64_t v : parts[k]) {
+        for (int64_t w : blockers[v]) {
+          if (!waits(w)) {
+            rs.push_back(w);
+          } else if (part_of[w] != k) {
+            const auto& more = roots[part_of[w]];
+            rs.insert(rs.end(), more.begin(), more.end());
+            work += more.size();
+          }
         }
       }
+      std::sort(rs.begin(), rs.end());
+      rs.erase(std::unique(rs.begin(), rs.end()), rs.end());
+      roots[k] = std::move(rs);
+      if (work > kMaxWaitWork) cut = true;
+    }
+    std::map<int64_t, std::vector<int64_t>> held_up;  // root -> ranks whose waits lead to it
+    for (std::size_t k = 0; k < parts.size() && !cut; ++k) {
+      for (int64_t root : roots[k]) {
+        auto& h = held_up[root];
+        h.insert(h.end(), parts[k].begin(), parts[k].end());
+        work += parts[k].size();
+      }
+      if (work > kMaxWaitWork) cut = true;
+    }
+    if (cut) {
+      held_up.clear();
+      report_.notes.push_back(std::to_string(blockers.size()) + " ranks wait: their waits are too many to follow (over " +
+                              std::to_string(kMaxWaitWork) + " steps), so no culprit is named from them");
+    }
+    // What a rank never issued that others wait in, and the p2p records that wait for it.
+    std::unordered_map<int64_t, std::string> never_what, p2p_what;
+    for (const auto& [key, never] : never_) {
+      for (int64_t r : never) never_what.try_emplace(r, group_text(key.first) + " #" + std::to_string(key.second));
+    }
+    for (const auto& [e, peer] : unmatched_) {
+      p2p_what.try_emplace(peer, std::string(e->op == "recv" ? "the send that " : "the receive that ") + e->profiling_name.substr(0, 60) +
+                                     " (record " + std::to_string(e->record_id) + ") waits for");
     }
     for (auto& [root, rs] : held_up) {
       std::sort(rs.begin(), rs.end());
+      if (auto pseudo = missing_group.find(root); pseudo != missing_group.end()) {
+        const auto& missing = missing_of_[pseudo->second];
+        report_.notes.push_back(group_text(pseudo->second) + ": " + counted(rs, 8) + " " + verb(rs, "wait") + " on its " +
+                                std::to_string(missing.size()) + " members without dumps (" + format_ranks(missing, 8) +
+                                "); each may be the one that holds them up");
+        continue;
+      }
       if (missing_.count(root)) {
         blame(root, "no dump; " + counted(rs, 8) + " " + verb(rs, "wait") + " on it");
         continue;
       }
-      // What root never issued that others wait in.
       std::string what;
-      for (const auto& [key, never] : never_) {
-        if (std::find(never.begin(), never.end(), root) != never.end()) {
-          what = group_text(key.first) + " #" + std::to_string(key.second);
-          break;
-        }
-      }
-      for (const auto& [e, peer] : unmatched_) {
-        if (what.empty() && peer == root) {
-          what = std::string(e->op == "recv" ? "the send that " : "the receive that ") + e->profiling_name.substr(0, 60) + " (record " +
-                 std::to_string(e->record_id) + ") waits for";
-        }
-      }
+      if (auto it = never_what.find(root); it != never_what.end()) what = it->second;
+      else if (auto jt = p2p_what.find(root); jt != p2p_what.end()) what = jt->second;
       const RankState& rs_root = ranks_.at(root);
       if (rs_root.blocking) {
         // It waits itself, in a collective every member with a dump issued: stuck inside it.
@@ -712,59 +871,20 @@ class Checker {
                       counted(rs, 8) + " " + verb(rs, "wait") + " on; it waits in nothing itself" +
                       (d.entries.empty() ? " (its dump holds no records)" : " (newest record: " + entry_text(d.entries.back()) + ")"));
     }
-    // Cycles of waits.
-    std::map<int64_t, int> index, low;
-    std::vector<int64_t> stack;
-    std::set<int64_t> on;
-    int counter = 0;
-    std::function<void(int64_t)> strong = [&](int64_t v) {
-      index[v] = low[v] = counter++;
-      stack.push_back(v);
-      on.insert(v);
-      for (int64_t w : blockers[v]) {
-        if (!blockers.count(w)) continue;
-        if (!index.count(w)) {
-          strong(w);
-          low[v] = std::min(low[v], low[w]);
-        } else if (on.count(w)) {
-          low[v] = std::min(low[v], index[w]);
-        }
+    // Cycles of waits: a part of more than one rank, or one that waits on itself.
+    for (const auto& part : parts) {
+      const auto& bv = blockers[part.front()];
+      if (part.size() == 1 && std::find(bv.begin(), bv.end(), part.front()) == bv.end()) continue;
+      Problem p;
+      p.kind = "wait-cycle";
+      p.ranks = part;
+      std::string text;
+      for (std::size_t k = 0; k < part.size() && k < 8; ++k) {
+        text += (k ? "; " : "") + ("rank " + std::to_string(part[k]) + " waits in " + waits_in[part[k]]);
       }
-      if (low[v] == index[v]) {
-        std::vector<int64_t> scc;
-        int64_t w;
-        do {
-          w = stack.back();
-          stack.pop_back();
-          on.erase(w);
-          scc.push_back(w);
-        } while (w != v);
-        const auto& bv = blockers[v];
-        if (scc.size() > 1 || std::find(bv.begin(), bv.end(), v) != bv.end()) {
-          std::sort(scc.begin(), scc.end());
-          Problem p;
-          p.kind = "wait-cycle";
-          p.ranks = scc;
-          std::string parts;
-          for (std::size_t k = 0; k < scc.size() && k < 8; ++k) {
-            parts += (k ? "; " : "") + ("rank " + std::to_string(scc[k]) + " waits in " + waits_in[scc[k]]);
-          }
-          p.message = who(scc) + " wait on each other (each waits in what another never issued): " + parts;
-          for (int64_t r : scc) blame(r, "in a cycle of waits: " + waits_in[r]);
-          add(std::move(p), -1);
-        }
-      }
-    };
-    // The recursion is one frame per waiting rank on a chain; past kMaxCycleSearch waiting
-    // ranks it is not run (and a note says so) rather than risk the stack.
-    constexpr std::size_t kMaxCycleSearch = 16384;
-    if (blockers.size() <= kMaxCycleSearch) {
-      for (const auto& [r, b] : blockers) {
-        if (!index.count(r)) strong(r);
-      }
-    } else {
-      report_.notes.push_back(std::to_string(blockers.size()) + " ranks wait: cycles of waits are not searched past " +
-                              std::to_string(kMaxCycleSearch));
+      p.message = who(part) + " wait on each other (each waits in what another never issued): " + text;
+      for (int64_t r : part) blame(r, "in a cycle of waits: " + waits_in[r]);
+      add(std::move(p), -1);
     }
     // Ranks that wait in a collective every member issued (and no mismatch explains): in a dump
     // taken while the job ran this is the collective in flight, so it is a note, not a failure.
@@ -786,9 +906,9 @@ class Checker {
   void finish() {
     // One line for a problem that repeats over consecutive collectives of a group.
     std::vector<Problem> merged;
-    std::map<std::tuple<std::string, std::string, std::vector<int64_t>, std::vector<int64_t>>, std::size_t> last;
+    std::map<std::tuple<std::string, std::string, const std::vector<int64_t>*, std::vector<int64_t>>, std::size_t> last;
     for (auto& p : report_.problems) {
-      auto key = std::make_tuple(p.kind, p.group, p.group_ranks, p.ranks);
+      auto key = std::make_tuple(p.kind, p.group, p.group_ranks.get(), p.ranks);
       auto it = last.find(key);
       if (p.seq >= 0 && it != last.end() && merged[it->second].seq >= 0 &&
           p.seq > std::max(merged[it->second].seq, merged[it->second].last_seq) && p.kind != "never-issued" && p.kind != "p2p" &&
@@ -815,6 +935,7 @@ class Checker {
   std::set<int> conflicted_;  // groups whose members disagree on who they are
   std::map<const Entry*, int64_t> unmatched_;  // a pending p2p record -> the peer that never met it
   std::map<int64_t, std::string> culprits_;
+  std::map<int, std::vector<int64_t>> missing_of_;  // a group -> its members without dumps
   CheckReport report_;
 };
 
@@ -864,13 +985,22 @@ nlohmann::json report_json(const CheckReport& r, const DumpSet& set) {
   j["collectives_checked"] = r.collectives_checked;
   j["p2p_checked"] = r.p2p_checked;
   auto& ps = j["problems"] = nlohmann::json::array();
+  nlohmann::json lists = nlohmann::json::array();
+  std::map<const std::vector<int64_t>*, std::size_t> listed;
   for (const auto& p : r.problems) {
     nlohmann::json q{{"kind", p.kind}, {"ranks", p.ranks}, {"message", p.message}};
-    if (!p.group_ranks.empty() || !p.group.empty()) {
+    if (p.group_ranks) {
+      // As the text report bounds it (a problem of a 10^6-rank group is not 10^6 ranks long);
+      // every group's whole list is in "group_list", once.
       q["group"] = p.group;
       q["desc"] = p.desc;
-      q["group_size"] = p.group_ranks.size();
-      q["group_ranks"] = format_ranks(p.group_ranks, SIZE_MAX);
+      q["group_size"] = p.group_ranks->size();
+      q["group_ranks"] = format_ranks(*p.group_ranks, 64);
+      if (listed.emplace(p.group_ranks.get(), lists.size()).second) {
+        lists.push_back({{"group", p.group}, {"desc", p.desc}, {"size", p.group_ranks->size()},
+                         {"ranks", format_ranks(*p.group_ranks, SIZE_MAX)}});
+      }
+      q["group_list_index"] = listed.at(p.group_ranks.get());
     }
     if (p.seq >= 0) q["seq"] = p.seq;
     if (p.repeats > 0) {
@@ -879,6 +1009,7 @@ nlohmann::json report_json(const CheckReport& r, const DumpSet& set) {
     }
     ps.push_back(std::move(q));
   }
+  j["group_list"] = std::move(lists);
   auto& cs = j["culprits"] = nlohmann::json::array();
   for (const auto& c : r.culprits) cs.push_back({{"rank", c.rank}, {"why", c.why}});
   j["notes"] = r.notes;

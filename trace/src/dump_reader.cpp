@@ -1,9 +1,11 @@
 // Reading Flight Recorder dumps: bytes (pickle or JSON) into a Dump, and a directory of them.
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <unordered_map>
 
 #include "meshsim/error.hpp"
 #include "meshsim/flight_recorder.hpp"
@@ -70,7 +72,22 @@ uint32_t from_json(PyData& d, const nlohmann::json& j, int depth, const std::str
 // Schema walks over PyData with errors that name the file and the field's path.
 class Walk {
  public:
-  Walk(const PyData& d, const std::string& what) : d_(d), what_(what) {}
+  Walk(const PyData& d, const std::string& what, std::size_t budget) : d_(d), what_(what), left_(budget), budget_(budget) {}
+
+  // charge: `bytes` more of decoded records, refused past the dump's budget.
+  void charge(std::size_t bytes, const std::string& path) const {
+    if (bytes > left_) {
+      throw ResourceExhausted(what_ + ": at " + path + " its records decode to more than " + std::to_string(budget_) +
+                              " bytes (32 per input byte, and 64 MiB more): a pickle whose memo names one big value " +
+                              "many times, which no Flight Recorder writes");
+    }
+    left_ -= bytes;
+  }
+  const std::string& charged_str(uint32_t i, const std::string& path) const {
+    const std::string& s = str(i, path);
+    charge(32 + s.size(), path);
+    return s;
+  }
 
   [[noreturn]] void fail(const std::string& path, const std::string& why) const {
     throw InvalidArgument(what_ + ": " + path + " " + why);
@@ -98,15 +115,18 @@ class Walk {
   std::vector<std::string> strs(uint32_t i, const std::string& path) const {
     std::vector<std::string> out;
     const auto& l = expect(i, K::kList, path);
-    for (std::size_t k = 0; k < l.items.size(); ++k) out.push_back(str(l.items[k], path + "[" + std::to_string(k) + "]"));
+    charge(24, path);
+    for (std::size_t k = 0; k < l.items.size(); ++k) out.push_back(charged_str(l.items[k], path + "[" + std::to_string(k) + "]"));
     return out;
   }
   std::vector<std::vector<int64_t>> sizes(uint32_t i, const std::string& path) const {
     std::vector<std::vector<int64_t>> out;
     const auto& l = expect(i, K::kList, path);
+    charge(24, path);
     for (std::size_t k = 0; k < l.items.size(); ++k) {
       const std::string p = path + "[" + std::to_string(k) + "]";
       const auto& inner = expect(l.items[k], K::kList, p);
+      charge(24 + 8 * inner.items.size(), p);
       std::vector<int64_t> dims;
       for (std::size_t m = 0; m < inner.items.size(); ++m) {
         const int64_t v = integer(inner.items[m], p + "[" + std::to_string(m) + "]");
@@ -121,6 +141,8 @@ class Walk {
  private:
   const PyData& d_;
   const std::string& what_;
+  mutable std::size_t left_;
+  std::size_t budget_;
 };
 
 // parse_rank_list reads pg_config's ranks: the string "[0, 1, 2]" c10d writes (or a list).
@@ -134,6 +156,7 @@ std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::strin
     ranks.push_back(r);
   };
   const auto& n = w.node(v);
+  w.charge(24 + 8 * (n.kind == K::kStr ? n.s.size() / 2 : n.items.size()), path);
   if (n.kind == K::kList || n.kind == K::kTuple) {
     for (std::size_t k = 0; k < n.items.size(); ++k) add(w.integer(n.items[k], path + "[" + std::to_string(k) + "]"));
   } else if (n.kind == K::kStr) {
@@ -198,9 +221,16 @@ void parse_op(const Walk& w, Entry& e, const std::string& path) {
   }
 }
 
-Dump decode(const PyData& d, int64_t rank, const std::string& path, const std::string& format, const DumpLimits& limits) {
+Dump decode(const PyData& d, int64_t rank, const std::string& path, const std::string& format, const DumpLimits& limits,
+            std::size_t input_bytes) {
   const std::string what = "dump '" + path + "'";
-  Walk w(d, what);
+  std::size_t budget = limits.decoded_bytes_floor;
+  if (input_bytes > (SIZE_MAX - budget) / std::max<std::size_t>(limits.decoded_bytes_per_input_byte, 1)) {
+    budget = SIZE_MAX;
+  } else {
+    budget += input_bytes * limits.decoded_bytes_per_input_byte;
+  }
+  Walk w(d, what, budget);
   Dump dump;
   dump.rank = rank;
   dump.path = path;
@@ -210,18 +240,21 @@ Dump decode(const PyData& d, int64_t rank, const std::string& path, const std::s
   if (dump.version.rfind("2.", 0) != 0) w.fail("version", "'" + dump.version.substr(0, 40) + "' is not 2.x (the Flight Recorder format this reads)");
   const uint32_t pgc = w.need(d.root, "pg_config", "the top level");
   const auto& pg = w.expect(pgc, K::kDict, "pg_config");
+  std::unordered_map<std::string, std::size_t> group_at;  // name -> index in dump.groups
   for (std::size_t k = 0; k + 1 < pg.items.size(); k += 2) {
-    const std::string key = w.str(pg.items[k], "pg_config's key");
+    const std::string key = w.charged_str(pg.items[k], "pg_config's key");
     const std::string p = "pg_config['" + key.substr(0, 60) + "']";
     const uint32_t g = pg.items[k + 1];
     w.expect(g, K::kDict, p);
     GroupConfig c;
     c.name = key;
-    if (auto desc = w.field(g, "desc")) c.desc = w.str(*desc, p + ".desc");
+    if (auto desc = w.field(g, "desc")) c.desc = w.charged_str(*desc, p + ".desc");
     c.ranks = parse_rank_list(w, w.need(g, "ranks", p), p + ".ranks", limits);
-    auto same = std::find_if(dump.groups.begin(), dump.groups.end(), [&](const GroupConfig& o) { return o.name == c.name; });
-    if (same != dump.groups.end()) *same = std::move(c);  // a dict's later key wins
-    else dump.groups.push_back(std::move(c));
+    if (auto [at, fresh] = group_at.emplace(c.name, dump.groups.size()); !fresh) {
+      dump.groups[at->second] = std::move(c);  // a dict's later key wins
+    } else {
+      dump.groups.push_back(std::move(c));
+    }
   }
   auto entries = w.field(d.root, "entries");  // the JSON form omits it when empty
   if (!entries) return dump;
@@ -240,12 +273,14 @@ Dump decode(const PyData& d, int64_t rank, const std::string& path, const std::s
     const uint32_t pgn = w.need(v, "process_group", p);
     const auto& t = w.expect(pgn, K::kList, p + ".process_group");
     if (t.items.size() != 2) w.fail(p + ".process_group", "has " + std::to_string(t.items.size()) + " items, not (name, desc)");
-    e.group = w.str(t.items[0], p + ".process_group[0]");
-    e.desc = w.str(t.items[1], p + ".process_group[1]");
+    w.charge(sizeof(Entry), p);
+    e.group = w.charged_str(t.items[0], p + ".process_group[0]");
+    e.desc = w.charged_str(t.items[1], p + ".process_group[1]");
     e.collective_seq_id = w.integer(w.need(v, "collective_seq_id", p), p + ".collective_seq_id");
     e.p2p_seq_id = w.integer(w.need(v, "p2p_seq_id", p), p + ".p2p_seq_id");
     if (auto id = w.field(v, "op_id")) e.op_id = w.integer(*id, p + ".op_id");
-    e.profiling_name = w.str(w.need(v, "profiling_name", p), p + ".profiling_name");
+    e.profiling_name = w.charged_str(w.need(v, "profiling_name", p), p + ".profiling_name");
+    w.charge(e.profiling_name.size(), p + ".profiling_name");  // its operation's copy
     parse_op(w, e, p + ".profiling_name");
     e.input_sizes = w.sizes(w.need(v, "input_sizes", p), p + ".input_sizes");
     e.output_sizes = w.sizes(w.need(v, "output_sizes", p), p + ".output_sizes");
@@ -275,7 +310,7 @@ Dump parse_dump(std::string_view bytes, int64_t rank, const std::string& path, c
     throw ResourceExhausted(what + " is over " + std::to_string(limits.max_file_bytes) + " bytes");
   }
   if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80) {
-    return decode(read_pickle(bytes, what), rank, path, "pickle", limits);
+    return decode(read_pickle(bytes, what), rank, path, "pickle", limits, bytes.size());
   }
   std::size_t first = bytes.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos || bytes[first] != '{') {
@@ -292,7 +327,8 @@ Dump parse_dump(std::string_view bytes, int64_t rank, const std::string& path, c
   }
   PyData d;
   d.root = from_json(d, j, 0, what);
-  return decode(d, rank, path, "json", limits);
+  d.index_dicts();
+  return decode(d, rank, path, "json", limits, bytes.size());
 }
 
 DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& prefix, const DumpLimits& limits) {
@@ -342,8 +378,16 @@ DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& 
       if (std::regex_search(name, m, exp)) ++prefixes[m[1].str()];
     }
     if (prefixes.size() != 1) {
+      // The most common few, with how many more: a directory of 10^5 unrelated names gives one line.
+      std::vector<std::pair<int, std::string>> common;
+      for (const auto& [p, n] : prefixes) common.emplace_back(-n, p);
+      const std::size_t shown = std::min<std::size_t>(common.size(), 8);
+      std::partial_sort(common.begin(), common.begin() + static_cast<std::ptrdiff_t>(shown), common.end());
       std::string seen;
-      for (const auto& [p, n] : prefixes) seen += (seen.empty() ? "" : ", ") + ("'" + p + "' (" + std::to_string(n) + " files)");
+      for (std::size_t k = 0; k < shown; ++k) {
+        seen += (seen.empty() ? "" : ", ") + ("'" + common[k].second.substr(0, 60) + "' (" + std::to_string(-common[k].first) + " files)");
+      }
+      if (common.size() > shown) seen += ", and " + std::to_string(common.size() - shown) + " more";
       throw InvalidArgument("the files in '" + dir + "' share no one prefix before their ranks" +
                             (seen.empty() ? std::string(" (no file is named <prefix><rank>)") : " (" + seen + ")") +
                             ": give --prefix");

@@ -12,11 +12,29 @@ namespace meshsim::trace {
 std::optional<uint32_t> PyData::get(uint32_t dict, std::string_view key) const {
   const Node& d = nodes[dict];
   if (d.kind != Kind::kDict) return std::nullopt;
+  if (auto at = index_.find(dict); at != index_.end()) {
+    auto v = at->second.find(std::string(key));
+    if (v == at->second.end()) return std::nullopt;
+    return v->second;
+  }
   for (std::size_t k = d.items.size(); k >= 2; k -= 2) {
     const Node& key_node = nodes[d.items[k - 2]];
     if (key_node.kind == Kind::kStr && key_node.s == key) return d.items[k - 1];
   }
   return std::nullopt;
+}
+
+void PyData::index_dicts() {
+  index_.clear();
+  for (uint32_t i = 0; i < nodes.size(); ++i) {
+    const Node& d = nodes[i];
+    if (d.kind != Kind::kDict || d.items.size() <= kIndexedItems) continue;
+    auto& keys = index_[i];
+    for (std::size_t k = 0; k + 1 < d.items.size(); k += 2) {
+      const Node& key = nodes[d.items[k]];
+      if (key.kind == Kind::kStr) keys.insert_or_assign(key.s, d.items[k + 1]);
+    }
+  }
 }
 
 const char* kind_name(PyData::Kind k) {
@@ -76,6 +94,7 @@ class Machine {
     if (!marks_.empty()) fail(pos_ - 1, "STOP with an open MARK");
     if (stack_.size() != 1) fail(pos_ - 1, "STOP with " + std::to_string(stack_.size()) + " values on the stack, not 1");
     data_.root = static_cast<uint32_t>(stack_.back());
+    data_.index_dicts();
     return std::move(data_);
   }
 

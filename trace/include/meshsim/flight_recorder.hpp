@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -78,6 +79,12 @@ struct DumpLimits {
   std::size_t max_files = std::size_t{1} << 20;
   std::size_t max_entries = std::size_t{1} << 22;  // per dump
   std::size_t max_group_ranks = std::size_t{1} << 22;
+  // What a dump decodes to (sizes, dtypes, names, rank lists: 8 bytes a number, a string's
+  // length and 32 more, 24 a list) is at most this many bytes per input byte, plus the floor.
+  // Memo references let a small pickle name one big list many times; Python shares it, the
+  // decoded records would copy it, so past this bound the dump is refused (ResourceExhausted).
+  std::size_t decoded_bytes_per_input_byte = 32;
+  std::size_t decoded_bytes_floor = std::size_t{64} << 20;
 };
 
 // parse_dump reads one dump's bytes (a pickle when they start with the PROTO opcode 0x80, else
@@ -101,7 +108,7 @@ struct Problem {
   std::string kind;
   std::string group;                // the group's name ("" for the world)
   std::string desc;
-  std::vector<int64_t> group_ranks;
+  std::shared_ptr<const std::vector<int64_t>> group_ranks;  // shared by the group's problems; null for none
   int64_t seq = -1;                 // the collective's sequence id (a send's index for p2p)
   int64_t last_seq = -1;            // the same problem again up to this sequence id (else -1)
   int64_t repeats = 0;              // how many more collectives showed it
