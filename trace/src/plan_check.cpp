@@ -59,11 +59,14 @@ int64_t bytes_of(const std::vector<std::vector<int64_t>>& sizes, const std::vect
   return total;
 }
 
-// A record reduced to what the plan fixes.
+const std::vector<int64_t> kNoRanks;
+
+// A record reduced to what the plan fixes. Groups are pointers into the dump's pg_config and the
+// plan's per-dim lists: a record or event of a 2^22-rank group copies nothing.
 struct Rec {
   const Entry* e = nullptr;
   std::string op;       // op_kind
-  std::vector<int64_t> group;  // members (collectives)
+  const std::vector<int64_t>* group = &kNoRanks;  // members (collectives): the dump's pg_config list, shared
   int64_t peer = -1;    // send/recv: the peer's global rank
   std::string dtype;
   int64_t bytes = -1;
@@ -73,16 +76,27 @@ struct Rec {
 struct Planned {
   const Event* e = nullptr;
   std::string op;
-  std::vector<int64_t> group;
+  const std::vector<int64_t>* group = &kNoRanks;
   int64_t peer = -1;
   std::string dtype;
 };
 
-bool same(const Rec& r, const Planned& p) {
-  if (r.op != p.op || r.dtype != p.dtype || r.bytes != p.e->bytes) return false;
-  if (r.op == "send" || r.op == "recv") return r.peer == p.peer;
-  return r.group == p.group;
-}
+// Same: whether a record is a planned event; two lists of members are compared once.
+class Same {
+ public:
+  bool operator()(const Rec& r, const Planned& p) {
+    if (r.op != p.op || r.dtype != p.dtype || r.bytes != p.e->bytes) return false;
+    if (r.op == "send" || r.op == "recv") return r.peer == p.peer;
+    if (r.group == p.group) return true;
+    if (r.group->size() != p.group->size()) return false;
+    auto [it, fresh] = equal_.try_emplace({r.group, p.group}, false);
+    if (fresh) it->second = *r.group == *p.group;
+    return it->second;
+  }
+
+ private:
+  std::map<std::pair<const std::vector<int64_t>*, const std::vector<int64_t>*>, bool> equal_;
+};
 
 std::string members_text(const std::vector<int64_t>& g) {
   std::string s = "[";
@@ -124,7 +138,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
       } else {
         auto g = groups.find(e.dim);
         if (g == groups.end()) g = groups.emplace(e.dim, step::group_members(par, e.dim, d.rank)).first;
-        p.group = g->second;
+        p.group = &g->second;
       }
       planned.push_back(std::move(p));
     }
@@ -138,12 +152,12 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
       r.op = op_kind(e.op);
       if (r.op.empty()) continue;
       auto c = config.find(e.group);
-      if (c != config.end()) r.group = c->second->ranks;
+      if (c != config.end()) r.group = &c->second->ranks;
       r.group_text = "group '" + e.group.substr(0, 40) + "'" + (e.desc.empty() ? "" : " (" + e.desc.substr(0, 40) + ")") + " " +
-                     members_text(r.group);
+                     members_text(*r.group);
       if (r.op == "send" || r.op == "recv") {
         const int64_t local = r.op == "send" ? e.dst : e.src;
-        if (local >= 0 && local < static_cast<int64_t>(r.group.size())) r.peer = r.group[static_cast<std::size_t>(local)];
+        if (local >= 0 && local < static_cast<int64_t>(r.group->size())) r.peer = (*r.group)[static_cast<std::size_t>(local)];
         r.dtype = r.op == "send" ? (e.input_dtypes.empty() ? "" : e.input_dtypes[0]) : (e.output_dtypes.empty() ? "" : e.output_dtypes[0]);
         r.bytes = r.op == "send" ? bytes_of(e.input_sizes, e.input_dtypes) : bytes_of(e.output_sizes, e.output_dtypes);
       } else {
@@ -161,6 +175,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
     // repeating step after step. Leading records that agree with nothing are setup; at most
     // kMaxSetup of them are passed over before the oldest record is called the divergence.
     constexpr std::size_t kMaxSetup = 64;
+    Same same;
     const std::size_t m = planned.size();
     std::size_t best_start = recs.size(), best_k = 0, best_len = 0;
     for (std::size_t s0 = 0; s0 < recs.size() && s0 < kMaxSetup && best_len < recs.size() - s0; ++s0) {
@@ -199,7 +214,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
     const Planned& p = planned[k];
     std::string planned_group =
         p.op == "send" || p.op == "recv" ? "peer rank " + std::to_string(p.peer)
-                                         : std::string(step::dim_label(job, p.e->dim)) + " " + members_text(p.group);
+                                         : std::string(step::dim_label(job, p.e->dim)) + " " + members_text(*p.group);
     std::string issued = r.e->profiling_name.substr(0, 60) + (r.e->is_p2p ? "" : " #" + std::to_string(r.e->collective_seq_id)) +
                          " on " + r.group_text + " (" + r.dtype + ", " + std::to_string(r.bytes) + " B, record " +
                          std::to_string(r.e->record_id) + ")";
