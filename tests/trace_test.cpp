@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <set>
@@ -733,6 +734,92 @@ TEST(HostileDumps, AChainOfWaitsIsFollowedOnceNotFromEveryRank) {
   for (const auto& c : r.culprits) {
     if (c.rank == n - 1) EXPECT_NE(c.why.find("19999 ranks"), std::string::npos) << c.why;
   }
+}
+
+// --- what PyTorch's analyzer compares, and what it misses -------------------------------------
+
+// four_ranks: dumps of ranks 0-3 in one group, one collective each, as `make(rank)` builds it.
+std::vector<Dump> four_ranks(const std::function<Entry(int)>& make) {
+  std::vector<Dump> dumps(4);
+  for (int r = 0; r < 4; ++r) {
+    dumps[r].rank = r;
+    dumps[r].path = "rank_" + std::to_string(r);
+    dumps[r].groups.push_back(GroupConfig{"0", "default_pg", {0, 1, 2, 3}});
+    Entry e = make(r);
+    e.group = "0";
+    e.desc = "default_pg";
+    e.collective_seq_id = 1;
+    e.profiling_name = "nccl:" + e.op;
+    e.state = EntryState::kCompleted;
+    dumps[r].entries.push_back(e);
+  }
+  return dumps;
+}
+
+TEST(FlightRecorder, AGathersAndScattersNonRootRanksRecordNoDtypeToCompare) {
+  // Non-root ranks of a gather record no output, of a scatter no input (c10d's records): their
+  // missing dtypes are no mismatch (PyTorch's analyzer skips exactly these).
+  const auto gather = four_ranks([](int r) {
+    Entry e;
+    e.op = "gather";
+    e.input_sizes = {{4}};
+    e.input_dtypes = {"Float"};
+    if (r == 0) {
+      e.output_sizes = {{16}};
+      e.output_dtypes = {"Float"};
+    }
+    return e;
+  });
+  CheckReport r = check_dumps(gather);
+  EXPECT_TRUE(r.ok) << (r.problems.empty() ? "" : r.problems.front().message);
+  const auto scatter = four_ranks([](int r) {
+    Entry e;
+    e.op = "scatter";
+    e.output_sizes = {{4}};
+    e.output_dtypes = {"Float"};
+    if (r == 0) {
+      e.input_sizes = {{16}};
+      e.input_dtypes = {"Float"};
+    }
+    return e;
+  });
+  r = check_dumps(scatter);
+  EXPECT_TRUE(r.ok) << (r.problems.empty() ? "" : r.problems.front().message);
+  // A dtype every rank records still counts: rank 3's gather input in Half is named.
+  auto odd = gather;
+  odd[3].entries[0].input_dtypes = {"Half"};
+  r = check_dumps(odd);
+  EXPECT_EQ(culprits(r), std::set<int64_t>{3});
+  EXPECT_TRUE(kinds(r).count("dtype"));
+}
+
+TEST(FlightRecorder, AnAllToAllWhoseSizesDoNotAddUpNamesTheRankThatBrokeAnEvenExchange) {
+  auto a2a = [](std::vector<int64_t> in, std::vector<int64_t> out) {
+    return four_ranks([in, out](int r) {
+      Entry e;
+      e.op = "all_to_all";
+      e.input_sizes = {{in[r]}};
+      e.output_sizes = {{out[r]}};
+      e.input_dtypes = e.output_dtypes = {"BFloat16"};
+      return e;
+    });
+  };
+  // Uneven splits (a mixture of experts) that add up: fine.
+  CheckReport r = check_dumps(a2a({8, 6, 10, 8}, {6, 10, 8, 8}));
+  EXPECT_TRUE(r.ok) << (r.problems.empty() ? "" : r.problems.front().message);
+  // An even exchange where rank 2 sends 6 elements but receives 8: 30 in, 32 out, rank 2 named.
+  r = check_dumps(a2a({8, 8, 6, 8}, {8, 8, 8, 8}));
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(culprits(r), std::set<int64_t>{2});
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].kind, "size");
+  EXPECT_NE(r.problems[0].message.find("inputs total 30 elements over the group but its outputs 32"), std::string::npos)
+      << r.problems[0].message;
+  // Totals that differ with no odd minority: the group is named, no rank blamed.
+  r = check_dumps(a2a({8, 6, 10, 8}, {6, 10, 8, 9}));
+  ASSERT_FALSE(r.ok);
+  EXPECT_TRUE(r.culprits.empty());
+  EXPECT_EQ(r.problems.at(0).ranks, (std::vector<int64_t>{0, 1, 2, 3}));
 }
 
 TEST(HostileDumps, APrefixRefusalNamesAFewPrefixesNotAll) {

@@ -116,7 +116,10 @@ std::string signature(const std::vector<const Entry*>& bundle) {
     if (!a2a && e->op != "scatter") s += sizes_text(e->input_sizes);
     s += '|';
     if (!a2a && e->op != "gather") s += sizes_text(e->output_sizes);
-    s += '|' + dtypes_text(e->input_dtypes) + '|' + dtypes_text(e->output_dtypes) + ';';
+    // A scatter's non-root ranks record no input and a gather's no output (PyTorch's analyzer
+    // compares neither dtype, nor a broadcast's input dtype): those are not compared either.
+    s += '|' + (e->op == "scatter" || e->op == "broadcast" ? std::string() : dtypes_text(e->input_dtypes));
+    s += '|' + (e->op == "gather" ? std::string() : dtypes_text(e->output_dtypes)) + ';';
   }
   return s;
 }
@@ -443,6 +446,47 @@ class Checker {
           for (int64_t r : p.ranks) blame(r, kind + " rule broken at " + group_text(g) + " #" + std::to_string(s));
           add(std::move(p), g);
           break;
+        }
+      }
+      // An all_to_all moves every element it sends: over the whole group the inputs total what
+      // the outputs do (the records hold each rank's totals, not its splits). Named: the ranks
+      // whose own input and output differ, when they are fewer than the rest (an even exchange
+      // where one rank's splits went wrong); otherwise the group, with no one blamed.
+      if (variants.size() == 1 && static_cast<int64_t>(present.size()) == n && present.front().second->size() == 1 &&
+          (ref.op.rfind("all_to_all", 0) == 0 || ref.op.rfind("alltoall", 0) == 0)) {
+        int64_t in = 0, out = 0;
+        bool known = true;
+        std::vector<int64_t> odd;
+        for (const auto& [r, b] : present) {
+          const int64_t i = numel(b->front()->input_sizes), o = numel(b->front()->output_sizes);
+          if (i < 0 || o < 0 || in > INT64_MAX - i || out > INT64_MAX - o) {
+            known = false;
+            break;
+          }
+          in += i;
+          out += o;
+          if (i != o) odd.push_back(r);
+        }
+        if (known && in != out) {
+          Problem p;
+          p.kind = "size";
+          p.seq = s;
+          const bool blame_odd = !odd.empty() && 2 * odd.size() < present.size();
+          if (blame_odd) {
+            p.ranks = odd;
+          } else {
+            for (const auto& pr : present) p.ranks.push_back(pr.first);
+          }
+          p.message = group_text(g) + " #" + std::to_string(s) + " " + ref.profiling_name.substr(0, 60) + ": its inputs total " +
+                      std::to_string(in) + " elements over the group but its outputs " + std::to_string(out) +
+                      (blame_odd ? "; " + who(odd) + " " + (odd.size() == 1 ? "sends" : "send") +
+                                       " a different count than " + (odd.size() == 1 ? "it receives" : "they receive") +
+                                       " while every other rank sends what it receives"
+                                 : "");
+          if (blame_odd) {
+            for (int64_t r : odd) blame(r, "all_to_all sizes at " + group_text(g) + " #" + std::to_string(s));
+          }
+          add(std::move(p), g);
         }
       }
       // State: completed on some members, not on others.
