@@ -1,0 +1,157 @@
+"""`meshsim trace check` against PyTorch 2.13's own Flight Recorder analyzer
+(`torch.distributed.flight_recorder`, what `python -m torch.distributed.flight_recorder.fr_trace`
+runs), on the same dumps.
+
+The dumps are written by tests/traces/make_fr_dumps.py in c10d's shape, healthy or with one fault
+planted at a random rank (MESHSIM_TORCH_SEED picks them; the default is fixed). Where the two
+should agree they must: every collective PyTorch's analyzer reports (a mismatch, or ranks not
+joining) is one meshsim reports at the same group and sequence id, with the missing ranks among
+those meshsim says never issued it, and the planted rank is among meshsim's culprits. Where they
+differ, the difference is asserted as it is and docs/traces.md says who is right and why:
+- a healthy pipeline of more than 2 stages: PyTorch's analyzer reports its sends and receives as
+  errors (it pairs a stage's send with the wrong peer's receive); meshsim passes it;
+- a rank whose pg_config lists a wrong member: PyTorch's analyzer reports every collective of
+  that group as ranks not joining; meshsim reports the membership once and names the rank.
+"""
+import io
+import contextlib
+import logging
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+import meshsim
+
+builder = pytest.importorskip("torch.distributed.flight_recorder.components.builder",
+                              reason="PyTorch 2.13 (the project's .venv) is the oracle")
+from torch.distributed.flight_recorder.components.config_manager import JobConfig  # noqa: E402
+from torch.distributed.flight_recorder.components.loader import read_dir  # noqa: E402
+
+GEN = os.path.join(os.path.dirname(__file__), "..", "traces", "make_fr_dumps.py")
+RNG = random.Random(int(os.environ.get("MESHSIM_TORCH_SEED", "13")))
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.extend(record.getMessage().splitlines())
+
+
+def pytorch_reports(d):
+    """What PyTorch's analyzer reports on dir d: [(kind, desc, seq, missing ranks, culprit)]."""
+    handler = _Lines()
+    root = logging.getLogger()
+    old = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        args = JobConfig().parse_args([d, "-p", "rank_"])
+        details, version = read_dir(args)
+        with contextlib.redirect_stdout(io.StringIO()):
+            builder.build_db(details, args, version)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old)
+    out, cur = [], None
+    for line in handler.lines:
+        m = re.match(r"(Not all ranks joining collective,|Collective) sequence number: (\d+)", line)
+        if m:
+            cur = {"kind": "missing" if m.group(1).startswith("Not") else "error", "seq": int(m.group(2)),
+                   "desc": None, "missing": set(), "culprit": None, "op": None}
+            out.append(cur)
+        elif cur is not None and line.startswith("group info: "):
+            cur["desc"] = line.split(":", 2)[2].strip()
+        elif cur is not None and line.startswith("collective: "):
+            cur["op"] = line[len("collective: "):].strip()
+        elif cur is not None and line.startswith("missing ranks: "):
+            cur["missing"] = {int(x) for x in re.findall(r"\d+", line)}
+        elif cur is not None and line.startswith("error msg: Culprit rank "):
+            cur["culprit"] = int(re.findall(r"\d+", line)[0])
+    return out
+
+
+def dumps(pp, plant=None):
+    d = tempfile.mkdtemp(prefix="meshsim-fr-oracle-")
+    cmd = [sys.executable, GEN, d, "--pp", str(pp), "--dp", "2", "--tp", "2", "--steps", "3"]
+    if plant:
+        cmd += ["--plant", plant]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return d
+
+
+def meshsim_report(d):
+    r = meshsim.trace_check(d)
+    at = {(p.get("desc"), p.get("seq")) for p in r["problems"]}
+    never = {}
+    for p in r["problems"]:
+        if p["kind"] == "never-issued":
+            never.setdefault((p.get("desc"), p.get("seq")), set()).update(p["ranks"])
+    return r, at, never, {c["rank"] for c in r["culprits"]}
+
+
+def test_a_healthy_two_stage_job_passes_both():
+    d = dumps(2)
+    assert pytorch_reports(d) == []
+    assert meshsim.trace_check(d)["ok"]
+
+
+# Plants both must catch, each at a random rank of the 8 (pp 2 x dp 2 x tp 2).
+AGREED = ["dtype", "size", "type", "hang", "stuckin"]
+
+
+@pytest.mark.parametrize("kind", AGREED)
+def test_what_pytorchs_analyzer_reports_meshsim_reports_at_the_same_collective(kind):
+    rank = RNG.randrange(8)
+    d = dumps(2, f"{kind}@{rank}")
+    theirs = pytorch_reports(d)
+    r, at, never, culprits = meshsim_report(d)
+    print(f"\n  [{kind}@{rank}] PyTorch: {[(t['kind'], t['desc'], t['seq'], sorted(t['missing'])) for t in theirs]}; "
+          f"meshsim: {sorted(at, key=str)}, culprits {sorted(culprits)}")
+    assert theirs, f"PyTorch's analyzer reported nothing for {kind}@{rank}"
+    assert not r["ok"]
+    for t in theirs:
+        assert (t["desc"], t["seq"]) in at, (t, r["problems"])
+        if t["kind"] == "missing":
+            assert t["missing"] <= never.get((t["desc"], t["seq"]), set()), (t, never)
+    assert rank in culprits, (rank, r["culprits"])
+
+
+def test_a_mismatched_pipeline_send_is_caught_by_both_on_the_pipeline_group():
+    rank = RNG.choice([0, 1, 2, 3])  # a first-stage rank sends
+    d = dumps(2, f"p2psize@{rank}")
+    theirs = pytorch_reports(d)
+    r, at, _, culprits = meshsim_report(d)
+    assert {t["desc"] for t in theirs} == {"mesh_pp"}, theirs
+    assert {p.get("desc") for p in r["problems"]} == {"mesh_pp"}, r["problems"]
+    assert rank in culprits
+
+
+def test_known_difference_pipelines_of_three_stages():
+    # PyTorch's analyzer reports a healthy 3-stage pipeline's sends and receives as errors (and
+    # only those); meshsim passes it. docs/traces.md: meshsim is right.
+    d = dumps(3)
+    theirs = pytorch_reports(d)
+    assert theirs and all(re.match(r"nccl:(send|recv) ", t["op"] or "") for t in theirs), theirs
+    assert meshsim.trace_check(d)["ok"]
+
+
+def test_known_difference_a_wrong_member_in_pg_config():
+    # A rank whose pg_config lists a wrong member of its tp group: PyTorch's analyzer reports
+    # each of that group's collectives as ranks not joining (it matches records by a group it
+    # built from the disagreeing lists); meshsim reports the disagreement once, naming the rank,
+    # and matches none of the two groups' records. docs/traces.md: meshsim's is the cause.
+    rank = RNG.randrange(8)
+    d = dumps(2, f"membership@{rank}")
+    theirs = pytorch_reports(d)
+    assert theirs and {(t["kind"], t["desc"]) for t in theirs} == {("missing", "mesh_tp")}, theirs
+    r, _, _, culprits = meshsim_report(d)
+    assert not r["ok"] and {p["kind"] for p in r["problems"]} == {"membership"}, r["problems"]
+    assert rank in {x for p in r["problems"] for x in p["ranks"]}
