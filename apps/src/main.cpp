@@ -200,6 +200,7 @@ int main(int argc, char** argv) {
       ->check(non_empty_path);
   step->add_option("--format", sto_step.format, "text or json");
   step->add_option("--max-rows", sto_step.max_rows, "schedule steps printed (text)");
+  step->add_option("--max-cols", sto_step.max_cols, "schedule ranks printed as grid columns (text; default 64)");
 
   auto* trace = app.add_subcommand("trace", "traces of real jobs: check PyTorch Flight Recorder dumps across ranks");
   trace->require_subcommand(1);

@@ -71,23 +71,29 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches) {
 }
 
 // print_grid prints the schedule as PyTorch's _format_pipeline_order does (a column per rank, a
-// row per step, "Step NN:" zero-filled to the last step's width, columns as wide as their
-// longest entry, one space apart), each row where a rank waits forever ending
-// " <-- ERROR HERE: rank R waits" as PyTorch marks its error step.
-void print_grid(const step::Schedule& s, const step::Progress& p, int64_t max_rows, std::ostream& out) {
+// row per step, "Step NN:" zero-filled to the last step's width, one space between columns),
+// each row where a rank waits forever ending " <-- ERROR HERE: rank R waits" as PyTorch marks its
+// error step. A column's width is PyTorch's too: its longest entry or the label of the step of
+// the same index ("Step 03" for rank 3), never its "Rank R" label (a zip over the step labels
+// and the columns), so the grid is byte-equal to PyTorch's. At most `max_cols` rank columns and
+// `max_rows` steps are printed, saying how many more.
+void print_grid(const step::Schedule& s, const step::Progress& p, int64_t max_rows, int64_t max_cols, std::ostream& out) {
   std::size_t steps = 0;
   for (const auto& r : s.ranks) steps = std::max(steps, r.size());
   const std::size_t digits = std::to_string(steps == 0 ? 0 : steps - 1).size();
+  const std::size_t cols = std::min(s.ranks.size(), static_cast<std::size_t>(std::max<int64_t>(max_cols, 0)));
   std::vector<std::size_t> width;
-  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
-    std::size_t w = ("Rank " + std::to_string(r)).size();
+  for (std::size_t r = 0; r < cols; ++r) {
+    std::size_t w = r < steps ? 5 + digits : 0;
     for (const auto& a : s.ranks[r]) w = std::max(w, a ? step::to_string(*a).size() : 0);
     width.push_back(w);
   }
   auto padded = [](const std::string& t, std::size_t w) { return t + std::string(w > t.size() ? w - t.size() : 0, ' '); };
+  const std::string more_cols =
+      cols < s.ranks.size() ? " ... " + std::to_string(s.ranks.size() - cols) + " more ranks (raise --max-cols)" : "";
   std::string header(5 + digits + 2, ' ');
-  for (std::size_t r = 0; r < s.ranks.size(); ++r) header += (r ? " " : "") + padded("Rank " + std::to_string(r), width[r]);
-  out << header << "\n";
+  for (std::size_t r = 0; r < cols; ++r) header += (r ? " " : "") + padded("Rank " + std::to_string(r), width[r]);
+  out << header << more_cols << "\n";
   for (std::size_t k = 0; k < steps; ++k) {
     if (static_cast<int64_t>(k) >= max_rows) {
       out << "... " << (steps - k) << " more steps (raise --max-rows)\n";
@@ -99,7 +105,7 @@ void print_grid(const step::Schedule& s, const step::Progress& p, int64_t max_ro
     std::string stuck;
     for (std::size_t r = 0; r < s.ranks.size(); ++r) {
       const auto& l = s.ranks[r];
-      line += (r ? " " : "") + padded(k < l.size() && l[k] ? step::to_string(*l[k]) : "", width[r]);
+      if (r < cols) line += (r ? " " : "") + padded(k < l.size() && l[k] ? step::to_string(*l[k]) : "", width[r]);
       if (!p.ok && r < p.stopped_at.size() && p.stopped_at[r] == static_cast<int64_t>(k)) {
         stuck += (stuck.empty() ? "rank " : ", rank ") + std::to_string(r);
       }
@@ -251,7 +257,7 @@ int run_job(const Options& o, std::ostream& out) {
       if (group.size() > 16) members += ", ...";
       out << "schedule (every pipeline group; the columns are pp ranks, rank " << r.rank << "'s group is [" << members
           << "]):\n";
-      print_grid(r.layout.schedule, sp, o.max_rows, out);
+      print_grid(r.layout.schedule, sp, o.max_rows, o.max_cols, out);
       out << "\n";
     }
   }
@@ -293,6 +299,7 @@ int run(const Options& o, std::ostream& out) {
   }
   if (o.format != "text" && o.format != "json") throw InvalidArgument("--format must be text or json, not " + quote_input(o.format));
   if (o.max_rows < 0) throw OutOfRange("--max-rows " + std::to_string(o.max_rows) + " is negative");
+  if (o.max_cols < 0) throw OutOfRange("--max-cols " + std::to_string(o.max_cols) + " is negative");
   const step::Schedule s = schedule_of(o, microbatches);
   const step::SendSemantics sem =
       o.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous;
@@ -308,7 +315,7 @@ int run(const Options& o, std::ostream& out) {
     out << json::output_text(j) << "\n";
     return p.ok ? 0 : 1;
   }
-  print_grid(s, p, o.max_rows, out);
+  print_grid(s, p, o.max_rows, o.max_cols, out);
   if (p.ok) {
     out << "OK: " << s.ranks.size() << " pipeline ranks, " << s.stages << " stages, " << s.microbatches
         << " microbatches: every send meets its receive under " << o.send_semantics << " sends\n";

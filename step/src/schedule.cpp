@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <deque>
 #include <map>
 #include <set>
 #include <tuple>
@@ -103,6 +104,17 @@ void check_multi(std::string_view name, int64_t pp, int64_t stages, int64_t micr
                             std::to_string(microbatches) + " microbatches holds more than " + std::to_string(kMaxActions) +
                             " actions");
   }
+  // The multi-stage schedules keep step with each other as PyTorch's do, idle steps included: a
+  // rank's list holds about 3 x its actions (local stages x max(M, 2 pp)) and 4 x local x pp
+  // idle steps, so the grid grows as pp^2. Bounded like the actions, before anything is built.
+  const int64_t local = stages / pp;
+  const int64_t per_rank = local * std::max(microbatches, 2 * pp) * 3 + 4 * local * pp;
+  if (per_rank > kMaxActions / pp) {
+    throw ResourceExhausted("a " + std::string(name) + " schedule of " + std::to_string(pp) + " ranks, " +
+                            std::to_string(stages) + " stages and " + std::to_string(microbatches) +
+                            " microbatches would hold about " + std::to_string(per_rank) + " steps per rank, over " +
+                            std::to_string(kMaxActions) + " steps (idle ones included) in all");
+  }
 }
 
 // rank_ops_1f1b is PyTorch's _get_1f1b_rank_ops re-derived: r idle steps, the warm-up forwards,
@@ -184,7 +196,9 @@ Schedule add_bubbles(const Schedule& in) {
     }
     seen.insert(now.begin(), now.end());
     if (stop) break;
-    if (static_cast<int64_t>(out.ranks[0].size()) > kMaxActions) throw Internal("add_bubbles: the schedule does not settle");
+    if (static_cast<int64_t>(out.ranks[0].size()) > kMaxActions / static_cast<int64_t>(pp)) {
+      throw ResourceExhausted("the schedule with its idle steps would hold more than " + std::to_string(kMaxActions) + " steps");
+    }
   }
   return out;
 }
@@ -569,8 +583,20 @@ void validate(const Schedule& s) {
     throw InvalidArgument("a schedule of " + std::to_string(s.stages) + " stages over " + std::to_string(pp) +
                           " ranks: the stages must be a multiple of the ranks (stage s on rank s mod pp)");
   }
-  // Per (stage, microbatch): forwards, full backwards, input backwards, weight backwards seen.
-  std::map<std::pair<int64_t, int64_t>, std::array<int, 4>> seen;
+  // Per (stage, microbatch): forwards, full backwards, input backwards, weight backwards seen
+  // (a flat table: a (stage, microbatch) holds at least two actions, so it is bounded by them).
+  // A CSV may name far more (stage, microbatch) pairs than it holds actions: then a map.
+  const auto m_count = static_cast<std::size_t>(s.microbatches);
+  std::size_t actions = 0;
+  for (const auto& l : s.ranks) actions += l.size();
+  const std::size_t cells = static_cast<std::size_t>(s.stages) * m_count;
+  const bool flat = s.microbatches > 0 && static_cast<std::size_t>(s.stages) <= SIZE_MAX / m_count && cells <= 2 * actions + 64;
+  std::vector<std::array<int, 4>> table(flat ? cells : 0, std::array<int, 4>{});
+  std::map<std::size_t, std::array<int, 4>> sparse;
+  auto seen = [&](int64_t stage, int64_t mb) -> std::array<int, 4>& {
+    const std::size_t at = static_cast<std::size_t>(stage) * m_count + static_cast<std::size_t>(mb);
+    return flat ? table[at] : sparse[at];
+  };
   for (int64_t r = 0; r < pp; ++r) {
     const auto& l = s.ranks[static_cast<std::size_t>(r)];
     for (std::size_t k = 0; k < l.size(); ++k) {
@@ -586,7 +612,7 @@ void validate(const Schedule& s) {
                               std::to_string(s.microbatches));
       }
       if (a.type != ActionType::kF && a.type != ActionType::kB && a.type != ActionType::kI && a.type != ActionType::kW) continue;
-      auto& c = seen[{a.stage, *a.microbatch}];
+      auto& c = seen(a.stage, *a.microbatch);
       const int idx = a.type == ActionType::kF ? 0 : a.type == ActionType::kB ? 1 : a.type == ActionType::kI ? 2 : 3;
       if (c[static_cast<std::size_t>(idx)]++) throw InvalidArgument(where + ": runs a second time");
       if (idx != 0 && !c[0]) throw InvalidArgument(where + ": a backward before its forward");
@@ -595,8 +621,7 @@ void validate(const Schedule& s) {
   }
   for (int64_t st = 0; st < s.stages; ++st) {
     for (int64_t m = 0; m < s.microbatches; ++m) {
-      auto it = seen.find({st, m});
-      const std::array<int, 4> c = it == seen.end() ? std::array<int, 4>{} : it->second;
+      const std::array<int, 4> c = seen(st, m);
       const bool backward = c[1] == 1 ? c[2] == 0 && c[3] == 0 : c[2] == 1 && c[3] == 1;
       if (c[0] != 1 || !backward) {
         throw InvalidArgument("stage " + std::to_string(st) + " microbatch " + std::to_string(m) + " runs " +
@@ -610,14 +635,28 @@ void validate(const Schedule& s) {
 Schedule lower(const Schedule& compute) {
   validate(compute);
   if (compute.lowered) throw InvalidArgument("lower: the schedule is lowered already (it holds sends and receives)");
-  Schedule out = compute;
   const int64_t pp = static_cast<int64_t>(compute.ranks.size());
-  for (auto& l : out.ranks) l.clear();
+  Schedule out;  // the compute schedule's fields, not a copy of its actions
+  out.stages = compute.stages;
+  out.microbatches = compute.microbatches;
+  out.style = compute.style;
+  out.ranks.resize(static_cast<std::size_t>(pp));
   out.lowered = true;
-  std::vector<std::set<std::tuple<int64_t, int, int64_t>>> done(static_cast<std::size_t>(pp));
-  auto key = [](const Action& a) { return std::tuple<int64_t, int, int64_t>{a.stage, static_cast<int>(a.type), a.microbatch.value_or(-1)}; };
-  auto has = [&](int64_t r, int64_t stage, ActionType t, int64_t mb) {
-    return done[static_cast<std::size_t>(r)].count({stage, static_cast<int>(t), mb}) > 0;
+  // What each rank has done, as one flag per (stage, microbatch, type): every (stage,
+  // microbatch) holds a forward and a backward, so this is at most kMaxActions x 11 bits.
+  constexpr std::size_t kTypes = 11;
+  const auto m_count = static_cast<std::size_t>(compute.microbatches);
+  std::vector<bool> done(static_cast<std::size_t>(compute.stages) * m_count * kTypes, false);
+  auto slot = [&](int64_t stage, ActionType t, int64_t mb) {
+    return (static_cast<std::size_t>(stage) * m_count + static_cast<std::size_t>(mb)) * kTypes + static_cast<std::size_t>(t);
+  };
+  auto mark = [&](const Action& a) {
+    if (a.microbatch && a.stage >= 0 && a.stage < compute.stages) done[slot(a.stage, a.type, *a.microbatch)] = true;
+  };
+  // A stage's flags are only ever set by the rank that holds it (its actions, or the receives
+  // placed on it), so one table serves every rank.
+  auto has = [&](int64_t stage, ActionType t, int64_t mb) {
+    return stage >= 0 && stage < compute.stages && done[slot(stage, t, mb)];
   };
   auto has_comms = [&](const Action& a) {
     if (a.type == ActionType::kF) return a.stage != compute.stages - 1 && rank_of(compute, a.stage + 1) != rank_of(compute, a.stage);
@@ -627,42 +666,46 @@ Schedule lower(const Schedule& compute) {
   auto ready = [&](int64_t r, const Action& a) {
     const int64_t mb = a.microbatch.value_or(0);
     if (a.type == ActionType::kF && a.stage != 0) {
-      return has(r, a.stage, ActionType::kRecvF, mb) || has(r, a.stage - 1, ActionType::kF, mb);
+      return has(a.stage, ActionType::kRecvF, mb) ||
+             (rank_of(compute, a.stage - 1) == r && has(a.stage - 1, ActionType::kF, mb));
     }
     if (is_backward(a.type) && a.stage != compute.stages - 1) {
-      return has(r, a.stage, ActionType::kRecvB, mb) || has(r, a.stage + 1, ActionType::kI, mb) ||
-             has(r, a.stage + 1, ActionType::kB, mb);
+      return has(a.stage, ActionType::kRecvB, mb) ||
+             (rank_of(compute, a.stage + 1) == r && (has(a.stage + 1, ActionType::kI, mb) || has(a.stage + 1, ActionType::kB, mb)));
     }
     return true;
   };
-  std::vector<std::size_t> next(static_cast<std::size_t>(pp), 0);
-  for (bool left = true; left;) {
-    left = false;
-    bool progress = false;
-    for (int64_t r = 0; r < pp; ++r) {
-      const auto& l = compute.ranks[static_cast<std::size_t>(r)];
-      std::size_t& k = next[static_cast<std::size_t>(r)];
-      if (k == l.size()) continue;
-      left = true;
-      const std::optional<Action>& a = l[k];
-      if (a && !ready(r, *a)) continue;
-      if (a) {
-        out.ranks[static_cast<std::size_t>(r)].push_back(*a);
-        done[static_cast<std::size_t>(r)].insert(key(*a));
-        if (has_comms(*a)) {
-          const int64_t mb = *a->microbatch;
-          const Action send = act(a->stage, a->type == ActionType::kF ? ActionType::kSendF : ActionType::kSendB, mb);
-          const auto [recv, peer] = peer_of(compute, send);
-          out.ranks[static_cast<std::size_t>(r)].push_back(send);
-          done[static_cast<std::size_t>(r)].insert(key(send));
-          out.ranks[static_cast<std::size_t>(peer)].push_back(recv);
-          done[static_cast<std::size_t>(peer)].insert(key(recv));
-        }
+  // Rounds: in each, every rank in turn (ascending) takes its next action if it has its input;
+  // a send places the matching receive on its peer at once. A rank whose next action lacks its
+  // input is visited again only once a receive lands on it (nothing else can change that), in
+  // this round if it comes later in the turn, else in the next: the order PyTorch's
+  // `_add_send_recv` gives, in time linear in the actions (not ranks x rounds).
+  // Each rank's lowered list sized once: its actions, a send per action with comms, and the
+  // receives its peers' sends place on it (no doubling growth: 2^24 actions are 670 MB).
+  std::vector<std::size_t> sizes(static_cast<std::size_t>(pp), 0);
+  for (int64_t r = 0; r < pp; ++r) {
+    for (const auto& a : compute.ranks[static_cast<std::size_t>(r)]) {
+      if (!a) continue;
+      ++sizes[static_cast<std::size_t>(r)];
+      if (has_comms(*a)) {
+        ++sizes[static_cast<std::size_t>(r)];
+        ++sizes[static_cast<std::size_t>(rank_of(compute, a->type == ActionType::kF ? a->stage + 1 : a->stage - 1))];
       }
-      ++k;
-      progress = true;
     }
-    if (left && !progress) {
+  }
+  for (int64_t r = 0; r < pp; ++r) out.ranks[static_cast<std::size_t>(r)].reserve(sizes[static_cast<std::size_t>(r)]);
+  std::vector<std::size_t> next(static_cast<std::size_t>(pp), 0);
+  std::vector<char> blocked(static_cast<std::size_t>(pp), 0);
+  std::set<int64_t> turn, later;
+  int64_t unfinished = 0;
+  for (int64_t r = 0; r < pp; ++r) {
+    if (!compute.ranks[static_cast<std::size_t>(r)].empty()) {
+      turn.insert(r);
+      ++unfinished;
+    }
+  }
+  while (unfinished > 0) {
+    if (turn.empty()) {
       std::string heads;
       for (int64_t r = 0; r < pp; ++r) {
         const auto& l = compute.ranks[static_cast<std::size_t>(r)];
@@ -672,6 +715,40 @@ Schedule lower(const Schedule& compute) {
       throw InvalidArgument("lower: the compute schedule cannot be lowered: no rank's next action has its input (" +
                             heads + ")");
     }
+    while (!turn.empty()) {
+      const int64_t r = *turn.begin();
+      turn.erase(turn.begin());
+      const auto& l = compute.ranks[static_cast<std::size_t>(r)];
+      std::size_t& k = next[static_cast<std::size_t>(r)];
+      const std::optional<Action>& a = l[k];
+      if (a && !ready(r, *a)) {
+        blocked[static_cast<std::size_t>(r)] = 1;
+        continue;
+      }
+      if (a) {
+        out.ranks[static_cast<std::size_t>(r)].push_back(*a);
+        mark(*a);
+        if (has_comms(*a)) {
+          const int64_t mb = *a->microbatch;
+          const Action send = act(a->stage, a->type == ActionType::kF ? ActionType::kSendF : ActionType::kSendB, mb);
+          const auto [recv, peer] = peer_of(compute, send);
+          out.ranks[static_cast<std::size_t>(r)].push_back(send);
+          mark(send);
+          out.ranks[static_cast<std::size_t>(peer)].push_back(recv);
+          mark(recv);
+          if (blocked[static_cast<std::size_t>(peer)]) {
+            blocked[static_cast<std::size_t>(peer)] = 0;
+            (peer > r ? turn : later).insert(peer);
+          }
+        }
+      }
+      if (++k == l.size()) {
+        --unfinished;
+      } else {
+        later.insert(r);
+      }
+    }
+    std::swap(turn, later);
   }
   return out;
 }
@@ -771,33 +848,44 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
     const std::size_t k = at[static_cast<std::size_t>(r)];
     return k < l.size() ? &l[k] : nullptr;
   };
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (int64_t r = 0; r < pp; ++r) {
-      while (const std::optional<Action>* h = head(r)) {
-        const std::optional<Action>& a = *h;
-        if (!a || !(is_send(a->type) || is_recv(a->type))) {
-          ++at[static_cast<std::size_t>(r)];
-          moved = true;
-          continue;
-        }
-        const auto [match, peer] = peer_of(s, *a);
-        if (semantics == SendSemantics::kEager) {
-          if (is_send(a->type)) {
-            posted.insert(key(*a));
-          } else if (!posted.count(key(match))) {
-            break;
-          }
-          ++at[static_cast<std::size_t>(r)];
-          moved = true;
-          continue;
-        }
-        const std::optional<Action>* ph = head(peer);
-        if (peer == r || !ph || !*ph || !(**ph == match)) break;
+  // Each rank runs as far as it can; one whose progress may let another on (a send posted, a
+  // pair met) puts that one back on the work list. The end state does not depend on the order
+  // (each rank's progress only grows), and the work is linear in the actions.
+  std::vector<char> queued(static_cast<std::size_t>(pp), 1);
+  std::deque<int64_t> work;
+  for (int64_t r = 0; r < pp; ++r) work.push_back(r);
+  auto wake = [&](int64_t r) {
+    if (!queued[static_cast<std::size_t>(r)]) {
+      queued[static_cast<std::size_t>(r)] = 1;
+      work.push_back(r);
+    }
+  };
+  while (!work.empty()) {
+    const int64_t r = work.front();
+    work.pop_front();
+    queued[static_cast<std::size_t>(r)] = 0;
+    while (const std::optional<Action>* h = head(r)) {
+      const std::optional<Action>& a = *h;
+      if (!a || !(is_send(a->type) || is_recv(a->type))) {
         ++at[static_cast<std::size_t>(r)];
-        ++at[static_cast<std::size_t>(peer)];
-        moved = true;
+        continue;
       }
+      const auto [match, peer] = peer_of(s, *a);
+      if (semantics == SendSemantics::kEager) {
+        if (is_send(a->type)) {
+          posted.insert(key(*a));
+          wake(peer);
+        } else if (!posted.count(key(match))) {
+          break;
+        }
+        ++at[static_cast<std::size_t>(r)];
+        continue;
+      }
+      const std::optional<Action>* ph = head(peer);
+      if (peer == r || !ph || !*ph || !(**ph == match)) break;
+      ++at[static_cast<std::size_t>(r)];
+      ++at[static_cast<std::size_t>(peer)];
+      wake(peer);
     }
   }
   Progress p;

@@ -42,6 +42,7 @@ struct Options {
   std::string dump_schedule;          // write the lowered schedule here, as CSV
   std::string format = "text";        // or "json"
   int64_t max_rows = 256;             // grid rows printed (text)
+  int64_t max_cols = 64;              // grid rank columns printed (text)
 };
 
 // run prints the schedule's grid (rank by step, PyTorch's _format_pipeline_order layout) and OK,
