@@ -1111,6 +1111,26 @@ TEST(CliStep, ABuiltInScheduleProgressesAndADeadlockingCsvIsNamed) {
   }
 }
 
+// A lowered CSV's compute actions are checked with or without --preset: a compute action twice,
+// a stage on another rank's row are refused naming the action, never passed as progressing.
+TEST(CliStep, ALoweredCsvIsCheckedWithoutPresetAsWithIt) {
+  const std::string dir = testing::TempDir();
+  const std::string good = dir + "/meshsim_lowered_ok.csv", twice = dir + "/meshsim_lowered_twice.csv",
+                    moved = dir + "/meshsim_lowered_moved.csv";
+  std::ofstream(good) << "0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n";
+  std::ofstream(twice) << "0F0,0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n";
+  std::ofstream(moved) << "0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,0F0,1B0,1SEND_B0\n";
+  EXPECT_EQ(run("step --schedule " + good + " --microbatches 1").status, 0);
+  Result r = run_shell(std::string(MESHSIM_EXE) + " step --schedule " + twice + " --microbatches 1 2>&1");
+  EXPECT_EQ(r.status, 2);
+  ASSERT_FALSE(r.lines.empty());
+  EXPECT_NE(r.lines.back().find("rank 0 action 1 (0F0): runs a second time"), std::string::npos) << r.lines.back();
+  r = run_shell(std::string(MESHSIM_EXE) + " step --schedule " + moved + " --microbatches 1 2>&1");
+  EXPECT_EQ(r.status, 2);
+  ASSERT_FALSE(r.lines.empty());
+  EXPECT_NE(r.lines.back().find("rank 1 action 1 (0F0): stage 0 lives on rank 0"), std::string::npos) << r.lines.back();
+}
+
 // A file name is any bytes: JSON output names it with its invalid UTF-8 replaced, never an abort
 // from the JSON writer.
 TEST(CliStep, JsonOutputNamesAFileWhoseNameIsNotUtf8) {

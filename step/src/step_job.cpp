@@ -103,7 +103,9 @@ Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, 
   }
   const bool lowered = has_comms(probe);
   Schedule s = read_csv(text, n, microbatches, lowered);
-  return lowered ? s : lower(s);
+  if (!lowered) return lower(s);
+  validate_lowered(s);  // with or without --preset: a compute action twice, a stage on the wrong rank
+  return s;
 }
 
 StepRun run_step(const StepSpec& spec) {

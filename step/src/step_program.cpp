@@ -1772,15 +1772,7 @@ StageLayout layout(const Job& job) {
     if (s.lowered) {
       // Its compute actions must be a schedule PyTorch accepts (each stage on its rank, each
       // microbatch's forward and backward once), whatever its sends and receives say.
-      Schedule compute = s;
-      compute.lowered = false;
-      for (auto& r : compute.ranks) {
-        std::erase_if(r, [](const std::optional<Action>& a) {
-          return a && (a->type == ActionType::kSendF || a->type == ActionType::kRecvF || a->type == ActionType::kSendB ||
-                       a->type == ActionType::kRecvB);
-        });
-      }
-      validate(compute);
+      validate_lowered(s);
       l.schedule = s;
     } else {
       l.schedule = lower(s);

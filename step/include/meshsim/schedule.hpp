@@ -135,6 +135,9 @@ bool known_schedule(std::string_view name);
 // microbatch's forward once and its backward once (B, or I then W), a forward before its
 // backward, stages on their rank; InvalidArgument naming the rank, action and rule.
 void validate(const Schedule& s);
+// validate_lowered checks a lowered schedule's compute actions the same way, whatever its sends
+// and receives say (a CSV of PyTorch's compute_comms form is checked as its compute_only form).
+void validate_lowered(const Schedule& s);
 
 // lower adds the sends and receives (see the file comment); InvalidArgument when the compute
 // schedule cannot be lowered (a rank's next action waits for an input no rank will send).
