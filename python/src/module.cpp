@@ -8,6 +8,7 @@
 #include <cmath>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -212,6 +213,53 @@ py::tuple run_job(meshsim::run::Options o) {
   if (raised) throw std::move(*raised);
   if (failed) std::rethrow_exception(failed);
   return py::make_tuple(report->passed() ? 0 : 1, py_of_json(meshsim::check::report_json(*report)));
+}
+
+// run_released runs `work` (which touches no Python object) on a thread of its own with the
+// GIL released, while this thread, Python's, looks at its signals every 100 ms: on Ctrl-C (or
+// any handler that raises) the handler's exception (KeyboardInterrupt) is raised here at once.
+// The work cannot be stopped midway (a step or a trace check holds no rank to abort), so it is
+// left to finish on its thread, holding only what it owns, and its result is dropped.
+nlohmann::json run_released(std::function<nlohmann::json()> work) {
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    nlohmann::json out;
+    std::exception_ptr failed;
+  };
+  auto shared = std::make_shared<Shared>();
+  std::optional<py::error_already_set> raised;
+  {
+    py::gil_scoped_release release;
+    std::thread([shared, work = std::move(work)] {
+      nlohmann::json out;
+      std::exception_ptr failed;
+      try {
+        out = work();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      std::lock_guard lk(shared->mu);
+      shared->out = std::move(out);
+      shared->failed = failed;
+      shared->done = true;
+      shared->cv.notify_all();
+    }).detach();
+    std::unique_lock lk(shared->mu);
+    while (!shared->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return shared->done; })) {
+      lk.unlock();
+      {
+        py::gil_scoped_acquire acquire;
+        if (PyErr_CheckSignals() != 0) raised.emplace();
+      }
+      if (raised) break;
+      lk.lock();
+    }
+  }
+  if (raised) throw std::move(*raised);
+  if (shared->failed) std::rethrow_exception(shared->failed);
+  return std::move(shared->out);
 }
 
 // names_of reads a name or a sequence of names, as mesh[...]'s key or transpose's order
@@ -714,24 +762,19 @@ PYBIND11_MODULE(_meshsim, m) {
     spec.activation_checkpoint = activation_checkpoint;
     spec.log_metrics = log_metrics;
     spec.world_size = world_size;
-    nlohmann::json j;
-    {
-      py::gil_scoped_release unlocked;
+    return py_of_json(run_released([spec = std::move(spec), trace] {
       const meshsim::step::StepRun run = meshsim::step::run_step(spec);
-      j = meshsim::step::step_json(run);
+      nlohmann::json j = meshsim::step::step_json(run);
       if (trace) j["trace"] = meshsim::step::trace_json(run, meshsim::step::traced_ranks(run));
-    }
-    return py_of_json(j);
+      return j;
+    }));
   });
   // trace_check is `meshsim trace check DIR --format json` in this process.
   m.def("trace_check", [](const std::string& dir, std::optional<std::string> prefix) {
-    nlohmann::json j;
-    {
-      py::gil_scoped_release unlocked;
+    return py_of_json(run_released([dir, prefix] {
       const meshsim::trace::DumpSet set = meshsim::trace::read_dump_dir(dir, prefix);
-      j = meshsim::trace::report_json(meshsim::trace::check_dumps(set.dumps), set);
-    }
-    return py_of_json(j);
+      return meshsim::trace::report_json(meshsim::trace::check_dumps(set.dumps), set);
+    }));
   });
   // run_flags is `meshsim run FLAGS... --format json`: the flags as the tool reads them (the one
   // use of the tool's flag reader, meshsim_flags).

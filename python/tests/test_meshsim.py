@@ -492,6 +492,30 @@ def test_ctrl_c_aborts_the_ranks_and_raises_keyboard_interrupt_within_a_second(b
     assert meshsim.run("dp=2,tp=2", backend=backend)["ok"]
 
 
+def test_ctrl_c_during_a_step_raises_keyboard_interrupt_at_once():
+    # A step over 4,096 ranks x 1,024 microbatches, every rank simulated (seconds here), with
+    # SIGINT 0.5 s in: KeyboardInterrupt about then, not when the step ends. The step goes on
+    # to its end on its own thread and its answer is dropped.
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    returned = False
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            meshsim.step("torchtitan:pp=64,dp_shard=1024,tp=1", model="llama3-405b", seq_len=8192, local_batch_size=1,
+                         microbatches=1024, schedule="GPipe", ranks="all")
+            returned = True
+            time.sleep(5)
+        took = time.monotonic() - start
+    finally:
+        timer.cancel()
+    assert not returned, "the step ended before the signal: it no longer tests the interrupt"
+    assert took < 3.5, took
+    # The module still answers afterwards.
+    assert meshsim.step("torchtitan:tp=2", model="llama3-debugmodel", seq_len=256, local_batch_size=1,
+                        world_size=2)["ok"]
+
+
 def test_duplicate_let_names_are_refused_not_kept_last():
     program = {"world_size": 8, "build": {"init_device_mesh": {"mesh_shape": [8], "mesh_dim_names": ["w"]}},
                "ops": [{"on": "root", "unflatten": {"dim": "w", "sizes": [2, 4], "names": ["dp", "tp"]}, "let": "v"},
