@@ -220,6 +220,24 @@ py::tuple run_job(meshsim::run::Options o) {
 // any handler that raises) the handler's exception (KeyboardInterrupt) is raised here at once.
 // The work cannot be stopped midway (a step or a trace check holds no rank to abort), so it is
 // left to finish on its thread, holding only what it owns, and its result is dropped.
+// Works left running after an interrupt, awaited when the interpreter exits (atexit): none may
+// still run while the process tears down what they use.
+struct Orphans {
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t running = 0;
+};
+Orphans& orphans() {
+  static auto* o = new Orphans;  // never destroyed: the work threads may outlive static teardown
+  return *o;
+}
+
+void await_orphans() {
+  py::gil_scoped_release release;
+  std::unique_lock lk(orphans().mu);
+  orphans().cv.wait_for(lk, std::chrono::minutes(5), [] { return orphans().running == 0; });
+}
+
 nlohmann::json run_released(std::function<nlohmann::json()> work) {
   struct Shared {
     std::mutex mu;
@@ -232,6 +250,10 @@ nlohmann::json run_released(std::function<nlohmann::json()> work) {
   std::optional<py::error_already_set> raised;
   {
     py::gil_scoped_release release;
+    {
+      std::lock_guard lk(orphans().mu);
+      ++orphans().running;
+    }
     std::thread([shared, work = std::move(work)] {
       nlohmann::json out;
       std::exception_ptr failed;
@@ -240,11 +262,16 @@ nlohmann::json run_released(std::function<nlohmann::json()> work) {
       } catch (...) {
         failed = std::current_exception();
       }
-      std::lock_guard lk(shared->mu);
-      shared->out = std::move(out);
-      shared->failed = failed;
-      shared->done = true;
-      shared->cv.notify_all();
+      {
+        std::lock_guard lk(shared->mu);
+        shared->out = std::move(out);
+        shared->failed = failed;
+        shared->done = true;
+        shared->cv.notify_all();
+      }
+      std::lock_guard lk(orphans().mu);
+      --orphans().running;
+      orphans().cv.notify_all();
     }).detach();
     std::unique_lock lk(shared->mu);
     while (!shared->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return shared->done; })) {
@@ -402,6 +429,8 @@ meshsim::Convention convention_of(const std::string& name) { return meshsim::par
 }  // namespace
 
 PYBIND11_MODULE(_meshsim, m) {
+  // A step or trace check left running by Ctrl-C ends before the interpreter does.
+  py::module_::import("atexit").attr("register")(py::cpp_function(&await_orphans));
   m.doc() = "meshsim: PyTorch's DeviceMesh bookkeeping and its CuTe layout algebra, exactly, in C++";
 
   py::register_exception_translator([](std::exception_ptr p) {

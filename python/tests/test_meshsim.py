@@ -493,7 +493,7 @@ def test_ctrl_c_aborts_the_ranks_and_raises_keyboard_interrupt_within_a_second(b
 
 
 def test_ctrl_c_during_a_step_raises_keyboard_interrupt_at_once():
-    # A step over 4,096 ranks x 1,024 microbatches, every rank simulated (seconds here), with
+    # A step over 16,384 ranks x 1,024 microbatches, every rank simulated (seconds here), with
     # SIGINT 0.5 s in: KeyboardInterrupt about then, not when the step ends. The step goes on
     # to its end on its own thread and its answer is dropped.
     timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
@@ -502,7 +502,7 @@ def test_ctrl_c_during_a_step_raises_keyboard_interrupt_at_once():
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            meshsim.step("torchtitan:pp=64,dp_shard=1024,tp=1", model="llama3-405b", seq_len=8192, local_batch_size=1,
+            meshsim.step("torchtitan:pp=64,dp_shard=256,tp=1", model="llama3-405b", seq_len=8192, local_batch_size=1,
                          microbatches=1024, schedule="GPipe", ranks="all")
             returned = True
             time.sleep(5)
