@@ -1131,6 +1131,21 @@ TEST(CliStep, ALoweredCsvIsCheckedWithoutPresetAsWithIt) {
   EXPECT_NE(r.lines.back().find("rank 1 action 1 (0F0): stage 0 lives on rank 0"), std::string::npos) << r.lines.back();
 }
 
+// A forward placed before the receive it needs never has its input: a hang naming the rank and
+// the action under eager sends too (PyTorch's _simulate_comms_compute stops there).
+TEST(CliStep, AComputeBeforeItsReceiveIsAHangUnderEagerSends) {
+  const std::string csv = testing::TempDir() + "/meshsim_compute_first.csv";
+  std::ofstream(csv) << "0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n";
+  for (const char* sem : {"eager", "rendezvous"}) {
+    Result r = run("step --schedule " + csv + " --microbatches 1 --send-semantics " + sem);
+    EXPECT_EQ(r.status, 1) << sem;
+    EXPECT_TRUE(has_line(r, std::string("FAILED ranks [1]: pipeline hang under ") + sem +
+                                " sends: rank 1's 1F0 (action 0) lacks its input: 1RECV_F0 must run on rank 1 before it "
+                                "(PyTorch's _simulate_comms_compute stops here too)"))
+        << sem;
+  }
+}
+
 // A file name is any bytes: JSON output names it with its invalid UTF-8 replaced, never an abort
 // from the JSON writer.
 TEST(CliStep, JsonOutputNamesAFileWhoseNameIsNotUtf8) {

@@ -848,6 +848,49 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
   }
   std::vector<std::size_t> at(static_cast<std::size_t>(pp), 0);
   std::set<std::tuple<int64_t, int, int64_t>> posted;  // eager sends issued
+  // What each rank has run, per (stage, type, microbatch): a flat table when the stages and
+  // microbatches are no more than the actions (every valid schedule), else a set.
+  constexpr std::size_t kTypes = 11;
+  const auto m_count = static_cast<std::size_t>(std::max<int64_t>(s.microbatches, 1));
+  std::size_t actions = 0;
+  for (const auto& l : s.ranks) actions += l.size();
+  const bool flat = s.stages >= 0 && static_cast<std::size_t>(s.stages) <= (2 * actions + 64) / m_count;
+  std::vector<bool> ran_table(flat ? static_cast<std::size_t>(s.stages) * m_count * kTypes : 0, false);
+  std::set<std::tuple<int64_t, int, int64_t>> ran_set;
+  auto ran = [&](int64_t stage, ActionType t, int64_t mb) {
+    if (stage < 0 || stage >= s.stages || mb < 0 || mb >= s.microbatches) return false;
+    if (!flat) return ran_set.count({stage, static_cast<int>(t), mb}) > 0;
+    return static_cast<bool>(ran_table[(static_cast<std::size_t>(stage) * m_count + static_cast<std::size_t>(mb)) * kTypes +
+                                       static_cast<std::size_t>(t)]);
+  };
+  auto mark = [&](const Action& a) {
+    if (!a.microbatch || a.stage < 0 || a.stage >= s.stages || *a.microbatch < 0 || *a.microbatch >= s.microbatches) return;
+    if (!flat) {
+      ran_set.insert({a.stage, static_cast<int>(a.type), *a.microbatch});
+      return;
+    }
+    ran_table[(static_cast<std::size_t>(a.stage) * m_count + static_cast<std::size_t>(*a.microbatch)) * kTypes +
+              static_cast<std::size_t>(a.type)] = true;
+  };
+  // has_input: PyTorch's _simulate_comms_compute rules. A forward needs its stage's receive, or
+  // the previous stage's forward on this rank; a backward (full or input) the next stage's
+  // gradient the same way; a send the compute that made what it sends. Weight backwards and the
+  // FSDP actions need nothing here.
+  auto has_input = [&](int64_t r, const Action& a) {
+    const int64_t mb = a.microbatch.value_or(0);
+    switch (a.type) {
+      case ActionType::kF:
+        return a.stage == 0 || ran(a.stage, ActionType::kRecvF, mb) ||
+               (stage_rank(s, a.stage - 1) == r && ran(a.stage - 1, ActionType::kF, mb));
+      case ActionType::kB:
+      case ActionType::kI:
+        return a.stage == s.stages - 1 || ran(a.stage, ActionType::kRecvB, mb) ||
+               (stage_rank(s, a.stage + 1) == r && (ran(a.stage + 1, ActionType::kI, mb) || ran(a.stage + 1, ActionType::kB, mb)));
+      case ActionType::kSendF: return ran(a.stage, ActionType::kF, mb);
+      case ActionType::kSendB: return ran(a.stage, ActionType::kI, mb) || ran(a.stage, ActionType::kB, mb);
+      default: return true;
+    }
+  };
   auto key = [](const Action& a) { return std::tuple<int64_t, int, int64_t>{a.stage, static_cast<int>(a.type), a.microbatch.value_or(-1)}; };
   auto head = [&](int64_t r) -> const std::optional<Action>* {
     const auto& l = s.ranks[static_cast<std::size_t>(r)];
@@ -872,7 +915,9 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
     queued[static_cast<std::size_t>(r)] = 0;
     while (const std::optional<Action>* h = head(r)) {
       const std::optional<Action>& a = *h;
+      if (a && !has_input(r, *a)) break;  // it can only come from this rank's own earlier actions
       if (!a || !(is_send(a->type) || is_recv(a->type))) {
+        if (a) mark(*a);
         ++at[static_cast<std::size_t>(r)];
         continue;
       }
@@ -884,11 +929,14 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
         } else if (!posted.count(key(match))) {
           break;
         }
+        mark(*a);
         ++at[static_cast<std::size_t>(r)];
         continue;
       }
       const std::optional<Action>* ph = head(peer);
-      if (peer == r || !ph || !*ph || !(**ph == match)) break;
+      if (peer == r || !ph || !*ph || !(**ph == match) || !has_input(peer, match)) break;
+      mark(*a);
+      mark(match);
       ++at[static_cast<std::size_t>(r)];
       ++at[static_cast<std::size_t>(peer)];
       wake(peer);
@@ -910,6 +958,24 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
            " (action " + std::to_string(at[static_cast<std::size_t>(r)]) + ") " + (is_send(a.type) ? "to" : "from") +
            " rank " + std::to_string(peer) + " (" + to_string(match) + ")";
   };
+  // A rank whose next action lacks its input (a forward before its receive, a send before the
+  // compute that makes what it sends) waits forever on itself: that is the fault.
+  for (int64_t w : waiting) {
+    const Action& a = **head(w);
+    if (has_input(w, a)) continue;
+    const bool backward = is_backward(a.type) || a.type == ActionType::kSendB;
+    const int64_t mb = a.microbatch.value_or(0);
+    const std::string needs =
+        a.type == ActionType::kSendF   ? to_string(act(a.stage, ActionType::kF, mb))
+        : a.type == ActionType::kSendB ? to_string(act(a.stage, ActionType::kB, mb)) + " or " + to_string(act(a.stage, ActionType::kI, mb))
+        : backward                     ? to_string(act(a.stage, ActionType::kRecvB, mb))
+                                       : to_string(act(a.stage, ActionType::kRecvF, mb));
+    p.diagnosis = "pipeline hang under " + sem + " sends: rank " + std::to_string(w) + "'s " + to_string(a) + " (action " +
+                  std::to_string(at[static_cast<std::size_t>(w)]) + ") lacks its input: " + needs +
+                  " must run on rank " + std::to_string(w) + " before it (PyTorch's _simulate_comms_compute stops here too)";
+    p.ranks = {w};
+    return p;
+  }
   // Follow who waits for whom from the first waiting rank: a cycle, or a rank that has ended.
   std::vector<int64_t> path;
   std::map<int64_t, std::size_t> on_path;

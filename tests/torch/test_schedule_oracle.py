@@ -6,7 +6,10 @@ of 1..16; MESHSIM_TORCH_EXAMPLES=0 for all of them):
   lowered schedule (read back from `--dump-schedule` with PyTorch's own `_Action.from_str`);
 - for the single-stage schedules (GPipe, 1F1B), whose compute order has no idle steps, the
   lowered schedule is PyTorch's `_add_send_recv` of that compute order, action for action;
-- 1F1B with fewer microbatches than stages is refused in PyTorch's words.
+- 1F1B with fewer microbatches than stages is refused in PyTorch's words;
+- under eager sends, the progress verdict is `_simulate_comms_compute`'s, on the built schedules
+  and on copies with one action moved one place earlier (a compute before the receive it needs,
+  a send before its compute, a receive before another).
 Not yet held to PyTorch (docs/step.md says so): the multi-stage lowering, which PyTorch's runtime
 does through `_prepare_schedule_with_comms` (UNSHARD/RESHARD/REDUCE_GRAD added, idle steps
 dropped before the sends and receives are placed).
@@ -90,3 +93,74 @@ def test_1f1b_with_fewer_microbatches_than_stages_is_refused_in_pytorchs_words()
     p, _ = meshsim_schedule("1F1B", 4, None, 2)
     assert p.returncode == 2
     assert "Number of microbatches (2) must be greater than or equal to the number of stages (4)" in p.stderr, p.stderr
+
+
+def pytorch_progresses(lowered, pp, stages):
+    import contextlib
+    import io
+    order = {r: [a for a in acts if a is not None] for r, acts in lowered.items()}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            sch._simulate_comms_compute(order, stage_to_rank=lambda s: s % pp, num_stages=stages)
+        return True
+    except ValueError as e:
+        assert "not progressing" in str(e)
+        return False
+    except IndexError as e:
+        # On no progress the simulator first prints its grid, and PyTorch's formatter fails on a
+        # grid of fewer steps than ranks: that failure is its "not progressing".
+        import traceback
+        assert "_format_pipeline_order" in [f.name for f in traceback.extract_tb(e.__traceback__)], e
+        return False
+
+
+def write_csv(order, path):
+    with open(path, "w") as f:
+        for r in sorted(order):
+            f.write(",".join(str(a) for a in order[r]) + "\n")
+
+
+MUTATIONS = [(name, pp, v * pp if v else None, m)
+             for name, v in (("GPipe", 0), ("1F1B", 0), ("Interleaved1F1B", 2), ("LoopedBFS", 2))
+             for pp in (2, 3, 4) for m in (pp, 2 * pp)]
+
+
+@pytest.mark.parametrize("name,pp,stages,m", MUTATIONS)
+def test_eager_progress_verdicts_are_pytorchs_simulator(name, pp, stages, m):
+    # The built schedule, then copies with one action moved one place earlier on one rank (a
+    # compute before the receive it needs, a send before its compute, a receive before another):
+    # meshsim's verdict under eager sends is _simulate_comms_compute's, case by case.
+    p, csv = meshsim_schedule(name, pp, stages, m)
+    assert p.returncode == 0, p.stderr
+    lowered = read_lowered(csv)
+    n_stages = stages or pp
+    assert pytorch_progresses(lowered, pp, n_stages)
+    rng = random.Random(f"{name}-{pp}-{m}")
+    tried = disagree = stuck = 0
+    for _ in range(12):
+        r = rng.randrange(pp)
+        acts = [a for a in lowered[r] if a is not None]
+        if len(acts) < 2:
+            continue
+        k = rng.randrange(1, len(acts))
+        mutated = {q: [a for a in lowered[q] if a is not None] for q in lowered}
+        mutated[r][k - 1], mutated[r][k] = mutated[r][k], mutated[r][k - 1]
+        path = csv + f".{tried}.csv"
+        write_csv(mutated, path)
+        cmd = [MESHSIM, "step", "--schedule", path, "--microbatches", str(m), "--send-semantics", "eager", "--format", "json"]
+        if stages:
+            cmd += ["--stages", str(stages)]
+        q = subprocess.run(cmd, capture_output=True, text=True)
+        if q.returncode == 2:
+            # The compute order itself broken (a backward before its forward): refused as
+            # PyTorch's _validate_schedule refuses it, before any simulation.
+            assert "InvalidArgument" in q.stderr, q.stderr
+            continue
+        assert q.returncode in (0, 1), q.stdout + q.stderr
+        theirs = pytorch_progresses(mutated, pp, n_stages)
+        tried += 1
+        stuck += not theirs
+        disagree += (q.returncode == 0) != theirs
+        assert (q.returncode == 0) == theirs, (r, k - 1, str(mutated[r][k - 1]), str(mutated[r][k]), q.stdout)
+    assert tried > 0
+    print(f"\n  [{name} pp={pp} m={m}] {tried} mutations, {stuck} not progressing in both")

@@ -162,7 +162,10 @@ struct Progress {
 
 // check_progress runs every rank's list; a send matches the receive of the same microbatch on the
 // next (forward) or previous (backward) stage's rank. Under rendezvous both must be at the head of
-// their lists; under eager a send never waits and a receive waits for its send.
+// their lists; under eager a send never waits and a receive waits for its send. Under both, an
+// action waits for its input as PyTorch's _simulate_comms_compute has it: a forward for its
+// receive (or the previous stage's forward on its rank), a backward likewise for the gradient, a
+// send for the compute that makes what it sends; one that can never have it is the diagnosis.
 Progress check_progress(const Schedule& lowered, SendSemantics semantics);
 
 }  // namespace meshsim::step
