@@ -1244,6 +1244,15 @@ TEST(CliStep, MegatronsInterleavedScheduleAndItsEvenOddRule) {
   EXPECT_EQ(joined(far).find("--ranks"), std::string::npos) << joined(far);
 }
 
+TEST(CliStep, AChakraTraceWithNoNodesSaysSo) {
+  const std::string prefix = testing::TempDir() + "/meshsim_chakra_one/step";
+  Result r = run_shell(std::string(MESHSIM_EXE) + " step --preset torchtitan:dp_shard=1 --model llama3-debugmodel --seq-len 256 "
+                       "--local-batch-size 1 --chakra " + prefix + " 2>&1");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(has_line(r, "meshsim step: warning: the Chakra traces hold no nodes: no collective, send or receive of this "
+                          "step runs between the 1 NPU written (one NPU, or every group reaches outside --chakra-world)"));
+}
+
 TEST(CliStep, ChakraTracesAreWrittenPerNpuWithTheirGroups) {
   const std::string dir = ::testing::TempDir() + "/meshsim_cli_chakra";
   std::filesystem::remove_all(dir);

@@ -2,6 +2,7 @@
 #include "meshsim/json_codec.hpp"
 
 #include <algorithm>
+#include <iostream>
 #include <cctype>
 #include <cstdio>
 #include <set>
@@ -180,6 +181,12 @@ int run_job(const Options& o, std::ostream& out) {
   if (!o.trace.empty()) write_file_whole(o.trace, trace_text, "--trace");
   std::optional<step::ChakraExport> chakra;
   if (!o.chakra.empty()) chakra = step::write_chakra(run, chakra_ranks, o.chakra);
+  if (chakra && chakra->nodes == 0) {
+    std::cerr << "meshsim step: warning: the Chakra traces hold no nodes: no collective, send or receive of this step "
+                 "runs between the "
+              << chakra->ranks.size() << " NPU" << (chakra->ranks.size() == 1 ? "" : "s")
+              << " written (one NPU, or every group reaches outside --chakra-world)\n";
+  }
   if (o.format == "json") {
     nlohmann::json j = step::step_json(run);
     if (chakra) {
