@@ -188,7 +188,7 @@ TEST(Chakra, A64RankStepDecodesWithProtocAndMatchesItsPrograms) {
   int64_t nodes = 0;
   for (int64_t npu = 0; npu < 64; ++npu) {
     const File f = decode(dir + "/step." + std::to_string(npu) + ".et", dir);
-    EXPECT_EQ(f.version, "0.0.4");
+    EXPECT_EQ(f.version, "1.0.0");  // Chakra's generator since 2026-05-20 (34f95f9)
     const std::vector<Event> prog = program(run.job, run.report.layout, pp_coordinate(run.job.parallel, npu));
     ASSERT_EQ(f.nodes.size(), prog.size()) << "npu " << npu;
     nodes += static_cast<int64_t>(f.nodes.size());

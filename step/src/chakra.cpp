@@ -139,7 +139,7 @@ ChakraExport write_chakra(const StepRun& run, const std::vector<int64_t>& ranks,
     std::string file;
     {
       std::string meta;
-      bytes_field(meta, 1, "0.0.4");
+      bytes_field(meta, 1, "1.0.0");
       message(file, meta);
     }
     std::map<Dim, std::pair<int64_t, int64_t>> group_of;  // dim -> (pg id or -1 when outside, size)

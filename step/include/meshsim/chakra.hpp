@@ -1,12 +1,13 @@
 // chakra.hpp — one step's programs as MLCommons Chakra execution traces, the input of network
 // simulators such as ASTRA-sim: `meshsim step ... --chakra PREFIX`.
 //
-// One file PREFIX.<npu>.et per rank of the exported world (schema/protobuf/et_def.proto at
-// mlcommons/chakra 6dc63e147b9d115286626cc122459e44d9d08401): varint-length-prefixed protobuf
-// messages, a GlobalMetadata (version "0.0.4", as Chakra's own tools write) then one Node per
-// event in program order: COMM_COLL_NODE (7), COMM_SEND_NODE (5) or COMM_RECV_NODE (6), each
-// with a data dependency on the one before, and the attributes ASTRA-sim's feeder reads
-// (src/feeder/et_feeder_node.cpp at mlcommons/chakra 02da5d056f2f9c2a994d1887ffba6ad4c7c99695),
+// One file PREFIX.<npu>.et per rank of the exported world (schema/protobuf/et_def.proto as on
+// mlcommons/chakra's main branch, last changed at a1120ddcb50bb3f436a94c8abb40654907f263a6,
+// 2024-05-09): varint-length-prefixed protobuf messages, a GlobalMetadata (version "1.0.0", as
+// Chakra's generator writes it since 34f95f96d90c461d7037670931cc1dd25653b49c, 2026-05-20) then
+// one Node per event in program order: COMM_COLL_NODE (7), COMM_SEND_NODE (5) or COMM_RECV_NODE
+// (6), each with a data dependency on the one before, and the attributes Chakra's feeder reads
+// (src/feeder/et_feeder_node.cpp at mlcommons/chakra 21585d8f2d65603d791d2121e3d4632351120262),
 // each in the value kind it reads: is_cpu_op (bool_val, false), comm_type (int64_val: ALL_REDUCE
 // 0, ALL_GATHER 2, ALL_TO_ALL 6, REDUCE_SCATTER 7), comm_size (int64_val), pg_name (string_val)
 // for collectives; comm_src, comm_dst, comm_tag (int32_val) for sends and receives. Plus
