@@ -727,7 +727,10 @@ class Checker {
     constexpr std::size_t kMaxMissingListed = 64;  // missing members named one by one
     std::size_t work = 0;
     bool cut = false;
-    std::map<int64_t, std::vector<int64_t>> blockers;  // a waiting rank -> the nodes it waits on
+    // A waiting rank -> the nodes it waits on: a (group, seq)'s list is found once and shared by
+    // every rank waiting there (20,000 ranks waiting on 20,000 others share one list, not copies).
+    std::map<int64_t, const std::vector<int64_t>*> blockers;
+    std::map<int64_t, std::vector<int64_t>> own;  // a p2p wait's one peer, or none
     std::map<int64_t, std::string> waits_in;
     std::map<int64_t, int> missing_group;  // a pseudo node (< 0) -> the group whose missing members it stands for
     std::map<std::pair<int, int64_t>, std::vector<int64_t>> cached;
@@ -772,7 +775,8 @@ class Checker {
       if (!rs.blocking) continue;
       const Entry& e = *rs.blocking;
       const int g = rs.blocking_gid;
-      auto& b = blockers[r];
+      auto& b = own[r];
+      blockers[r] = &b;
       waits_in[r] = group_text(g) + " " + (e.is_p2p ? "" : "#" + std::to_string(e.collective_seq_id) + " ") + e.profiling_name.substr(0, 60);
       if (e.is_p2p) {
         if (auto it = unmatched_.find(&e); it != unmatched_.end()) b.push_back(it->second);
@@ -782,15 +786,19 @@ class Checker {
         cut = true;
         continue;
       }
-      b = blockers_of(g, e.collective_seq_id);
+      blockers[r] = &blockers_of(g, e.collective_seq_id);
     }
+    // Every edge is walked below (the search, the roots): their number is bounded too.
+    std::size_t edges = 0;
+    for (const auto& [r, b] : blockers) edges += b->size();
+    if (edges > kMaxWaitWork) cut = true;
     auto waits = [&](int64_t x) {
       auto it = blockers.find(x);
-      return it != blockers.end() && !it->second.empty();
+      return it != blockers.end() && !it->second->empty();
     };
     std::vector<int64_t> stuck;
     for (const auto& [r, b] : blockers) {
-      if (b.empty()) stuck.push_back(r);
+      if (b->empty()) stuck.push_back(r);
     }
     if (cut) stuck.clear();  // blockers left unfound are not "every member issued it"
     // Strongly connected parts of the waits (iterative Tarjan), in the order they close: each
@@ -802,6 +810,7 @@ class Checker {
     std::unordered_map<int64_t, char> on;
     int64_t counter = 0;
     for (const auto& [start, unused] : blockers) {
+      if (cut) break;
       if (!waits(start) || index.count(start)) continue;
       std::vector<std::pair<int64_t, std::size_t>> frames{{start, 0}};
       index[start] = low[start] = counter++;
@@ -809,7 +818,7 @@ class Checker {
       on[start] = 1;
       while (!frames.empty()) {
         auto& [v, next] = frames.back();
-        const auto& bv = blockers[v];
+        const auto& bv = *blockers.at(v);
         if (next < bv.size()) {
           const int64_t w = bv[next++];
           if (!waits(w)) continue;
@@ -846,7 +855,7 @@ class Checker {
     for (std::size_t k = 0; k < parts.size() && !cut; ++k) {
       std::vector<int64_t> rs;
       for (int64_t v : parts[k]) {
-        for (int64_t w : blockers[v]) {
+        for (int64_t w : *blockers.at(v)) {
           if (!waits(w)) {
             rs.push_back(w);
           } else if (part_of[w] != k) {
@@ -917,7 +926,7 @@ class Checker {
     }
     // Cycles of waits: a part of more than one rank, or one that waits on itself.
     for (const auto& part : parts) {
-      const auto& bv = blockers[part.front()];
+      const auto& bv = *blockers.at(part.front());
       if (part.size() == 1 && std::find(bv.begin(), bv.end(), part.front()) == bv.end()) continue;
       Problem p;
       p.kind = "wait-cycle";
