@@ -1131,6 +1131,38 @@ TEST(CliStep, ALoweredCsvIsCheckedWithoutPresetAsWithIt) {
   EXPECT_NE(r.lines.back().find("rank 1 action 1 (0F0): stage 0 lives on rank 0"), std::string::npos) << r.lines.back();
 }
 
+// A torchtitan step's multi-stage pipeline runs as PyTorch's runtime lowers it: a stage's FSDP
+// all-gather at each UNSHARD of the lowered schedule (4 stages on a rank, 3 kept unsharded: some
+// are evicted and gathered again), not once per stage as the plain _add_send_recv form has it.
+TEST(CliStep, APipelinesFsdpGathersComeAtTheRuntimesUnshards) {
+  const std::string dir = testing::TempDir();
+  const std::string job = "step --preset torchtitan:pp=2,dp_shard=2 --model llama3-debugmodel --seq-len 256 "
+                          "--local-batch-size 1 --schedule Interleaved1F1B --stages 8 --microbatches 4 --format json";
+  int64_t gathers[2] = {0, 0};
+  int64_t unshards = 0;
+  for (int k = 0; k < 2; ++k) {
+    const std::string csv = dir + "/meshsim_runtime_" + std::to_string(k) + ".csv";
+    Result r = run(job + " --dump-schedule " + csv + (k == 0 ? "" : " --lowering add_send_recv"));
+    ASSERT_EQ(r.status, 0);
+    ASSERT_EQ(r.lines.size(), 1u);
+    const Json j = Json::parse(r.lines[0]);
+    EXPECT_EQ(j["lowering"], k == 0 ? "runtime" : "add_send_recv");
+    gathers[k] = j["by_dim"]["fsdp"]["all_gather"]["calls"].get<int64_t>();
+    std::ifstream in(csv);
+    std::string rank0;
+    std::getline(in, rank0);
+    if (k == 0) {
+      for (std::size_t at = rank0.find("UNSHARD"); at != std::string::npos; at = rank0.find("UNSHARD", at + 1)) ++unshards;
+    } else {
+      EXPECT_EQ(rank0.find("UNSHARD"), std::string::npos) << rank0;
+    }
+  }
+  EXPECT_GT(unshards, 4);              // rank 0's 4 stages, some unsharded again
+  EXPECT_EQ(gathers[0], unshards);     // each stage here is one FSDP unit
+  EXPECT_EQ(gathers[1], 4);            // once per stage, at its first forward
+  EXPECT_EQ(run(job + " --lowering eager").status, 2);
+}
+
 // A forward placed before the receive it needs never has its input: a hang naming the rank and
 // the action under eager sends too (PyTorch's _simulate_comms_compute stops there).
 TEST(CliStep, AComputeBeforeItsReceiveIsAHangUnderEagerSends) {

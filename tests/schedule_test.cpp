@@ -4,6 +4,7 @@
 // own simulator misses (pytorch/pytorch#172668: "both ranks are waiting for the send to finish").
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include <string>
@@ -134,6 +135,57 @@ TEST(Lowering, EverySendHasItsReceiveOnThePeerAndTheScheduleProgresses) {
 // before receiving the first backward, rank 1 sends the first backward before receiving the
 // second forward. With eager sends (PyTorch's simulator) it runs; with sends that wait for their
 // receive (NCCL's large messages), both ranks wait in their sends.
+TEST(Lowering, TheRuntimeLoweringIsWhatPyTorchsMultiStageRuntimeRuns) {
+  // Interleaved1F1B, pp 2, 4 stages, 2 microbatches: the pipeline_order_with_comms that torch
+  // 2.13's ScheduleInterleaved1F1B builds (printed from the real class): UNSHARD of the next 3
+  // stages, idle steps dropped before the sends and receives are placed (rank 0 receives 2RECV_F0
+  // before 0F1, not after 0SEND_F1 as _add_send_recv over rank 1's idle steps has it), REDUCE_GRAD
+  // after a stage's last backward, RESHARD once its compute is done.
+  const Schedule compute = interleaved_1f1b(2, 4, 2);
+  const Schedule rt = lower(compute, Lowering::kRuntime);
+  EXPECT_EQ(row(rt, 0), (std::vector<std::string>{"0UNSHARD", "2UNSHARD", "0F0", "0SEND_F0", "2RECV_F0", "0F1", "0SEND_F1",
+                                                  "2RECV_F1", "2F0", "2SEND_F0", "2F1", "2SEND_F1", "2RECV_B0", "2B0",
+                                                  "2SEND_B0", "2RECV_B1", "2B1", "2SEND_B1", "2REDUCE_GRAD", "2RESHARD",
+                                                  "0RECV_B0", "0B0", "0RECV_B1", "0B1", "0REDUCE_GRAD", "0RESHARD"}));
+  EXPECT_EQ(row(rt, 1), (std::vector<std::string>{"1UNSHARD", "3UNSHARD", "1RECV_F0", "1F0", "1SEND_F0", "1RECV_F1", "1F1",
+                                                  "1SEND_F1", "3RECV_F0", "3F0", "3RECV_F1", "3B0", "3SEND_B0", "1RECV_B0",
+                                                  "3F1", "3B1", "3SEND_B1", "1RECV_B1", "3REDUCE_GRAD", "3RESHARD", "1B0",
+                                                  "1SEND_B0", "1B1", "1SEND_B1", "1REDUCE_GRAD", "1RESHARD"}));
+  const Schedule plain = lower(compute);
+  const auto r0 = row(plain, 0);
+  const auto at = [&](const char* a) { return std::find(r0.begin(), r0.end(), a) - r0.begin(); };
+  EXPECT_GT(at("2RECV_F0"), at("0SEND_F1"));  // the other form, kept under --lowering add_send_recv
+  EXPECT_TRUE(check_progress(rt, SendSemantics::kRendezvous).ok);
+  EXPECT_EQ(parse_lowering("runtime"), Lowering::kRuntime);
+  EXPECT_EQ(parse_lowering("add_send_recv"), Lowering::kAddSendRecv);
+  EXPECT_THROW(parse_lowering("Runtime"), InvalidArgument);
+}
+
+TEST(Lowering, FourStagesPerRankEvictTheStageUsedLeastSoon) {
+  // With 4 stages on a rank only 3 are unsharded at a time: every UNSHARD after the first of a
+  // stage follows its RESHARD, the rank never holds more than 3, and each ends resharded.
+  const Schedule rt = lower(interleaved_1f1b(2, 8, 4), Lowering::kRuntime);
+  for (std::size_t r = 0; r < rt.ranks.size(); ++r) {
+    std::map<int64_t, int> held;
+    int active = 0, evictions = 0;
+    for (const auto& a : rt.ranks[r]) {
+      ASSERT_TRUE(a.has_value());  // idle steps dropped
+      if (a->type == ActionType::kUnshard) {
+        EXPECT_EQ(held[a->stage]++, 0) << to_string(*a);
+        EXPECT_LE(++active, 3);
+      } else if (a->type == ActionType::kReshard) {
+        EXPECT_EQ(held[a->stage]--, 1) << to_string(*a);
+        --active;
+        ++evictions;
+      } else if (a->type == ActionType::kF || a->type == ActionType::kB) {
+        EXPECT_EQ(held[a->stage], 1) << "rank " << r << " computes " << to_string(*a) << " sharded";
+      }
+    }
+    EXPECT_EQ(active, 0);
+    EXPECT_GT(evictions, 4);  // more than one RESHARD per stage: some were evicted and fetched again
+  }
+}
+
 TEST(Progress, BothRanksWaitingInTheirSendsIsACycleUnderRendezvousOnly) {
   const Schedule s = read_csv("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
                               "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n",

@@ -196,6 +196,9 @@ int main(int argc, char** argv) {
   step->add_option("--stages", sto_step.stages, "stages (Interleaved1F1B: a multiple of --pp; a CSV: the largest stage + 1)");
   step->add_option("--send-semantics", sto_step.send_semantics,
                    "rendezvous (a send waits for its receive, as NCCL's large messages) or eager");
+  step->add_option("--lowering", sto_step.lowering,
+                   "runtime (default: what PyTorch's multi-stage runtime runs, UNSHARD/RESHARD/REDUCE_GRAD and idle "
+                   "steps dropped) or add_send_recv (the compute order as it is); GPipe and 1F1B take add_send_recv");
   step->add_option("--dump-schedule", sto_step.dump_schedule, "write the lowered schedule to this CSV file")
       ->check(non_empty_path);
   step->add_option("--format", sto_step.format, "text or json");

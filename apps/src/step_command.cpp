@@ -29,8 +29,11 @@ std::string lower_case(std::string s) {
   return s;
 }
 
-// schedule_of builds or reads the schedule the options name, lowered.
-step::Schedule schedule_of(const Options& o, int64_t microbatches) {
+// schedule_of builds or reads the schedule the options name, lowered, and names how in `lowering`
+// ("runtime", "add_send_recv", "megatron" or "as written").
+step::Schedule schedule_of(const Options& o, int64_t microbatches, std::string& lowering) {
+  step::parse_lowering(o.lowering);  // refused whatever the schedule
+  lowering = o.lowering;
   if (microbatches < 1) throw InvalidArgument("--microbatches " + std::to_string(microbatches) + " is not >= 1");
   const std::string name = lower_case(o.schedule);
   if (name == "gpipe" || name == "1f1b") {
@@ -39,6 +42,7 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches) {
       throw InvalidArgument("--schedule " + o.schedule + " runs one stage per rank: --stages " + std::to_string(*o.stages) +
                             " is not --pp " + std::to_string(*o.pp));
     }
+    lowering = "add_send_recv";
     return step::lower(step::schedule_by_name(name, *o.pp, *o.pp, microbatches));
   }
   if (name == "megatroninterleaved") {
@@ -59,16 +63,22 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches) {
       if (r >= *o.pp) throw OutOfRange("--fault " + quote_input(f) + ": pp rank " + rank + " is not below --pp " + std::to_string(*o.pp));
       for (int64_t k = 0; k < *o.pp; ++k) off.push_back(k);  // the rule is the code's: off on every rank
     }
+    lowering = "megatron";
     return step::megatron_interleaved(*o.pp, *o.stages, microbatches, 0, off);
   }
   if (step::known_schedule(name)) {
     if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
     const bool v = name == "zbvzerobubble";
     if (!o.stages && !v) throw InvalidArgument("--schedule " + o.schedule + " needs --stages (a multiple of --pp)");
-    return step::lower(step::schedule_by_name(name, *o.pp, o.stages.value_or(2 * *o.pp), microbatches));
+    return step::lower(step::schedule_by_name(name, *o.pp, o.stages.value_or(2 * *o.pp), microbatches),
+                       step::parse_lowering(o.lowering));
   }
   if (name.empty()) throw InvalidArgument("--schedule is required: GPipe, 1F1B, Interleaved1F1B or a CSV file");
-  return step::read_schedule_file(o.schedule, o.pp, o.stages, microbatches, "--schedule '" + o.schedule + "'");
+  bool as_written = false;
+  step::Schedule s = step::read_schedule_file(o.schedule, o.pp, o.stages, microbatches, "--schedule '" + o.schedule + "'",
+                                              step::parse_lowering(o.lowering), &as_written);
+  if (as_written) lowering = "as written";
+  return s;
 }
 
 // print_grid prints the schedule as PyTorch's _format_pipeline_order does (a column per rank, a
@@ -153,6 +163,7 @@ int run_job(const Options& o, std::ostream& out) {
   spec.schedule = o.schedule;
   spec.stages = o.stages;
   spec.send_semantics = o.send_semantics;
+  spec.lowering = o.lowering;
   spec.gpus_per_host = o.gpus_per_host;
   spec.rank = o.rank;
   spec.ranks = o.ranks;
@@ -307,7 +318,8 @@ int run(const Options& o, std::ostream& out) {
   if (o.format != "text" && o.format != "json") throw InvalidArgument("--format must be text or json, not " + quote_input(o.format));
   if (o.max_rows < 0) throw OutOfRange("--max-rows " + std::to_string(o.max_rows) + " is negative");
   if (o.max_cols < 0) throw OutOfRange("--max-cols " + std::to_string(o.max_cols) + " is negative");
-  const step::Schedule s = schedule_of(o, microbatches);
+  std::string lowering;
+  const step::Schedule s = schedule_of(o, microbatches, lowering);
   const step::SendSemantics sem =
       o.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous;
   const step::Progress p = step::check_progress(s, sem);
@@ -317,7 +329,7 @@ int run(const Options& o, std::ostream& out) {
   }
   if (o.format == "json") {
     nlohmann::json j{{"ok", p.ok}, {"pp", s.ranks.size()}, {"stages", s.stages}, {"microbatches", s.microbatches},
-                     {"send_semantics", o.send_semantics}, {"diagnosis", p.ok ? nlohmann::json(nullptr) : nlohmann::json(p.diagnosis)},
+                     {"send_semantics", o.send_semantics}, {"lowering", lowering}, {"diagnosis", p.ok ? nlohmann::json(nullptr) : nlohmann::json(p.diagnosis)},
                      {"ranks", p.ranks}};
     out << json::output_text(j) << "\n";
     return p.ok ? 0 : 1;

@@ -376,7 +376,7 @@ def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threade
 def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedule=None, stages=None,
          send_semantics="rendezvous", gpus_per_host=None, rank=0, ranks=None, faults=(),
          reshard_after_forward="default", log_metrics=True, world_size=None, trace=False,
-         activation_checkpoint="selective"):
+         activation_checkpoint="selective", lowering="runtime"):
     """`meshsim step --preset ... --format json` in this process: every rank's program of one
     torchtitan or Megatron-core training step, checked (every group's members agree; the step
     progresses under rendezvous or eager sends) and counted per dim and per link. `preset` is
@@ -384,7 +384,8 @@ def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedul
     Megatron's interleaved schedule; fault "no-parity@R" turns off its even/odd rule); `model` a
     built-in name ("llama3-8b") or a .toml path; `schedule`
     "GPipe", "1F1B" (default), "Interleaved1F1B" or a CSV path; `ranks` "all", a "0,3,8-15" string
-    or a list of ranks (simulated exactly); `faults` like ["skip@5", "wrong-peer@3"]. Returns the
+    or a list of ranks (simulated exactly); `lowering` "runtime" (what PyTorch's multi-stage runtime
+    runs, with UNSHARD/RESHARD/REDUCE_GRAD) or "add_send_recv"; `faults` like ["skip@5", "wrong-peer@3"]. Returns the
     report as a dict ("ok", "diagnosis", "world_size", "rank", "by_dim", "by_link", ...; with
     trace=True also "trace", Chrome/Perfetto trace JSON of the traced ranks); bad input raises."""
     if ranks is not None and not isinstance(ranks, str):
@@ -400,7 +401,7 @@ def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedul
                          _int(rank, "rank"), ranks or "", faults,
                          _str(reshard_after_forward, "reshard_after_forward"), _bool(log_metrics, "log_metrics"),
                          opt(world_size, "world_size"), _bool(trace, "trace"),
-                         _str(activation_checkpoint, "activation_checkpoint"))
+                         _str(activation_checkpoint, "activation_checkpoint"), _str(lowering, "lowering"))
 
 
 def trace_check(dir, *, prefix=None):

@@ -773,7 +773,7 @@ PYBIND11_MODULE(_meshsim, m) {
                    std::optional<int64_t> stages, const std::string& send_semantics, std::optional<int64_t> gpus_per_host,
                    int64_t rank, const std::string& ranks, std::vector<std::string> faults,
                    const std::string& reshard_after_forward, bool log_metrics, std::optional<int64_t> world_size, bool trace,
-                   const std::string& activation_checkpoint) {
+                   const std::string& activation_checkpoint, const std::string& lowering) {
     meshsim::step::StepSpec spec;
     spec.preset = preset;
     spec.model = model;
@@ -789,6 +789,7 @@ PYBIND11_MODULE(_meshsim, m) {
     spec.faults = std::move(faults);
     spec.reshard_after_forward = reshard_after_forward;
     spec.activation_checkpoint = activation_checkpoint;
+    spec.lowering = lowering;
     spec.log_metrics = log_metrics;
     spec.world_size = world_size;
     return py_of_json(run_released([spec = std::move(spec), trace] {

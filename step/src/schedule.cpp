@@ -232,6 +232,162 @@ Schedule interleaved(int64_t pp, int64_t stages, int64_t microbatches, bool zero
   return s;
 }
 
+// PyIntSet is a set of stage numbers that iterates in the order CPython 3.11's set of small
+// non-negative ints does (PyTorch's _add_unshard_reshard evicts stages in that order): an open
+// table of 8 slots or more, a key's first slot its value masked, then up to 9 slots on when they
+// fit before the table's end, then the jump i = 5 i + 1 + (perturb >>= 5); a removed key leaves a
+// dummy that a later add reuses (the last one its probe passed before a free slot); the table
+// grows to 4 x the keys once 3/5 of it is filled (keys and dummies), re-placing the keys in slot
+// order. Held to real Python sets by tests/torch/test_schedule_oracle.py.
+class PyIntSet {
+ public:
+  PyIntSet() : table_(8, kUnused) {}
+  bool contains(int64_t key) const {
+    bool found = false;
+    probe(key, [&](std::size_t j) {
+      if (table_[j] == kUnused) return true;
+      if (table_[j] == key) found = true;
+      return found;
+    });
+    return found;
+  }
+  void add(int64_t key) {
+    std::size_t free = SIZE_MAX, at = SIZE_MAX;
+    bool present = false;
+    probe(key, [&](std::size_t j) {
+      if (table_[j] == kUnused) {
+        at = j;
+        return true;
+      }
+      if (table_[j] == key) return present = true;
+      if (table_[j] == kDummy) free = j;
+      return false;
+    });
+    if (present) return;
+    ++used_;
+    if (free != SIZE_MAX) {
+      table_[free] = key;
+      return;
+    }
+    table_[at] = key;
+    ++fill_;
+    if (fill_ * 5 >= mask() * 3) resize(used_ > 50000 ? used_ * 2 : used_ * 4);
+  }
+  void remove(int64_t key) {
+    probe(key, [&](std::size_t j) {
+      if (table_[j] == kUnused) throw Internal("PyIntSet::remove: " + std::to_string(key) + " is not held");
+      if (table_[j] != key) return false;
+      table_[j] = kDummy;
+      --used_;
+      return true;
+    });
+  }
+  // keys in iteration order.
+  std::vector<int64_t> keys() const {
+    std::vector<int64_t> out;
+    for (int64_t k : table_) {
+      if (k >= 0) out.push_back(k);
+    }
+    return out;
+  }
+
+ private:
+  static constexpr int64_t kUnused = -1, kDummy = -2;
+  std::size_t mask() const { return table_.size() - 1; }
+  // probe visits the key's slots in CPython's order until `visit` returns true.
+  template <typename Visit>
+  void probe(int64_t key, Visit&& visit) const {
+    const std::size_t m = mask();
+    auto perturb = static_cast<std::size_t>(key);
+    std::size_t i = perturb & m;
+    for (;;) {
+      const std::size_t linear = i + 9 <= m ? 9 : 0;
+      for (std::size_t j = i; j <= i + linear; ++j) {
+        if (visit(j)) return;
+      }
+      perturb >>= 5;
+      i = (i * 5 + 1 + perturb) & m;
+    }
+  }
+  void resize(std::size_t min_used) {
+    std::size_t n = 8;
+    while (n <= min_used) n <<= 1;
+    const std::vector<int64_t> old = keys();
+    table_.assign(n, kUnused);
+    fill_ = used_ = old.size();
+    for (int64_t k : old) {
+      probe(k, [&](std::size_t j) {
+        if (table_[j] != kUnused) return false;
+        table_[j] = k;
+        return true;
+      });
+    }
+  }
+  std::vector<int64_t> table_;
+  std::size_t fill_ = 0, used_ = 0;
+};
+
+// prepare_for_runtime is what PyTorch's _PipelineScheduleRuntime does to a compute schedule
+// before it places sends and receives (_prepare_schedule_with_comms): per rank, idle steps
+// dropped, UNSHARD / RESHARD placed so that the next 3 stages the rank computes are unsharded
+// (_add_unshard_reshard: before an action, the stages outside its next 3 resharded in set order,
+// then the ones not yet unsharded fetched in the order they come; every stage still unsharded
+// resharded at the end), and a REDUCE_GRAD after a stage's last B or W (_add_reduce_grad).
+Schedule prepare_for_runtime(const Schedule& compute) {
+  constexpr int kActive = 3;  // _add_unshard_reshard's max_active_stages
+  Schedule out;
+  out.stages = compute.stages;
+  out.microbatches = compute.microbatches;
+  out.style = compute.style;
+  out.ranks.resize(compute.ranks.size());
+  std::vector<int64_t> grads(static_cast<std::size_t>(compute.stages), 0);
+  for (std::size_t r = 0; r < compute.ranks.size(); ++r) {
+    std::vector<Action> acts;
+    for (const auto& a : compute.ranks[r]) {
+      if (a) acts.push_back(*a);
+    }
+    // next[k]: the first 3 distinct stages of acts[k..], in the order they come (-1: none), from
+    // the back: stage k, then those of k + 1 without it (a suffix's first 3 hold its first 2 others).
+    std::vector<std::array<int64_t, kActive>> next(acts.size());
+    std::array<int64_t, kActive> after{-1, -1, -1};
+    for (std::size_t k = acts.size(); k-- > 0;) {
+      std::array<int64_t, kActive> cur{acts[k].stage, -1, -1};
+      int n = 1;
+      for (int64_t st : after) {
+        if (st >= 0 && st != acts[k].stage && n < kActive) cur[static_cast<std::size_t>(n++)] = st;
+      }
+      next[k] = after = cur;
+    }
+    auto& l = out.ranks[r];
+    l.reserve(acts.size() + acts.size() / 2 + 8);
+    PyIntSet active;
+    auto in_next = [](const std::array<int64_t, kActive>& n, int64_t st) { return std::find(n.begin(), n.end(), st) != n.end(); };
+    for (std::size_t k = 0; k < acts.size(); ++k) {
+      for (int64_t st : active.keys()) {
+        if (!in_next(next[k], st)) {
+          active.remove(st);
+          l.push_back(Action{st, ActionType::kReshard, std::nullopt});
+        }
+      }
+      for (int64_t st : next[k]) {
+        if (st >= 0 && !active.contains(st)) {
+          active.add(st);
+          l.push_back(Action{st, ActionType::kUnshard, std::nullopt});
+        }
+      }
+      const Action& a = acts[k];
+      l.push_back(a);
+      if ((a.type == ActionType::kB || a.type == ActionType::kW) && ++grads[static_cast<std::size_t>(a.stage)] == compute.microbatches) {
+        l.push_back(Action{a.stage, ActionType::kReduceGrad, std::nullopt});
+      }
+    }
+    for (int64_t st : active.keys()) l.push_back(Action{st, ActionType::kReshard, std::nullopt});
+  }
+  return out;
+}
+
+Schedule add_send_recv(const Schedule& compute);
+
 }  // namespace
 
 int64_t stage_rank(const Schedule& s, int64_t stage) {
@@ -638,9 +794,24 @@ void validate_lowered(const Schedule& s) {
   validate(s);
 }
 
-Schedule lower(const Schedule& compute) {
+Schedule lower(const Schedule& compute, Lowering how) {
   validate(compute);
   if (compute.lowered) throw InvalidArgument("lower: the schedule is lowered already (it holds sends and receives)");
+  if (how == Lowering::kRuntime) return add_send_recv(prepare_for_runtime(compute));
+  return add_send_recv(compute);
+}
+
+Lowering parse_lowering(std::string_view text, std::string_view what) {
+  if (text == "runtime") return Lowering::kRuntime;
+  if (text == "add_send_recv") return Lowering::kAddSendRecv;
+  throw InvalidArgument(std::string(what) + " must be runtime (PyTorch's _prepare_schedule_with_comms) or add_send_recv, not '" +
+                        std::string(text.substr(0, 64)) + "'");
+}
+
+namespace {
+
+// add_send_recv is PyTorch's _add_send_recv (see the header).
+Schedule add_send_recv(const Schedule& compute) {
   const int64_t pp = static_cast<int64_t>(compute.ranks.size());
   Schedule out;  // the compute schedule's fields, not a copy of its actions
   out.stages = compute.stages;
@@ -758,6 +929,8 @@ Schedule lower(const Schedule& compute) {
   }
   return out;
 }
+
+}  // namespace
 
 Schedule read_csv(std::string_view text, int64_t stages, int64_t microbatches, bool lowered) {
   if (text.size() > (std::size_t{16} << 20)) throw ResourceExhausted("a schedule CSV is over 16 MiB");

@@ -85,7 +85,7 @@ std::vector<int64_t> parse_ranks(const std::string& text, int64_t world) {
 }
 
 Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, std::optional<int64_t> stages,
-                            int64_t microbatches, const std::string& what) {
+                            int64_t microbatches, const std::string& what, Lowering how, bool* as_written) {
   const std::string text = read_text_file(path, std::size_t{16} << 20, "--schedule");
   // A CSV holds sends and receives (compute_comms) or not (compute_only, lowered here).
   const Schedule probe = read_csv(text, 1, microbatches, true);
@@ -102,8 +102,9 @@ Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, 
     }
   }
   const bool lowered = has_comms(probe);
+  if (as_written) *as_written = lowered;
   Schedule s = read_csv(text, n, microbatches, lowered);
-  if (!lowered) return lower(s);
+  if (!lowered) return lower(s, how);
   validate_lowered(s);  // with or without --preset: a compute action twice, a stage on the wrong rank
   return s;
 }
@@ -148,6 +149,7 @@ StepRun run_step(const StepSpec& spec) {
   job.seq_len = *spec.seq_len;
   job.local_batch_size = *spec.local_batch_size;
   job.microbatches = spec.microbatches.value_or(1);
+  job.lowering = parse_lowering(spec.lowering);
   job.reshard_after_forward = spec.reshard_after_forward;
   if (!megatron || spec.activation_checkpoint != "selective") job.activation_checkpoint = spec.activation_checkpoint;
   job.log_metrics = spec.log_metrics;
@@ -173,7 +175,8 @@ StepRun run_step(const StepSpec& spec) {
     if (job.microbatches < 1) throw InvalidArgument("--microbatches " + std::to_string(job.microbatches) + " is not >= 1");
     job.schedule = spec.schedule;
     job.schedule_override =
-        read_schedule_file(spec.schedule, t.pp, spec.stages, job.microbatches, "--schedule " + quote_input(spec.schedule));
+        read_schedule_file(spec.schedule, t.pp, spec.stages, job.microbatches, "--schedule " + quote_input(spec.schedule),
+                           job.lowering, &job.override_as_written);
   } else {
     throw InvalidArgument("--schedule " + quote_input(spec.schedule) + " needs pp > 1 in --preset");
   }
@@ -235,6 +238,7 @@ nlohmann::json step_json(const StepRun& run) {
                    {"layers_per_stage", r.layout.layer_count},
                    {"microbatches", pp ? run.job.microbatches : 1},
                    {"send_semantics", run.options.semantics == SendSemantics::kEager ? "eager" : "rendezvous"},
+                   {"lowering", pp ? nlohmann::json(r.layout.lowering) : nlohmann::json(nullptr)},
                    {"activation_checkpoint", run.job.activation_checkpoint},
                    {"events", r.program.size()},
                    {"programs", r.programs},

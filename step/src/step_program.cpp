@@ -1664,12 +1664,14 @@ StageLayout megatron_layout(const Job& job) {
   if (p.pp > 1) {
     if (per == 1) {
       l.schedule = lower(one_f_one_b(p.pp, job.microbatches));
+      l.lowering = "megatron";
     } else {
       std::vector<int64_t> off;
       if (!job.megatron_parity) {
         for (int64_t r = 0; r < p.pp; ++r) off.push_back(r);
       }
       l.schedule = megatron_interleaved(p.pp, l.stages, job.microbatches, 0, off);
+      l.lowering = "megatron";
     }
   }
   split_layers(l, m.layers, 0, 0);
@@ -1774,8 +1776,10 @@ StageLayout layout(const Job& job) {
       // microbatch's forward and backward once), whatever its sends and receives say.
       validate_lowered(s);
       l.schedule = s;
+      l.lowering = !job.override_as_written ? (job.lowering == Lowering::kRuntime ? "runtime" : "add_send_recv") : "as written";
     } else {
-      l.schedule = lower(s);
+      l.schedule = lower(s, job.lowering);
+      l.lowering = job.lowering == Lowering::kRuntime ? "runtime" : "add_send_recv";
     }
   } else {
     if (!known_schedule(job.schedule)) {
@@ -1796,7 +1800,11 @@ StageLayout layout(const Job& job) {
     l.stages_per_rank = per;
     l.stages = mul(per, p.pp, "the stages");
     if (l.stages > kMaxStages) throw InvalidArgument("the pipeline's " + std::to_string(l.stages) + " stages are over " + std::to_string(kMaxStages));
-    l.schedule = lower(schedule_by_name(job.schedule, p.pp, l.stages, job.microbatches));
+    // PyTorch runs GPipe and 1F1B by their own loop (the order of _add_send_recv), the others
+    // through its runtime's lowering.
+    const Lowering how = single ? Lowering::kAddSendRecv : job.lowering;
+    l.schedule = lower(schedule_by_name(job.schedule, p.pp, l.stages, job.microbatches), how);
+    l.lowering = how == Lowering::kRuntime ? "runtime" : "add_send_recv";
   }
   split_layers(l, m.layers, job.first_stage_less_layers, job.last_stage_less_layers);
   return l;

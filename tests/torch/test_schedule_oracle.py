@@ -6,13 +6,20 @@ of 1..16; MESHSIM_TORCH_EXAMPLES=0 for all of them):
   lowered schedule (read back from `--dump-schedule` with PyTorch's own `_Action.from_str`);
 - for the single-stage schedules (GPipe, 1F1B), whose compute order has no idle steps, the
   lowered schedule is PyTorch's `_add_send_recv` of that compute order, action for action;
+- for the multi-stage ones (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble with 2, 3 and 4
+  stages per rank, ZBVZeroBubble), the lowered schedule is what PyTorch's runtime runs, action for
+  action: the `pipeline_order_with_comms` that the real schedule class builds in its constructor
+  (`_prepare_schedule_with_comms`: UNSHARD/RESHARD with CPython's set order of evictions,
+  REDUCE_GRAD, idle steps dropped, then `_add_send_recv`), over stand-in stages that hold only what
+  the constructors read (stage_index, num_stages, group_size, group_rank, submod); the class
+  computes every rank's order whatever its own rank. Their refusals are PyTorch's, in its words;
+  `--lowering add_send_recv` is `_add_send_recv` of the class's compute order as it is;
 - 1F1B with fewer microbatches than stages is refused in PyTorch's words;
 - under eager sends, the progress verdict is `_simulate_comms_compute`'s, on the built schedules
   and on copies with one action moved one place earlier (a compute before the receive it needs,
   a send before its compute, a receive before another).
-Not yet held to PyTorch (docs/step.md says so): the multi-stage lowering, which PyTorch's runtime
-does through `_prepare_schedule_with_comms` (UNSHARD/RESHARD/REDUCE_GRAD added, idle steps
-dropped before the sends and receives are placed).
+PyTorch's simulator takes no UNSHARD/RESHARD/REDUCE_GRAD ("Unsupported action type"): they are
+dropped before it runs (they wait for no peer; meshsim's check passes over them likewise).
 """
 import os
 import random
@@ -36,7 +43,7 @@ def cases():
             out.append(("GPipe", pp, None, m))
             if m >= pp:
                 out.append(("1F1B", pp, None, m))
-            for v in (2, 3):
+            for v in (2, 3, 4):
                 for name in ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble"):
                     out.append((name, pp, v * pp, m))
             out.append(("ZBVZeroBubble", pp, None, m))
@@ -47,11 +54,11 @@ def cases():
     return out
 
 
-def meshsim_schedule(name, pp, stages, m):
+def meshsim_schedule(name, pp, stages, m, *extra):
     d = tempfile.mkdtemp(prefix="meshsim-sched-")
     csv = os.path.join(d, "s.csv")
     cmd = [MESHSIM, "step", "--schedule", name, "--pp", str(pp), "--microbatches", str(m), "--max-rows", "100000",
-           "--dump-schedule", csv]
+           "--dump-schedule", csv, *extra]
     if stages:
         cmd += ["--stages", str(stages)]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -95,10 +102,67 @@ def test_1f1b_with_fewer_microbatches_than_stages_is_refused_in_pytorchs_words()
     assert "Number of microbatches (2) must be greater than or equal to the number of stages (4)" in p.stderr, p.stderr
 
 
+class StandInStage:
+    # What PyTorch's multi-stage schedule constructors read of a stage (no module, no process group).
+    def __init__(self, index, stages, pp):
+        self.stage_index = index
+        self.num_stages = stages
+        self.group_size = pp
+        self.group_rank = 0
+        self.stage_index_to_group_rank = {}
+        self.submod = None
+
+
+MULTI = {"Interleaved1F1B": "ScheduleInterleaved1F1B", "LoopedBFS": "ScheduleLoopedBFS",
+         "InterleavedZeroBubble": "ScheduleInterleavedZeroBubble", "ZBVZeroBubble": "ScheduleZBVZeroBubble"}
+
+
+def pytorch_schedule(name, pp, stages, m):
+    # The real class over rank 0's stand-in stages: it builds every rank's compute order
+    # (pipeline_order) and lowers it as its runtime does (pipeline_order_with_comms).
+    n = stages or 2 * pp
+    local = [0, 2 * pp - 1] if name == "ZBVZeroBubble" else list(range(0, n, pp))
+    return getattr(sch, MULTI[name])([StandInStage(i, n, pp) for i in local], m)
+
+
+@pytest.mark.parametrize("name,pp,stages,m", [c for c in cases() if c[0] in MULTI])
+def test_the_multi_stage_lowering_is_pytorchs_runtime(name, pp, stages, m):
+    try:
+        theirs = pytorch_schedule(name, pp, stages, m)
+    except ValueError as e:
+        p, _ = meshsim_schedule(name, pp, stages, m)
+        assert p.returncode == 2 and str(e) in p.stderr, (str(e), p.stderr)
+        return
+    p, csv = meshsim_schedule(name, pp, stages, m)
+    assert p.returncode == 0, p.stdout + p.stderr
+    mine = {r: [str(a) for a in acts] for r, acts in read_lowered(csv).items()}
+    assert mine == {r: [str(a) for a in acts] for r, acts in theirs.pipeline_order_with_comms.items()}
+    p, csv = meshsim_schedule(name, pp, stages, m, "--lowering", "add_send_recv")
+    assert p.returncode == 0, p.stdout + p.stderr
+    plain = sch._add_send_recv({r: list(a) for r, a in theirs.pipeline_order.items()},
+                               stage_to_rank=lambda s: theirs.stage_index_to_group_rank[s], num_stages=theirs._num_stages)
+    mine = {r: [str(a) for a in acts if a is not None] for r, acts in read_lowered(csv).items()}
+    assert mine == {r: [str(a) for a in acts] for r, acts in plain.items()}
+
+
+def test_evictions_follow_cpythons_set_order():
+    # 8 stages per rank on 8 ranks: a rank computes stages up to 63, held in a set whose table
+    # (8 to 32 slots) puts them out of numeric order; each eviction of several at once and the
+    # final RESHARDs come in that order.
+    theirs = pytorch_schedule("Interleaved1F1B", 8, 64, 16)
+    p, csv = meshsim_schedule("Interleaved1F1B", 8, 64, 16)
+    assert p.returncode == 0, p.stderr
+    mine = {r: [str(a) for a in acts] for r, acts in read_lowered(csv).items()}
+    assert mine == {r: [str(a) for a in acts] for r, acts in theirs.pipeline_order_with_comms.items()}
+    tails = [[str(a) for a in acts if a.computation_type == sch.RESHARD] for acts in theirs.pipeline_order_with_comms.values()]
+    assert any(t != sorted(t, key=lambda s: int(s[:-len("RESHARD")])) for t in tails), tails
+
+
 def pytorch_progresses(lowered, pp, stages):
     import contextlib
     import io
-    order = {r: [a for a in acts if a is not None] for r, acts in lowered.items()}
+    fsdp = (sch.UNSHARD, sch.RESHARD, sch.REDUCE_GRAD)
+    order = {r: [a for a in acts if a is not None and a.computation_type not in fsdp] for r, acts in lowered.items()}
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             sch._simulate_comms_compute(order, stage_to_rank=lambda s: s % pp, num_stages=stages)

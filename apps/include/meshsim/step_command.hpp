@@ -39,6 +39,7 @@ struct Options {
   bool grid = false;                  // print the pipeline's step x rank grid (always when it deadlocks)
   std::optional<int64_t> stages;      // Interleaved1F1B: required; a CSV: default its largest stage + 1
   std::string send_semantics = "rendezvous";  // or "eager"
+  std::string lowering = "runtime";           // or "add_send_recv"
   std::string dump_schedule;          // write the lowered schedule here, as CSV
   std::string format = "text";        // or "json"
   int64_t max_rows = 256;             // grid rows printed (text)

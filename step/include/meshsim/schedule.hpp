@@ -139,9 +139,20 @@ void validate(const Schedule& s);
 // and receives say (a CSV of PyTorch's compute_comms form is checked as its compute_only form).
 void validate_lowered(const Schedule& s);
 
+// Lowering names how a compute schedule is lowered. kAddSendRecv: PyTorch's _add_send_recv of
+// the compute order as it is (idle steps kept as steps): the order of PyTorch's single-stage
+// schedules (GPipe, 1F1B) and `--lowering add_send_recv`. kRuntime: what PyTorch's multi-stage
+// runtime (_PipelineScheduleRuntime._prepare_schedule_with_comms, torch 2.13) runs: idle steps
+// dropped, UNSHARD / RESHARD placed for FSDP (the next 3 stages a rank computes kept unsharded,
+// evicted in CPython's set order), a REDUCE_GRAD after each stage's last B or W, then
+// _add_send_recv (defer_pp_recv off, PyTorch's default).
+enum class Lowering { kAddSendRecv, kRuntime };
+
 // lower adds the sends and receives (see the file comment); InvalidArgument when the compute
 // schedule cannot be lowered (a rank's next action waits for an input no rank will send).
-Schedule lower(const Schedule& compute);
+Schedule lower(const Schedule& compute, Lowering how = Lowering::kAddSendRecv);
+// parse_lowering reads "runtime" or "add_send_recv" (InvalidArgument naming `what` and the text).
+Lowering parse_lowering(std::string_view text, std::string_view what = "--lowering");
 
 // read_csv reads PyTorch's CSV form: one line per pp rank, comma-separated actions, an empty
 // cell idle; `lowered` says whether it holds sends and receives (compute_comms). ParseError /

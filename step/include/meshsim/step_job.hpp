@@ -32,6 +32,7 @@ struct StepSpec {
   std::string schedule;                // GPipe, 1F1B (default), Interleaved1F1B or a CSV file
   std::optional<int64_t> stages;       // total stages (a multiple of pp)
   std::string send_semantics = "rendezvous";  // or "eager"
+  std::string lowering = "runtime";    // or "add_send_recv" (multi-stage schedules, compute-only CSVs)
   std::optional<int64_t> gpus_per_host;
   int64_t rank = 0;
   std::string ranks;                   // "all", or "0,3,8-15"
@@ -63,9 +64,12 @@ std::vector<int64_t> traced_ranks(const StepRun& run);
 
 // read_schedule_file reads a CSV of PyTorch's form, compute_only or compute_comms (told by
 // whether it holds sends and receives), lowered; `pp` checks its rows, `stages` defaults to the
-// largest stage + 1. Errors start with `what` ("--schedule 'f.csv'").
+// largest stage + 1; a compute-only one lowered `how` (PyTorch's runtime by default, as its
+// _load_csv does); `as_written` (when given) says whether it held its sends and receives. Errors
+// start with `what` ("--schedule 'f.csv'").
 Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, std::optional<int64_t> stages,
-                            int64_t microbatches, const std::string& what);
+                            int64_t microbatches, const std::string& what, Lowering how = Lowering::kRuntime,
+                            bool* as_written = nullptr);
 // parse_ranks reads "0,3,8-15" (ranks below `world`, at most 2^20 of them), ascending, unique.
 std::vector<int64_t> parse_ranks(const std::string& text, int64_t world);
 

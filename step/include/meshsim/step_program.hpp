@@ -117,6 +117,8 @@ struct Job {
   int64_t microbatches = 1;        // pipeline microbatches (num_pp_microbatches), 1 without pp
   std::string schedule = "1F1B";   // GPipe, 1F1B, Interleaved1F1B
   std::optional<Schedule> schedule_override;  // a CSV, read elsewhere (compute only or lowered)
+  Lowering lowering = Lowering::kRuntime;     // of multi-stage schedules and compute-only CSVs
+  bool override_as_written = true;            // schedule_override held its sends and receives (else lowered `lowering`)
   int64_t stages_per_rank = 0;     // 0: torchtitan's default (1 for single-stage schedules, else 2)
   int64_t first_stage_less_layers = 1, last_stage_less_layers = 1;
   std::string reshard_after_forward = "default";  // always, never, default (not with pp)
@@ -149,6 +151,7 @@ struct StageLayout {
   int64_t stages = 1, stages_per_rank = 1;
   std::vector<int64_t> first_layer, layer_count;  // per stage
   Schedule schedule;                               // lowered (empty ranks without pp)
+  std::string lowering;  // how: "runtime", "add_send_recv", "megatron" or "as written" (a lowered CSV); "" without pp
 };
 // layout resolves and checks a job as torchtitan does (its reasons in the errors):
 // InvalidArgument for sizes < 1, heads / kv_heads / ffn_dim / vocab not divisible by tp, ep > 1
