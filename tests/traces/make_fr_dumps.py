@@ -14,6 +14,7 @@ default group. Plants (KIND@RANK):
   hang        the rank stops before the last step's DP reduce_scatter; its DP peers wait in
               that reduce_scatter, everyone else in the default group's all_reduce
   dtype       the second-to-last step's TP all_gather in Float, not BFloat16
+  dtypeall    every step's TP all_gather in Float (one mismatch per step, on one group)
   size        the second-to-last step's TP all_gather with a larger input
   type        the second-to-last step's TP all_gather recorded as an all_reduce
   p2psize     the second-to-last step's pipeline send with a larger tensor
@@ -176,7 +177,7 @@ def main():
             # TP all_gather
             name, ins, dt = "nccl:all_gather", [[1024, 512]], "BFloat16"
             outs = [[a.tp * 1024, 512]]
-            if odd and "dtype" in mine:
+            if (odd and "dtype" in mine) or "dtypeall" in mine:
                 dt = "Float"
             if odd and "size" in mine:
                 ins = [[2048, 512]]

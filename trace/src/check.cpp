@@ -223,8 +223,15 @@ class Checker {
 
   void build_groups() {
     std::map<std::pair<std::string, std::vector<int64_t>>, int> index;
+    bool unnamed = false;
     for (auto& [r, rs] : ranks_) {
       for (const auto& c : rs.dump->groups) {
+        // PyTorch's Gloo backend registers its groups before they are named: its pg_config holds
+        // one entry named '' (the last group registered), which no record names.
+        if (c.name.empty() && c.desc.empty()) {
+          unnamed = true;
+          continue;
+        }
         auto key = std::make_pair(c.name, c.ranks);
         auto [it, fresh] = index.emplace(key, static_cast<int>(groups_.size()));
         if (fresh) groups_.push_back(Group{c.name, c.desc, c.ranks, {}, {}});
@@ -234,7 +241,52 @@ class Checker {
         rs.gid_of[c.name] = it->second;
       }
     }
+    infer_unlisted_groups(unnamed);
     report_.groups = static_cast<int64_t>(groups_.size());
+  }
+
+  // infer_unlisted_groups: a group that records name and no pg_config of the dumps lists (Gloo's
+  // dumps) is checked over the ranks whose records name it (a member that issued none of them
+  // cannot be seen), the default group ('0', default_pg) over every rank the dumps know of (0 to
+  // the largest); each said in a note. Without an unnamed pg_config entry they stay
+  // "unknown-group" problems (a dump that lost its pg_config).
+  void infer_unlisted_groups(bool unnamed) {
+    if (!unnamed) return;
+    std::map<std::string, std::pair<std::string, std::set<int64_t>>> unlisted;  // name -> desc, ranks
+    for (auto& [r, rs] : ranks_) {
+      for (const Entry& e : rs.dump->entries) {
+        if (rs.gid_of.count(e.group)) continue;
+        auto& u = unlisted[e.group];
+        if (u.second.empty()) u.first = e.desc;
+        u.second.insert(r);
+      }
+    }
+    int64_t world = 0;
+    for (const auto& [r, rs] : ranks_) world = std::max(world, r + 1);
+    for (const auto& G : groups_) {
+      if (!G.ranks.empty()) world = std::max(world, G.ranks.back() + 1);
+    }
+    for (auto& [name, u] : unlisted) {
+      const bool whole = name == "0" && u.first == "default_pg";
+      Group G{name, u.first, {}, {}, {}};
+      if (whole) {
+        for (int64_t r = 0; r < world; ++r) G.ranks.push_back(r);
+      } else {
+        G.ranks.assign(u.second.begin(), u.second.end());
+      }
+      const int g = static_cast<int>(groups_.size());
+      for (int64_t r : G.ranks) {
+        auto it = ranks_.find(r);
+        if (it == ranks_.end()) continue;
+        it->second.gid_of[name] = g;
+        G.claimers.push_back(r);
+        G.descs[u.first].push_back(r);
+      }
+      groups_.push_back(std::move(G));
+      report_.notes.push_back(group_text(g) + ": no pg_config lists it (PyTorch's Gloo backend records its groups before it names them): " +
+                              (whole ? std::string("the default group, taken as every rank the dumps know of")
+                                     : std::string("its members are taken from the records that name it (a member that issued none of them is not seen)")));
+    }
   }
 
   void check_membership() {

@@ -291,6 +291,13 @@ Dump decode(const PyData& d, int64_t rank, const std::string& path, const std::s
     else if (st == "started") e.state = EntryState::kStarted;
     else if (st == "completed") e.state = EntryState::kCompleted;
     else w.fail(p + ".state", "'" + st.substr(0, 40) + "' is not scheduled, started or completed");
+    // c10d retires a record once its work is done; Gloo's records never leave "scheduled" (no
+    // events to query), so a retired record counts as completed.
+    if (auto rt = w.field(v, "retired")) {
+      const auto& b = w.node(*rt);
+      if (b.kind != K::kBool && b.kind != K::kInt) w.fail(p + ".retired", std::string("is a ") + kind_name(b.kind) + ", not a bool");
+      if (b.i != 0) e.state = EntryState::kCompleted;
+    }
     e.is_p2p = e.op == "send" || e.op == "recv";
     if (auto ip = w.field(v, "is_p2p")) {
       const auto& b = w.node(*ip);

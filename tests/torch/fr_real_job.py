@@ -1,0 +1,44 @@
+"""A small job on PyTorch's Gloo backend (CPU) that dumps its own Flight Recorder buffer: the dumps
+tests/torch/test_fr_real.py reads with `meshsim trace check` and with PyTorch's analyzer.
+
+  fr_real_job.py OUT WORLD [--skip R]   (run by the test: one process per rank, a FileStore)
+
+Every rank: pairs (0,1), (2,3), ... are a "tp" group made with new_group; per step an all_reduce
+on its pair, an all_gather on the pair, an all_reduce on the world. --skip R: rank R leaves out
+its pair's collectives of the last step; the job's 3 s timeout ends every wait, and every rank
+dumps what it recorded (TORCH_FR_BUFFER_SIZE set by the caller).
+"""
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    out, world, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    skip = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[4] == "--skip" else -1
+    store = dist.FileStore(os.path.join(out, "store"), world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=3))
+    pairs = [dist.new_group([2 * k, 2 * k + 1]) for k in range(world // 2)]
+    mine = pairs[rank // 2]
+    x = torch.ones(8)
+    try:
+        for step in range(3):
+            if not (rank == skip and step == 2):
+                dist.all_reduce(x, group=mine)
+                parts = [torch.empty(8) for _ in range(2)]
+                dist.all_gather(parts, x, group=mine)
+            dist.all_reduce(x)
+    except RuntimeError:
+        pass  # a peer left something out: the wait timed out
+    time.sleep(0.5)  # the last records retire (Gloo retires them after the caller's wait returns)
+    with open(os.path.join(out, f"rank_{rank}"), "wb") as f:
+        f.write(torch._C._distributed_c10d._dump_fr_trace())
+    os._exit(0)  # no destroy_process_group: a peer may still wait
+
+
+if __name__ == "__main__":
+    main()
