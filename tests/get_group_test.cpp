@@ -53,7 +53,14 @@ TEST(GetGroup, PyTorchsErrors) {
   EXPECT_THROW(mesh.get_group(0, -1), OutOfRange);
   const DeviceMesh unnamed = DeviceMesh::init({4});
   EXPECT_EQ(unnamed.get_group(2).ranks, (std::vector<int64_t>{0, 1, 2, 3}));  // 1-D: its only group
-  EXPECT_EQ(unnamed.get_group(2).group_desc, "mesh_dim_0");
+  // As large as the world: PyTorch hands out its default group (checked against torch 2.13 by
+  // torch:device_mesh); a dim of part of the world gets its own, "mesh_" + its name.
+  EXPECT_EQ(unnamed.get_group(2).group_desc, "default_pg");
+  EXPECT_EQ(mesh.get_group(2, "tp").group_desc, "mesh_tp");
+  const std::vector<int64_t> shape{4}, order{3, 1, 0, 2};
+  const DeviceMesh permuted = DeviceMesh::from_ranks(shape, order, std::vector<std::string>{"dp"});
+  EXPECT_EQ(permuted.get_group(0, "dp").ranks, order);                                 // mesh order
+  EXPECT_EQ(permuted.get_group(0, "dp").pg_ranks, (std::vector<int64_t>{0, 1, 2, 3}));  // the group's: ascending
   EXPECT_NE(message_of<FailedPrecondition>([&] { unnamed.get_group(0, "dp"); }).find("No `mesh_dim_names` found."),
             std::string::npos);
   // test_device_mesh_init_backend: no process groups, but the coordinate is still computed.

@@ -218,10 +218,22 @@ GroupHandle DeviceMesh::get_group(int64_t rank, int d) const {
   }
   GroupHandle h;
   h.ranks = std::move(*ranks);
+  h.pg_ranks = h.ranks;
+  std::sort(h.pg_ranks.begin(), h.pg_ranks.end());
   h.config = backend_config(*dim);
   h.backend = h.config.backend.empty() ? u_->default_backend : h.config.backend;
   h.group_desc = names_ ? "mesh_" + (*names_)[static_cast<std::size_t>(*dim)] : "mesh_dim_" + std::to_string(*dim);
   h.record = group_record(*dim);
+  // A dim as large as the world, with no backend override, is PyTorch's default group
+  // (device_mesh.py _init_one_process_group at 2.13: "Early return if there is only one
+  // sub_layout"), described "default_pg";
+  // on an accelerator whose default backend is gloo, one new_group of every rank, "mesh_default".
+  const int64_t world = world_size().value_or(rank_map_size());
+  if (size(*dim) == world && h.config == BackendConfig{}) {
+    const bool accelerator = device_type() != "cpu" && device_type() != "meta";
+    const std::string backend = !u_->default_backend.empty() ? u_->default_backend : accelerator ? "nccl" : "gloo";
+    h.group_desc = accelerator && backend == "gloo" ? "mesh_default" : "default_pg";
+  }
   return h;
 }
 

@@ -11,7 +11,7 @@ from .errors import (Aborted as Aborted, AlreadyExists as AlreadyExists, Argumen
 Convention = Literal["torch", "cute"]
 Dim = Union[int, str]
 Nested = Union[int, list["Nested"]]
-GroupHandle = dict[str, Any]  # ranks, backend, timeout_ms, options, group_desc, name
+GroupHandle = dict[str, Any]  # ranks (mesh order), pg_ranks (the process group's order), backend, timeout_ms, options, group_desc, name
 # A backend: a name, (name, options), an options dict, or {"backend", "timeout_ms", "options"}.
 Backend = Union[None, str, tuple[str, dict[str, Any]], dict[str, Any]]
 BackendOverride = dict[Dim, Backend]

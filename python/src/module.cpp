@@ -83,6 +83,7 @@ int dim_of(const DeviceMesh& m, const py::object& dim) {
 py::dict handle_dict(const meshsim::GroupHandle& h) {
   py::dict d;
   d["ranks"] = h.ranks;
+  d["pg_ranks"] = h.pg_ranks;
   d["backend"] = h.backend.empty() ? py::none() : py::object(py::str(h.backend));
   d["timeout_ms"] = h.config.timeout.count();
   py::dict options;

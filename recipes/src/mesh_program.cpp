@@ -96,6 +96,7 @@ Json options_json(const BackendConfig& c) {
 // cache identity of its record.
 Json handle_json(const GroupHandle& h) {
   return Json{{"ranks", h.ranks},
+              {"pg_ranks", h.pg_ranks},
               {"backend", h.backend.empty() ? Json(nullptr) : Json(h.backend)},
               {"timeout_ms", h.config.timeout.count()},
               {"config", h.config.to_string()},

@@ -87,6 +87,9 @@ inline constexpr std::size_t kMaxGroupNameBytes = 256;
 // asking again is a cache hit.
 struct GroupHandle {
   std::vector<int64_t> ranks;  // the rank's group, in mesh order
+  // pg_ranks: the ranks of the process group PyTorch hands out, in group-rank order: ascending
+  // (new_group sorts them), the world for a dim as large as the world (its default group).
+  std::vector<int64_t> pg_ranks;
   std::string backend;         // the config's backend, else the world's default ("" = the run's)
   BackendConfig config;        // as configured: timeout and options travel with the group
   std::string group_desc;      // PyTorch's description: "mesh_" + the dim's name ("mesh_dp_cp")

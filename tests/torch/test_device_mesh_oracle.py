@@ -1,0 +1,175 @@
+"""meshsim's DeviceMesh against PyTorch 2.13's own, for every rank of the world.
+
+Random mesh programs from `meshsim.testing` (a root mesh: init_device_mesh or a permuted rank map;
+then up to 3 of slice, flatten, unflatten and concatenate) are run through `import meshsim` once
+and through PyTorch's real `torch.distributed.device_mesh.DeviceMesh` once per rank: each rank its
+own process group over the `fake` backend with a `FakeStore` (one process, the ranks in turn, the
+default group destroyed between them). For every rank and every dim of the final mesh: the group's
+line through the rank in mesh order, the process group's ranks (`get_process_group_ranks(mesh.
+get_group(dim))`, ascending: new_group sorts them), its description, the rank's coordinate,
+the mesh the rank sees and the dim names must be equal. MESHSIM_TORCH_EXAMPLES programs (200;
+5,000 for a long run), MESHSIM_TORCH_SEED for fresh ones; a failure prints the program as meshsim
+`query` steps and as the PyTorch calls that ran.
+Each rank's group-creation calls are recorded too (DeviceMesh's new_group / split_group wrapped,
+then called through) and compared in order with `mesh.creation_plan(rank=r)`: the call, its
+ranks as passed, its description. Only the CPU path runs here (no bound device: every group by
+new_group on every rank); the bound-device, split_group and backend-override paths are not yet.
+meshsim's `transpose` has no PyTorch counterpart (PyTorch refuses a slice out of dim order), so
+programs that use it are left out here.
+"""
+import os
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch 2.13 (the project's .venv) is the oracle")
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
+from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
+
+import meshsim  # noqa: E402
+from meshsim.testing import meshes, transformed  # noqa: E402
+
+EXAMPLES = int(os.environ.get("MESHSIM_TORCH_EXAMPLES", "200")) or 5000
+SEED = int(os.environ.get("MESHSIM_TORCH_SEED", "55"))
+
+
+def torch_program(root, steps):
+    """The PyTorch calls that replay `steps` on `root`, as text (for the failure message)."""
+    shape, names = tuple(root.shape), tuple(root.mesh_dim_names)
+    if root.rank_map == list(range(len(root.rank_map))):
+        lines = [f"root = init_device_mesh('cpu', {shape}, mesh_dim_names={names})"]
+    else:
+        lines = [f"root = DeviceMesh('cpu', torch.tensor({root.rank_map}).reshape({shape}), mesh_dim_names={names})"]
+    for s in steps:
+        if "slice" in s:
+            lines.append(f"{s['let']} = {s['on']}[{tuple(s['slice'])}]")
+        elif "flatten" in s:
+            lines.append(f"{s['let']} = {s['on']}._flatten({s['flatten']!r})")
+        elif "unflatten" in s:
+            u = s["unflatten"]
+            lines.append(f"{s['let']} = {s['on']}._unflatten({u['dim']!r}, {tuple(u['sizes'])}, {tuple(u['names'])})")
+        elif "concatenate" in s:
+            lines.append(f"{s['let']} = DeviceMesh._concatenate([{', '.join(s['concatenate'])}])")
+    return "\n".join(lines)
+
+
+def run_torch(root, steps, rank):
+    """The final mesh as PyTorch builds it on `rank`: what the rank sees of it."""
+    world = len(root.rank_map)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    try:
+        shape, names = tuple(root.shape), tuple(root.mesh_dim_names)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if root.rank_map == list(range(world)):
+                env = {"root": init_device_mesh("cpu", shape, mesh_dim_names=names)}
+            else:
+                env = {"root": DeviceMesh("cpu", torch.tensor(root.rank_map).reshape(shape), mesh_dim_names=names)}
+            last = env["root"]
+            for s in steps:
+                if "slice" in s:
+                    m = env[s["on"]][tuple(s["slice"])]
+                elif "flatten" in s:
+                    m = env[s["on"]]._flatten(s["flatten"])
+                elif "unflatten" in s:
+                    u = s["unflatten"]
+                    m = env[s["on"]]._unflatten(u["dim"], tuple(u["sizes"]), tuple(u["names"]))
+                else:
+                    m = DeviceMesh._concatenate([env[x] for x in s["concatenate"]])
+                env[s["let"]] = last = m
+            coord = tuple(last.get_coordinate())
+            seen = {"mesh": last.mesh.tolist(), "names": tuple(last.mesh_dim_names), "coordinate": coord}
+            for d, n in enumerate(last.mesh_dim_names):
+                g = last.get_group(n)
+                # The rank's group in mesh order (its line of the mesh tensor along d), and the
+                # process group PyTorch hands out (its ranks in group-rank order).
+                line = last.mesh[tuple(slice(None) if k == d else c for k, c in enumerate(coord))].tolist()
+                seen[n] = (line, dist.get_process_group_ranks(g), g.group_desc)
+        return seen
+    finally:
+        dist.destroy_process_group()
+
+
+def run_meshsim(mesh, rank):
+    seen = {"mesh": mesh.mesh_for(rank), "names": tuple(mesh.mesh_dim_names), "coordinate": tuple(mesh.get_coordinate(rank))}
+    for n in mesh.mesh_dim_names:
+        g = mesh.get_group(n, rank=rank)
+        seen[n] = (g["ranks"], g["pg_ranks"], g["group_desc"])
+    return seen
+
+
+@st.composite
+def programs(draw):
+    root = draw(meshes(max_dims=3, max_size=4, permuted=True))
+    mesh, steps = draw(transformed(root, max_steps=3))
+    hypothesis.assume(not any("transpose" in s for s in steps))
+    return root, mesh, steps
+
+
+@seed(SEED)
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+@given(programs())
+def test_every_rank_sees_the_mesh_pytorch_builds(program):
+    root, mesh, steps = program
+    for rank in range(len(root.rank_map)):
+        try:
+            theirs = run_torch(root, steps, rank)
+        except Exception as e:  # noqa: BLE001 - any refusal of PyTorch's is a difference to show
+            pytest.fail(f"PyTorch refuses on rank {rank}: {type(e).__name__}: {e}\n"
+                        f"meshsim steps: {steps}\nPyTorch:\n{torch_program(root, steps)}")
+        mine = run_meshsim(mesh, rank)
+        assert mine == theirs, (f"rank {rank}\nmeshsim: {mine}\nPyTorch: {theirs}\n"
+                                f"meshsim steps: {steps}\nPyTorch:\n{torch_program(root, steps)}")
+
+
+def recorded_calls(root, steps, rank):
+    """The new_group / split_group calls PyTorch's DeviceMesh makes on `rank` for the program:
+    recorded, then called through."""
+    import torch.distributed.device_mesh as dm
+    calls = []
+    real_new, real_split = dm.new_group, dm.split_group
+
+    def new_group(*args, **kw):
+        calls.append(("new_group", list(kw.get("ranks") or []), kw.get("group_desc"),
+                      bool(kw.get("use_local_synchronization"))))
+        return real_new(*args, **kw)
+
+    def split_group(*args, **kw):
+        calls.append(("split_group", [list(r) for r in kw.get("split_ranks") or []], kw.get("group_desc"), False))
+        return real_split(*args, **kw)
+
+    dm.new_group, dm.split_group = new_group, split_group
+    try:
+        run_torch(root, steps, rank)
+    finally:
+        dm.new_group, dm.split_group = real_new, real_split
+    return calls
+
+
+def planned_calls(mesh, rank):
+    out = []
+    for c in mesh.creation_plan(rank=rank)["calls"]:
+        if c["call"] == "new_group":
+            out.append(("new_group", c["ranks"], c["group_desc"], c["use_local_synchronization"]))
+        elif c["call"] == "split_group":
+            out.append(("split_group", c["split_ranks"], c["group_desc"], False))
+    return out
+
+
+@seed(SEED + 1)
+@settings(max_examples=max(20, EXAMPLES // 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_each_ranks_group_creation_calls_are_the_creation_plan(program):
+    # No device bound (a CPU machine): PyTorch makes every group with new_group on every rank, in
+    # the order of the dims and of their lines; meshsim's creation_plan says the same calls.
+    root, mesh, steps = program
+    for rank in range(len(root.rank_map)):
+        theirs = recorded_calls(root, steps, rank)
+        mine = planned_calls(mesh, rank)
+        assert mine == theirs, (f"rank {rank}\nmeshsim: {mine}\nPyTorch: {theirs}\n"
+                                f"meshsim steps: {steps}\nPyTorch:\n{torch_program(root, steps)}")
