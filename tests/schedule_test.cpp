@@ -159,6 +159,18 @@ TEST(Lowering, TheRuntimeLoweringIsWhatPyTorchsMultiStageRuntimeRuns) {
   EXPECT_EQ(parse_lowering("runtime"), Lowering::kRuntime);
   EXPECT_EQ(parse_lowering("add_send_recv"), Lowering::kAddSendRecv);
   EXPECT_THROW(parse_lowering("Runtime"), InvalidArgument);
+  // PyTorch's runtime places UNSHARD / RESHARD / REDUCE_GRAD itself and refuses a compute-only
+  // schedule that holds them (in its words); the add_send_recv form keeps them where they are.
+  Schedule with_unshard = compute;
+  with_unshard.ranks[0].insert(with_unshard.ranks[0].begin(), Action{0, ActionType::kUnshard, std::nullopt});
+  try {
+    lower(with_unshard, Lowering::kRuntime);
+    ADD_FAILURE() << "a compute-only schedule with an UNSHARD was lowered as the runtime's";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("Expected compute-only schedule but found communication action '0UNSHARD' at rank 0, position 0"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(row(lower(with_unshard), 0).front(), "0UNSHARD");
 }
 
 TEST(Lowering, FourStagesPerRankEvictTheStageUsedLeastSoon) {

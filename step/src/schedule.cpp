@@ -343,8 +343,16 @@ Schedule prepare_for_runtime(const Schedule& compute) {
   std::vector<int64_t> grads(static_cast<std::size_t>(compute.stages), 0);
   for (std::size_t r = 0; r < compute.ranks.size(); ++r) {
     std::vector<Action> acts;
-    for (const auto& a : compute.ranks[r]) {
-      if (a) acts.push_back(*a);
+    for (std::size_t k = 0; k < compute.ranks[r].size(); ++k) {
+      const auto& a = compute.ranks[r][k];
+      if (!a) continue;
+      if (a->type != ActionType::kF && a->type != ActionType::kB && a->type != ActionType::kI && a->type != ActionType::kW) {
+        throw InvalidArgument("Expected compute-only schedule but found communication action '" + to_string(*a) + "' at rank " +
+                              std::to_string(r) + ", position " + std::to_string(k) +
+                              " (PyTorch's _prepare_schedule_with_comms places UNSHARD, RESHARD and REDUCE_GRAD itself): "
+                              "give the schedule with its sends and receives, or --lowering add_send_recv");
+      }
+      acts.push_back(*a);
     }
     // next[k]: the first 3 distinct stages of acts[k..], in the order they come (-1: none), from
     // the back: stage k, then those of k + 1 without it (a suffix's first 3 hold its first 2 others).
