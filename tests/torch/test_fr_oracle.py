@@ -19,8 +19,10 @@ differ, the difference is asserted as it is and docs/traces.md says who is right
   that crosses it); meshsim reports every one (repeats folded into one problem, counted);
 - a rank without a dump: PyTorch's analyzer refuses the directory (unless
   --allow-incomplete-ranks); meshsim reports the missing dump and checks the rest.
-Not yet held to it here (the generator writes neither): batched ring exchanges, and one group
-carrying both sends/receives and collectives.
+- one group carrying both sends/receives and collectives (an all_reduce on the pipeline group):
+  PyTorch's analyzer stops with an AssertionError ("can't get dst of non-p2p op"); meshsim
+  checks it and names a planted hang's rank.
+Not yet held to it here (the generator does not write them): batched ring exchanges.
 """
 import io
 import contextlib
@@ -199,3 +201,14 @@ def test_known_difference_a_rank_without_a_dump():
         pytorch_reports(d)
     r, _, _, _ = meshsim_report(d)
     assert not r["ok"] and [(p["kind"], p["ranks"]) for p in r["problems"]] == [("missing-dump", [rank])], r["problems"]
+
+
+def test_known_difference_a_group_with_sends_and_collectives():
+    d = dumps(2, None, 2, 2, 3, "--pp-allreduce")
+    with pytest.raises(AssertionError, match="can't get dst of non-p2p op"):
+        pytorch_reports(d)
+    assert meshsim.trace_check(d)["ok"]
+    rank = RNG.randrange(8)
+    d = dumps(2, f"hang@{rank}", 2, 2, 3, "--pp-allreduce")
+    r, _, _, culprits = meshsim_report(d)
+    assert not r["ok"] and culprits == {rank}, r["culprits"]

@@ -26,6 +26,9 @@ default group. Plants (KIND@RANK):
   bundle      (with --coalesced) the second-to-last step's coalesced DP block lacks one of its
               two reduce_scatters
 
+--pp-allreduce adds an all_reduce on the PP group after each step's sends and receives (one group
+carrying both, as torchtitan's gradient-norm reduction over pp).
+
 --coalesced issues the DP reduce_scatter as a coalesced block of two (each recorded with the
 block's sequence id, then the "nccl:coalesced" record, as c10d records them since 2.7).
 
@@ -54,6 +57,7 @@ def main():
     ap.add_argument("--ring", type=int, default=2000, help="entries each rank's ring buffer keeps")
     ap.add_argument("--prefix", default="rank_")
     ap.add_argument("--coalesced", action="store_true")
+    ap.add_argument("--pp-allreduce", action="store_true", help="an all_reduce on the PP group after each step's pipeline sends")
     ap.add_argument("--from-trace")
     a = ap.parse_args()
     if a.from_trace:
@@ -190,6 +194,8 @@ def main():
                 record(pp_name, f"nccl:recv {p}<-{p - 1}", [], [], [[8, 1024]], ["BFloat16"], is_p2p=True)
             if p < a.pp - 1:
                 record(pp_name, f"nccl:send {p}->{p + 1}", [[8, width]], ["BFloat16"], [[8, width]], ["BFloat16"], is_p2p=True)
+            if a.pp_allreduce:
+                record(pp_name, "nccl:all_reduce", [[1]], ["Float"], [[1]], ["Float"])
             # TP reduce_scatter
             record(tp_name, "nccl:reduce_scatter", [[a.tp * 1024, 512]], ["BFloat16"], [[1024, 512]], ["BFloat16"])
             if last and r in hang:
