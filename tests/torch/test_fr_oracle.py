@@ -174,21 +174,24 @@ def test_known_difference_healthy_coalesced_blocks_in_a_group_of_three():
     assert theirs and {(t["kind"], t["desc"]) for t in theirs} == {("missing", "mesh_dp")}, theirs
     assert meshsim.trace_check(d)["ok"]
     # A block that lacks one of its operations on one rank: meshsim names that rank (and only it)
-    # at that block; PyTorch's analyzer names other ranks as missing, on other groups too.
+    # at that block; PyTorch's analyzer reports the healthy blocks around it as well.
     rank = RNG.randrange(3)
     d = dumps(1, f"bundle@{rank}", 3, 1, 3, "--coalesced")
     theirs = pytorch_reports(d)
     r, at, _, culprits = meshsim_report(d)
     assert not r["ok"] and culprits == {rank}, r
     assert [(p.get("desc"), p.get("seq")) for p in r["problems"]] == [("mesh_dp", 2)], r["problems"]
-    assert theirs and all(rank not in t["missing"] for t in theirs if t["desc"] == "mesh_dp"), theirs
+    assert {t["seq"] for t in theirs if t["desc"] == "mesh_dp"} - {2}, theirs
 
 
 def test_known_difference_more_than_ten_mismatches_on_one_group():
     rank = RNG.randrange(3)
     d = dumps(1, f"dtypeall@{rank}", 1, 3, 14)
     theirs = pytorch_reports(d)
-    assert len(theirs) == 11 and {t["culprit"] for t in theirs} == {rank}, theirs  # its cap: 10, then stop
+    assert len(theirs) == 11, theirs  # its cap: 10, then stop
+    # Its culprit: the planted rank, except when that is the group's last rank: then it blames
+    # the other two in turn (rank 0, then 1), meshsim only the planted one.
+    assert {t["culprit"] for t in theirs} == ({0, 1} if rank == 2 else {rank}), theirs
     r, _, _, culprits = meshsim_report(d)
     assert culprits == {rank} and len(r["problems"]) == 1, r["problems"]
     assert r["problems"][0]["repeats"] == 13, r["problems"][0]  # 14 all_gathers, every one counted
