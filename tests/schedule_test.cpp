@@ -37,6 +37,21 @@ TEST(ScheduleActions, ReadAndWrittenInPyTorchsForm) {
   EXPECT_THROW(parse_action("0F99999999999999999999"), OutOfRange);
 }
 
+// A schedule at the action bound holds 2^24 slots: the compact form keeps it near 335 MB (the
+// 40-byte slot made GPipe at pp 65536 x 64 microbatches peak at 1.33 GB). The bounds still read
+// back whole in 32 bits, and one past them is refused rather than wrapped.
+TEST(ScheduleActions, StoredCompactWithTheBoundsKeptExact) {
+  EXPECT_LE(sizeof(std::optional<Action>), 20U);
+  const std::string top = std::to_string(kMaxStages - 1) + "SEND_B" + std::to_string(kMaxMicrobatches - 1);
+  const Action a = parse_action(top);
+  EXPECT_EQ(a.stage, kMaxStages - 1);
+  EXPECT_EQ(a.microbatch, kMaxMicrobatches - 1);
+  EXPECT_EQ(to_string(a), top);
+  EXPECT_THROW(parse_action(std::to_string(kMaxStages) + "F0"), OutOfRange);
+  EXPECT_THROW(parse_action("0F" + std::to_string(kMaxMicrobatches)), OutOfRange);
+  EXPECT_THROW(parse_action("4294967296F0"), OutOfRange);  // 2^32: would wrap to stage 0
+}
+
 // GPipe: every forward, then every backward, on every rank.
 TEST(BuiltinSchedules, GPipeIsEveryForwardThenEveryBackward) {
   const Schedule s = gpipe(3, 2);

@@ -71,7 +71,11 @@ Schedule empty(int64_t pp, int64_t microbatches) {
   return s;
 }
 
-Action act(int64_t stage, ActionType t, int64_t mb) { return Action{stage, t, mb}; }
+// act narrows to the compact form: every caller passes a stage below kMaxStages and a
+// microbatch below kMaxMicrobatches (both checked before any action is built).
+Action act(int64_t stage, ActionType t, int64_t mb) {
+  return Action{static_cast<int32_t>(stage), t, static_cast<int32_t>(mb)};
+}
 
 int64_t rank_of(const Schedule& s, int64_t stage) { return stage_rank(s, stage); }
 
@@ -374,13 +378,13 @@ Schedule prepare_for_runtime(const Schedule& compute) {
       for (int64_t st : active.keys()) {
         if (!in_next(next[k], st)) {
           active.remove(st);
-          l.push_back(Action{st, ActionType::kReshard, std::nullopt});
+          l.push_back(Action{static_cast<int32_t>(st), ActionType::kReshard, std::nullopt});
         }
       }
       for (int64_t st : next[k]) {
         if (st >= 0 && !active.contains(st)) {
           active.add(st);
-          l.push_back(Action{st, ActionType::kUnshard, std::nullopt});
+          l.push_back(Action{static_cast<int32_t>(st), ActionType::kUnshard, std::nullopt});
         }
       }
       const Action& a = acts[k];
@@ -389,7 +393,7 @@ Schedule prepare_for_runtime(const Schedule& compute) {
         l.push_back(Action{a.stage, ActionType::kReduceGrad, std::nullopt});
       }
     }
-    for (int64_t st : active.keys()) l.push_back(Action{st, ActionType::kReshard, std::nullopt});
+    for (int64_t st : active.keys()) l.push_back(Action{static_cast<int32_t>(st), ActionType::kReshard, std::nullopt});
   }
   return out;
 }
@@ -428,7 +432,7 @@ Action parse_action(std::string_view text) {
                           "(PyTorch's form: <stage><F|I|W|B|SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD><microbatch>)");
   }
   Action a;
-  a.stage = *stage;
+  a.stage = static_cast<int32_t>(*stage);  // below kMaxStages
   bool found = false;
   for (const TypeName& n : kTypes) {
     if (s.substr(at, n.name.size()) == n.name) {
@@ -442,7 +446,7 @@ Action parse_action(std::string_view text) {
     throw InvalidArgument("action " + quote_input(text) + ": no action type after the stage (F, I, W, B, SEND_F, RECV_F, "
                           "SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD)");
   }
-  a.microbatch = digits(s, at, kMaxMicrobatches - 1, "microbatch");
+  if (const auto mb = digits(s, at, kMaxMicrobatches - 1, "microbatch")) a.microbatch = static_cast<int32_t>(*mb);
   if (at != s.size()) throw InvalidArgument("action " + quote_input(text) + " has text after its microbatch");
   if (has_microbatch(a.type) && !a.microbatch) {
     throw InvalidArgument("action " + quote_input(text) + ": " + std::string(type_name(a.type)) + " needs a microbatch");

@@ -97,7 +97,7 @@ Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, 
   if (!stages) {
     for (const auto& r : probe.ranks) {
       for (const auto& a : r) {
-        if (a) n = std::max(n, a->stage + 1);
+        if (a) n = std::max<int64_t>(n, a->stage + 1);
       }
     }
   }

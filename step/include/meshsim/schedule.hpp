@@ -30,13 +30,15 @@
 
 namespace meshsim::step {
 
-enum class ActionType { kF, kI, kW, kB, kSendF, kRecvF, kSendB, kRecvB, kUnshard, kReshard, kReduceGrad };
+enum class ActionType : uint8_t { kF, kI, kW, kB, kSendF, kRecvF, kSendB, kRecvB, kUnshard, kReshard, kReduceGrad };
 
 // Action is one entry of a rank's schedule. UNSHARD, RESHARD and REDUCE_GRAD carry no microbatch.
+// Stored compact (16 bytes; 20 as an optional slot): a schedule at the action bound holds 2^24 of
+// them, and both bounds below fit 32 bits.
 struct Action {
-  int64_t stage = 0;
+  int32_t stage = 0;
   ActionType type = ActionType::kF;
-  std::optional<int64_t> microbatch;
+  std::optional<int32_t> microbatch;
   friend bool operator==(const Action&, const Action&) = default;
 };
 
