@@ -297,6 +297,12 @@ TEST(FlightRecorder, EveryPlantedFaultIsNamedByItsRank) {
       {"--coalesced --plant bundle@13", {13}, "type"},  // a coalesced block one op short
       {"--plant stuckin@10", {10}, "never-issued"},     // stuck inside a collective its peers completed
       {"--coalesced --plant hang@2", {2}, "never-issued"},
+      // Batched ring exchanges (batch_isend_irecv around a ring of 4): a send larger than its
+      // receive names both; a rank that leaves out its block is the one its ring peers wait on
+      // (each waits on every peer its block left unmet, not only on its oldest record's).
+      {"--ring-exchange --plant ringsize@6", {6, 7}, "p2p"},
+      {"--ring-exchange --plant ringskip@9", {9}, "unmatched-p2p"},
+      {"--ring-exchange --plant ringskip@28", {28}, "never-issued"},
   };
   for (const auto& p : plants) {
     for (const std::string form : {"", " --format json", " --ring 11"}) {

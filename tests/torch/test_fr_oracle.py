@@ -22,7 +22,12 @@ differ, the difference is asserted as it is and docs/traces.md says who is right
 - one group carrying both sends/receives and collectives (an all_reduce on the pipeline group):
   PyTorch's analyzer stops with an AssertionError ("can't get dst of non-p2p op"); meshsim
   checks it and names a planted hang's rank.
-Not yet held to it here (the generator does not write them): batched ring exchanges.
+- batched ring exchanges (each rank's batch_isend_irecv of a send to the next rank and a receive
+  from the previous on a context-parallel group, make_fr_dumps.py --ring-exchange): PyTorch's
+  analyzer logs a MISMATCH table for every healthy block and reports nothing, so it also reports
+  nothing when one rank's send is larger than the receive; meshsim passes the healthy ring and
+  names the pair. A rank that leaves out its block: PyTorch's analyzer reports the next
+  collective missing every rank of the ring; meshsim names the one rank.
 """
 import io
 import contextlib
@@ -213,5 +218,33 @@ def test_known_difference_a_group_with_sends_and_collectives():
     assert meshsim.trace_check(d)["ok"]
     rank = RNG.randrange(8)
     d = dumps(2, f"hang@{rank}", 2, 2, 3, "--pp-allreduce")
+    r, _, _, culprits = meshsim_report(d)
+    assert not r["ok"] and culprits == {rank}, r["culprits"]
+
+
+def test_known_difference_batched_ring_exchanges():
+    d = dumps(1, None, 2, 3, 3, "--ring-exchange")
+    log = _Lines()
+    logging.getLogger().addHandler(log)
+    try:
+        assert pytorch_reports(d) == []
+    finally:
+        logging.getLogger().removeHandler(log)
+    assert any(line.startswith("MISMATCH") for line in log.lines), log.lines[:20]  # on a healthy ring
+    assert meshsim.trace_check(d)["ok"]
+    # One rank's send of the ring larger than its next rank's receive: PyTorch's analyzer is silent.
+    rank = RNG.randrange(6)
+    d = dumps(1, f"ringsize@{rank}", 2, 3, 3, "--ring-exchange")
+    assert pytorch_reports(d) == []
+    r, _, _, culprits = meshsim_report(d)
+    nxt = rank - rank % 3 + (rank + 1) % 3
+    assert [(p["kind"], p["desc"]) for p in r["problems"]] == [("p2p", "mesh_cp")], r["problems"]
+    assert culprits == {rank, nxt}, r["culprits"]
+    # A rank that leaves out its last block: its ring peers wait in theirs; meshsim names it alone.
+    rank = RNG.randrange(6)
+    d = dumps(1, f"ringskip@{rank}", 2, 3, 3, "--ring-exchange")
+    theirs = pytorch_reports(d)
+    ring = set(range(rank - rank % 3, rank - rank % 3 + 3))
+    assert {x for t in theirs for x in t["missing"]} == ring, theirs
     r, _, _, culprits = meshsim_report(d)
     assert not r["ok"] and culprits == {rank}, r["culprits"]

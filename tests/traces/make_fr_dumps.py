@@ -29,6 +29,16 @@ default group. Plants (KIND@RANK):
 --pp-allreduce adds an all_reduce on the PP group after each step's sends and receives (one group
 carrying both, as torchtitan's gradient-norm reduction over pp).
 
+--ring-exchange adds, each step after the TP reduce_scatter, a ring exchange on a context-parallel
+group of the TP group's ranks (its own group, "mesh_cp"): each rank's batch_isend_irecv of a send
+to the next rank of the ring and a receive from the previous, recorded as c10d records a batched
+p2p block (each op is_p2p with the block's p2p_seq_id, then an is_p2p "nccl:coalesced" record).
+Plants: ringsize (the last step's send of the block larger), ringskip (the rank leaves
+out its last step's block: its ring peers wait in theirs, everyone else in the world all_reduce),
+ringhalf (the last step's block holds only the send: its ring predecessor's send is never met, so
+that rank stops there, its DP peers wait in the DP reduce_scatter, everyone else in the world
+all_reduce).
+
 --coalesced issues the DP reduce_scatter as a coalesced block of two (each recorded with the
 block's sequence id, then the "nccl:coalesced" record, as c10d records them since 2.7).
 
@@ -58,6 +68,7 @@ def main():
     ap.add_argument("--prefix", default="rank_")
     ap.add_argument("--coalesced", action="store_true")
     ap.add_argument("--pp-allreduce", action="store_true", help="an all_reduce on the PP group after each step's pipeline sends")
+    ap.add_argument("--ring-exchange", action="store_true", help="a batched ring exchange on a cp group each step")
     ap.add_argument("--from-trace")
     a = ap.parse_args()
     if a.from_trace:
@@ -92,6 +103,7 @@ def main():
     # new_group after the TP ones.
     tp_names = {}
     pp_names = {}
+    cp_names = {}
     n = 1
     for p in range(a.pp):
         for d in range(a.dp):
@@ -103,11 +115,23 @@ def main():
         for t in range(a.tp):
             pp_names[tuple(pp_ranks(rank_of(0, d, t)))] = str(n)
             n += 1
+    if a.ring_exchange:
+        for p in range(a.pp):
+            for d in range(a.dp):
+                cp_names[tuple(tp_ranks(rank_of(p, d, 0)))] = str(n)
+                n += 1
 
     hang = [r for r, k in plants.items() if "hang" in k]
+    # ringskip: the skipping rank and its ring peers stop at the last step's ring exchange;
+    # ringhalf: the ring predecessor of the rank (whose send it never receives) stops there.
+    ring_stopped = {x for r, k in plants.items() if "ringskip" in k for x in tp_ranks(r)}
+    for r, k in plants.items():
+        if "ringhalf" in k:
+            g = tp_ranks(r)
+            ring_stopped.add(g[(g.index(r) - 1) % len(g)])
     stuckin = [r for r, k in plants.items() if "stuckin" in k]
     hang_dp_peers = set()
-    for h in hang:
+    for h in hang + sorted(ring_stopped):
         hang_dp_peers.update(dp_ranks(h))
 
     def rs(ranks):
@@ -125,6 +149,8 @@ def main():
             dp_name: ("mesh_dp", dp_ranks(r)),
             pp_names[tuple(pp_ranks(r))]: ("mesh_pp", pp_ranks(r)),
         }
+        if a.ring_exchange:
+            groups[cp_names[tuple(tp_ranks(r))]] = ("mesh_cp", tp_ranks(r))
         pg_config = {}
         for name, (desc, ranks) in groups.items():
             ranks = list(ranks)
@@ -138,8 +164,9 @@ def main():
         entries = []
         clock = [1_000_000]
 
-        def record(name, profiling, ins, in_dt, outs, out_dt, state="completed", is_p2p=False, same_seq=False):
-            if is_p2p:
+        def record(name, profiling, ins, in_dt, outs, out_dt, state="completed", is_p2p=False, same_seq=False,
+                   same_p2p=False):
+            if is_p2p and not same_p2p:
                 p2p[name] += 1
             elif not same_seq:
                 seq[name] += 1
@@ -198,6 +225,23 @@ def main():
                 record(pp_name, "nccl:all_reduce", [[1]], ["Float"], [[1]], ["Float"])
             # TP reduce_scatter
             record(tp_name, "nccl:reduce_scatter", [[a.tp * 1024, 512]], ["BFloat16"], [[1024, 512]], ["BFloat16"])
+            if a.ring_exchange:
+                cp_name = cp_names[tuple(tp_ranks(r))]
+                ring_peer_skips = last and r in ring_stopped
+                if not (last and "ringskip" in mine):
+                    nxt, prv = (t + 1) % a.tp, (t - 1) % a.tp
+                    width = 4096 if last and "ringsize" in mine else 2048
+                    half = last and "ringhalf" in mine
+                    st = "started" if ring_peer_skips else "completed"
+                    p2p[cp_name] += 1
+                    record(cp_name, f"nccl:send {t}->{nxt}", [[4, width]], ["BFloat16"], [[4, width]], ["BFloat16"],
+                           state=st, is_p2p=True, same_p2p=True)
+                    if not half:
+                        record(cp_name, f"nccl:recv {t}<-{prv}", [[4, 2048]], ["BFloat16"], [[4, 2048]], ["BFloat16"],
+                               state=st, is_p2p=True, same_p2p=True)
+                    record(cp_name, "nccl:coalesced", [], [], [], [], state=st, is_p2p=True, same_p2p=True)
+                if ring_peer_skips:
+                    break
             if last and r in hang:
                 break
             # DP reduce_scatter (fp32 gradients)
@@ -213,7 +257,7 @@ def main():
                 break
             # default group all_reduce (the loss)
             record("0", "nccl:all_reduce", [[1]], ["Float"], [[1]], ["Float"],
-                   state="started" if last and (hang or stuckin) else "completed")
+                   state="started" if last and (hang or stuckin or ring_stopped) else "completed")
         if "extrarecv" in mine and p > 0:
             record(pp_name, f"nccl:recv {p}<-{p - 1}", [], [], [[8, 1024]], ["BFloat16"], state="scheduled", is_p2p=True)
 

@@ -1,11 +1,13 @@
 // The cross-rank check of Flight Recorder dumps (flight_recorder.hpp).
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "meshsim/error.hpp"
 #include "meshsim/flight_recorder.hpp"
@@ -691,6 +693,7 @@ class Checker {
           continue;
         }
         const int64_t pg = ms[peer].rank;
+        peer_of_[e] = pg;
         if (e->op == "send") pairs[{ms[i].rank, pg}].first.push_back(e);
         else pairs[{pg, ms[i].rank}].second.push_back(e);
       }
@@ -831,7 +834,17 @@ class Checker {
       blockers[r] = &b;
       waits_in[r] = group_text(g) + " " + (e.is_p2p ? "" : "#" + std::to_string(e.collective_seq_id) + " ") + e.profiling_name.substr(0, 60);
       if (e.is_p2p) {
-        if (auto it = unmatched_.find(&e); it != unmatched_.end()) b.push_back(it->second);
+        // A batched p2p block (batch_isend_irecv: its records share a p2p_seq_id, then
+        // "coalesced") completes as one, so the rank waits on every peer that left one of the
+        // block's operations unmet, not only on its oldest record's peer.
+        const auto& entries = rs.dump->entries;
+        for (std::size_t k = static_cast<std::size_t>(&e - entries.data()); k < entries.size(); ++k) {
+          const Entry& x = entries[k];
+          if (!x.is_p2p || x.group != e.group || x.p2p_seq_id != e.p2p_seq_id) break;
+          if (auto it = unmatched_.find(&x); it != unmatched_.end()) b.push_back(it->second);
+        }
+        std::sort(b.begin(), b.end());
+        b.erase(std::unique(b.begin(), b.end()), b.end());
         continue;
       }
       if (work > kMaxWaitWork) {
@@ -839,6 +852,44 @@ class Checker {
         continue;
       }
       blockers[r] = &blockers_of(g, e.collective_seq_id);
+    }
+    // A rank in a p2p block whose operations all met theirs still waits when a peer's block
+    // cannot finish: it waits on each pending peer that waits on someone, found outward from the
+    // ranks with unmet operations (so every such edge points at a rank found before it, and
+    // no cycle is made of blocks that merely wait together; a block in flight with every
+    // operation met waits on no one).
+    {
+      std::unordered_map<int64_t, std::vector<int64_t>> waited_by;  // pending peer -> p2p ranks waiting with it
+      std::deque<int64_t> found;
+      std::unordered_set<int64_t> in;
+      for (auto& [r, rs] : ranks_) {
+        if (!rs.blocking || !rs.blocking->is_p2p) continue;
+        if (!own[r].empty()) {
+          found.push_back(r);
+          in.insert(r);
+          continue;
+        }
+        const auto& entries = rs.dump->entries;
+        const Entry& e = *rs.blocking;
+        for (std::size_t k = static_cast<std::size_t>(&e - entries.data()); k < entries.size(); ++k) {
+          const Entry& x = entries[k];
+          if (!x.is_p2p || x.group != e.group || x.p2p_seq_id != e.p2p_seq_id) break;
+          if (x.state == EntryState::kCompleted) continue;
+          if (auto it = peer_of_.find(&x); it != peer_of_.end() && it->second != r) waited_by[it->second].push_back(r);
+        }
+      }
+      while (!found.empty()) {
+        const int64_t x = found.front();
+        found.pop_front();
+        auto it = waited_by.find(x);
+        if (it == waited_by.end()) continue;
+        for (int64_t r : it->second) {
+          if (!in.insert(r).second) continue;
+          own[r].push_back(x);
+          found.push_back(r);
+        }
+        work += it->second.size();
+      }
     }
     // Every edge is walked below (the search, the roots): their number is bounded too.
     std::size_t edges = 0;
@@ -1040,6 +1091,7 @@ class Checker {
   std::set<int> conflicted_;  // groups whose members disagree on who they are
   std::map<const Entry*, int64_t> unmatched_;  // a pending p2p record -> the peer that never met it
   std::map<int64_t, std::string> culprits_;
+  std::unordered_map<const Entry*, int64_t> peer_of_;  // a send's or receive's peer (global rank)
   std::map<int, std::vector<int64_t>> missing_of_;  // a group -> its members without dumps
   CheckReport report_;
 };
