@@ -815,5 +815,38 @@ TEST(GroupNames, HandedGroupsKeepTheirNames) {
       "must hold 1 to 256 bytes");
 }
 
+// A handed group keeps its ProcessGroup's description ("undefined", new_group's default, when
+// none is given), even world-sized (it is not the default group), in the views that slice it
+// out; a dim that flatten makes over the same members is a group of its own (PyTorch 2.13 makes
+// it: "default_pg" for the world), named by its members.
+TEST(GroupNames, HandedGroupsKeepTheirDescriptionsAndFlattenMakesItsOwn) {
+  RootOptions o;
+  o.group_names = {std::string("7")};
+  o.world_size = 4;
+  DeviceMesh world = DeviceMesh::from_group(std::vector<int64_t>{0, 1, 2, 3}, Names{"dp"}, o);
+  EXPECT_EQ(world.get_group(2, "dp").group_desc, "undefined");
+  EXPECT_EQ(world.get_group(2, "dp").name, "7");
+  const DeviceMesh flat = world.flatten("all");
+  EXPECT_EQ(flat.get_group(2, 0).group_desc, "default_pg");
+  EXPECT_EQ(flat.get_group(2, 0).name, "group[4:1]@default");
+  EXPECT_EQ(world.get_group(1, "dp").name, "7");  // the cache record stays the handed one's
+
+  RootOptions d;
+  d.group_descs = {std::string("dp_pg_desc"), std::nullopt};
+  const std::vector<V> groups{{0, 2}, {0, 1}};
+  DeviceMesh m = DeviceMesh::from_group(groups, true, MeshArray{{2, 2}, {0, 1, 2, 3}}, Names{"dp", "tp"}, 0, d);
+  EXPECT_EQ(m.get_group(0, "dp").group_desc, "dp_pg_desc");
+  EXPECT_EQ(m.get_group(3, "tp").group_desc, "undefined");
+  EXPECT_EQ(m.slice("dp").get_group(2).group_desc, "dp_pg_desc");
+  const std::vector<int64_t> sizes{2, 1};
+  const std::vector<std::string> names{"a", "b"};
+  EXPECT_EQ(m.unflatten("tp", sizes, names).get_group(0, "a").group_desc, "mesh_a");
+  // Only a from_group root is handed groups with descriptions.
+  RootOptions not_handed;
+  not_handed.group_descs = {std::string("x")};
+  expect_throws_with<InvalidArgument>([&] { DeviceMesh::init({4}, Names{"dp"}, not_handed); },
+                                      "from_group root");
+}
+
 }  // namespace
 }  // namespace meshsim

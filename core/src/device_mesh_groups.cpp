@@ -119,6 +119,14 @@ std::vector<std::vector<int64_t>> rows_of(const GroupTable& t) {
   for (int64_t g = 0; g < t.count; ++g) rows.emplace_back(t.row(g).begin(), t.row(g).end());
   return rows;
 }
+// members_name names a dim's groups by what they are: the family's layout over global ranks (or
+// a digest of rows no layout describes) and the config.
+std::string members_name(const Universe& u, const Layout& canonical, const BackendConfig& config) {
+  const std::string family = u.rank_map.start() ? FamilyName::of(canonical, *u.rank_map.start())
+                                                : FamilyName::of_table(table_of(u, canonical));
+  return "group[" + family + "]@" + config.to_string();
+}
+
 }  // namespace
 
 GroupRecord::GroupRecord(std::string n, Layout l, BackendConfig c,
@@ -170,16 +178,10 @@ std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim,
     // The name follows the groups' members and the config, whatever universe found them (the
     // same group is the same name in every mesh of every root), unless the root was handed the
     // group under a name of its own (from_group).
-    std::string name;
-    if (std::optional<std::string> handed = u_->handed_name(canonical_[dim], config)) {
-      name = *handed;
-    } else {
-      const std::string family = u_->rank_map.start() ? FamilyName::of(canonical_[dim], *u_->rank_map.start())
-                                                      : FamilyName::of_table(table_of(*u_, canonical_[dim]));
-      name = "group[" + family + "]@" + config.to_string();
-    }
+    std::optional<std::string> name = u_->handed_name(canonical_[dim], config);
+    if (!name) name = members_name(*u_, canonical_[dim], config);
     return std::make_shared<GroupRecord>(
-        std::move(name), canonical_[dim],
+        std::move(*name), canonical_[dim],
         config, [weak, dim_layout] {
           std::shared_ptr<const Universe> u = weak.lock();
           if (!u) {
@@ -233,6 +235,16 @@ GroupHandle DeviceMesh::get_group(int64_t rank, int d) const {
     const bool accelerator = device_type() != "cpu" && device_type() != "meta";
     const std::string backend = !u_->default_backend.empty() ? u_->default_backend : accelerator ? "nccl" : "gloo";
     h.group_desc = accelerator && backend == "gloo" ? "mesh_default" : "default_pg";
+  }
+  // A group the root was handed (from_group) is that ProcessGroup, named and described as it
+  // was, whatever its size (PyTorch keeps the groups it is given: _dim_group_names). A dim of
+  // the same members that flatten or unflatten made is a group of its own, named by them.
+  const std::optional<std::string> dim_name = names_ ? std::optional<std::string>((*names_)[static_cast<std::size_t>(*dim)]) : std::nullopt;
+  if (const Universe::HandedGroup* handed = u_->handed_dim(canonical_[*dim], h.config, dim_name)) {
+    h.group_desc = handed->desc;
+    h.name = handed->name.value_or(h.record->name);
+  } else {
+    h.name = u_->handed_name(canonical_[*dim], h.config) ? members_name(*u_, canonical_[*dim], h.config) : h.record->name;
   }
   return h;
 }

@@ -23,28 +23,44 @@ namespace {
 // its dim's canonical layout and config.
 // Not inlined: its locals (layouts, configs) would enlarge make_root's frame on every rank
 // thread's stack, though most roots are handed no names.
+// Every dim of a from_group root is a handed group (its description kept, "undefined" when none
+// is given, as new_group's default); another root may be handed names only.
 [[gnu::noinline]] std::vector<Universe::HandedGroup> handed_groups(const std::vector<std::optional<std::string>>& names,
+                                                 const std::vector<std::optional<std::string>>& descs,
                                                  const Layout& layout, const std::vector<BackendConfig>& configs,
-                                                 const MeshNames& dim_names) {
+                                                 const MeshNames& dim_names, bool from_group) {
   std::vector<Universe::HandedGroup> out;
-  if (names.empty()) return out;
-  if (static_cast<int>(names.size()) != layout.rank()) {
-    throw InvalidArgument("from_group: " + std::to_string(names.size()) + " group names for a mesh of " +
-                          std::to_string(layout.rank()) + " dims (one per dim, or none)");
+  if (names.empty() && descs.empty() && !from_group) return out;
+  if (!descs.empty() && !from_group) {
+    throw InvalidArgument("group descriptions are those of the groups a from_group root is handed");
+  }
+  for (const auto* v : {&names, &descs}) {
+    if (!v->empty() && static_cast<int>(v->size()) != layout.rank()) {
+      throw InvalidArgument("from_group: " + std::to_string(v->size()) + (v == &names ? " group names" : " group descriptions") +
+                            " for a mesh of " + std::to_string(layout.rank()) + " dims (one per dim, or none)");
+    }
   }
   const Layout canonical = canonical_of(layout);
   for (int d = 0; d < layout.rank(); ++d) {
-    const std::optional<std::string>& n = names[static_cast<std::size_t>(d)];
-    if (!n) continue;
-    const std::string dim = dim_names ? quote_input((*dim_names)[static_cast<std::size_t>(d)]) : std::to_string(d);
-    if (n->empty() || n->size() > kMaxGroupNameBytes) {
+    const std::size_t k = static_cast<std::size_t>(d);
+    const std::optional<std::string> n = names.empty() ? std::nullopt : names[k];
+    const std::optional<std::string> desc = descs.empty() ? std::nullopt : descs[k];
+    if (!n && !from_group) continue;
+    const std::string dim = dim_names ? quote_input((*dim_names)[k]) : std::to_string(d);
+    if (n && (n->empty() || n->size() > kMaxGroupNameBytes)) {
       throw InvalidArgument("from_group: the group name of dim " + dim + " must hold 1 to " +
                             std::to_string(kMaxGroupNameBytes) + " bytes, got " + std::to_string(n->size()));
     }
-    Universe::HandedGroup h{canonical[d], configs.empty() ? BackendConfig{} : configs[static_cast<std::size_t>(d)], *n};
+    if (desc && desc->size() > kMaxGroupNameBytes) {
+      throw InvalidArgument("from_group: the group description of dim " + dim + " must hold at most " +
+                            std::to_string(kMaxGroupNameBytes) + " bytes, got " + std::to_string(desc->size()));
+    }
+    Universe::HandedGroup h{canonical[d], configs.empty() ? BackendConfig{} : configs[k], n,
+                            desc.value_or("undefined"),
+                            dim_names ? std::optional<std::string>((*dim_names)[k]) : std::nullopt};
     for (const Universe::HandedGroup& o : out) {
-      if (o.name == h.name && (o.canonical != h.canonical || o.config != h.config)) {
-        throw InvalidArgument("from_group: the name " + quote_input(h.name) + " is handed for two different groups "
+      if (h.name && o.name == h.name && (o.canonical != h.canonical || o.config != h.config)) {
+        throw InvalidArgument("from_group: the name " + quote_input(*h.name) + " is handed for two different groups "
                               "(dim " + dim + " and an earlier dim): one name, one group");
       }
     }
@@ -72,11 +88,12 @@ DeviceMesh DeviceMesh::make_root(const char* what, std::span<const int64_t> shap
   check_world(options.world_size, n);
   auto configs = checked_configs(std::move(options.backend_override), layout.rank());
   RankMap map = ranks ? RankMap::explicit_ranks(*ranks, options.world_size) : RankMap::affine(0, n);
-  std::vector<Universe::HandedGroup> handed = handed_groups(options.group_names, layout, configs, names);
+  const bool handed_root = std::string_view(what) == "from_group";
+  std::vector<Universe::HandedGroup> handed =
+      handed_groups(options.group_names, options.group_descs, layout, configs, names, handed_root);
   auto u = std::make_shared<const Universe>(options.device_type, options.world_size, std::move(map),
                                             layout, names, configs, options.init_backend,
                                             std::move(options.default_backend), std::move(handed));
-  const bool handed_root = std::string_view(what) == "from_group";
   u->record(GroupCreationEvent::Op::kRoot, what, options.init_backend && !handed_root, 0,
             options.init_backend && !handed_root ? layout.rank() : 0, layout, names, configs);
   return DeviceMesh(std::move(u), layout, std::move(names), true, configs);

@@ -31,9 +31,17 @@ Universe::Universe(std::string device_type, std::optional<int64_t> world, RankMa
 
 std::optional<std::string> Universe::handed_name(const Layout& canonical, const BackendConfig& config) const {
   for (const HandedGroup& h : handed) {
-    if (h.canonical == canonical && h.config == config) return h.name;
+    if (h.name && h.canonical == canonical && h.config == config) return h.name;
   }
   return std::nullopt;
+}
+
+const Universe::HandedGroup* Universe::handed_dim(const Layout& canonical, const BackendConfig& config,
+                                                  const std::optional<std::string>& dim_name) const {
+  for (const HandedGroup& h : handed) {
+    if (h.canonical == canonical && h.config == config && h.dim_name == dim_name) return &h;
+  }
+  return nullptr;
 }
 
 std::size_t Universe::GroupKeyHash::operator()(const GroupKey& k) const {

@@ -22,12 +22,15 @@ namespace meshsim {
 // that take the universe's lock. Thread safety: every method may be called from many threads.
 class Universe {
  public:
-  // HandedGroup is a group a root was handed (from_group) under a name of its own: the root dim's
-  // canonical layout, its config and the name every mesh of the universe calls it by.
+  // HandedGroup is a group a root was handed (from_group): the root dim's canonical layout, its
+  // config, the name every mesh of the universe calls it by (if it came with one) and the
+  // ProcessGroup's own description, which PyTorch keeps.
   struct HandedGroup {
     Layout canonical;
     BackendConfig config;
-    std::string name;
+    std::optional<std::string> name;
+    std::string desc;
+    std::optional<std::string> dim_name;  // the root's name for the dim
   };
   Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks, Layout root_layout,
            MeshNames root_names, std::vector<BackendConfig> root_configs, bool init_backend = true,
@@ -47,6 +50,11 @@ class Universe {
   // handed_name is the name the root was handed for (canonical dim layout, config), if any (the
   // first such dim's).
   std::optional<std::string> handed_name(const Layout& canonical, const BackendConfig& config) const;
+  // handed_dim is the handed group a mesh's dim is (every dim of a from_group root, and the
+  // same dim sliced out of it: same canonical layout, config and name), or null: a dim that
+  // flatten or unflatten made is a group of its own even where its layout is a handed one's.
+  const HandedGroup* handed_dim(const Layout& canonical, const BackendConfig& config,
+                                const std::optional<std::string>& dim_name) const;
 
   // Flattened is one flatten registration: its name, layout as written, the layout's canonical
   // form (what identity compares) and backend config.

@@ -64,9 +64,9 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
     group is a list of ranks. One group gives a 1-D mesh over its ranks; a list of groups (one
     per dim, as `rank` sees them; default: the one rank they all hold) needs `mesh` and
     `mesh_dim_names`, and each group must be `rank`'s group along its dim. A group may also be
-    a dict {"ranks": [...], "name": "...", "backend": ...}: a ProcessGroup with its own name
-    (get_group hands it back under that name, as PyTorch keeps the groups it is given) and
-    backend."""
+    a dict {"ranks": [...], "name": "...", "desc": "...", "backend": ...}: a ProcessGroup with its
+    own name and description (get_group hands it back under both, as PyTorch keeps the groups it
+    is given; a group without a desc says "undefined", new_group's default) and backend."""
     if isinstance(group, _Mapping):
         group = dict(group)
     else:
@@ -92,17 +92,20 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
 
 
 def _group_json(g):
-    """One handed group as the recipe spells it: its ranks, or {"ranks", "name", "backend"}."""
+    """One handed group as the recipe spells it: its ranks, or {"ranks", "name", "desc", "backend"}."""
     if not isinstance(g, _Mapping):
         return [_int(r, "group") for r in _listed(g, "group")]
-    unknown = set(g) - {"ranks", "name", "backend"}
+    unknown = set(g) - {"ranks", "name", "desc", "backend"}
     if unknown:
-        raise errors.InvalidArgument("a group's keys are ranks, name and backend, got " + repr(sorted(map(str, unknown)))[:200])
+        raise errors.InvalidArgument("a group's keys are ranks, name, desc and backend, got "
+                                     + repr(sorted(map(str, unknown)))[:200])
     if "ranks" not in g:
         raise errors.InvalidArgument("a group given as a dict needs its 'ranks'")
     out = {"ranks": [_int(r, "group") for r in _listed(g["ranks"], "ranks")]}
     if g.get("name") is not None:
         out["name"] = _names([g["name"]], "group name")[0]
+    if g.get("desc") is not None:
+        out["desc"] = _str(g["desc"], "group desc")
     if g.get("backend") is not None:
         out["backend"] = _backend_json(g["backend"])
     return out

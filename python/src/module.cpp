@@ -90,7 +90,7 @@ py::dict handle_dict(const meshsim::GroupHandle& h) {
   for (const auto& [k, v] : h.config.extras) std::visit([&](const auto& x) { options[py::str(k)] = x; }, v);
   d["options"] = options;
   d["group_desc"] = h.group_desc;
-  d["name"] = h.record->name;
+  d["name"] = h.name;
   return d;
 }
 

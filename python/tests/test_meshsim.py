@@ -643,7 +643,7 @@ def test_from_group_keeps_the_names_and_backends_of_the_groups_it_is_handed():
     assert mesh.creation_plan()["calls"] == []  # handed groups are not created
     one = meshsim.DeviceMesh.from_group({"ranks": [4, 5], "name": "pair"}, mesh_dim_names=["x"])
     assert one.get_group(rank=4)["name"] == "pair"
-    with pytest.raises(meshsim.InvalidArgument, match="keys are ranks, name and backend"):
+    with pytest.raises(meshsim.InvalidArgument, match="keys are ranks, name, desc and backend"):
         meshsim.DeviceMesh.from_group({"ranks": [0], "nme": "x"})
 
 

@@ -102,7 +102,7 @@ Json handle_json(const GroupHandle& h) {
               {"config", h.config.to_string()},
               {"options", options_json(h.config)},
               {"group_desc", h.group_desc},
-              {"name", h.record->name}};
+              {"name", h.name}};
 }
 
 // creation_plan_json is the recipe's creation plan as `me` makes it, charged to the budget.

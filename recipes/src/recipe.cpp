@@ -153,14 +153,18 @@ RootSpec root_from_json(const Json& build) {
       if (!g.is_object()) {
         r.groups.push_back(json::to_int_list(g, where));
         r.group_names.emplace_back();
+        r.group_descs.emplace_back();
         r.group_configs.emplace_back();
         return;
       }
-      check_keys(g, {"ranks", "name", "backend"}, where);
+      check_keys(g, {"ranks", "name", "desc", "backend"}, where);
       r.groups.push_back(json::to_int_list(need(g, "ranks", where), where + ".ranks"));
       std::optional<std::string> name;
       if (const Json* n = present(g, "name")) name = to_str(*n, where + ".name");
       r.group_names.push_back(std::move(name));
+      std::optional<std::string> desc;
+      if (const Json* d = present(g, "desc")) desc = to_str(*d, where + ".desc");
+      r.group_descs.push_back(std::move(desc));
       std::optional<BackendConfig> config;
       if (const Json* b = present(g, "backend")) config = config_from_json(*b, where + ".backend");
       r.group_configs.push_back(std::move(config));
@@ -337,6 +341,10 @@ DeviceMesh build_root(const RootSpec& r, int64_t world, std::optional<int64_t> r
     if (std::any_of(r.group_names.begin(), r.group_names.end(), [](const auto& n) { return n.has_value(); })) {
       opts.group_names = r.group_names;
       opts.group_names.resize(r.shape.size());
+    }
+    if (std::any_of(r.group_descs.begin(), r.group_descs.end(), [](const auto& n) { return n.has_value(); })) {
+      opts.group_descs = r.group_descs;
+      opts.group_descs.resize(r.shape.size());
     }
   }
   switch (r.kind) {

@@ -14,6 +14,11 @@ Each rank's group-creation calls are recorded too (DeviceMesh's new_group / spli
 then called through) and compared in order with `mesh.creation_plan(rank=r)`: the call, its
 ranks as passed, its description. Only the CPU path runs here (no bound device: every group by
 new_group on every rank); the bound-device, split_group and backend-override paths are not yet.
+`from_group` too: every rank makes each dim's groups with new_group (with a group_desc or
+without) and hands its own to DeviceMesh.from_group (a list with `mesh`, or one group for a 1-D
+mesh), then the program runs on it; meshsim is handed the same groups' ranks, names and
+descriptions. Handed groups keep their names and descriptions in both, in every view that slices
+them out; groups the mesh makes are compared by members and description.
 meshsim's `transpose` has no PyTorch counterpart (PyTorch refuses a slice out of dim order), so
 programs that use it are left out here.
 """
@@ -173,3 +178,129 @@ def test_each_ranks_group_creation_calls_are_the_creation_plan(program):
         mine = planned_calls(mesh, rank)
         assert mine == theirs, (f"rank {rank}\nmeshsim: {mine}\nPyTorch: {theirs}\n"
                                 f"meshsim steps: {steps}\nPyTorch:\n{torch_program(root, steps)}")
+
+
+# --- from_group: the groups a user made, handed to DeviceMesh -----------------------------------
+
+def replay(mesh, steps):
+    """`steps` (meshsim.testing's mesh.program ops) applied to a meshsim root."""
+    env = {"root": mesh}
+    last = mesh
+    for s in steps:
+        if "slice" in s:
+            m = env[s["on"]][tuple(s["slice"])]
+        elif "flatten" in s:
+            m = env[s["on"]].flatten(s["flatten"])
+        elif "unflatten" in s:
+            u = s["unflatten"]
+            m = env[s["on"]].unflatten(u["dim"], u["sizes"], u["names"])
+        else:
+            m = meshsim.concatenate([env[x] for x in s["concatenate"]])
+        env[s["let"]] = last = m
+    return last
+
+
+def replay_torch(mesh, steps):
+    env = {"root": mesh}
+    last = mesh
+    for s in steps:
+        if "slice" in s:
+            m = env[s["on"]][tuple(s["slice"])]
+        elif "flatten" in s:
+            m = env[s["on"]]._flatten(s["flatten"])
+        elif "unflatten" in s:
+            u = s["unflatten"]
+            m = env[s["on"]]._unflatten(u["dim"], tuple(u["sizes"]), tuple(u["names"]))
+        else:
+            m = DeviceMesh._concatenate([env[x] for x in s["concatenate"]])
+        env[s["let"]] = last = m
+    return last
+
+
+@st.composite
+def handed_programs(draw):
+    root = draw(meshes(max_dims=3, max_size=4, permuted=True))
+    _, steps = draw(transformed(root, max_steps=2))
+    hypothesis.assume(not any("transpose" in s for s in steps))
+    one = root.ndim == 1 and draw(st.booleans())  # from_group(group): no mesh argument
+    descs = [draw(st.sampled_from([None, f"hand_{d}"])) for d in range(root.ndim)]
+    return root, steps, one, descs
+
+
+def from_group_snippet(root, steps, one, descs):
+    shape, names = tuple(root.shape), tuple(root.mesh_dim_names)
+    lines = ["groups = {(d, tuple(row)): new_group(row, group_desc=desc) for d, desc in enumerate("
+             f"{descs}) for row in <dim d's rows>}}"]
+    if one:
+        lines.append(f"root = DeviceMesh.from_group(<the rank's group>, 'cpu', mesh_dim_names={names})")
+    else:
+        lines.append(f"root = DeviceMesh.from_group(<the rank's groups>, 'cpu', mesh=torch.tensor({root.rank_map})"
+                     f".reshape({shape}), mesh_dim_names={names})")
+    return "\n".join(lines + torch_program(root, steps).splitlines()[1:])
+
+
+def run_handed(root, steps, one, descs, rank):
+    """(PyTorch's view, meshsim's view, the handed names) of the final mesh on `rank`."""
+    world = len(root.rank_map)
+    shape, names = tuple(root.shape), tuple(root.mesh_dim_names)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    try:
+        made = {}
+        for d in range(root.ndim):
+            for row in root.groups(d):
+                made[(d, tuple(row))] = dist.new_group(ranks=row, group_desc=descs[d])
+        mine = [made[(d, tuple(root.group_of(rank, d)))] for d in range(root.ndim)]
+        handed = [{"ranks": dist.get_process_group_ranks(g), "name": g.group_name} for g in mine]
+        for h, desc in zip(handed, descs):
+            if desc is not None:
+                h["desc"] = desc
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if one:
+                theirs_root = DeviceMesh.from_group(mine[0], "cpu", mesh_dim_names=names)
+                mine_root = meshsim.DeviceMesh.from_group(handed[0], mesh_dim_names=list(names))
+            else:
+                theirs_root = DeviceMesh.from_group(mine, "cpu", mesh=torch.tensor(root.rank_map).reshape(shape),
+                                                    mesh_dim_names=names)
+                nested = torch.tensor(root.rank_map).reshape(shape).tolist()
+                mine_root = meshsim.DeviceMesh.from_group(handed, mesh=nested, mesh_dim_names=list(names), rank=rank)
+            theirs_mesh = replay_torch(theirs_root, steps)
+            mine_mesh = replay(mine_root, steps)
+            coord = tuple(theirs_mesh.get_coordinate())
+            theirs = {"mesh": theirs_mesh.mesh.tolist(), "names": tuple(theirs_mesh.mesh_dim_names), "coordinate": coord}
+            for d, n in enumerate(theirs_mesh.mesh_dim_names):
+                g = theirs_mesh.get_group(n)
+                line = theirs_mesh.mesh[tuple(slice(None) if k == d else c for k, c in enumerate(coord))].tolist()
+                theirs[n] = (line, dist.get_process_group_ranks(g), g.group_desc, g.group_name)
+        mine = {"mesh": mine_mesh.mesh_for(rank), "names": tuple(mine_mesh.mesh_dim_names),
+                "coordinate": tuple(mine_mesh.get_coordinate(rank))}
+        for n in mine_mesh.mesh_dim_names:
+            g = mine_mesh.get_group(n, rank=rank)
+            mine[n] = (g["ranks"], g["pg_ranks"], g["group_desc"], g["name"])
+        return theirs, mine, {h["name"] for h in handed}
+    finally:
+        dist.destroy_process_group()
+
+
+@seed(SEED + 2)
+@settings(max_examples=max(20, EXAMPLES // 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(handed_programs())
+def test_from_group_keeps_the_groups_it_is_handed_on_every_rank(program):
+    # The groups are made by new_group (with a group_desc or without: "undefined") and handed to
+    # from_group by the rank that holds them; meshsim is handed their ranks, PyTorch's names and
+    # descriptions. A group PyTorch hands back is a handed one exactly when meshsim's is, under
+    # the same name; the others are named by each in its own way (docs/device-mesh.md), so only
+    # their members and descriptions are compared.
+    root, steps, one, descs = program
+    for rank in range(len(root.rank_map)):
+        try:
+            theirs, mine, handed = run_handed(root, steps, one, descs, rank)
+        except Exception as e:  # noqa: BLE001 - any refusal of either is a difference to show
+            pytest.fail(f"rank {rank}: {type(e).__name__}: {e}\nmeshsim steps: {steps}\n"
+                        f"PyTorch:\n{from_group_snippet(root, steps, one, descs)}")
+        for view in (theirs, mine):
+            for n in view["names"]:
+                line, pg, desc, name = view[n]
+                view[n] = (line, pg, desc, name if name in handed else "(made by the mesh)")
+        assert mine == theirs, (f"rank {rank}\nmeshsim: {mine}\nPyTorch: {theirs}\nmeshsim steps: {steps}\n"
+                                f"PyTorch:\n{from_group_snippet(root, steps, one, descs)}")

@@ -77,6 +77,10 @@ struct RootOptions {
   // A name must be non-empty and at most kMaxGroupNameBytes; two dims handed the same name
   // must be the same groups.
   std::vector<std::optional<std::string>> group_names;
+  // group_descs are the handed groups' descriptions (PyTorch's group_desc, which a ProcessGroup
+  // keeps; new_group's default is "undefined", what a from_group dim without one says): empty,
+  // or one per dim, each at most kMaxGroupNameBytes. Only a from_group root takes them.
+  std::vector<std::optional<std::string>> group_descs;
 };
 
 // kMaxGroupNameBytes bounds a handed group's name.
@@ -93,6 +97,8 @@ struct GroupHandle {
   std::string backend;         // the config's backend, else the world's default ("" = the run's)
   BackendConfig config;        // as configured: timeout and options travel with the group
   std::string group_desc;      // PyTorch's description: "mesh_" + the dim's name ("mesh_dp_cp")
+  // name: a handed group's own (from_group), else the record's: named by its members and config.
+  std::string name;
   std::shared_ptr<const GroupRecord> record;
 };
 

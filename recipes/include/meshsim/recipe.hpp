@@ -67,6 +67,7 @@ struct RootSpec {
   // kGroup: each handed group's own name and backend, when given as {"ranks", "name",
   // "backend"} (PyTorch keeps a handed ProcessGroup's name and options); one entry per group.
   std::vector<std::optional<std::string>> group_names;
+  std::vector<std::optional<std::string>> group_descs;  // each handed group's "desc", if given
   std::vector<std::optional<BackendConfig>> group_configs;
   std::optional<MeshArray> mesh_arg;
   MeshNames names;
