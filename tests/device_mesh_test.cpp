@@ -38,7 +38,14 @@ TEST(DeviceMeshInit, TwoByFourGroupsPerDim) {
   EXPECT_EQ(m.size(), 8);
   EXPECT_EQ(groups_by_name(m, "dp"), (Rows{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
   EXPECT_EQ(groups_by_name(m, "tp"), (Rows{{0, 1, 2, 3}, {4, 5, 6, 7}}));
-  EXPECT_EQ(m.to_string(), "DeviceMesh((dp=2, tp=4), 'cpu', stride=(4,1))");
+  EXPECT_EQ(m.to_string(), "DeviceMesh((dp=2, tp=4), 'cpu', stride=(4, 1))");
+  // PyTorch 2.13's repr: each dim's coalesced strides, () for a size-1 dim, a tuple for a dim
+  // of several modes, a Python one-tuple for one dim.
+  const DeviceMesh w = DeviceMesh::init({2, 1, 2, 2}, Names{"a", "b", "c", "d"});
+  EXPECT_EQ(w.to_string(), "DeviceMesh((a=2, b=1, c=2, d=2), 'cpu', stride=(4, (), 2, 1))");
+  EXPECT_EQ(w.slice("a").to_string(), "DeviceMesh((a=2), 'cpu', stride=(4,))");
+  EXPECT_EQ(w.slice(std::vector<std::string>{"a", "d"}).flatten("ad").to_string(), "DeviceMesh((ad=4), 'cpu', stride=((4, 1),))");
+  EXPECT_EQ(w.slice(std::vector<std::string>{"c", "d"}).flatten("cd").to_string(), "DeviceMesh((cd=4), 'cpu', stride=(1,))");
 }
 
 TEST(DeviceMeshInit, TwoByTwoByTwoGroupsEqualSwapdimsReshape) {

@@ -217,8 +217,31 @@ std::string DeviceMesh::to_string() const {
     dims += std::to_string(sizes[i]);
   }
   dims += sizes.size() == 1 && !names_ ? ",)" : ")";
-  return "DeviceMesh(" + dims + ", '" + u_->device_type + "', stride=" +
-         meshsim::to_string(layout_.stride()) + ")";
+  // PyTorch's stride: a Python tuple of each dim's coalesced layout's strides, one int for one
+  // mode, a tuple for several, () for a dim of size 1 (2.13's _FlatLayout drops size-1 modes).
+  std::string strides = "(";
+  for (int i = 0; i < ndim(); ++i) {
+    if (i) strides += ", ";
+    const Layout c = canonical_[i];
+    if (meshsim::size(c) == 1) {
+      strides += "()";
+      continue;
+    }
+    const IntTuple sh = meshsim::flatten(c.shape()), st = meshsim::flatten(c.stride());
+    std::vector<int64_t> kept;
+    for (int k = 0; k < st.rank(); ++k) {
+      if (sh[k].value() != 1) kept.push_back(st[k].value());
+    }
+    if (kept.size() == 1) {
+      strides += std::to_string(kept.front());
+    } else {
+      strides += "(";
+      for (std::size_t k = 0; k < kept.size(); ++k) strides += (k ? ", " : "") + std::to_string(kept[k]);
+      strides += ")";
+    }
+  }
+  strides += ndim() == 1 ? ",)" : ")";
+  return "DeviceMesh(" + dims + ", '" + u_->device_type + "', stride=" + strides + ")";
 }
 
 }  // namespace meshsim

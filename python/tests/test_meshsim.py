@@ -46,7 +46,7 @@ def test_device_mesh_api_as_pytorch_names_it():
         mesh.get_local_rank()
     assert mesh.groups("dp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert mesh.group_of(6, "tp") == [4, 5, 6, 7]
-    assert repr(mesh) == "DeviceMesh((dp=2, tp=4), 'cpu', stride=(4,1))"
+    assert repr(mesh) == "DeviceMesh((dp=2, tp=4), 'cpu', stride=(4, 1))"
     assert mesh["tp"] == mesh["tp"] and hash(mesh["tp"]) == hash(mesh["tp"])
     assert mesh["dp"].get_root_mesh() == mesh
     flat = mesh.flatten()

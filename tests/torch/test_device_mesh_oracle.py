@@ -7,7 +7,7 @@ own process group over the `fake` backend with a `FakeStore` (one process, the r
 default group destroyed between them). For every rank and every dim of the final mesh: the group's
 line through the rank in mesh order, the process group's ranks (`get_process_group_ranks(mesh.
 get_group(dim))`, ascending: new_group sorts them), its description, the rank's coordinate,
-the mesh the rank sees and the dim names must be equal. MESHSIM_TORCH_EXAMPLES programs (200;
+the mesh the rank sees, the dim names and the mesh's repr must be equal. MESHSIM_TORCH_EXAMPLES programs (200;
 5,000 for a long run), MESHSIM_TORCH_SEED for fresh ones; a failure prints the program as meshsim
 `query` steps and as the PyTorch calls that ran.
 Each rank's group-creation calls are recorded too (DeviceMesh's new_group / split_group wrapped,
@@ -88,7 +88,8 @@ def run_torch(root, steps, rank):
                     m = DeviceMesh._concatenate([env[x] for x in s["concatenate"]])
                 env[s["let"]] = last = m
             coord = tuple(last.get_coordinate())
-            seen = {"mesh": last.mesh.tolist(), "names": tuple(last.mesh_dim_names), "coordinate": coord}
+            seen = {"mesh": last.mesh.tolist(), "names": tuple(last.mesh_dim_names), "coordinate": coord,
+                    "repr": repr(last)}
             for d, n in enumerate(last.mesh_dim_names):
                 g = last.get_group(n)
                 # The rank's group in mesh order (its line of the mesh tensor along d), and the
@@ -101,7 +102,8 @@ def run_torch(root, steps, rank):
 
 
 def run_meshsim(mesh, rank):
-    seen = {"mesh": mesh.mesh_for(rank), "names": tuple(mesh.mesh_dim_names), "coordinate": tuple(mesh.get_coordinate(rank))}
+    seen = {"mesh": mesh.mesh_for(rank), "names": tuple(mesh.mesh_dim_names), "coordinate": tuple(mesh.get_coordinate(rank)),
+            "repr": repr(mesh)}
     for n in mesh.mesh_dim_names:
         g = mesh.get_group(n, rank=rank)
         seen[n] = (g["ranks"], g["pg_ranks"], g["group_desc"])
@@ -267,13 +269,14 @@ def run_handed(root, steps, one, descs, rank):
             theirs_mesh = replay_torch(theirs_root, steps)
             mine_mesh = replay(mine_root, steps)
             coord = tuple(theirs_mesh.get_coordinate())
-            theirs = {"mesh": theirs_mesh.mesh.tolist(), "names": tuple(theirs_mesh.mesh_dim_names), "coordinate": coord}
+            theirs = {"mesh": theirs_mesh.mesh.tolist(), "names": tuple(theirs_mesh.mesh_dim_names), "coordinate": coord,
+                      "repr": repr(theirs_mesh)}
             for d, n in enumerate(theirs_mesh.mesh_dim_names):
                 g = theirs_mesh.get_group(n)
                 line = theirs_mesh.mesh[tuple(slice(None) if k == d else c for k, c in enumerate(coord))].tolist()
                 theirs[n] = (line, dist.get_process_group_ranks(g), g.group_desc, g.group_name)
         mine = {"mesh": mine_mesh.mesh_for(rank), "names": tuple(mine_mesh.mesh_dim_names),
-                "coordinate": tuple(mine_mesh.get_coordinate(rank))}
+                "coordinate": tuple(mine_mesh.get_coordinate(rank)), "repr": repr(mine_mesh)}
         for n in mine_mesh.mesh_dim_names:
             g = mine_mesh.get_group(n, rank=rank)
             mine[n] = (g["ranks"], g["pg_ranks"], g["group_desc"], g["name"])
