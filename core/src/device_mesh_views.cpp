@@ -74,23 +74,6 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
     throw NotFound("Invalid mesh_dim_names " + py_tuple(want) +
                    " specified. Valid mesh_dim_names are " + py_list(valid) + ".");
   }
-  int64_t prev = -1;
-  for (std::size_t k = parts.size(); k-- > 0;) {
-    const detail::LayoutView m = parts[k].layout;
-    if (!m.is_leaf()) {
-      throw InvalidArgument(
-          "Currently, this only allows slicing out a contiguous flattened dim. ('" + want[k] +
-          "' has the non-contiguous layout " + meshsim::to_string(m.copy()) + ")");
-    }
-    const int64_t stride = m.d->value;
-    if (stride < prev) {
-      throw InvalidArgument("Invalid mesh_dim_names " + py_tuple(want) +
-                            " specified. Mesh dim indices should be in ascending order (stride " +
-                            std::to_string(stride) + " of '" + want[k] + "' is below stride " +
-                            std::to_string(prev) + " of the dim after it).");
-    }
-    prev = stride;
-  }
   Layout joined = detail::NodeAccess::blank();
   Layout canonical = detail::NodeAccess::blank();
   {
@@ -106,10 +89,25 @@ DeviceMesh DeviceMesh::slice(std::span<const std::string> requested) const {
     c.close();
   }
   detail::check_layout(joined);
-  if (!mesh_check_non_overlap(joined)) {
-    throw InvalidArgument("Slicing overlapping dim_names " + py_tuple(want) +
-                          " is not allowed (their layouts overlap in " +
-                          meshsim::to_string(joined) + ").");
+  // PyTorch 2.13's checks, in its order (device_mesh.py, _get_slice_mesh_layout): the slice's
+  // layout collapsed (every dim's modes flattened and coalesced, torch convention: size-1
+  // modes gone) must have its strides in descending order, else KeyError; then be orthogonal,
+  // else RuntimeError. A non-contiguous flattened dim passes where its modes keep that order.
+  const Layout collapsed =
+      coalesce(Layout(meshsim::flatten(joined.shape()), meshsim::flatten(joined.stride())), Convention::kTorch);
+  const IntTuple strides = meshsim::flatten(collapsed.stride());
+  for (int k = 1; k < strides.rank(); ++k) {
+    if (strides[k].value() > strides[k - 1].value()) {
+      throw NotFound("Invalid mesh_dim_names " + py_tuple(want) +  // PyTorch's KeyError
+                     " specified. Mesh dim indices should be in ascending order (the slice's layout " +
+                     meshsim::to_string(joined) + " collapses to " + meshsim::to_string(collapsed) +
+                     ", whose strides do not descend).");
+    }
+  }
+  if (!mesh_check_orthogonal(joined) || !mesh_check_non_overlap(joined)) {
+    throw FailedPrecondition("Slicing overlapping dim_names " + py_tuple(want) +
+                             " is not allowed (their layouts overlap in " +
+                             meshsim::to_string(joined) + ").");  // PyTorch's RuntimeError
   }
   return DeviceMesh(u_, std::move(joined), std::move(canonical), std::move(want), false,
                     std::move(configs));
@@ -190,7 +188,7 @@ DeviceMesh DeviceMesh::unflatten(std::string_view dim, std::span<const int64_t> 
                              to_string() + ")");
   }
   if (std::find(names_->begin(), names_->end(), dim) == names_->end()) {
-    throw NotFound("dim " + std::string(dim) + " specified in `_unflatten` is not in " +
+    throw InvalidArgument("dim " + std::string(dim) + " specified in `_unflatten` is not in " +
                    py_tuple(*names_) + ".");
   }
   return unflatten(dim_index(dim), sizes, names, std::move(new_configs));
@@ -204,8 +202,8 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes,
 DeviceMesh DeviceMesh::unflatten(int64_t dim, std::span<const int64_t> sizes, std::span<const std::string> names,
                                  std::vector<BackendConfig> new_configs) const {
   if (dim >= ndim() || dim < 0) {
-    throw OutOfRange("dim " + std::to_string(dim) + " specified in `_unflatten` is out of range " +
-                     std::to_string(ndim()) + (dim < 0 ? " (negative dims are not accepted)" : ""));
+    throw InvalidArgument("dim " + std::to_string(dim) + " specified in `_unflatten` is out of range " +
+                          std::to_string(ndim()) + (dim < 0 ? " (negative dims are not accepted)" : ""));
   }
   if (!names_) {
     throw FailedPrecondition("Cannot unflatten a DeviceMesh without mesh_dim_names! (" +
@@ -351,8 +349,8 @@ DeviceMesh DeviceMesh::concatenate(std::span<const DeviceMesh> meshes) {
   if (!mesh_check_non_overlap(joined)) {
     std::vector<std::string> reprs;
     for (const DeviceMesh& m : meshes) reprs.push_back(m.to_string());
-    throw InvalidArgument("Cannot concatenate overlapping meshes: [" + join(reprs, ", ", false) +
-                          "] (joined layout " + meshsim::to_string(joined) + ")");
+    throw FailedPrecondition("Cannot concatenate overlapping meshes: [" + join(reprs, ", ", false) +
+                             "] (joined layout " + meshsim::to_string(joined) + ")");  // PyTorch's RuntimeError
   }
   if (first.names_) check_unique_names(names, " after concatenate");
   if (!any_config) configs.clear();

@@ -495,11 +495,19 @@ PYBIND11_MODULE(_meshsim, m) {
          "not merged): a mesh of the given shape on device 'meta', with no process groups.")
       .def("__getitem__", [](const DeviceMesh& self, const py::object& key) {
         const std::vector<std::string> n = names_of(key);
-        DeviceMesh out = self.slice(std::span<const std::string>(n));
         // As PyTorch does (warnings.warn, stacklevel=2: the caller's line; the package's
-        // argument wrapper is one frame between).
-        for (const std::string& name : self.flattened_from_root(n)) warn(meshsim::flattened_slice_warning(name), 2);
-        return out;
+        // argument wrapper is one frame between): once every name is known, before the slice's
+        // own checks (a slice refused for its order or an overlap has warned already).
+        const std::vector<std::string> flats = self.flattened_from_root(n);
+        bool known = self.names().has_value();
+        for (std::size_t i = 0; known && i < n.size(); ++i) {
+          known = std::find(self.names()->begin(), self.names()->end(), n[i]) != self.names()->end() ||
+                  std::find(flats.begin(), flats.end(), n[i]) != flats.end();
+        }
+        if (known) {
+          for (const std::string& name : flats) warn(meshsim::flattened_slice_warning(name), 2);
+        }
+        return self.slice(std::span<const std::string>(n));
       })
       .def("find_flattened", [](const DeviceMesh& self, const py::object& dims) -> py::object {
         const std::vector<std::string> n = names_of(dims);
@@ -610,7 +618,9 @@ PYBIND11_MODULE(_meshsim, m) {
       }, py::arg("rank"))
       .def("get_local_rank", [](const DeviceMesh& self, const py::object& dim, int64_t rank) -> py::object {
         if (dim.is_none() && self.ndim() > 1) {
-          throw meshsim::FailedPrecondition("Optional kwarg `mesh_dim` needs to be specified when device_mesh.ndim > 1.");
+          throw meshsim::FailedPrecondition("Found the DeviceMesh have " + std::to_string(self.ndim()) +
+                                            " dimensions. Optional kwarg `mesh_dim` needs to be specified when "
+                                            "device_mesh.ndim > 1.");
         }
         auto r = self.local_rank(rank, dim.is_none() ? 0 : dim_of(self, dim));
         if (!r) return py::none();

@@ -12,8 +12,11 @@ the mesh the rank sees, the dim names and the mesh's repr must be equal. MESHSIM
 `query` steps and as the PyTorch calls that ran.
 Each rank's group-creation calls are recorded too (DeviceMesh's new_group / split_group wrapped,
 then called through) and compared in order with `mesh.creation_plan(rank=r)`: the call, its
-ranks as passed, its description. Only the CPU path runs here (no bound device: every group by
-new_group on every rank); the bound-device, split_group and backend-override paths are not yet.
+ranks as passed, its description: on the CPU path (no bound device: every group by new_group on
+every rank), and with the default group bound to a device (split_group per dim; the
+availability checks patched, see recorded_bound_calls). Backend overrides are not held here yet.
+Refusals and warnings: one hostile call after a random program, the exception's class and first
+sentence and the warnings compared (test_refusals_and_warnings_are_pytorchs).
 `from_group` too: every rank makes each dim's groups with new_group (with a group_desc or
 without) and hands its own to DeviceMesh.from_group (a list with `mesh`, or one group for a 1-D
 mesh), then the program runs on it; meshsim is handed the same groups' ranks, names and
@@ -307,3 +310,223 @@ def test_from_group_keeps_the_groups_it_is_handed_on_every_rank(program):
                 view[n] = (line, pg, desc, name if name in handed else "(made by the mesh)")
         assert mine == theirs, (f"rank {rank}\nmeshsim: {mine}\nPyTorch: {theirs}\nmeshsim steps: {steps}\n"
                                 f"PyTorch:\n{from_group_snippet(root, steps, one, descs)}")
+
+
+# --- refusals and warnings ---------------------------------------------------------------------
+
+def _message(e):
+    """An exception's text as its first argument says it (PyTorch passes several to some)."""
+    text = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+    return " ".join(text.split()).rstrip(". ")
+
+
+def _outcome(fn):
+    """("ok", None, warnings) or ("raises", exception, warnings) of fn()."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn()
+            out = ("ok", None)
+        except Exception as e:  # noqa: BLE001 - what each raises is what is compared
+            out = ("raises", e)
+    return out + ([(w.category, str(w.message)) for w in caught],)
+
+
+# PyTorch 2.13 accepts what meshsim refuses, deliberately (docs/device-mesh.md, "validation"):
+# an unflatten whose new names repeat a name the mesh keeps or each other, a concatenate that
+# repeats a name (size-1 dims do not overlap), a slice that names a size-1 dim twice.
+def _deliberate(kind, mesh_names, arg):
+    if kind == "unflatten":
+        kept = [n for n in mesh_names if n != (arg[0] if isinstance(arg[0], str) else
+                                                 mesh_names[arg[0]] if 0 <= arg[0] < len(mesh_names) else None)]
+        new = list(arg[2])
+        return len(set(new)) < len(new) or any(n in kept for n in new)
+    if kind == "concatenate":
+        return len(set(arg[0]) | set(arg[1])) < len(arg[0]) + len(arg[1])
+    if kind in ("slice", "slice_root"):
+        return len(set(arg)) < len(arg)  # the same size-1 dim twice
+    return False
+
+
+# Where PyTorch's error is Python's own (an index into a tuple), its class is compared, not its text.
+def _generic(e):
+    return isinstance(e, IndexError) and _message(e).endswith("index out of range")
+
+
+@st.composite
+def hostile_calls(draw):
+    """A random root, a random valid program on it, then one call that may break a rule."""
+    root = draw(meshes(max_dims=3, max_size=4, permuted=False))
+    _, steps = draw(transformed(root, max_steps=2))
+    hypothesis.assume(not any("transpose" in s for s in steps))
+    names = list(root.mesh_dim_names)
+    pool = names + ["zz", "f2", "f3", "f4", "u2", "u3"]  # what transformed() names its flatten and unflatten dims
+    kind = draw(st.sampled_from(["slice", "slice_root", "flatten", "unflatten", "get_group", "concatenate",
+                                 "size", "local_rank"]))
+    if kind in ("slice", "slice_root"):
+        arg = tuple(draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3)))
+    elif kind == "flatten":
+        arg = draw(st.sampled_from(pool + [None]))
+    elif kind == "unflatten":
+        arg = (draw(st.sampled_from(pool + [0, 1, 5, -1])), tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))),
+               None)
+        arg = (arg[0], arg[1], tuple(draw(st.lists(st.sampled_from(pool + ["n1", "n2", "n3"]), min_size=len(arg[1]),
+                                                   max_size=len(arg[1])))))
+    elif kind == "get_group":
+        arg = draw(st.sampled_from(pool + [None, 0, 1, 7]))
+    elif kind == "concatenate":
+        arg = tuple(tuple(draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True))) for _ in range(2))
+    elif kind == "size":
+        arg = draw(st.sampled_from([None, 0, 1, 2, 5]))
+    else:
+        arg = draw(st.sampled_from([None, 0, 1] + names[:1]))
+    return root, steps, kind, arg
+
+
+def hostile(kind, arg, mesh, root, is_torch):
+    """The call, on the program's last mesh (or its root), in PyTorch's or meshsim's spelling."""
+    if kind == "slice":
+        return lambda: mesh[arg]
+    if kind == "slice_root":
+        return lambda: root[arg]
+    if kind == "flatten":
+        return (lambda: mesh._flatten(arg)) if is_torch else (lambda: mesh.flatten(arg))
+    if kind == "unflatten":
+        return (lambda: mesh._unflatten(*arg)) if is_torch else (lambda: mesh.unflatten(arg[0], list(arg[1]), list(arg[2])))
+    if kind == "get_group":
+        return (lambda: mesh.get_group(arg)) if is_torch else (lambda: mesh.get_group(arg, rank=0))
+    if kind == "concatenate":
+        if is_torch:
+            return lambda: DeviceMesh._concatenate([root[arg[0]], root[arg[1]]])
+        return lambda: meshsim.concatenate([root[arg[0]], root[arg[1]]])
+    if kind == "size":
+        return lambda: mesh.size(arg)
+    return (lambda: mesh.get_local_rank(arg)) if is_torch else (lambda: mesh.get_local_rank(arg, 0))
+
+
+@seed(SEED + 3)
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(hostile_calls())
+def test_refusals_and_warnings_are_pytorchs(call):
+    # Rank 0 of the world runs the program, then one call that may break one of DeviceMesh's
+    # rules; both must accept it, or both refuse it with an exception of PyTorch's class (meshsim's
+    # errors derive from the built-ins) whose text holds PyTorch's first sentence; the warnings
+    # (the deprecated slice of a flattened dim from the root) are PyTorch's, word for word inside
+    # meshsim's (which adds what to do instead).
+    root, steps, kind, arg = call
+    world = len(root.rank_map)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t_root = init_device_mesh("cpu", tuple(root.shape), mesh_dim_names=tuple(root.mesh_dim_names))
+            t_mesh = replay_torch(t_root, steps)
+        theirs = _outcome(hostile(kind, arg, t_mesh, t_root, True))
+    finally:
+        dist.destroy_process_group()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m_root = meshsim.init_device_mesh(list(root.shape), list(root.mesh_dim_names))
+        m_mesh = replay(m_root, steps)
+    mine = _outcome(hostile(kind, arg, m_mesh, m_root, False))
+    where = (f"\ncall: {kind} {arg!r} on {t_mesh!r}\nmeshsim steps: {steps}\nPyTorch:\n{torch_program(root, steps)}"
+             f"\nPyTorch: {theirs[:2]} {theirs[2]}\nmeshsim: {mine[:2]} {mine[2]}")
+    if kind == "unflatten" and isinstance(arg[0], int) and arg[0] < 0:
+        # PyTorch does not normalise a negative dim: it goes on with a wrong layout and fails
+        # later, if at all (docs/device-mesh.md); meshsim refuses it at once.
+        assert isinstance(mine[1], meshsim.InvalidArgument), where
+        return
+    if theirs[0] == "ok" and mine[0] == "raises" and _deliberate(kind, list(t_mesh.mesh_dim_names), arg):
+        return
+    assert mine[0] == theirs[0], where
+    if theirs[0] == "raises":
+        assert isinstance(mine[1], type(theirs[1])), where
+        assert _generic(theirs[1]) or _message(theirs[1]) in " ".join(str(mine[1]).split()), where
+    assert [c for c, _ in mine[2]] == [c for c, _ in theirs[2]], where
+    for (_, m), (_, t) in zip(mine[2], theirs[2]):
+        assert " ".join(t.split()) in " ".join(m.split()), where
+
+
+# --- a bound device: split_group ----------------------------------------------------------------
+
+def recorded_bound_calls(root, steps, rank):
+    """The calls DeviceMesh makes on `rank` when the default group is bound to a device.
+
+    A CPU machine has no accelerator, so three things are patched, and only these: the default
+    group's bound_device_id (init_process_group(device_id=...) refuses a CPU device),
+    torch.accelerator.is_available (True) and current_accelerator (the CPU device), so that
+    DeviceMesh takes its split_group path. The `fake` backend cannot split, so a recorded
+    split_group is carried out as the new_group of the rank's row (what the split hands the
+    rank); every call is recorded before it is carried out."""
+    import torch.distributed.device_mesh as dm
+    calls = []
+    real_new, real_split = dm.new_group, dm.split_group
+    real_available, real_current = torch.accelerator.is_available, torch.accelerator.current_accelerator
+
+    def unbound_new(*args, **kw):
+        # c10d would bind the new group to the (CPU) device too, which it refuses.
+        default = dist.distributed_c10d._get_default_group()
+        default.bound_device_id = None
+        try:
+            return real_new(*args, **kw)
+        finally:
+            default.bound_device_id = torch.device("cpu", 0)
+
+    def new_group(*args, **kw):
+        calls.append(("new_group", list(kw.get("ranks") or []), kw.get("group_desc")))
+        return unbound_new(*args, **kw)
+
+    def split_group(*args, **kw):
+        rows = [list(r) for r in kw.get("split_ranks") or []]
+        calls.append(("split_group", rows, kw.get("group_desc")))
+        mine = next((r for r in rows if rank in r), None)
+        return None if mine is None else unbound_new(ranks=mine, group_desc=kw.get("group_desc"))
+
+    world = len(root.rank_map)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    dm.new_group, dm.split_group = new_group, split_group
+    torch.accelerator.is_available = lambda: True
+    torch.accelerator.current_accelerator = lambda *a, **k: torch.device("cpu")
+    try:
+        dist.distributed_c10d._get_default_group().bound_device_id = torch.device("cpu", 0)
+        shape, names = tuple(root.shape), tuple(root.mesh_dim_names)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if root.rank_map == list(range(world)):
+                t_root = init_device_mesh("cpu", shape, mesh_dim_names=names)
+            else:
+                t_root = DeviceMesh("cpu", torch.tensor(root.rank_map).reshape(shape), mesh_dim_names=names)
+            replay_torch(t_root, steps)
+    finally:
+        dm.new_group, dm.split_group = real_new, real_split
+        torch.accelerator.is_available, torch.accelerator.current_accelerator = real_available, real_current
+        dist.destroy_process_group()
+    return calls
+
+
+@seed(SEED + 4)
+@settings(max_examples=max(20, EXAMPLES // 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_with_a_bound_device_each_ranks_calls_are_the_creation_plans_split_groups(program):
+    # meshsim's plan for an accelerator's mesh (device "cuda": torch.accelerator is available)
+    # whose default group is bound to it: one split_group per dim with every row, new_group
+    # nowhere; a dim as large as the world reuses the default group.
+    root, _, steps = program
+    shape, names = list(root.shape), list(root.mesh_dim_names)
+    world = len(root.rank_map)
+    if root.rank_map == list(range(world)):
+        m_root = meshsim.init_device_mesh(shape, names, device_type="cuda")
+    else:
+        m_root = meshsim._from_ranks(shape, root.rank_map, names, device_type="cuda", world_size=world)
+    mesh = replay(m_root, steps)
+    for rank in range(world):
+        theirs = recorded_bound_calls(root, steps, rank)
+        mine = []
+        for c in mesh.creation_plan(rank=rank, bound_device=True)["calls"]:
+            if c["call"] == "new_group":
+                mine.append(("new_group", c["ranks"], c["group_desc"]))
+            elif c["call"] == "split_group":
+                mine.append(("split_group", c["split_ranks"], c["group_desc"]))
+        assert mine == theirs, (f"rank {rank}\nmeshsim: {mine}\nPyTorch: {theirs}\nmeshsim steps: {steps}\n"
+                                f"PyTorch (default group bound, accelerator patched available):\n"
+                                f"{torch_program(root, steps)}")
