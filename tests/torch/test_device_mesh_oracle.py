@@ -8,13 +8,14 @@ default group destroyed between them). For every rank and every dim of the final
 line through the rank in mesh order, the process group's ranks (`get_process_group_ranks(mesh.
 get_group(dim))`, ascending: new_group sorts them), its description, the rank's coordinate,
 the mesh the rank sees, the dim names and the mesh's repr must be equal. MESHSIM_TORCH_EXAMPLES programs (200;
-5,000 for a long run), MESHSIM_TORCH_SEED for fresh ones; a failure prints the program as meshsim
-`query` steps and as the PyTorch calls that ran.
+5,000 for a long run), MESHSIM_TORCH_SEED for fresh ones; a failure prints the shrunk program as
+a `meshsim query` request and as the PyTorch calls that ran.
 Each rank's group-creation calls are recorded too (DeviceMesh's new_group / split_group wrapped,
 then called through) and compared in order with `mesh.creation_plan(rank=r)`: the call, its
 ranks as passed, its description: on the CPU path (no bound device: every group by new_group on
 every rank), and with the default group bound to a device (split_group per dim; the
-availability checks patched, see recorded_bound_calls). Backend overrides are not held here yet.
+availability checks patched, see recorded_bound_calls), and with root backend overrides (to a
+second backend registered over the fake group).
 Refusals and warnings: one hostile call after a random program, the exception's class and first
 sentence and the warnings compared (test_refusals_and_warnings_are_pytorchs).
 `from_group` too: every rank makes each dim's groups with new_group (with a group_desc or
@@ -64,6 +65,21 @@ def torch_program(root, steps):
         elif "concatenate" in s:
             lines.append(f"{s['let']} = DeviceMesh._concatenate([{', '.join(s['concatenate'])}])")
     return "\n".join(lines)
+
+
+def meshsim_request(root, steps, rank=0):
+    """The program as a `meshsim query` request (echo '...' | meshsim query): what a failure
+    prints, to replay meshsim's side alone."""
+    import json
+    world = len(root.rank_map)
+    names = list(root.mesh_dim_names)
+    if root.rank_map == list(range(world)):
+        build = {"init_device_mesh": {"mesh_shape": list(root.shape), "mesh_dim_names": names}}
+    else:
+        build = {"DeviceMesh": {"mesh": torch.tensor(root.rank_map).reshape(tuple(root.shape)).tolist(),
+                                "mesh_dim_names": names}}
+    return json.dumps({"op": "mesh.program", "world_size": world, "rank": rank, "build": build, "ops": steps,
+                       "want": ["groups_by_dim", "coordinate", "get_group"]})
 
 
 def run_torch(root, steps, rank):
@@ -131,10 +147,12 @@ def test_every_rank_sees_the_mesh_pytorch_builds(program):
             theirs = run_torch(root, steps, rank)
         except Exception as e:  # noqa: BLE001 - any refusal of PyTorch's is a difference to show
             pytest.fail(f"PyTorch refuses on rank {rank}: {type(e).__name__}: {e}\n"
-                        f"meshsim steps: {steps}\nPyTorch:\n{torch_program(root, steps)}")
+                        f"meshsim: echo '{meshsim_request(root, steps, rank)}' | meshsim query\n"
+                        f"PyTorch:\n{torch_program(root, steps)}")
         mine = run_meshsim(mesh, rank)
         assert mine == theirs, (f"rank {rank}\nmeshsim: {mine}\nPyTorch: {theirs}\n"
-                                f"meshsim steps: {steps}\nPyTorch:\n{torch_program(root, steps)}")
+                                f"meshsim: echo '{meshsim_request(root, steps, rank)}' | meshsim query\n"
+                                f"PyTorch:\n{torch_program(root, steps)}")
 
 
 def recorded_calls(root, steps, rank):
@@ -429,7 +447,8 @@ def test_refusals_and_warnings_are_pytorchs(call):
         m_root = meshsim.init_device_mesh(list(root.shape), list(root.mesh_dim_names))
         m_mesh = replay(m_root, steps)
     mine = _outcome(hostile(kind, arg, m_mesh, m_root, False))
-    where = (f"\ncall: {kind} {arg!r} on {t_mesh!r}\nmeshsim steps: {steps}\nPyTorch:\n{torch_program(root, steps)}"
+    where = (f"\ncall: {kind} {arg!r} on {t_mesh!r}\nmeshsim: echo '{meshsim_request(root, steps)}' | meshsim query"
+             f"\nPyTorch:\n{torch_program(root, steps)}"
              f"\nPyTorch: {theirs[:2]} {theirs[2]}\nmeshsim: {mine[:2]} {mine[2]}")
     if kind == "unflatten" and isinstance(arg[0], int) and arg[0] < 0:
         # PyTorch does not normalise a negative dim: it goes on with a wrong layout and fails
@@ -530,3 +549,78 @@ def test_with_a_bound_device_each_ranks_calls_are_the_creation_plans_split_group
         assert mine == theirs, (f"rank {rank}\nmeshsim: {mine}\nPyTorch: {theirs}\nmeshsim steps: {steps}\n"
                                 f"PyTorch (default group bound, accelerator patched available):\n"
                                 f"{torch_program(root, steps)}")
+
+
+# --- backend overrides ----------------------------------------------------------------------------
+
+def _other_backend():
+    """A second backend name over the fake process group, so an override is seen (registered once)."""
+    from torch.testing._internal.distributed import fake_pg
+    if "other" not in dist.Backend.backend_list:
+        dist.Backend.register_backend("other", fake_pg._create_fake_pg, extended_api=True, devices=["cpu"])
+    return "other"
+
+
+@st.composite
+def overridden_programs(draw):
+    root, mesh, steps = draw(programs())
+    keys = draw(st.lists(st.integers(0, root.ndim - 1), unique=True, max_size=root.ndim))
+    override = {(root.mesh_dim_names[d] if draw(st.booleans()) else d): "other" for d in keys}
+    return root, steps, override
+
+
+@seed(SEED + 5)
+@settings(max_examples=max(20, EXAMPLES // 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(overridden_programs())
+def test_backend_overrides_reach_the_calls_and_the_groups(program):
+    # backend_override on the root (dims by name or index) to a second registered backend: each
+    # rank's new_group calls carry it (a world-sized dim overridden is made, not the default
+    # group), and every dim of the final mesh hands out a group of the backend PyTorch's has.
+    root, steps, override = program
+    backend = _other_backend()
+    world = len(root.rank_map)
+    shape, names = list(root.shape), list(root.mesh_dim_names)
+    if root.rank_map == list(range(world)):
+        m_root = meshsim.init_device_mesh(shape, names, backend_override=override, default_backend="fake")
+    else:
+        m_root = meshsim._from_ranks(shape, root.rank_map, names, backend_override=override, default_backend="fake",
+                                     world_size=world)
+    mesh = replay(m_root, steps)
+    import torch.distributed.device_mesh as dm
+    real_new = dm.new_group
+    for rank in range(world):
+        calls = []
+
+        def new_group(*args, **kw):
+            calls.append((list(kw.get("ranks") or []), kw.get("backend") or "fake", kw.get("group_desc")))
+            return real_new(*args, **kw)
+
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+        dm.new_group = new_group
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                # init_device_mesh consumes the dict it is given (a copy each time); DeviceMesh takes
+                # one (backend, options) per dim.
+                if root.rank_map == list(range(world)):
+                    t_root = init_device_mesh("cpu", tuple(shape), mesh_dim_names=tuple(names),
+                                              backend_override=dict(override))
+                else:
+                    per_dim = tuple((backend, None) if (d in override or names[d] in override) else (None, None)
+                                    for d in range(len(names)))
+                    t_root = DeviceMesh("cpu", torch.tensor(root.rank_map).reshape(shape), mesh_dim_names=tuple(names),
+                                        backend_override=per_dim)
+                last = replay_torch(t_root, steps)
+            theirs_groups = {n: (dist.get_backend(last.get_group(n)), last.get_group(n).group_desc)
+                             for n in last.mesh_dim_names}
+        finally:
+            dm.new_group = real_new
+            dist.destroy_process_group()
+        mine = [(c["ranks"], c["backend"], c["group_desc"]) for c in mesh.creation_plan(rank=rank)["calls"]
+                if c["call"] == "new_group"]
+        mine_groups = {n: (mesh.get_group(n, rank=rank)["backend"], mesh.get_group(n, rank=rank)["group_desc"])
+                       for n in mesh.mesh_dim_names}
+        where = (f"rank {rank}, backend_override={override}\nmeshsim steps: {steps}\n"
+                 f"PyTorch:\n{torch_program(root, steps)}")
+        assert mine == calls, f"{where}\nmeshsim: {mine}\nPyTorch: {calls}"
+        assert mine_groups == theirs_groups, f"{where}\nmeshsim: {mine_groups}\nPyTorch: {theirs_groups}"
