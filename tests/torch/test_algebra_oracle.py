@@ -9,6 +9,9 @@ integer indices):
 - where meshsim refuses and PyTorch answers, PyTorch's answer must break the operation's own
   postcondition, checked here by brute force over the whole domain (docs/algebra.md, "Where
   meshsim deliberately differs"): otherwise the refusal is a meshsim bug.
+The DeviceMesh layout helpers of 2.13 (_FlatLayout's all_ranks_from_zero and global_ranks,
+_MeshLayout's top_level_sizes and remap_to_tensor) against meshsim's mesh_* query ops, the same
+way: where meshsim refuses, PyTorch's groups must fail to hold every rank once.
 MESHSIM_TORCH_EXAMPLES sets the examples per op (default 200).
 """
 import os
@@ -218,13 +221,95 @@ def test_check_orthogonal_is_flat_layouts(modes):
     count("check_orthogonal", "equal")
 
 
+def _flat_text(modes):
+    """A flat layout (modes of (size, stride)) as meshsim's query reads it: "(2,3):(1,2)"."""
+    if len(modes) == 1:
+        return f"{modes[0][0]}:{modes[0][1]}"
+    return "(" + ",".join(str(m[0]) for m in modes) + "):(" + ",".join(str(m[1]) for m in modes) + ")"
+
+
+def _mesh_text(axes):
+    """A mesh layout: one top-level mode per axis, each axis flat."""
+    shapes = [str(a[0][0]) if len(a) == 1 else "(" + ",".join(str(m[0]) for m in a) + ")" for a in axes]
+    strides = [str(a[0][1]) if len(a) == 1 else "(" + ",".join(str(m[1]) for m in a) + ")" for a in axes]
+    return "(" + ",".join(shapes) + "):(" + ",".join(strides) + ")"
+
+
+def _ask(request):
+    return meshsim.query(request)
+
+
+def _same(name, theirs_fn, ours_fn, inputs, broken=None):
+    """Equal answers, or both refuse (meshsim with one of its typed errors), or meshsim refuses
+    where `broken(PyTorch's answer)` says that answer is wrong (docs/algebra.md)."""
+    theirs, their_error = call(theirs_fn)
+    mine, my_error = call(ours_fn)
+    if my_error is not None and not isinstance(my_error, meshsim.Error):
+        raise AssertionError(f"{name}{inputs}: meshsim raised {type(my_error).__name__}: {my_error}")
+    if their_error is None and my_error is not None and broken is not None and broken(theirs):
+        count(name, "meshsim refuses a broken answer")
+        return
+    if their_error is not None or my_error is not None:
+        assert their_error is not None and my_error is not None, (
+            f"{name}{inputs}: PyTorch {their_error or theirs!r}, meshsim {my_error or mine!r}")
+        count(name, "both refuse")
+        return
+    assert mine == theirs, f"{name}{inputs}: PyTorch {theirs}, meshsim {mine}"
+    count(name, "equal")
+
+
+small_flat = st.lists(st.tuples(st.integers(1, 4), st.integers(0, 12)), min_size=1, max_size=3)
+
+
+@SETTINGS
+@given(small_flat, st.integers(1, 48))
+def test_flat_layout_helpers(modes, world):
+    # 2.13's _FlatLayout: all_ranks_from_zero and global_ranks(world_size) (the layout's ranks
+    # offset by its complement's in the world), against meshsim's mesh_* query ops.
+    from torch.distributed._mesh_layout import _FlatLayout
+    shape, stride = tuple(m[0] for m in modes), tuple(m[1] for m in modes)
+    text = _flat_text(modes)
+    _same("all_ranks_from_zero", lambda: _FlatLayout(shape, stride).all_ranks_from_zero(),
+          lambda: _ask({"op": "mesh_all_ranks_from_zero", "layout": text}), (text,))
+    # An answer is broken when its groups do not tile the world: a rank twice, or one missing.
+    def untiled(groups):
+        every = [r for g in groups for r in g]
+        return sorted(every) != list(range(world))
+    _same("global_ranks", lambda: _FlatLayout(shape, stride).global_ranks(world),
+          lambda: _ask({"op": "mesh_global_ranks", "layout": text, "world_size": world}), (text, world), untiled)
+
+
+@SETTINGS
+@given(st.lists(small_flat, min_size=1, max_size=3), st.integers(1, 48), st.randoms(use_true_random=False))
+def test_mesh_layout_helpers(axes, n, rnd):
+    # 2.13's _MeshLayout: top_level_sizes, and remap_to_tensor over a shuffled rank map (the
+    # mesh array each rank's copy is cut from).
+    import torch
+    from torch.distributed._mesh_layout import _FlatLayout, _MeshLayout
+    mesh = _MeshLayout([_FlatLayout(tuple(m[0] for m in a), tuple(m[1] for m in a)) for a in axes])
+    text = _mesh_text(axes)
+    _same("top_level_sizes", lambda: list(mesh.top_level_sizes),
+          lambda: _ask({"op": "mesh_top_level_sizes", "layout": text}), (text,))
+    rank_map = list(range(n))
+    rnd.shuffle(rank_map)
+    # Broken: the copies of the mesh do not hold every rank of the map once (an overlapping
+    # layout, or strides that leave ranks out).
+    def repeats(t):
+        flat = torch.tensor(t).flatten().tolist() if t else []
+        return sorted(flat) != sorted(rank_map)
+    _same("remap_to_tensor", lambda: mesh.remap_to_tensor(torch.tensor(rank_map)).tolist(),
+          lambda: _ask({"op": "mesh_remap_to_tensor", "layout": text, "rank_map": rank_map}), (text, rank_map),
+          repeats)
+
+
 def test_zz_every_op_was_compared_on_answers():
     """Run last: the cases each op came to, printed; every op met answers from both sides, so no
     comparison above passed vacuously."""
     for name, outcomes in sorted(OUTCOMES.items()):
         print(f"{name}: {outcomes}")
     ops = {"cosize", "coalesce", "filter", "crd2idx", "idx2crd", "complement", "composition", "logical_divide",
-           "logical_product", "right_inverse", "left_inverse", "check_orthogonal"}
+           "logical_product", "right_inverse", "left_inverse", "check_orthogonal", "all_ranks_from_zero",
+           "global_ranks", "top_level_sizes", "remap_to_tensor"}
     if len(OUTCOMES) < len(ops):
         pytest.skip("run with the whole file: some op tests were deselected")
     for op in ops:
