@@ -67,6 +67,32 @@ def torch_program(root, steps):
     return "\n".join(lines)
 
 
+def replay(mesh, steps, pytorch=False):
+    """`steps` (meshsim.testing's mesh.program ops) applied to a root: meshsim's, or with
+    PyTorch's spelling of each op (`pytorch`)."""
+    env = {"root": mesh}
+    last = mesh
+    for s in steps:
+        on = env.get(s.get("on"))
+        if "slice" in s:
+            m = on[tuple(s["slice"])]
+        elif "flatten" in s:
+            m = on._flatten(s["flatten"]) if pytorch else on.flatten(s["flatten"])
+        elif "unflatten" in s:
+            u = s["unflatten"]
+            m = (on._unflatten(u["dim"], tuple(u["sizes"]), tuple(u["names"])) if pytorch
+                 else on.unflatten(u["dim"], u["sizes"], u["names"]))
+        else:
+            parts = [env[x] for x in s["concatenate"]]
+            m = DeviceMesh._concatenate(parts) if pytorch else meshsim.concatenate(parts)
+        env[s["let"]] = last = m
+    return last
+
+
+def replay_torch(mesh, steps):
+    return replay(mesh, steps, pytorch=True)
+
+
 def meshsim_request(root, steps, rank=0):
     """The program as a `meshsim query` request (echo '...' | meshsim query): what a failure
     prints, to replay meshsim's side alone."""
@@ -94,18 +120,7 @@ def run_torch(root, steps, rank):
                 env = {"root": init_device_mesh("cpu", shape, mesh_dim_names=names)}
             else:
                 env = {"root": DeviceMesh("cpu", torch.tensor(root.rank_map).reshape(shape), mesh_dim_names=names)}
-            last = env["root"]
-            for s in steps:
-                if "slice" in s:
-                    m = env[s["on"]][tuple(s["slice"])]
-                elif "flatten" in s:
-                    m = env[s["on"]]._flatten(s["flatten"])
-                elif "unflatten" in s:
-                    u = s["unflatten"]
-                    m = env[s["on"]]._unflatten(u["dim"], tuple(u["sizes"]), tuple(u["names"]))
-                else:
-                    m = DeviceMesh._concatenate([env[x] for x in s["concatenate"]])
-                env[s["let"]] = last = m
+            last = replay_torch(env["root"], steps)
             coord = tuple(last.get_coordinate())
             seen = {"mesh": last.mesh.tolist(), "names": tuple(last.mesh_dim_names), "coordinate": coord,
                     "repr": repr(last)}
@@ -204,41 +219,6 @@ def test_each_ranks_group_creation_calls_are_the_creation_plan(program):
 
 
 # --- from_group: the groups a user made, handed to DeviceMesh -----------------------------------
-
-def replay(mesh, steps):
-    """`steps` (meshsim.testing's mesh.program ops) applied to a meshsim root."""
-    env = {"root": mesh}
-    last = mesh
-    for s in steps:
-        if "slice" in s:
-            m = env[s["on"]][tuple(s["slice"])]
-        elif "flatten" in s:
-            m = env[s["on"]].flatten(s["flatten"])
-        elif "unflatten" in s:
-            u = s["unflatten"]
-            m = env[s["on"]].unflatten(u["dim"], u["sizes"], u["names"])
-        else:
-            m = meshsim.concatenate([env[x] for x in s["concatenate"]])
-        env[s["let"]] = last = m
-    return last
-
-
-def replay_torch(mesh, steps):
-    env = {"root": mesh}
-    last = mesh
-    for s in steps:
-        if "slice" in s:
-            m = env[s["on"]][tuple(s["slice"])]
-        elif "flatten" in s:
-            m = env[s["on"]]._flatten(s["flatten"])
-        elif "unflatten" in s:
-            u = s["unflatten"]
-            m = env[s["on"]]._unflatten(u["dim"], tuple(u["sizes"]), tuple(u["names"]))
-        else:
-            m = DeviceMesh._concatenate([env[x] for x in s["concatenate"]])
-        env[s["let"]] = last = m
-    return last
-
 
 @st.composite
 def handed_programs(draw):
