@@ -194,9 +194,10 @@ def recorded_calls(root, steps, rank):
     return calls
 
 
-def planned_calls(mesh, rank):
+def planned_calls(mesh, rank, **options):
+    """meshsim's creation plan for `rank` (creation_plan's options), as the recorders spell calls."""
     out = []
-    for c in mesh.creation_plan(rank=rank)["calls"]:
+    for c in mesh.creation_plan(rank=rank, **options)["calls"]:
         if c["call"] == "new_group":
             out.append(("new_group", c["ranks"], c["group_desc"], c["use_local_synchronization"]))
         elif c["call"] == "split_group":
@@ -472,12 +473,13 @@ def recorded_bound_calls(root, steps, rank):
             default.bound_device_id = torch.device("cpu", 0)
 
     def new_group(*args, **kw):
-        calls.append(("new_group", list(kw.get("ranks") or []), kw.get("group_desc")))
+        calls.append(("new_group", list(kw.get("ranks") or []), kw.get("group_desc"),
+                      bool(kw.get("use_local_synchronization"))))
         return unbound_new(*args, **kw)
 
     def split_group(*args, **kw):
         rows = [list(r) for r in kw.get("split_ranks") or []]
-        calls.append(("split_group", rows, kw.get("group_desc")))
+        calls.append(("split_group", rows, kw.get("group_desc"), False))
         mine = next((r for r in rows if rank in r), None)
         return None if mine is None else unbound_new(ranks=mine, group_desc=kw.get("group_desc"))
 
@@ -520,12 +522,7 @@ def test_with_a_bound_device_each_ranks_calls_are_the_creation_plans_split_group
     mesh = replay(m_root, steps)
     for rank in range(world):
         theirs = recorded_bound_calls(root, steps, rank)
-        mine = []
-        for c in mesh.creation_plan(rank=rank, bound_device=True)["calls"]:
-            if c["call"] == "new_group":
-                mine.append(("new_group", c["ranks"], c["group_desc"]))
-            elif c["call"] == "split_group":
-                mine.append(("split_group", c["split_ranks"], c["group_desc"]))
+        mine = planned_calls(mesh, rank, bound_device=True)
         assert mine == theirs, (f"rank {rank}\nmeshsim: {mine}\nPyTorch: {theirs}\nmeshsim steps: {steps}\n"
                                 f"PyTorch (default group bound, accelerator patched available):\n"
                                 f"{torch_program(root, steps)}")
