@@ -601,3 +601,30 @@ def test_backend_overrides_reach_the_calls_and_the_groups(program):
                  f"PyTorch:\n{torch_program(root, steps)}")
         assert mine == calls, f"{where}\nmeshsim: {mine}\nPyTorch: {calls}"
         assert mine_groups == theirs_groups, f"{where}\nmeshsim: {mine_groups}\nPyTorch: {theirs_groups}"
+
+
+def test_known_difference_unflatten_back_to_a_handed_dim():
+    # docs/device-mesh.md, "group names": a from_group root's (dp, tp) flattened and unflattened
+    # back into (dp, tp) over the same members. PyTorch makes new groups for the unflattened dims
+    # (_create_unflatten_mesh calls _init_process_groups); meshsim keeps one group per members,
+    # config and name, so they are the handed groups, their names kept. Both sides asserted, so a
+    # change in either shows here.
+    rank, rows = 1, {0: [[0, 2], [1, 3]], 1: [[0, 1], [2, 3]]}
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=4)
+    try:
+        made = {(d, tuple(r)): dist.new_group(ranks=r) for d in (0, 1) for r in rows[d]}
+        groups = [made[(0, (1, 3))], made[(1, (0, 1))]]
+        names = {"dp": groups[0].group_name, "tp": groups[1].group_name}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = DeviceMesh.from_group(groups, "cpu", mesh=torch.arange(4).reshape(2, 2), mesh_dim_names=("dp", "tp"))
+            theirs = theirs._flatten("dp_tp")._unflatten(0, (2, 2), ("dp", "tp"))
+        handed = [{"ranks": dist.get_process_group_ranks(g), "name": g.group_name} for g in groups]
+        mine = meshsim.DeviceMesh.from_group(handed, mesh=[[0, 1], [2, 3]], mesh_dim_names=["dp", "tp"], rank=rank)
+        mine = mine.flatten("dp_tp").unflatten(0, [2, 2], ["dp", "tp"])
+        for n in ("dp", "tp"):
+            assert dist.get_process_group_ranks(theirs.get_group(n)) == mine.get_group(n, rank=rank)["pg_ranks"]
+            assert theirs.get_group(n).group_name != names[n]
+            assert mine.get_group(n, rank=rank)["name"] == names[n]
+    finally:
+        dist.destroy_process_group()
