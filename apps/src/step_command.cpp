@@ -155,6 +155,7 @@ int run_job(const Options& o, std::ostream& out) {
   if (o.pp) throw InvalidArgument("--pp comes from --preset (its pp degree)");
   step::StepSpec spec;
   spec.preset = o.preset;
+  spec.job = o.job;
   spec.world_size = o.world_size;
   spec.model = o.model;
   spec.seq_len = o.seq_len;
@@ -172,6 +173,7 @@ int run_job(const Options& o, std::ostream& out) {
   spec.activation_checkpoint = o.activation_checkpoint;
   spec.log_metrics = !o.no_metrics;
   const step::StepRun run = step::run_step(spec);
+  for (const std::string& n : run.notes) std::cerr << "meshsim step: note: " << n << "\n";
   const step::Report& r = run.report;
   const step::Job& job = run.job;
   const preset::Torchtitan& t = run.degrees;
@@ -218,7 +220,9 @@ int run_job(const Options& o, std::ostream& out) {
         << " cp=" << t.cp << " tp=" << t.tp << " (" << thousands(world) << " ranks); ";
   }
   out << job.model.name << " ("
-      << thousands(params) << " parameters), seq " << job.seq_len << ", local batch " << job.local_batch_size << "\n";
+      << thousands(params) << " parameters), seq " << job.seq_len << ", local batch " << job.local_batch_size
+      << (job.grad_accum_steps > 1 ? ", " + std::to_string(job.grad_accum_steps) + " gradient accumulation steps" : "")
+      << (run.job_file.empty() ? "" : " (job " + run.job_file + ")") << "\n";
   if (t.pp > 1) {
     std::string split;
     for (std::size_t i = 0; i < layers.size() && i < 16; ++i) split += (i ? "+" : "") + std::to_string(layers[i]);
@@ -301,14 +305,14 @@ int run_job(const Options& o, std::ostream& out) {
 }  // namespace
 
 int run(const Options& o, std::ostream& out) {
-  if (!o.preset.empty()) return run_job(o, out);
+  if (!o.preset.empty() || !o.job.empty()) return run_job(o, out);
   for (const auto& [set, flag] : std::vector<std::pair<bool, const char*>>{
            {!o.model.empty(), "--model"}, {o.seq_len.has_value(), "--seq-len"},
            {o.local_batch_size.has_value(), "--local-batch-size"}, {o.gpus_per_host.has_value(), "--gpus-per-host"},
            {!o.faults.empty() && lower_case(o.schedule) != "megatroninterleaved", "--fault"}, {!o.trace.empty(), "--trace"}, {!o.ranks.empty(), "--ranks"},
            {!o.chakra.empty(), "--chakra"},
            {o.world_size.has_value(), "--world-size"}}) {
-    if (set) throw InvalidArgument(std::string(flag) + " needs --preset (a torchtitan job's step)");
+    if (set) throw InvalidArgument(std::string(flag) + " needs --preset or --job (a training job's step)");
   }
   if (!o.microbatches) throw InvalidArgument("--microbatches is required with --schedule alone");
   const int64_t microbatches = *o.microbatches;

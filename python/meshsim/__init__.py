@@ -376,17 +376,19 @@ def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threade
     return report
 
 
-def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedule=None, stages=None,
-         send_semantics="rendezvous", gpus_per_host=None, rank=0, ranks=None, faults=(),
-         reshard_after_forward="default", log_metrics=True, world_size=None, trace=False,
-         activation_checkpoint="selective", lowering="runtime"):
+def step(preset=None, model=None, *, seq_len=None, local_batch_size=None, microbatches=None, schedule=None,
+         stages=None, send_semantics="rendezvous", gpus_per_host=None, rank=0, ranks=None, faults=(),
+         reshard_after_forward=None, log_metrics=True, world_size=None, trace=False,
+         activation_checkpoint=None, lowering="runtime", job=None):
     """`meshsim step --preset ... --format json` in this process: every rank's program of one
     torchtitan or Megatron-core training step, checked (every group's members agree; the step
     progresses under rendezvous or eager sends) and counted per dim and per link. `preset` is
     "torchtitan:pp=4,...", "torchtitan:FILE.toml" or "megatron:tp=2,pp=4,dp=4,..." (`stages` > pp:
     Megatron's interleaved schedule; fault "no-parity@R" turns off its even/odd rule); `model` a
     built-in name ("llama3-8b") or a .toml path; `schedule`
-    "GPipe", "1F1B" (default), "Interleaved1F1B" or a CSV path; `ranks` "all", a "0,3,8-15" string
+    "GPipe", "1F1B" (default), "Interleaved1F1B" or a CSV path; `job` a torchtitan job file (a .toml, or
+    the .json torchtitan 0.3.0 saves) read whole, instead of `preset` (the other arguments override
+    it; the report's "notes" say which); `local_batch_size` is sequences per rank and microbatch; `ranks` "all", a "0,3,8-15" string
     or a list of ranks (simulated exactly); `lowering` "runtime" (what PyTorch's multi-stage runtime
     runs, with UNSHARD/RESHARD/REDUCE_GRAD) or "add_send_recv"; `faults` like ["skip@5", "wrong-peer@3"]. Returns the
     report as a dict ("ok", "diagnosis", "world_size", "rank", "by_dim", "by_link", ...; with
@@ -397,14 +399,16 @@ def step(preset, model, *, seq_len, local_batch_size, microbatches=None, schedul
     faults = _listed(faults, "faults")
     for f in faults:
         _str(f, "faults")
-    return _meshsim.step(_str(preset, "preset"), _path(model, "model"), opt(seq_len, "seq_len"),
+    return _meshsim.step(_str(preset, "preset") if preset is not None else "",
+                         _path(model, "model") if model is not None else "", opt(seq_len, "seq_len"),
                          opt(local_batch_size, "local_batch_size"), opt(microbatches, "microbatches"),
                          _path(schedule, "schedule") if schedule is not None else "", opt(stages, "stages"),
                          _str(send_semantics, "send_semantics"), opt(gpus_per_host, "gpus_per_host"),
                          _int(rank, "rank"), ranks or "", faults,
-                         _str(reshard_after_forward, "reshard_after_forward"), _bool(log_metrics, "log_metrics"),
-                         opt(world_size, "world_size"), _bool(trace, "trace"),
-                         _str(activation_checkpoint, "activation_checkpoint"), _str(lowering, "lowering"))
+                         _str(reshard_after_forward, "reshard_after_forward") if reshard_after_forward is not None else "",
+                         _bool(log_metrics, "log_metrics"), opt(world_size, "world_size"), _bool(trace, "trace"),
+                         _str(activation_checkpoint, "activation_checkpoint") if activation_checkpoint is not None else "",
+                         _str(lowering, "lowering"), _path(job, "job") if job is not None else "")
 
 
 def trace_check(dir, *, prefix=None):

@@ -713,7 +713,7 @@ def test_step_and_trace_check_refuse_wrong_types_with_meshsims_errors(tmp_path):
     for flag in ("log_metrics", "trace"):
         with pytest.raises(meshsim.ArgumentTypeError, match=flag + " must be True or False, got 'false'"):
             meshsim.step("torchtitan:dp_shard=2", "llama3-debugmodel", **job, **{flag: "false"})
-    for kw, value in (("send_semantics", 3), ("activation_checkpoint", None), ("reshard_after_forward", 1.5),
+    for kw, value in (("send_semantics", 3), ("activation_checkpoint", 3), ("reshard_after_forward", 1.5), ("job", 4),
                       ("faults", [7]), ("schedule", 12), ("ranks", 3)):
         with pytest.raises(meshsim.ArgumentTypeError, match=kw):
             meshsim.step("torchtitan:dp_shard=2", "llama3-debugmodel", **job, **{kw: value})

@@ -274,19 +274,6 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// did_you_mean is " (did you mean 'K'?)" for the known name K nearest `name`, when it is near
-// (at most a third of its letters differ), else "".
-std::string did_you_mean(const std::string& name, const std::vector<std::string>& known) {
-  std::string best;
-  std::size_t best_d = SIZE_MAX;
-  for (const std::string& k : known) {
-    const std::size_t d = edit_distance(name.substr(0, 256), k);
-    if (d < best_d) best_d = d, best = k;
-  }
-  if (best_d > std::max<std::size_t>(2, best.size() / 3)) return "";
-  return " (did you mean '" + best + "'?)";
-}
-
 // The tables and [parallelism] keys torchtitan's JobConfig declares (torchtitan/config/
 // job_config.py at 9810191bb^, the last TOML-era config, plus the keys ParallelismConfig added
 // since, configs.py at b5bcd76c): torchtitan refuses any other ("Invalid field names").
@@ -313,6 +300,17 @@ const std::vector<std::string>& titan_parallelism_keys() {
 }
 
 }  // namespace
+
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_d = SIZE_MAX;
+  for (const std::string& k : known) {
+    const std::size_t d = edit_distance(name.substr(0, 256), k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  if (best_d > std::max<std::size_t>(2, best.size() / 3)) return "";
+  return " (did you mean '" + best + "'?)";
+}
 
 MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size) {
   for (const auto& [key, v] : {std::pair<const char*, int64_t>{"pp", t.pp}, {"dp_replicate", t.dp_replicate},
@@ -439,9 +437,9 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
   return r.take();
 }
 
-Torchtitan torchtitan_from_toml(const std::string& path) {
-  const std::string where = kTitan + quote_input(path);
-  toml::table doc = parse_job_file(path, kTitan.substr(0, kTitan.size() - 1), where);
+Torchtitan torchtitan_from_toml(const std::string& path, const std::string& flag) {
+  const std::string where = (flag.empty() ? kTitan : flag + " ") + quote_input(path);
+  toml::table doc = parse_job_file(path, flag.empty() ? kTitan.substr(0, kTitan.size() - 1) : flag, where);
   // A misspelled table or key would leave its degrees at their defaults and the job would run
   // as another: refuse it as torchtitan does. A job that extends the config with its own module
   // (experimental.custom_args_module) may add tables; its [parallelism] is still checked.
@@ -509,7 +507,7 @@ Torchtitan torchtitan_spec(const std::string& spec) {
 }
 
 std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& what,
-                                         const std::string& where) {
+                                         const std::string& where, bool keep_others) {
   toml::table doc = parse_job_file(path, what, where);
   const toml::node_view<toml::node> section = doc[table];
   if (!section) return std::nullopt;
@@ -521,6 +519,7 @@ std::optional<TomlTable> read_toml_table(const std::string& path, const std::str
     else if (const auto* f = node.as_floating_point()) out.floats[k] = f->get();
     else if (const auto* b = node.as_boolean()) out.booleans[k] = b->get();
     else if (const auto* t = node.as_string()) out.strings[k] = t->get();
+    else if (keep_others) out.others[k] = node.is_array() ? "an array" : node.is_table() ? "a table" : "a date or time";
     else throw InvalidArgument(where + ": " + table + "." + quote_input(k) + " is not a number, boolean or string");
   }
   return out;

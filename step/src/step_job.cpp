@@ -5,6 +5,7 @@
 #include <map>
 
 #include "meshsim/error.hpp"
+#include "meshsim/job_file.hpp"
 #include "meshsim/text_fields.hpp"
 #include "meshsim/text_file.hpp"
 
@@ -42,6 +43,144 @@ std::string members_of(const Job& job, Dim d, int64_t rank) {
   for (int64_t k = 0; k < n && k < 16; ++k) s += (k ? ", " : "") + std::to_string(group_member(p, d, rank, k));
   if (n > 16) s += ", ... (" + std::to_string(n) + " ranks)";
   return s + "]";
+}
+
+int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) throw OverflowError(what + " overflows 64 bits");
+  return out;
+}
+
+// from_job_file fills what the spec leaves unset from the job file, as torchtitan reads it
+// (its defaults where the file is silent), and notes each flag that overrides the file.
+void from_job_file(const JobFile& f, const preset::Torchtitan& t, StepSpec& s, Job& job, StepRun& run) {
+  const std::string of = " of " + quote_input(f.path);
+  auto overrides = [&](const std::string& flag, const std::string& given, const std::string& file_value,
+                       const std::string& key) {
+    if (given != file_value) run.notes.push_back(flag + " " + given + " overrides " + key + " = " + file_value + of);
+  };
+  auto fill_int = [&](std::optional<int64_t>& flag_value, const char* flag, int64_t file_value, const std::string& key) {
+    if (flag_value) overrides(flag, std::to_string(*flag_value), std::to_string(file_value), key);
+    else flag_value = file_value;
+  };
+  auto fill_str = [&](std::string& flag_value, const char* flag, const std::optional<Keyed<std::string>>& v) {
+    if (!v) return;
+    if (!flag_value.empty()) overrides(flag, flag_value, v->value, v->key);
+    else flag_value = v->value;
+  };
+  if (f.model) {
+    if (!s.model.empty()) {
+      overrides("--model", s.model, f.model->value, f.model->key);
+    } else {
+      try {
+        (void)builtin_model(f.model->value);
+      } catch (const NotFound& e) {
+        std::string known;
+        for (const auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
+        throw NotFound("--job " + quote_input(f.path) + ": " + f.model->key + " name the model " + quote_input(f.model->value) +
+                       ", which meshsim does not know (" + known + "): give --model FILE.toml with its sizes");
+      }
+      s.model = f.model->value;
+    }
+  } else if (s.model.empty()) {
+    s.model = "llama3-debugmodel";  // torchtitan's default [model]: llama3, debugmodel
+  }
+  const int64_t dp = checked_mul(t.dp_replicate, t.dp_shard, "the data-parallel degree");
+  int64_t seq = 0, per_microbatch = 0, microbatches = 1, accum = 1;
+  std::string seq_key, batch_key, microbatches_key;
+  if (f.tokens_per_microbatch || f.tokens_per_step || f.pp_microbatches) {
+    // The token budget (torchtitan's configs since 73aed7f6c): a microbatch is T tokens of packed
+    // documents per dp rank, so one sequence of T tokens is what its collectives move.
+    seq = f.tokens_per_microbatch ? f.tokens_per_microbatch->value : 16384;
+    seq_key = f.tokens_per_microbatch ? f.tokens_per_microbatch->key : "training.num_tokens_per_microbatch_per_dp_rank (default)";
+    per_microbatch = 1;
+    batch_key = seq_key;
+    microbatches = t.pp > 1 && f.pp_microbatches ? f.pp_microbatches->value : 1;
+    microbatches_key = f.pp_microbatches ? f.pp_microbatches->key : "parallelism.num_pp_microbatches (default)";
+    const int64_t per_step = checked_mul(checked_mul(seq, microbatches, "tokens per step"), dp, "tokens per step");
+    if (f.tokens_per_step && f.tokens_per_step->value != -1) {
+      const int64_t want = f.tokens_per_step->value;
+      if (want < 1 || want % per_step != 0) {
+        throw InvalidArgument("--job " + quote_input(f.path) + ": " + f.tokens_per_step->key + " = " + std::to_string(want) +
+                              " is not a positive multiple of tokens per microbatch x microbatches x data-parallel degree = " +
+                              std::to_string(per_step) + " (torchtitan's rule)");
+      }
+      accum = want / per_step;
+    }
+  } else {
+    // Sequences (torchtitan's TOML era and 0.3.0): local_batch_size sequences per dp rank and
+    // accumulation step, cut into pipeline microbatches of pipeline_parallel_microbatch_size.
+    seq = f.seq_len ? f.seq_len->value : 2048;
+    seq_key = f.seq_len ? f.seq_len->key : "training.seq_len (default)";
+    const int64_t local = f.local_batch_size ? f.local_batch_size->value : 8;
+    const std::string local_key = f.local_batch_size ? f.local_batch_size->key : "training.local_batch_size (default)";
+    const int64_t size = f.microbatch_size ? f.microbatch_size->value : 1;
+    if (t.pp > 1) {
+      if (local % size != 0) {
+        throw InvalidArgument("--job " + quote_input(f.path) + ": " + local_key + " = " + std::to_string(local) +
+                              " is not divisible by parallelism.pipeline_parallel_microbatch_size = " + std::to_string(size) +
+                              " (torchtitan's rule)");
+      }
+      per_microbatch = size;
+      batch_key = f.microbatch_size ? f.microbatch_size->key : "parallelism.pipeline_parallel_microbatch_size (default)";
+      microbatches = local / size;
+      microbatches_key = local_key + " / " + batch_key;
+    } else {
+      per_microbatch = local;
+      batch_key = local_key;
+    }
+    if (f.global_batch_size && f.global_batch_size->value >= 0) {
+      const int64_t want = f.global_batch_size->value, per_step = checked_mul(local, dp, "sequences per step");
+      if (want < 1 || want % per_step != 0) {
+        throw InvalidArgument("--job " + quote_input(f.path) + ": " + f.global_batch_size->key + " = " + std::to_string(want) +
+                              " is not a positive multiple of local_batch_size x data-parallel degree = " +
+                              std::to_string(per_step) + " (torchtitan's rule)");
+      }
+      accum = want / per_step;
+    }
+  }
+  fill_int(s.seq_len, "--seq-len", seq, seq_key);
+  fill_int(s.local_batch_size, "--local-batch-size", per_microbatch, batch_key);
+  if (t.pp > 1) fill_int(s.microbatches, "--microbatches", microbatches, microbatches_key);
+  job.grad_accum_steps = accum;
+  if (t.pp > 1) {
+    if (f.schedule_csv) fill_str(s.schedule, "--schedule", f.schedule_csv);
+    else fill_str(s.schedule, "--schedule", f.schedule);
+    if (s.schedule.empty()) s.schedule = "1F1B";  // torchtitan's default
+  }
+  fill_str(s.reshard_after_forward, "--reshard-after-forward", f.reshard_after_forward);
+  fill_str(s.activation_checkpoint, "--activation-checkpoint", f.activation_checkpoint);
+  if (f.first_stage_less_layers) job.first_stage_less_layers = f.first_stage_less_layers->value;
+  if (f.last_stage_less_layers) job.last_stage_less_layers = f.last_stage_less_layers->value;
+  if (f.layers_per_stage && t.pp > 1 && !f.schedule_csv) {
+    // torchtitan's pipeline_parallel.py: ceil((layers + first less + last less) / layers per
+    // stage) stages, a multiple of pp; one per rank for a single-stage schedule, else two or more.
+    const int64_t layers = model_of(s.model).layers, lps = f.layers_per_stage->value;
+    const int64_t effective = layers + job.first_stage_less_layers + job.last_stage_less_layers;
+    const int64_t stages = (effective + lps - 1) / lps;
+    const std::string why = f.layers_per_stage->key + " = " + std::to_string(lps) + " makes " + std::to_string(stages) +
+                            " stages of " + std::to_string(layers) + " layers";
+    if (stages % t.pp != 0) {
+      throw InvalidArgument("--job " + quote_input(f.path) + ": " + why + ", not a multiple of pp " + std::to_string(t.pp) +
+                            " (torchtitan's rule)");
+    }
+    const bool single = is_single_stage(lower_case(s.schedule));
+    if (single && stages != t.pp) {
+      throw InvalidArgument("--job " + quote_input(f.path) + ": " + why + ": the single-stage schedule " +
+                            quote_input(s.schedule) + " needs exactly 1 stage per rank (torchtitan's rule)");
+    }
+    if (!single && stages < 2 * t.pp) {
+      throw InvalidArgument("--job " + quote_input(f.path) + ": " + why + ": the multi-stage schedule " +
+                            quote_input(s.schedule) + " needs at least 2 stages per rank (torchtitan's rule)");
+    }
+    fill_int(s.stages, "--stages", stages, f.layers_per_stage->key);
+  }
+  if (f.loss_chunks && f.loss_chunks->value > 1) {
+    run.loss_chunks = f.loss_chunks->value;
+    run.notes.push_back(f.loss_chunks->key + " = " + std::to_string(f.loss_chunks->value) + of +
+                        ": meshsim models the loss unchunked (loss parallel's 3 tp all_reduces per microbatch; "
+                        "torchtitan's ChunkedLossWrapper issues the lm_head's per chunk): docs/step.md");
+  }
 }
 
 }  // namespace
@@ -109,7 +248,18 @@ Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, 
   return s;
 }
 
-StepRun run_step(const StepSpec& spec) {
+StepRun run_step(const StepSpec& given) {
+  StepSpec spec = given;
+  // --preset torchtitan:FILE.toml is the job file, read whole.
+  if (spec.job.empty() && spec.preset.rfind("torchtitan:", 0) == 0 && spec.preset.size() > 11 &&
+      spec.preset.find('=') == std::string::npos) {
+    spec.job = spec.preset.substr(11);
+    spec.preset.clear();
+  }
+  if (!spec.job.empty() && !spec.preset.empty()) {
+    throw InvalidArgument("--job " + quote_input(spec.job) + " gives the parallel degrees; --preset " + quote_input(spec.preset) +
+                          " gives them again: use one");
+  }
   if (spec.send_semantics != "rendezvous" && spec.send_semantics != "eager") {
     throw InvalidArgument("--send-semantics must be rendezvous or eager, not " + quote_input(spec.send_semantics));
   }
@@ -117,6 +267,7 @@ StepRun run_step(const StepSpec& spec) {
   preset::Torchtitan& t = run.degrees;
   Job& job = run.job;
   const bool megatron = spec.preset.rfind("megatron", 0) == 0;
+  if (spec.preset.empty() && spec.job.empty()) throw InvalidArgument("meshsim step needs --preset or --job");
   if (megatron) {
     // Megatron-core's sizes, checked by its own rules (the preset's RankGenerators), laid out in
     // its default order tp-cp-ep-dp-pp: the dense ranks as (pp, dp, cp, tp), the expert ranks as
@@ -138,20 +289,28 @@ StepRun run_step(const StepSpec& spec) {
     job.framework = "megatron";
     job.activation_checkpoint = "none";
   } else {
-    t = preset::torchtitan_spec(spec.preset);
+    std::optional<JobFile> file;
+    if (!spec.job.empty()) file = read_job_file(spec.job);
+    t = file ? file->degrees : preset::torchtitan_spec(spec.preset);
     (void)preset::torchtitan_recipe(t, spec.world_size);  // torchtitan's checks of the degrees
     if (t.dp_shard == -1) t.dp_shard = *spec.world_size / (t.pp * t.dp_replicate * t.cp * t.tp);
+    if (file) {
+      run.job_file = spec.job;
+      from_job_file(*file, t, spec, job, run);
+    }
   }
   job.parallel = {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep};
   job.model = model_of(spec.model);
-  if (!spec.seq_len) throw InvalidArgument("--seq-len is required with --preset");
-  if (!spec.local_batch_size) throw InvalidArgument("--local-batch-size is required with --preset");
+  if (!spec.seq_len) throw InvalidArgument("--seq-len is required with --preset (or give --job)");
+  if (!spec.local_batch_size) throw InvalidArgument("--local-batch-size (sequences per rank and microbatch) is required with --preset (or give --job)");
   job.seq_len = *spec.seq_len;
   job.local_batch_size = *spec.local_batch_size;
   job.microbatches = spec.microbatches.value_or(1);
   job.lowering = parse_lowering(spec.lowering);
-  job.reshard_after_forward = spec.reshard_after_forward;
-  if (!megatron || spec.activation_checkpoint != "selective") job.activation_checkpoint = spec.activation_checkpoint;
+  job.reshard_after_forward = spec.reshard_after_forward.empty() ? "default" : spec.reshard_after_forward;
+  if (!spec.activation_checkpoint.empty() && (!megatron || spec.activation_checkpoint != "selective")) {
+    job.activation_checkpoint = spec.activation_checkpoint;
+  }
   job.log_metrics = spec.log_metrics;
   const std::string name = lower_case(spec.schedule.empty() ? "1F1B" : spec.schedule);
   if (megatron) {
@@ -237,6 +396,10 @@ nlohmann::json step_json(const StepRun& run) {
                    {"stages", r.layout.stages},
                    {"layers_per_stage", r.layout.layer_count},
                    {"microbatches", pp ? run.job.microbatches : 1},
+                   {"gradient_accumulation_steps", run.job.grad_accum_steps},
+                   {"job_file", run.job_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.job_file)},
+                   {"loss_chunks", run.loss_chunks},
+                   {"notes", run.notes},
                    {"send_semantics", run.options.semantics == SendSemantics::kEager ? "eager" : "rendezvous"},
                    {"lowering", pp ? nlohmann::json(r.layout.lowering) : nlohmann::json(nullptr)},
                    {"activation_checkpoint", run.job.activation_checkpoint},

@@ -309,12 +309,18 @@ class Builder {
     if (megatron_) return build_megatron(pp_rank);
     const Parallel& p = job_.parallel;
     if (p.dp_replicate * p.dp_shard > 1) emit(Op::kAllReduce, Dim::kBatch, DType::kI64, 8, Phase::kTokens, "tokens");
-    if (p.pp == 1) {
-      forward(0, 0, true);
-      backward(0, 0, true);
-    } else {
-      run_schedule(pp_rank);
+    // Gradient accumulation (torchtitan's train_step): each step's forward-backward whole, FSDP
+    // gathering and reducing in each; its microbatches numbered on from the step before.
+    for (int64_t a = 0; a < job_.grad_accum_steps; ++a) {
+      if (p.pp == 1) {
+        forward(0, a, true);
+        backward(0, a, true);
+      } else {
+        mb_base_ = a * layout_.schedule.microbatches;
+        run_schedule(pp_rank);
+      }
     }
+    mb_base_ = 0;
     stage_ = -1;
     microbatch_ = -1;
     // The optimizer: clip_grad_norm_'s full_tensor over the sharded dims, then over pp; the
@@ -334,6 +340,7 @@ class Builder {
   }
 
  private:
+  int64_t mb_base_ = 0;  // the first microbatch's number in this accumulation step
   int64_t size(Dim d) const { return dim_size(job_.parallel, d); }
 
   void emit(Op op, Dim d, DType t, int64_t bytes, Phase ph, const char* what, int32_t layer = -1) {
@@ -558,7 +565,7 @@ class Builder {
     }
     for (const auto& a : s.ranks[pp_rank]) {
       if (!a) continue;
-      const int64_t st = a->stage, mb = a->microbatch.value_or(-1);
+      const int64_t st = a->stage, mb = a->microbatch ? *a->microbatch + mb_base_ : -1;
       stage_ = static_cast<int32_t>(st);
       microbatch_ = static_cast<int32_t>(mb);
       switch (a->type) {
@@ -1695,6 +1702,11 @@ StageLayout layout(const Job& job) {
   if (job.microbatches < 1 || job.microbatches > kMaxMicrobatches) {
     throw InvalidArgument("--microbatches " + std::to_string(job.microbatches) + " is out of range [1, " +
                           std::to_string(kMaxMicrobatches) + "] (torchtitan: num_pp_microbatches must be greater than 0)");
+  }
+  if (job.grad_accum_steps < 1 || job.grad_accum_steps > kMaxMicrobatches / job.microbatches) {
+    throw InvalidArgument("gradient accumulation steps " + std::to_string(job.grad_accum_steps) + " x microbatches " +
+                          std::to_string(job.microbatches) + " is out of range [1, " + std::to_string(kMaxMicrobatches) +
+                          "] (the microbatches one step runs)");
   }
   if (job.seq_len < 1 || job.seq_len > kMaxSize) {
     throw InvalidArgument("--seq-len " + std::to_string(job.seq_len) + " is out of range [1, 2^32]");

@@ -33,8 +33,9 @@ struct Options {
   std::string trace;                  // write Chrome/Perfetto trace JSON here
   std::string chakra;                 // write Chakra execution traces PREFIX.<npu>.et here
   std::string chakra_world = "all";   // every rank, or "replica" (one data-parallel replica)
-  std::string reshard_after_forward = "default";
-  std::string activation_checkpoint = "selective";
+  std::string job;                    // a torchtitan job file, read whole
+  std::string reshard_after_forward;  // "" = the job file's, else default
+  std::string activation_checkpoint;  // "" = the job file's, else selective
   bool no_metrics = false;            // a step that does not log
   bool grid = false;                  // print the pipeline's step x rank grid (always when it deadlocks)
   std::optional<int64_t> stages;      // Interleaved1F1B: required; a CSV: default its largest stage + 1

@@ -24,7 +24,8 @@
 namespace meshsim::step {
 
 struct StepSpec {
-  std::string preset;                  // torchtitan:KEY=V,... or torchtitan:FILE.toml
+  std::string preset;                  // torchtitan:KEY=V,... or torchtitan:FILE.toml (read as --job)
+  std::string job;                     // a torchtitan job file (TOML, or 0.3.0's saved JSON): read whole
   std::optional<int64_t> world_size;   // for dp_shard = -1
   std::string model;                   // a built-in name or a .toml file with a [model] table
   std::optional<int64_t> seq_len, local_batch_size;
@@ -37,8 +38,8 @@ struct StepSpec {
   int64_t rank = 0;
   std::string ranks;                   // "all", or "0,3,8-15"
   std::vector<std::string> faults;     // KIND@RANK
-  std::string reshard_after_forward = "default";
-  std::string activation_checkpoint = "selective";  // torchtitan's default; full or none
+  std::string reshard_after_forward;   // "" = the job file's, else "default"; always, never
+  std::string activation_checkpoint;   // "" = the job file's, else torchtitan's selective; full, none
   bool log_metrics = true;
 };
 
@@ -47,6 +48,9 @@ struct StepRun {
   Job job;
   Options options;
   Report report;
+  std::string job_file;            // the job file read (--job, or --preset torchtitan:FILE.toml)
+  int64_t loss_chunks = 1;         // the job's loss.num_chunks (modelled unchunked: see notes)
+  std::vector<std::string> notes;  // a flag overriding the job file, a setting modelled otherwise
 };
 
 // run_step resolves the spec (InvalidArgument / NotFound / ParseError / OutOfRange naming the

@@ -115,6 +115,7 @@ struct Job {
   Model model;
   int64_t seq_len = 0, local_batch_size = 0;
   int64_t microbatches = 1;        // pipeline microbatches (num_pp_microbatches), 1 without pp
+  int64_t grad_accum_steps = 1;    // torchtitan's gradient accumulation: forward-backwards per step
   std::string schedule = "1F1B";   // GPipe, 1F1B, Interleaved1F1B
   std::optional<Schedule> schedule_override;  // a CSV, read elsewhere (compute only or lowered)
   Lowering lowering = Lowering::kRuntime;     // of multi-stage schedules and compute-only CSVs

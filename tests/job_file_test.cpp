@@ -1,0 +1,215 @@
+// `meshsim step --job`: a torchtitan job file read whole (step/src/job_file.cpp, run_step).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "meshsim/error.hpp"
+#include "meshsim/job_file.hpp"
+#include "meshsim/step_job.hpp"
+
+namespace meshsim::step {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string write(const std::string& name, const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / ("meshsim_job_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+StepRun run_job(const std::string& path, StepSpec s = {}) {
+  s.job = path;
+  return run_step(s);
+}
+
+int64_t calls(const StepRun& r, const std::string& dim, const std::string& op) {
+  const auto d = r.report.by_dim.find(dim);
+  if (d == r.report.by_dim.end()) return 0;
+  const auto o = d->second.find(op);
+  return o == d->second.end() ? 0 : o->second.calls;
+}
+
+// What each refused file's message must name.
+void expect_refused(const std::string& name, const std::string& text, const std::string& says) {
+  const std::string path = write(name, text);
+  try {
+    (void)run_job(path);
+    ADD_FAILURE() << name << ": accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << name << ": " << e.what();
+  }
+}
+
+const char* kPipelineJob = R"(
+[job]
+description = "Llama 3 8B training"
+[model]
+name = "llama3"
+flavor = "8B"
+tokenizer_path = "./assets/tokenizer/original/tokenizer.model"
+[training]
+local_batch_size = 4
+global_batch_size = 64
+seq_len = 8192
+mixed_precision_param = "bfloat16"
+[parallelism]
+data_parallel_shard_degree = 4
+tensor_parallel_degree = 2
+pipeline_parallel_degree = 2
+pipeline_parallel_microbatch_size = 2
+pipeline_parallel_schedule = "Interleaved1F1B"
+[activation_checkpoint]
+mode = "full"
+)";
+
+TEST(JobFile, EveryValueOfATomlJobIsRead) {
+  const StepRun r = run_job(write("pipeline.toml", kPipelineJob));
+  EXPECT_EQ(r.job.model.name, "llama3-8b");
+  EXPECT_EQ(r.job.seq_len, 8192);
+  EXPECT_EQ(r.job.local_batch_size, 2);   // sequences per microbatch: the microbatch size
+  EXPECT_EQ(r.job.microbatches, 2);       // local_batch_size 4 / microbatch size 2
+  EXPECT_EQ(r.job.grad_accum_steps, 4);   // 64 / (4 x dp 4)
+  EXPECT_EQ(r.job.schedule, "Interleaved1F1B");
+  EXPECT_EQ(r.job.activation_checkpoint, "full");
+  EXPECT_EQ(r.report.layout.stages, 4);   // torchtitan's default: 2 per rank for a multi-stage schedule
+  EXPECT_TRUE(r.notes.empty());
+  EXPECT_TRUE(r.report.ok) << r.report.diagnosis;
+  // --preset torchtitan:FILE.toml is the same reading.
+  StepSpec s;
+  s.preset = "torchtitan:" + write("pipeline2.toml", kPipelineJob);
+  const StepRun p = run_step(s);
+  EXPECT_EQ(p.job.grad_accum_steps, 4);
+  EXPECT_EQ(p.job.activation_checkpoint, "full");
+  EXPECT_EQ(step_json(p)["by_dim"], step_json(r)["by_dim"]);
+}
+
+TEST(JobFile, AFlagGivenTooOverridesTheFileAndSaysSo) {
+  StepSpec s;
+  s.seq_len = 4096;
+  s.activation_checkpoint = "selective";
+  const StepRun r = run_job(write("override.toml", kPipelineJob), s);
+  EXPECT_EQ(r.job.seq_len, 4096);
+  EXPECT_EQ(r.job.activation_checkpoint, "selective");
+  ASSERT_EQ(r.notes.size(), 2u);
+  EXPECT_NE(r.notes[0].find("--seq-len 4096 overrides training.seq_len = 8192"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[1].find("--activation-checkpoint selective overrides activation_checkpoint.mode = full"),
+            std::string::npos) << r.notes[1];
+}
+
+TEST(JobFile, EachAccumulationStepGathersAndReducesAgain) {
+  const std::string base = "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n[training]\nlocal_batch_size = 2\n"
+                           "seq_len = 256\n[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n";
+  const StepRun one = run_job(write("accum1.toml", base));
+  const std::string more = "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n[training]\nlocal_batch_size = 2\n"
+                           "global_batch_size = 24\nseq_len = 256\n[parallelism]\ndata_parallel_shard_degree = 4\n"
+                           "tensor_parallel_degree = 2\n";
+  const StepRun acc = run_job(write("accum3b.toml", more));
+  EXPECT_EQ(one.job.grad_accum_steps, 1);
+  ASSERT_EQ(acc.job.grad_accum_steps, 3);  // 24 / (2 x 4)
+  EXPECT_GT(calls(one, "fsdp", "all_gather"), 0);
+  EXPECT_EQ(calls(acc, "fsdp", "all_gather"), 3 * calls(one, "fsdp", "all_gather"));
+  EXPECT_EQ(calls(acc, "fsdp", "reduce_scatter"), 3 * calls(one, "fsdp", "reduce_scatter"));
+  EXPECT_EQ(calls(acc, "tp", "reduce_scatter"), 3 * calls(one, "tp", "reduce_scatter"));
+  EXPECT_EQ(calls(acc, "batch", "all_reduce"), 1);  // the token count, once per step
+  EXPECT_EQ(calls(acc, "loss", "all_reduce"), calls(one, "loss", "all_reduce"));
+  EXPECT_TRUE(acc.report.ok) << acc.report.diagnosis;
+}
+
+TEST(JobFile, TheTokenBudgetFormIsTokensPerMicrobatch) {
+  const StepRun r = run_job(write("tokens.toml",
+                                  "[training]\nnum_tokens_per_microbatch_per_dp_rank = 4096\n"
+                                  "num_tokens_per_train_step = 65536\n[parallelism]\npipeline_parallel_degree = 2\n"
+                                  "num_pp_microbatches = 4\ndata_parallel_shard_degree = 2\n"));
+  EXPECT_EQ(r.job.model.name, "llama3-debugmodel");  // torchtitan's default model
+  EXPECT_EQ(r.job.seq_len, 4096);
+  EXPECT_EQ(r.job.local_batch_size, 1);
+  EXPECT_EQ(r.job.microbatches, 4);
+  EXPECT_EQ(r.job.grad_accum_steps, 2);  // 65536 / (4096 x 4 x dp 2)
+  EXPECT_EQ(r.job.schedule, "1F1B");     // torchtitan's default
+}
+
+TEST(JobFile, LayersPerStageSetTheStagesAsTorchtitanDoes) {
+  // llama3 debugmodel: 6 layers; (6 + 1 + 1) / 2 = 4 stages on pp 2.
+  const std::string job = "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
+                          "pipeline_parallel_schedule = \"Interleaved1F1B\"\npipeline_parallel_layers_per_stage = 2\n"
+                          "[training]\nlocal_batch_size = 4\n";
+  const StepRun r = run_job(write("lps.toml", job));
+  EXPECT_EQ(r.report.layout.stages, 4);
+  expect_refused("lps3.toml", "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
+                              "pipeline_parallel_layers_per_stage = 3\n", "not a multiple of pp 2");
+  expect_refused("lps1.toml", "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
+                              "pipeline_parallel_layers_per_stage = 1\n", "needs exactly 1 stage per rank");
+}
+
+TEST(JobFile, WhatTorchtitanRefusesOrMeshsimDoesNotModelIsNamed) {
+  expect_refused("typo.toml", "[training]\nseq_lne = 8\n", "unknown key training.'seq_lne'");
+  expect_refused("typo2.toml", "[training]\nseq_lne = 8\n", "did you mean 'seq_len'");
+  expect_refused("old.toml", "[training]\nbatch_size = 8\n", "training.batch_size");
+  expect_refused("mixed.toml", "[training]\nlocal_batch_size = 8\nnum_tokens_per_microbatch_per_dp_rank = 8\n",
+                 "two generations");
+  expect_refused("div.toml", "[training]\nlocal_batch_size = 3\n[parallelism]\npipeline_parallel_degree = 2\n"
+                             "data_parallel_shard_degree = 1\npipeline_parallel_microbatch_size = 2\n",
+                 "not divisible by parallelism.pipeline_parallel_microbatch_size");
+  expect_refused("gbs.toml", "[training]\nlocal_batch_size = 2\nglobal_batch_size = 5\n[parallelism]\n"
+                             "data_parallel_shard_degree = 2\n", "training.global_batch_size = 5");
+  expect_refused("mp.toml", "[training]\nmixed_precision_param = \"float32\"\n[parallelism]\ndata_parallel_shard_degree = 2\n",
+                 "mixed_precision_param");
+  expect_refused("sac.toml", "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"2\"\n"
+                             "[parallelism]\ndata_parallel_shard_degree = 2\n", "selective_ac_option");
+  expect_refused("mode.toml", "[activation_checkpoint]\nmode = \"memory_budget\"\n[parallelism]\n"
+                              "data_parallel_shard_degree = 2\n", "activation_checkpoint.mode");
+  expect_refused("type.toml", "[training]\nseq_len = \"8192\"\n[parallelism]\ndata_parallel_shard_degree = 2\n",
+                 "training.seq_len is a string, not an integer");
+  expect_refused("zero.toml", "[training]\nseq_len = 0\n[parallelism]\ndata_parallel_shard_degree = 2\n",
+                 "not a positive integer");
+  expect_refused("model.toml", "[model]\nname = \"llama3\"\nflavor = \"9B\"\n[parallelism]\ndata_parallel_shard_degree = 2\n",
+                 "'llama3-9b'");
+  expect_refused("sp.toml", "[parallelism]\ndata_parallel_shard_degree = 1\ntensor_parallel_degree = 2\n"
+                            "enable_sequence_parallel = false\n", "enable_sequence_parallel");
+  expect_refused("table.toml", "[trainning]\nseq_len = 8\n", "unknown table 'trainning'");
+  expect_refused("notjson.json", "{\"a\": 1", "is not JSON");
+  expect_refused("other.json", "{\"a\": 1}", "is not a torchtitan config");
+  expect_refused("deep.json", std::string(5000, '[') + std::string(5000, ']'), "nests deeper than 64");
+  expect_refused("big.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"}, "training": {"seq_len": 9223372036854775808},
+                   "parallelism": {"data_parallel_shard_degree": 2}})", "does not fit in 64 bits");
+  StepSpec s;
+  s.preset = "torchtitan:dp_shard=2";
+  s.job = write("both.toml", "[parallelism]\ndata_parallel_shard_degree = 2\n");
+  EXPECT_THROW((void)run_step(s), InvalidArgument);
+}
+
+TEST(JobFile, TorchtitansSavedConfigIsRead) {
+  // The shape of what torchtitan 0.3.0 writes under debug.save_config_file (trimmed); the full
+  // files torchtitan writes are read by torch:job_file.
+  const StepRun r = run_job(write("saved.json", R"({
+    "model_spec": {"name": "llama3", "flavor": "debugmodel", "model": {"dim": 256}},
+    "training": {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048, "mixed_precision_param": "bfloat16",
+                 "mixed_precision_reduce": "float32"},
+    "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 2, "tensor_parallel_degree": 2,
+                    "pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "Interleaved1F1B",
+                    "pipeline_parallel_schedule_csv": "", "pipeline_parallel_microbatch_size": 1,
+                    "pipeline_parallel_layers_per_stage": null, "fsdp_reshard_after_forward": "default",
+                    "enable_sequence_parallel": true, "context_parallel_degree": 1, "expert_parallel_degree": 1},
+    "activation_checkpoint": {"preserve_rng_state": true, "force_recompute_mm_shapes_by_fqns": ["moe.router.gate"]},
+    "loss": {"num_chunks": 8}})"));
+  EXPECT_EQ(r.job.microbatches, 8);
+  EXPECT_EQ(r.job.activation_checkpoint, "selective");
+  EXPECT_EQ(r.loss_chunks, 8);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("loss.num_chunks = 8"), std::string::npos) << r.notes[0];
+  const StepRun full = run_job(write("full.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
+    "training": {"local_batch_size": 2}, "parallelism": {"data_parallel_shard_degree": 2},
+    "activation_checkpoint": {"preserve_rng_state": true}})"));
+  EXPECT_EQ(full.job.activation_checkpoint, "full");
+  const StepRun none = run_job(write("none.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
+    "training": {"local_batch_size": 2}, "parallelism": {"data_parallel_shard_degree": 2},
+    "activation_checkpoint": null})"));
+  EXPECT_EQ(none.job.activation_checkpoint, "none");
+}
+
+}  // namespace
+}  // namespace meshsim::step
