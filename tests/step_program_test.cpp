@@ -506,7 +506,8 @@ TEST(MegatronStep, TheDistributedOptimizersBucketIsTheStagesParametersPadded) {
   // parameters, every one a multiple of 64 elements, its end padded to lcm(4, 128) = 128:
   // the embedding and the output layer over a vocabulary padded to 128 x tp (128256 = 501 x 256),
   // per layer two norms, QKV ((32 + 2 x 8) heads x 128 / 2), the projection, SwiGLU's fc1 (2 x
-  // 14336 / 2) and fc2, and the final norm. Reduce-scattered in bf16 over dp x cp, then gathered.
+  // 14336 / 2) and fc2, and the final norm. Reduce-scattered over dp x cp in fp32 (under --bf16
+  // Megatron-LM reduces gradients in fp32 unless --grad-reduce-in-bf16), then gathered in bf16.
   StepSpec s = megatron_spec("megatron:tp=2,dp=4", "llama3-8b", 1);
   s.seq_len = 8192;
   const StepRun run = run_step(s);
@@ -515,13 +516,16 @@ TEST(MegatronStep, TheDistributedOptimizersBucketIsTheStagesParametersPadded) {
   const int64_t layer = 2 * D + 3072 * D + D * 2048 + 2 * 7168 * D + D * 7168;
   const int64_t params = 2 * (128256 / 2) * D + 32 * layer + D;
   const int64_t padded = (params + 127) / 128 * 128;
-  EXPECT_EQ(bytes(run.report, "dp_cp", "reduce_scatter"), padded * 2);
+  EXPECT_EQ(bytes(run.report, "dp_cp", "reduce_scatter"), padded * 4);
   EXPECT_EQ(bytes(run.report, "dp_cp", "all_gather"), padded * 2);
   EXPECT_EQ(calls(run.report, "dp_cp", "reduce_scatter"), 1);
-  // The sequence-parallel norms' gradients: one all-reduce over tp of 2 x 32 + 1 norms, bf16.
-  EXPECT_EQ(calls(run.report, "tp", "all_reduce"), 1 + 3);  // the norms, and 3 from the loss
-  // The gradient norm over the world; update_successful and the norm's max over mp.
-  EXPECT_EQ(calls(run.report, "world", "all_reduce"), 1);
+  // The sequence-parallel norms' gradients: one all-reduce over tp of 2 x 32 + 1 norms, fp32
+  // slices of the gradient buffer, beside the loss's 3 (fp32, one per token).
+  EXPECT_EQ(calls(run.report, "tp", "all_reduce"), 1 + 3);
+  EXPECT_EQ(bytes(run.report, "tp", "all_reduce"), (2 * 32 + 1) * D * 4 + 3 * 8192 * 4);
+  // The rerun state machine's int32 and the gradient norm over the world; update_successful and
+  // the norm's max over mp.
+  EXPECT_EQ(calls(run.report, "world", "all_reduce"), 2);
   EXPECT_EQ(calls(run.report, "mp", "all_reduce"), 2);
   EXPECT_EQ(calls(run.report, "dp_cp", "all_reduce"), 1);  // the loss report
 }
@@ -555,9 +559,86 @@ TEST(MegatronStep, MoeDispatchesOverEpAndReducesExpertsOverEdp) {
   EXPECT_EQ(calls(run.report, "ep", "all_to_all"), 2 * moe_layers * 6);
   EXPECT_EQ(calls(run.report, "edp", "reduce_scatter"), 1);
   EXPECT_EQ(calls(run.report, "edp", "all_gather"), 1);
-  // The expert buffer: E / ep experts of (2F x D + D x F) per MoE layer, padded to lcm(edp, 128).
+  // The expert buffer: E / ep experts of (2F x D + D x F) per MoE layer, padded to lcm(edp, 128);
+  // its gradients reduced in fp32 (--bf16 without --grad-reduce-in-bf16), its parameters gathered
+  // in bf16.
   const int64_t experts = moe_layers * (m.experts / 2) * 3 * m.moe_ffn_dim * m.dim;
-  EXPECT_EQ(bytes(run.report, "edp", "reduce_scatter"), (experts + 127) / 128 * 128 * 2);
+  EXPECT_EQ(bytes(run.report, "edp", "reduce_scatter"), (experts + 127) / 128 * 128 * 4);
+  EXPECT_EQ(bytes(run.report, "edp", "all_gather"), (experts + 127) / 128 * 128 * 2);
+}
+
+TEST(MegatronArgs, MegatronLmsFlagsAreTheSameStepAsThePreset) {
+  // llama3-8b's shape in Megatron-LM's flags; the same job as --preset and --model.
+  StepSpec a;
+  a.megatron_args = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 "
+                    "--global-batch-size 32 --seq-length 8192 --bf16 --sequence-parallel --use-distributed-optimizer "
+                    "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+                    "--group-query-attention --num-query-groups 8 --swiglu --vocab-size 128256 "
+                    "--untie-embeddings-and-output-weights --lr 3e-4 --train-iters 10 --data-path /x";
+  a.world_size = 16;
+  const StepRun ma = run_step(a);
+  StepSpec p = megatron_spec("megatron:tp=2,pp=2,dp=4", "llama3-8b", 8);
+  p.seq_len = 8192;
+  const StepRun mp = run_step(p);
+  ASSERT_TRUE(ma.report.ok) << ma.report.diagnosis;
+  EXPECT_EQ(ma.job.microbatches, 8);  // 32 / (1 x dp 4)
+  EXPECT_EQ(step_json(ma)["by_dim"], step_json(mp)["by_dim"]);
+  EXPECT_EQ(ma.job.model.layers, 32);
+  ASSERT_EQ(ma.notes.size(), 1u);  // the flags that move no collective
+  EXPECT_NE(ma.notes[0].find("--lr --train-iters --data-path"), std::string::npos) << ma.notes[0];
+  // --grad-reduce-in-bf16 halves the gradients' bytes; --rerun-mode disabled drops the world's int32.
+  StepSpec b = a;
+  b.megatron_args += " --grad-reduce-in-bf16 --rerun-mode disabled";
+  const StepRun mb = run_step(b);
+  EXPECT_EQ(bytes(mb.report, "dp_cp", "reduce_scatter") * 2, bytes(ma.report, "dp_cp", "reduce_scatter"));
+  EXPECT_EQ(bytes(mb.report, "dp_cp", "all_gather"), bytes(ma.report, "dp_cp", "all_gather"));
+  EXPECT_EQ(calls(mb.report, "world", "all_reduce") + 1, calls(ma.report, "world", "all_reduce"));
+  // Virtual stages: 32 layers / pp 2 / 4 layers per virtual stage = 4 per rank.
+  StepSpec v = a;
+  v.megatron_args += " --num-layers-per-virtual-pipeline-stage 4";
+  const StepRun mv = run_step(v);
+  EXPECT_EQ(mv.report.layout.stages, 8);
+  EXPECT_EQ(mv.job.schedule, "MegatronInterleaved");
+}
+
+TEST(MegatronArgs, WhatMegatronRefusesOrMeshsimDoesNotModelIsNamed) {
+  const std::string base = "--tensor-model-parallel-size 2 --micro-batch-size 1 --seq-length 256 --bf16 "
+                           "--sequence-parallel --use-distributed-optimizer";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--tensor-model-parallel-size 2 --seq-length 256 --sequence-parallel --use-distributed-optimizer", "--bf16"},
+      {base + " --fp16", "--fp16"},
+      {base + " --overlap-grad-reduce", "--overlap-grad-reduce"},
+      {base + " --tensor-model-paralel-size 2", "did you mean '--tensor-model-parallel-size'"},
+      {base + " --micro-batch-size 2", "given twice"},
+      {base + " --global-batch-size 3", "global batch size (3) is not divisible by micro batch size (1) times data parallel size (4)"},
+      {"--tensor-model-parallel-size 2 --seq-length 256 --bf16 --use-distributed-optimizer", "--sequence-parallel"},
+      {base + " --rerun-mode sometimes", "invalid choice"},
+      {base + " --micro-batch-size", "given twice"},
+      {base + " --context-parallel-size x", "not an integer"},
+      {base + " --context-parallel-size 0", "not a positive integer"},
+      {base + " --context-parallel-size 99999999999999999999", "--context-parallel-size"},
+      {base + " --num-layers 4", "needs --hidden-size"},
+      {base + " --num-layers-per-virtual-pipeline-stage 2 --num-virtual-stages-per-pipeline-rank 2", "mutually exclusive"},
+      {base + " 'unclosed", "unclosed"},
+      {base + " stray", "is not a flag"},
+      {base + " --hidden-size 99999999999 --num-layers 2 --num-attention-heads 2 --vocab-size 8", "over 2^32"},
+  };
+  for (const auto& [args, says] : cases) {
+    StepSpec s;
+    s.megatron_args = args;
+    s.world_size = 8;
+    s.model = "llama3-debugmodel";
+    try {
+      (void)run_step(s);
+      ADD_FAILURE() << args << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << args << "\n" << e.what();
+    }
+  }
+  StepSpec no_world;
+  no_world.megatron_args = base;
+  no_world.model = "llama3-debugmodel";
+  EXPECT_THROW((void)run_step(no_world), InvalidArgument);
 }
 
 TEST(MegatronStep, TheEvenOddRuleKeepsTheInterleavedPipelineGoing) {

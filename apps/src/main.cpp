@@ -175,6 +175,7 @@ int main(int argc, char** argv) {
   step->add_option("--model", sto_step.model, "llama3-8b, llama3-70b, llama3-405b, deepseek_v3-16b, deepseek_v3-671b, ... or a .toml file with a [model] table");
   step->add_option("--seq-len", sto_step.seq_len, "tokens per sequence");
   step->add_option("--job", sto_step.job, "a torchtitan job file, read whole: a .toml job file, or the .json config torchtitan 0.3.0 saves (debug.save_config_file); flags given too override it (said on stderr)");
+  step->add_option("--megatron-args", sto_step.megatron_args, "Megatron-LM's own flags, quoted (\"--tensor-model-parallel-size 2 --bf16 ...\"), or @FILE: Megatron-core's step (with --world-size)");
   step->add_option("--local-batch-size", sto_step.local_batch_size, "sequences per data-parallel rank in one microbatch (not torchtitan's local_batch_size: with pp, its pipeline_parallel_microbatch_size)");
   step->add_option("--gpus-per-host", sto_step.gpus_per_host, "split every collective's bytes into intra- and inter-host");
   step->add_option("--rank", sto_step.rank, "the rank whose program the table reports (default 0)");

@@ -156,6 +156,7 @@ int run_job(const Options& o, std::ostream& out) {
   step::StepSpec spec;
   spec.preset = o.preset;
   spec.job = o.job;
+  spec.megatron_args = o.megatron_args;
   spec.world_size = o.world_size;
   spec.model = o.model;
   spec.seq_len = o.seq_len;
@@ -305,7 +306,7 @@ int run_job(const Options& o, std::ostream& out) {
 }  // namespace
 
 int run(const Options& o, std::ostream& out) {
-  if (!o.preset.empty() || !o.job.empty()) return run_job(o, out);
+  if (!o.preset.empty() || !o.job.empty() || !o.megatron_args.empty()) return run_job(o, out);
   for (const auto& [set, flag] : std::vector<std::pair<bool, const char*>>{
            {!o.model.empty(), "--model"}, {o.seq_len.has_value(), "--seq-len"},
            {o.local_batch_size.has_value(), "--local-batch-size"}, {o.gpus_per_host.has_value(), "--gpus-per-host"},

@@ -39,6 +39,7 @@ step::StepSpec plan_spec(const std::string& against) {
     }
     if (flag == "--preset") spec.preset = value;
     else if (flag == "--job") spec.job = value;
+    else if (flag == "--megatron-args") spec.megatron_args = value;
     else if (flag == "--model") spec.model = value;
     else if (flag == "--seq-len") spec.seq_len = integer(flag, value);
     else if (flag == "--local-batch-size") spec.local_batch_size = integer(flag, value);
@@ -51,12 +52,12 @@ step::StepSpec plan_spec(const std::string& against) {
     else if (flag == "--no-metrics") spec.log_metrics = false;
     else {
       throw InvalidArgument("--against: " + quote_input(flag) +
-                            " is not one of the flags that define a step (--preset, --job, --model, --seq-len, --local-batch-size, "
+                            " is not one of the flags that define a step (--preset, --job, --megatron-args, --model, --seq-len, --local-batch-size, "
                             "--microbatches, --schedule, --stages, --world-size, --reshard-after-forward, "
                             "--activation-checkpoint, --no-metrics)");
     }
   }
-  if (spec.preset.empty() && spec.job.empty()) {
+  if (spec.preset.empty() && spec.job.empty() && spec.megatron_args.empty()) {
     throw InvalidArgument("--against needs --preset or --job (the step's job), as `meshsim step` takes it");
   }
   return spec;

@@ -784,10 +784,12 @@ PYBIND11_MODULE(_meshsim, m) {
                    std::optional<int64_t> stages, const std::string& send_semantics, std::optional<int64_t> gpus_per_host,
                    int64_t rank, const std::string& ranks, std::vector<std::string> faults,
                    const std::string& reshard_after_forward, bool log_metrics, std::optional<int64_t> world_size, bool trace,
-                   const std::string& activation_checkpoint, const std::string& lowering, const std::string& job) {
+                   const std::string& activation_checkpoint, const std::string& lowering, const std::string& job,
+                   const std::string& megatron_args) {
     meshsim::step::StepSpec spec;
     spec.preset = preset;
     spec.job = job;
+    spec.megatron_args = megatron_args;
     spec.model = model;
     spec.seq_len = seq_len;
     spec.local_batch_size = local_batch_size;

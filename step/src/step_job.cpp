@@ -6,6 +6,7 @@
 
 #include "meshsim/error.hpp"
 #include "meshsim/job_file.hpp"
+#include "meshsim/megatron_args.hpp"
 #include "meshsim/text_fields.hpp"
 #include "meshsim/text_file.hpp"
 
@@ -183,6 +184,73 @@ void from_job_file(const JobFile& f, const preset::Torchtitan& t, StepSpec& s, J
   }
 }
 
+// from_megatron_args turns Megatron-LM's flags into the spec's preset and values (a flag given
+// beside them overrides, noted), and the Megatron rules they set into the job.
+void from_megatron_args(const MegatronArgs& a, StepSpec& s, Job& job, StepRun& run) {
+  if (!s.world_size) {
+    throw InvalidArgument("--megatron-args needs --world-size (Megatron takes it from WORLD_SIZE)");
+  }
+  const int64_t mp = checked_mul(checked_mul(a.tp, a.pp, "tp x pp"), a.cp, "tp x pp x cp");
+  if (*s.world_size < 1 || *s.world_size % mp != 0) {
+    throw InvalidArgument("--megatron-args: world size (" + std::to_string(*s.world_size) +
+                          ") is not divisible by tensor parallel size (" + std::to_string(a.tp) + ") times pipeline "
+                          "parallel size (" + std::to_string(a.pp) + ") times context parallel size (" +
+                          std::to_string(a.cp) + ")  [Megatron]");
+  }
+  const int64_t dp = *s.world_size / mp;
+  s.preset = "megatron:tp=" + std::to_string(a.tp) + ",pp=" + std::to_string(a.pp) + ",cp=" + std::to_string(a.cp) +
+             ",ep=" + std::to_string(a.ep) + (a.etp ? ",etp=" + std::to_string(*a.etp) : "") + ",dp=" + std::to_string(dp);
+  auto fill = [&](std::optional<int64_t>& flag_value, const char* flag, int64_t value, const std::string& from) {
+    if (flag_value && *flag_value != value) {
+      run.notes.push_back(std::string(flag) + " " + std::to_string(*flag_value) + " overrides " + from + " " +
+                          std::to_string(value) + " of --megatron-args");
+    } else if (!flag_value) {
+      flag_value = value;
+    }
+  };
+  if (!a.seq_length && !s.seq_len) throw InvalidArgument("--megatron-args needs --seq-length");
+  if (a.seq_length) fill(s.seq_len, "--seq-len", *a.seq_length, "--seq-length");
+  const int64_t mbs = a.micro_batch_size.value_or(1);
+  fill(s.local_batch_size, "--local-batch-size", mbs, "--micro-batch-size");
+  const int64_t gbs = a.global_batch_size.value_or(checked_mul(mbs, dp, "the global batch"));
+  const int64_t per = checked_mul(mbs, dp, "micro batch size x data parallel size");
+  if (gbs % per != 0) {
+    throw InvalidArgument("--megatron-args: global batch size (" + std::to_string(gbs) + ") is not divisible by micro "
+                          "batch size (" + std::to_string(mbs) + ") times data parallel size (" + std::to_string(dp) +
+                          ")  [Megatron]");
+  }
+  fill(s.microbatches, "--microbatches", gbs / per, "--global-batch-size / (--micro-batch-size x dp)");
+  if (a.model) {
+    if (!s.model.empty()) run.notes.push_back("--model " + s.model + " overrides the model shape of --megatron-args");
+  } else if (s.model.empty()) {
+    throw InvalidArgument("--megatron-args: give the model's shape (--num-layers, --hidden-size, --num-attention-heads, "
+                          "--vocab-size, ...) or --model");
+  }
+  const int64_t layers = a.model && s.model.empty() ? a.model->layers : model_of(s.model).layers;
+  std::optional<int64_t> stages;
+  if (a.layers_per_virtual_stage) {
+    if (a.pp == 1 || layers % a.pp != 0 || (layers / a.pp) % *a.layers_per_virtual_stage != 0) {
+      throw InvalidArgument("--megatron-args: --num-layers-per-virtual-pipeline-stage " +
+                            std::to_string(*a.layers_per_virtual_stage) + ": number of layers per pipeline stage (" +
+                            std::to_string(layers) + " / pp " + std::to_string(a.pp) +
+                            ") must be divisible by number of layers per virtual pipeline stage  [Megatron]");
+    }
+    stages = a.pp * (layers / a.pp / *a.layers_per_virtual_stage);
+  } else if (a.virtual_stages) {
+    stages = checked_mul(a.pp, *a.virtual_stages, "the virtual stages");
+  }
+  if (stages && *stages > a.pp) fill(s.stages, "--stages", *stages, "the virtual pipeline stages");
+  if (s.activation_checkpoint.empty()) s.activation_checkpoint = a.recompute;
+  job.megatron_grad_reduce_in_bf16 = a.grad_reduce_in_bf16;
+  job.megatron_rerun_validate = a.rerun_mode == "validate_results";
+  if (!a.ignored.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < a.ignored.size() && i < 32; ++i) list += (i ? " " : "") + a.ignored[i];
+    if (a.ignored.size() > 32) list += " ... (" + std::to_string(a.ignored.size()) + ")";
+    run.notes.push_back("--megatron-args: not read (no collective meshsim models): " + list);
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> parse_ranks(const std::string& text, int64_t world) {
@@ -256,6 +324,13 @@ StepRun run_step(const StepSpec& given) {
     spec.job = spec.preset.substr(11);
     spec.preset.clear();
   }
+  std::optional<MegatronArgs> margs;
+  if (!spec.megatron_args.empty()) {
+    if (!spec.preset.empty() || !spec.job.empty()) {
+      throw InvalidArgument("--megatron-args gives the job; --preset or --job gives it again: use one");
+    }
+    margs = parse_megatron_args(spec.megatron_args);
+  }
   if (!spec.job.empty() && !spec.preset.empty()) {
     throw InvalidArgument("--job " + quote_input(spec.job) + " gives the parallel degrees; --preset " + quote_input(spec.preset) +
                           " gives them again: use one");
@@ -266,6 +341,7 @@ StepRun run_step(const StepSpec& given) {
   StepRun run;
   preset::Torchtitan& t = run.degrees;
   Job& job = run.job;
+  if (margs) from_megatron_args(*margs, spec, job, run);
   const bool megatron = spec.preset.rfind("megatron", 0) == 0;
   if (spec.preset.empty() && spec.job.empty()) throw InvalidArgument("meshsim step needs --preset or --job");
   if (megatron) {
@@ -300,7 +376,7 @@ StepRun run_step(const StepSpec& given) {
     }
   }
   job.parallel = {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep};
-  job.model = model_of(spec.model);
+  job.model = margs && margs->model && spec.model.empty() ? *margs->model : model_of(spec.model);
   if (!spec.seq_len) throw InvalidArgument("--seq-len is required with --preset (or give --job)");
   if (!spec.local_batch_size) throw InvalidArgument("--local-batch-size (sequences per rank and microbatch) is required with --preset (or give --job)");
   job.seq_len = *spec.seq_len;

@@ -776,21 +776,28 @@ class Builder {
     // finalize_model_grads: each chunk's buffers reduce-scattered (dense over dp x cp, experts
     // over the expert data-parallel group), then the sequence-parallel norms' gradients
     // all-reduced over tp, one coalesced tensor.
+    // Under --bf16 the gradient buffers are fp32 unless --grad-reduce-in-bf16; the norms'
+    // gradients all-reduced over tp are slices of them (main_grad), so of their dtype.
+    const DType grad_type = job_.megatron_grad_reduce_in_bf16 ? DType::kBF16 : DType::kF32;
+    const int64_t grad_width = job_.megatron_grad_reduce_in_bf16 ? 2 : 4;
     int64_t norms = 0;
     std::vector<Buffers> buffers;
     for (int64_t st : chunks) {
       buffers.push_back(megatron_buffers(st));
       stage_ = static_cast<int32_t>(st);
-      emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kBF16, mul(buffers.back().dense, 2, "a bucket's bytes"), Phase::kBwd,
-              "grads");
+      emit_if(Op::kReduceScatter, Dim::kFsdp, grad_type, mul(buffers.back().dense, grad_width, "a bucket's bytes"),
+              Phase::kBwd, "grads");
       if (buffers.back().experts > 0) {
-        emit_if(Op::kReduceScatter, Dim::kEfsdp, DType::kBF16, mul(buffers.back().experts, 2, "a bucket's bytes"),
+        emit_if(Op::kReduceScatter, Dim::kEfsdp, grad_type, mul(buffers.back().experts, grad_width, "a bucket's bytes"),
                 Phase::kBwd, "expert_grads");
       }
       norms = add(norms, buffers.back().norms, "the norms");
     }
     stage_ = -1;
-    emit_if(Op::kAllReduce, Dim::kTp, DType::kBF16, mul(norms, 2, "the norms' bytes"), Phase::kBwd, "norm_grads");
+    emit_if(Op::kAllReduce, Dim::kTp, grad_type, mul(norms, grad_width, "the norms' bytes"), Phase::kBwd, "norm_grads");
+    // The rerun state machine (validate_results): whether any rank asks for a rerun, one int32
+    // summed over the world, before the optimizer.
+    if (job_.megatron_rerun_validate) emit_if(Op::kAllReduce, Dim::kWorld, DType::kI32, 4, Phase::kOptimizer, "rerun_requested");
     // optimizer.step(): the gradient norm over every rank of the distributed optimizer, then
     // each chunk's parameters gathered (overlap_param_gather off); train_step's reductions over
     // the model-parallel group (update_successful as a MIN of ints, the grad norm's MAX).

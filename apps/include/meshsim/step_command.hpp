@@ -34,6 +34,7 @@ struct Options {
   std::string chakra;                 // write Chakra execution traces PREFIX.<npu>.et here
   std::string chakra_world = "all";   // every rank, or "replica" (one data-parallel replica)
   std::string job;                    // a torchtitan job file, read whole
+  std::string megatron_args;          // Megatron-LM's flags, or @FILE
   std::string reshard_after_forward;  // "" = the job file's, else default
   std::string activation_checkpoint;  // "" = the job file's, else selective
   bool no_metrics = false;            // a step that does not log

@@ -26,6 +26,7 @@ namespace meshsim::step {
 struct StepSpec {
   std::string preset;                  // torchtitan:KEY=V,... or torchtitan:FILE.toml (read as --job)
   std::string job;                     // a torchtitan job file (TOML, or 0.3.0's saved JSON): read whole
+  std::string megatron_args;           // Megatron-LM's own flags ("--tensor-model-parallel-size 2 ...", or "@FILE")
   std::optional<int64_t> world_size;   // for dp_shard = -1
   std::string model;                   // a built-in name or a .toml file with a [model] table
   std::optional<int64_t> seq_len, local_batch_size;

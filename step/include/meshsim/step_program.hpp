@@ -130,6 +130,13 @@ struct Job {
   // schedules); megatron_parity false turns off the interleaved schedule's even/odd p2p rule.
   std::string framework = "torchtitan";
   bool megatron_parity = true;
+  // Megatron-LM's --bf16 step: the gradient buffers (and so the reduce-scatters and the
+  // sequence-parallel norms' all-reduce) are fp32 unless --grad-reduce-in-bf16 (arguments.py
+  // validate_args: accumulate_allreduce_grads_in_fp32); --rerun-mode validate_results, the
+  // default, all-reduces one int32 over the world after the forward-backward
+  // (rerun_state_machine.py should_run_forward_backward).
+  bool megatron_grad_reduce_in_bf16 = false;
+  bool megatron_rerun_validate = true;
 };
 
 // dim_label: the dim as the job's framework names it: Megatron's dp_cp (fsdp), dp (batch), edp

@@ -1,0 +1,49 @@
+// meshsim/megatron_args.hpp — a Megatron-LM job as its user has it: the argument list of
+// pretrain_gpt.py, read for `meshsim step --megatron-args "..."` (or "@args.txt").
+//
+//   MegatronArgs a = parse_megatron_args("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
+//                                        "--micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 ...");
+//
+// What is read: the parallel sizes (tensor, pipeline, context, expert, expert tensor), virtual
+// stages (--num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank),
+// the batch (--micro-batch-size, --global-batch-size, --seq-length), precision (--bf16,
+// --grad-reduce-in-bf16), --sequence-parallel, --use-distributed-optimizer, --rerun-mode, the
+// recomputation, and the model's shape (--num-layers, --hidden-size, --ffn-hidden-size,
+// --num-attention-heads, --group-query-attention / --num-query-groups, --swiglu, --vocab-size,
+// --untie-embeddings-and-output-weights, --num-experts, --moe-router-topk, --moe-ffn-hidden-size,
+// --moe-shared-expert-intermediate-size). Flags that change the step in ways meshsim does not
+// model are refused by name (--fp16, --overlap-grad-reduce, ...); any other (learning rate, data
+// paths, logging: no collective of the step) is listed in `ignored`, unless it is a near miss of a
+// flag meshsim reads (`--tensor-model-paralel-size`), which is refused with the flag it missed.
+// Thread safety: plain values; parse_megatron_args reads "@FILE".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshsim/step_program.hpp"
+
+namespace meshsim::step {
+
+struct MegatronArgs {
+  int64_t tp = 1, pp = 1, cp = 1, ep = 1;
+  std::optional<int64_t> etp;              // --expert-tensor-parallel-size (Megatron's default: tp)
+  std::optional<int64_t> virtual_stages;   // per pipeline rank
+  std::optional<int64_t> layers_per_virtual_stage;
+  std::optional<int64_t> micro_batch_size, global_batch_size, seq_length;
+  bool bf16 = false, grad_reduce_in_bf16 = false, sequence_parallel = false, distributed_optimizer = false;
+  std::string rerun_mode = "validate_results";
+  std::string recompute = "none";          // none, selective or full (--recompute-granularity)
+  std::optional<Model> model;              // when the shape flags are given
+  std::vector<std::string> ignored;        // flags read and left alone (no collective of the step)
+};
+
+// parse_megatron_args reads Megatron-LM's flags (`text`, or the file "@PATH": whitespace-separated,
+// '#' to the end of a line a comment, a backslash before a newline joined). InvalidArgument names
+// the flag and the rule for a missing or bad value, a flag given twice, and a flag meshsim does not
+// model, and a near miss of a flag it reads.
+MegatronArgs parse_megatron_args(const std::string& text);
+
+}  // namespace meshsim::step

@@ -1,0 +1,113 @@
+"""meshsim's Megatron step against megatron-core's own distributed-optimizer buffer (megatron-core
+0.16.1 of the project's .venv), built on CPU.
+
+For random Megatron-LM jobs (MESHSIM_TORCH_SEED picks them: tp, pp, dp, the model's shape), each
+pipeline stage's first rank builds the real model chunk the way Megatron-LM's `get_model` does:
+`parallel_state.initialize_model_parallel` over the `fake` backend, megatron-core's `GPTModel`
+(its local layer spec: no Transformer Engine on CPU) with that stage's layers, wrapped in
+`Float16Module` (`--bf16` makes every parameter bf16) and in `DistributedDataParallel` with the
+distributed optimizer and fp32 gradient reduction (what `--bf16` without `--grad-reduce-in-bf16`
+sets). Its gradient buffer (every parameter laid out, 64-aligned, padded to lcm(dp, 128)) must be
+what `meshsim step --megatron-args` reduce-scatters over dp_cp for that rank, in fp32 bytes, and
+gathers in bf16. With --grad-reduce-in-bf16 the buffer's gradients are bf16, and so are meshsim's.
+
+Only `torch.cuda.current_device` is patched (to "cpu"): the buffers are allocated there; nothing
+runs on them.
+"""
+import logging
+import os
+import random
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch 2.13 (the project's .venv) is the oracle")
+pytest.importorskip("megatron.core", reason="megatron-core (the project's .venv) is the oracle")
+
+import torch.distributed as dist  # noqa: E402
+from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
+
+import meshsim  # noqa: E402
+
+warnings.simplefilter("ignore")
+logging.disable(logging.CRITICAL)
+
+RNG = random.Random(int(os.environ.get("MESHSIM_TORCH_SEED", "58")))
+COUNT = max(8, int(os.environ.get("MESHSIM_TORCH_EXAMPLES", "200")) // 12)
+
+
+def jobs():
+    out = []
+    while len(out) < COUNT:
+        j = {"tp": RNG.choice([1, 2]), "pp": RNG.choice([1, 2]), "dp": RNG.choice([2, 4]),
+             "layers": RNG.choice([2, 4]), "hidden": RNG.choice([128, 256]), "heads": RNG.choice([4, 8]),
+             "ffn": RNG.choice([384, 512]), "vocab": RNG.choice([1000, 2048]), "bf16_reduce": RNG.random() < 0.25}
+        j["groups"] = RNG.choice([j["heads"], j["heads"] // 2])
+        out.append(j)
+    return out
+
+
+def args(j):
+    text = (f"--tensor-model-parallel-size {j['tp']} --pipeline-model-parallel-size {j['pp']} --micro-batch-size 1 "
+            f"--global-batch-size {j['dp'] * j['pp']} --seq-length 256 --bf16 --use-distributed-optimizer "
+            f"--num-layers {j['layers']} --hidden-size {j['hidden']} --ffn-hidden-size {j['ffn']} "
+            f"--num-attention-heads {j['heads']} --group-query-attention --num-query-groups {j['groups']} --swiglu "
+            f"--vocab-size {j['vocab']} --untie-embeddings-and-output-weights")
+    if j["tp"] > 1:
+        text += " --sequence-parallel"
+    if j["bf16_reduce"]:
+        text += " --grad-reduce-in-bf16"
+    return text
+
+
+def megatron_buffer(j, rank, monkeypatch):
+    """(elements, gradient dtype) of megatron-core's DDP buffer on `rank`."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.module import Float16Module
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    world = j["tp"] * j["pp"] * j["dp"]
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    try:
+        ps.initialize_model_parallel(tensor_model_parallel_size=j["tp"], pipeline_model_parallel_size=j["pp"],
+                                     create_gloo_process_groups=False)
+        cfg = TransformerConfig(num_layers=j["layers"], hidden_size=j["hidden"], ffn_hidden_size=j["ffn"],
+                                num_attention_heads=j["heads"], num_query_groups=j["groups"],
+                                tensor_model_parallel_size=j["tp"], pipeline_model_parallel_size=j["pp"],
+                                bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, gated_linear_unit=True, add_bias_linear=False,
+                                normalization="RMSNorm", use_cpu_initialization=True)
+        # Megatron-LM pads the vocabulary to a multiple of 128 x tp before building the model
+        # (training/tokenizer: _vocab_size_with_padding, make_vocab_size_divisible_by 128).
+        step = 128 * j["tp"]
+        vocab = (j["vocab"] + step - 1) // step * step
+        model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+                         vocab_size=vocab, max_sequence_length=256, share_embeddings_and_output_weights=False,
+                         position_embedding_type="rope", pre_process=ps.is_pipeline_first_stage(),
+                         post_process=ps.is_pipeline_last_stage())
+        ddp_config = DistributedDataParallelConfig(use_distributed_optimizer=True,
+                                                   grad_reduce_in_fp32=not j["bf16_reduce"])
+        ddp = DistributedDataParallel(cfg, ddp_config, Float16Module(cfg, model))
+        assert len(ddp.buffers) == 1 and not ddp.expert_parallel_buffers
+        b = ddp.buffers[0]
+        assert b.param_dtype == torch.bfloat16
+        return b.numel, b.grad_dtype
+    finally:
+        ps.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("j", jobs(), ids=lambda j: ",".join(f"{k}={v}" for k, v in j.items()))
+def test_each_stages_buffer_is_megatron_cores(j, monkeypatch):
+    world = j["tp"] * j["pp"] * j["dp"]
+    for stage in range(j["pp"]):
+        rank = stage * j["tp"] * j["dp"]  # the stage's first rank (Megatron's order tp-cp-ep-dp-pp)
+        numel, grad_dtype = megatron_buffer(j, rank, monkeypatch)
+        mine = meshsim.step(megatron_args=args(j), world_size=world, rank=rank)
+        width = 2 if j["bf16_reduce"] else 4
+        assert grad_dtype == (torch.bfloat16 if j["bf16_reduce"] else torch.float32)
+        assert mine["by_dim"]["dp_cp"]["reduce_scatter"] == {"calls": 1, "bytes": numel * width}, (stage, numel)
+        assert mine["by_dim"]["dp_cp"]["all_gather"] == {"calls": 1, "bytes": numel * 2}, (stage, numel)
