@@ -30,10 +30,10 @@ RNG = random.Random(int(os.environ.get("MESHSIM_TORCH_SEED", "13")))
 WORLD = 4
 
 
-def run_job(skip=None):
+def run_job(skip=None, plant="--skip"):
     d = tempfile.mkdtemp(prefix="meshsim-fr-real-")
     env = dict(os.environ, TORCH_FR_BUFFER_SIZE="2000")
-    extra = ["--skip", str(skip)] if skip is not None else []
+    extra = [plant, str(skip)] if skip is not None else []
     procs = [subprocess.Popen([sys.executable, JOB, d, str(WORLD), str(r), *extra], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
     for r, p in enumerate(procs):
@@ -45,7 +45,8 @@ def run_job(skip=None):
             pytest.fail(f"rank {r} of the Gloo job did not finish in 90 s")
         assert p.returncode == 0, err[-2000:]
     os.remove(os.path.join(d, "store"))
-    assert sorted(os.listdir(d)) == [f"rank_{r}" for r in range(WORLD)]
+    dumped = [r for r in range(WORLD) if not (plant == "--absent" and r == skip)]
+    assert sorted(os.listdir(d)) == [f"rank_{r}" for r in dumped]
     return d
 
 
@@ -77,3 +78,29 @@ def test_a_rank_that_leaves_out_its_pairs_collectives_is_named():
     pair = f"{min(skip, peer)}-{max(skip, peer)}"
     assert ([skip], pair) in never, r["problems"]
     assert ([peer], "0-3") in never, r["problems"]
+
+
+def test_a_dtype_mismatch_between_a_pair_is_named():
+    rank = RNG.randrange(WORLD)
+    d = run_job(rank, "--dtype")
+    r = meshsim.trace_check(d)
+    assert not r["ok"]
+    pair = f"{min(rank, rank ^ 1)}-{max(rank, rank ^ 1)}"
+    # The pair's last all_reduce: four doubles on one side, eight floats on the other (Gloo moved
+    # the same 32 bytes and both completed). Two ranks have no majority: both are named.
+    assert [(p["kind"], p["group_ranks"]) for p in r["problems"]] == [("dtype", pair)], r["problems"]
+    assert "Double" in r["problems"][0]["message"] and "Float" in r["problems"][0]["message"]
+    assert sorted(c["rank"] for c in r["culprits"]) == sorted([rank, rank ^ 1]), r["culprits"]
+
+
+def test_a_rank_that_never_starts_is_named_by_its_missing_dump():
+    rank = RNG.randrange(WORLD)
+    d = run_job(rank, "--absent")
+    r = meshsim.trace_check(d)
+    assert not r["ok"]
+    # First the rank without a dump; then its pair's peer, which timed out waiting on it in their
+    # pair's first all_reduce and so never issued the world's. Gloo retires a timed-out record as
+    # done, so no wait leads to a culprit (docs/traces.md, "Dumps PyTorch wrote").
+    assert r["problems"][0]["kind"] == "missing-dump" and r["problems"][0]["ranks"] == [rank], r["problems"]
+    never = [(p["ranks"], p["group_ranks"]) for p in r["problems"] if p["kind"] == "never-issued"]
+    assert never == [([rank ^ 1], f"0-{WORLD - 1}")], r["problems"]
