@@ -141,6 +141,11 @@ TEST(JobFile, LayersPerStageSetTheStagesAsTorchtitanDoes) {
   EXPECT_EQ(r.report.layout.stages, 4);
   expect_refused("lps3.toml", "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
                               "pipeline_parallel_layers_per_stage = 3\n", "not a multiple of pp 2");
+  expect_refused("lpsbig.toml", "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
+                                "pipeline_parallel_layers_per_stage = 9223372036854775807\n", "not a multiple of pp 2");
+  expect_refused("lessbig.toml", "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
+                                 "pipeline_parallel_first_stage_less_layers = 9223372036854775807\n",
+                 "is more than the model's 6 layers");
   expect_refused("lps1.toml", "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
                               "pipeline_parallel_layers_per_stage = 1\n", "needs exactly 1 stage per rank");
 }

@@ -13,7 +13,7 @@ namespace meshsim::step {
 
 namespace {
 
-constexpr std::size_t kMaxJobFileBytes = std::size_t{16} << 20;  // a 405B model's saved config is ~0.5 MiB
+constexpr std::size_t kMaxJobFileBytes = std::size_t{4} << 20;  // a 405B model's saved config is ~0.6 MiB
 constexpr int kMaxJobNesting = 64;
 
 // The keys of the tables meshsim reads, as torchtitan declares them: the TOML era's JobConfig

@@ -151,14 +151,21 @@ void from_job_file(const JobFile& f, const preset::Torchtitan& t, StepSpec& s, J
   }
   fill_str(s.reshard_after_forward, "--reshard-after-forward", f.reshard_after_forward);
   fill_str(s.activation_checkpoint, "--activation-checkpoint", f.activation_checkpoint);
+  const int64_t layers = model_of(s.model).layers;
+  for (const auto* v : {&f.first_stage_less_layers, &f.last_stage_less_layers}) {
+    if (*v && (*v)->value > layers) {
+      throw InvalidArgument("--job " + quote_input(f.path) + ": " + (*v)->key + " = " + std::to_string((*v)->value) +
+                            " is more than the model's " + std::to_string(layers) + " layers");
+    }
+  }
   if (f.first_stage_less_layers) job.first_stage_less_layers = f.first_stage_less_layers->value;
   if (f.last_stage_less_layers) job.last_stage_less_layers = f.last_stage_less_layers->value;
   if (f.layers_per_stage && t.pp > 1 && !f.schedule_csv) {
     // torchtitan's pipeline_parallel.py: ceil((layers + first less + last less) / layers per
     // stage) stages, a multiple of pp; one per rank for a single-stage schedule, else two or more.
-    const int64_t layers = model_of(s.model).layers, lps = f.layers_per_stage->value;
-    const int64_t effective = layers + job.first_stage_less_layers + job.last_stage_less_layers;
-    const int64_t stages = (effective + lps - 1) / lps;
+    const int64_t lps = f.layers_per_stage->value;
+    const int64_t effective = layers + job.first_stage_less_layers + job.last_stage_less_layers;  // each <= layers
+    const int64_t stages = effective / lps + (effective % lps != 0 ? 1 : 0);
     const std::string why = f.layers_per_stage->key + " = " + std::to_string(lps) + " makes " + std::to_string(stages) +
                             " stages of " + std::to_string(layers) + " layers";
     if (stages % t.pp != 0) {

@@ -50,7 +50,7 @@ struct JobFile {
   std::optional<Keyed<int64_t>> loss_chunks;        // loss.num_chunks (ChunkedLossWrapper)
 };
 
-// read_job_file reads `path` (at most 16 MiB; .json is torchtitan's saved config, anything else
+// read_job_file reads `path` (at most 4 MiB; .json is torchtitan's saved config, anything else
 // TOML): unknown tables and keys of the tables meshsim reads are named (with the nearest known
 // key), as are values of the wrong type, settings meshsim does not model (mixed precision other
 // than bf16 params with fp32 reduction, `selective_ac_option` other than "op", torchtitan's
