@@ -285,6 +285,9 @@ const std::vector<std::string>& titan_tables() {
                                           "validation", "debug"};
   return t;
 }
+
+}  // namespace
+
 const std::vector<std::string>& titan_parallelism_keys() {
   static const std::vector<std::string> k{
       "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
@@ -298,8 +301,6 @@ const std::vector<std::string>& titan_parallelism_keys() {
       "expert_parallel_comm_backend"};
   return k;
 }
-
-}  // namespace
 
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& known) {
   std::string best;

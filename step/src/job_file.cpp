@@ -39,19 +39,6 @@ const std::vector<std::string>& ac_keys() {
                                           "debug"};
   return k;
 }
-const std::vector<std::string>& parallelism_keys() {
-  static const std::vector<std::string> k{
-      "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
-      "enable_fsdp_symm_mem", "tensor_parallel_degree", "enable_sequence_parallel", "disable_loss_parallel",
-      "enable_async_tensor_parallel", "spmd_backend", "pipeline_parallel_degree", "module_fqns_per_model_part",
-      "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
-      "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
-      "pipeline_parallel_microbatch_size", "num_pp_microbatches", "pipeline_parallel_expert_parallel_overlap",
-      "context_parallel_degree", "context_parallel_load_balancer", "context_parallel_rotate_method",
-      "context_parallel_ptrr_mask_key", "expert_parallel_degree", "expert_tensor_parallel_degree",
-      "expert_parallel_comm_backend"};
-  return k;
-}
 
 std::string lower_case(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -193,7 +180,7 @@ JobFile read_job_file(const std::string& path) {
   const Section par(where, "parallelism", json ? object("parallelism") : parallelism_t ? &*parallelism_t : nullptr);
   const Section ac(where, "activation_checkpoint", json ? object("activation_checkpoint") : ac_t ? &*ac_t : nullptr);
   training.check_keys(training_keys());
-  par.check_keys(parallelism_keys());
+  par.check_keys(preset::titan_parallelism_keys());
   if (json) {
     read_degrees_json(par, f.degrees);
   } else {

@@ -92,6 +92,9 @@ struct TomlTable {
 // to name, not refused.
 std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& what,
                                          const std::string& where, bool keep_others = false);
+// titan_parallelism_keys: the keys of torchtitan's [parallelism] (the TOML era's and since),
+// which the job file readers accept.
+const std::vector<std::string>& titan_parallelism_keys();
 // did_you_mean is " (did you mean 'K'?)" for the known name K nearest `name`, when it is near
 // (at most a third of its letters differ), else "".
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& known);
