@@ -170,12 +170,20 @@ TEST(StepBytes, DebugModelMatchesClosedForms) {
   // The sum over ranks of what FSDP gathers is the model, sharded over tp (tp ranks hold halves).
   EXPECT_EQ((embed + layers * block + output) * tp - (2 * layers * dim + dim) * (tp - 1),
             parameter_count(job.model));
-  // The token count over the batch mesh, the grad norm over fsdp and tp, the finite check and
-  // three metrics over the loss mesh.
+  // Sequence parallel: each norm's gradient (a replicated weight, partial over tp) all-reduced
+  // over tp in bf16 before its unit's reduce-scatter: two a block, the final norm.
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllReduce, Phase::kBwd).calls, 2 * layers + 1);
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllReduce, Phase::kBwd).bytes, (2 * layers + 1) * dim * 2);
+  // The token count over the batch mesh; the grad norm: one fp32 norm per parameter tensor
+  // (the embeddings, 7 a block with llama3's fused wqkv, the norm, the lm_head) over fsdp, then
+  // tp; three metrics over the loss mesh, and no finite check over it (torchtitan 0.3.0 checks
+  // on the rank).
   EXPECT_EQ(count(prog, Dim::kBatch, Op::kAllReduce, Phase::kTokens).calls, 1);
   EXPECT_EQ(count(prog, Dim::kFsdp, Op::kAllReduce, Phase::kOptimizer).calls, 1);
+  EXPECT_EQ(count(prog, Dim::kFsdp, Op::kAllReduce, Phase::kOptimizer).bytes, (1 + 7 * layers + 2) * 4);
   EXPECT_EQ(count(prog, Dim::kTp, Op::kAllReduce, Phase::kOptimizer).calls, 1);
-  EXPECT_EQ(count(prog, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 1);
+  EXPECT_EQ(count(prog, Dim::kTp, Op::kAllReduce, Phase::kOptimizer).bytes, (1 + 7 * layers + 2) * 4);
+  EXPECT_EQ(count(prog, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 0);
   EXPECT_EQ(count(prog, Dim::kLoss, Op::kAllReduce, Phase::kMetrics).calls, 3);
   // torchtitan's default selective activation checkpointing runs each block's forward again in
   // backward, saving reduce-scatters' outputs but not all-gathers': the attention's and the
@@ -258,11 +266,69 @@ TEST(StepBytes, PipelineStagesGatherOnceAndSendEachMicrobatch) {
   EXPECT_EQ(sends.bytes, 4 * (2 * 256 * 256 * 2 / 2));
   EXPECT_EQ(count(last, Dim::kPp, Op::kRecv, Phase::kFwd).calls, 4);
   EXPECT_EQ(count(last, Dim::kPp, Op::kSend, Phase::kBwd).calls, 4);
-  // Only the last stage runs the loss's reductions and the finite check over the loss mesh.
+  // Only the last stage runs the loss's reductions.
   EXPECT_EQ(count(first, Dim::kTp, Op::kAllReduce, Phase::kFwd).calls, 0);
   EXPECT_EQ(count(last, Dim::kTp, Op::kAllReduce, Phase::kFwd).calls, 3 * 4);
-  EXPECT_EQ(count(first, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 0);
-  EXPECT_EQ(count(last, Dim::kLoss, Op::kAllReduce, Phase::kOptimizer).calls, 1);
+}
+
+// torchtitan's ChunkedLossWrapper (loss.num_chunks): loss parallel's three reductions per chunk
+// (the same bytes in all), the lm_head's gradients reduce-scattered at the last chunk (in
+// forward), its unit resharded and so gathered again in backward, where the norm's reduce alone.
+TEST(StepBytes, ChunkedLossReducesTheLmHeadInForward) {
+  Job job = small_job({1, 1, 2, 1, 2});
+  job.activation_checkpoint = "none";
+  const auto whole = program(job, layout(job), 0);
+  job.loss_chunks = 8;
+  const auto chunked = program(job, layout(job), 0);
+  const int64_t dim = 256, vocab = 2048, tp = 2, tokens = 2 * 256;
+  EXPECT_EQ(count(whole, Dim::kTp, Op::kAllReduce, Phase::kFwd).calls, 3);
+  EXPECT_EQ(count(chunked, Dim::kTp, Op::kAllReduce, Phase::kFwd).calls, 3 * 8);
+  EXPECT_EQ(count(chunked, Dim::kTp, Op::kAllReduce, Phase::kFwd).bytes, 3 * tokens * 4);
+  const Count lm_head = count(chunked, Dim::kFsdp, Op::kReduceScatter, Phase::kFwd);
+  EXPECT_EQ(lm_head.calls, 1);
+  EXPECT_EQ(lm_head.bytes, 4 * vocab * dim / tp);
+  // Every gradient reduced once all the same; the output unit gathered once more.
+  EXPECT_EQ(lm_head.bytes + count(chunked, Dim::kFsdp, Op::kReduceScatter, Phase::kBwd).bytes,
+            count(whole, Dim::kFsdp, Op::kReduceScatter, Phase::kBwd).bytes);
+  EXPECT_EQ(count(chunked, Dim::kFsdp, Op::kAllGather, Phase::kBwd).bytes -
+                count(whole, Dim::kFsdp, Op::kAllGather, Phase::kBwd).bytes,
+            2 * (dim + vocab * dim / tp));
+  // The lm_head's reduction follows the last chunk's reductions, before any backward event.
+  std::size_t rs = 0, last_loss = 0, first_bwd = whole.size();
+  for (std::size_t k = 0; k < chunked.size(); ++k) {
+    const Event& e = chunked[k];
+    if (e.op == Op::kReduceScatter && e.dim == Dim::kFsdp && e.phase == Phase::kFwd) rs = k;
+    if (e.op == Op::kAllReduce && e.dim == Dim::kTp && e.phase == Phase::kFwd) last_loss = k;
+    if (e.phase == Phase::kBwd && first_bwd == whole.size()) first_bwd = k;
+  }
+  EXPECT_GT(rs, last_loss);
+  EXPECT_LT(rs, first_bwd);
+  // A sequence the chunks do not divide is refused, as torchtitan's wrapper does.
+  job.loss_chunks = 3;
+  EXPECT_THROW(program(job, layout(job), 0), InvalidArgument);
+}
+
+// FSDP's implicit backward prefetch: at a unit's pre-backward the next unit (in backward order)
+// is gathered, so a block's all-gather comes before the reduce-scatter of the block after it.
+TEST(StepBytes, BackwardPrefetchGathersTheNextUnitFirst) {
+  Job job = small_job({1, 1, 2, 1, 1});
+  job.activation_checkpoint = "none";
+  const auto prog = program(job, layout(job), 0);
+  std::vector<std::pair<Op, int32_t>> bwd;
+  for (const Event& e : prog) {
+    if (e.phase == Phase::kBwd && e.dim == Dim::kFsdp) bwd.emplace_back(e.op, e.layer);
+  }
+  // output unit (kept unsharded) reduces after block 5 is gathered; then gather 4, reduce 5, ...
+  ASSERT_EQ(bwd.size(), 2u * 6 + 1 + 2);
+  EXPECT_EQ(bwd[0], std::make_pair(Op::kAllGather, int32_t{5}));
+  EXPECT_EQ(bwd[1], std::make_pair(Op::kReduceScatter, int32_t{-1}));
+  for (int32_t l = 5; l >= 1; --l) {
+    EXPECT_EQ(bwd[2 + 2 * (5 - l)], std::make_pair(Op::kAllGather, l - 1));
+    EXPECT_EQ(bwd[3 + 2 * (5 - l)], std::make_pair(Op::kReduceScatter, l));
+  }
+  EXPECT_EQ(bwd[12], std::make_pair(Op::kAllGather, int32_t{-1}));  // the embeddings
+  EXPECT_EQ(bwd[13], std::make_pair(Op::kReduceScatter, int32_t{0}));
+  EXPECT_EQ(bwd[14], std::make_pair(Op::kReduceScatter, int32_t{-1}));
 }
 
 // ZBVZeroBubble places stages in a "v": rank 0 holds the first and the last stage, so rank 0

@@ -162,6 +162,7 @@ int run_job(const Options& o, std::ostream& out) {
   spec.seq_len = o.seq_len;
   spec.local_batch_size = o.local_batch_size;
   spec.microbatches = o.microbatches;
+  spec.loss_chunks = o.loss_chunks;
   spec.schedule = o.schedule;
   spec.stages = o.stages;
   spec.send_semantics = o.send_semantics;
@@ -312,7 +313,7 @@ int run(const Options& o, std::ostream& out) {
            {o.local_batch_size.has_value(), "--local-batch-size"}, {o.gpus_per_host.has_value(), "--gpus-per-host"},
            {!o.faults.empty() && lower_case(o.schedule) != "megatroninterleaved", "--fault"}, {!o.trace.empty(), "--trace"}, {!o.ranks.empty(), "--ranks"},
            {!o.chakra.empty(), "--chakra"},
-           {o.world_size.has_value(), "--world-size"}}) {
+           {o.world_size.has_value(), "--world-size"}, {o.loss_chunks.has_value(), "--loss-chunks"}}) {
     if (set) throw InvalidArgument(std::string(flag) + " needs --preset or --job (a training job's step)");
   }
   if (!o.microbatches) throw InvalidArgument("--microbatches is required with --schedule alone");

@@ -44,6 +44,7 @@ step::StepSpec plan_spec(const std::string& against) {
     else if (flag == "--seq-len") spec.seq_len = integer(flag, value);
     else if (flag == "--local-batch-size") spec.local_batch_size = integer(flag, value);
     else if (flag == "--microbatches") spec.microbatches = integer(flag, value);
+    else if (flag == "--loss-chunks") spec.loss_chunks = integer(flag, value);
     else if (flag == "--schedule") spec.schedule = value;
     else if (flag == "--stages") spec.stages = integer(flag, value);
     else if (flag == "--world-size") spec.world_size = integer(flag, value);
@@ -53,7 +54,7 @@ step::StepSpec plan_spec(const std::string& against) {
     else {
       throw InvalidArgument("--against: " + quote_input(flag) +
                             " is not one of the flags that define a step (--preset, --job, --megatron-args, --model, --seq-len, --local-batch-size, "
-                            "--microbatches, --schedule, --stages, --world-size, --reshard-after-forward, "
+                            "--microbatches, --loss-chunks, --schedule, --stages, --world-size, --reshard-after-forward, "
                             "--activation-checkpoint, --no-metrics)");
     }
   }

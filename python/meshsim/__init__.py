@@ -379,7 +379,7 @@ def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threade
 def step(preset=None, model=None, *, seq_len=None, local_batch_size=None, microbatches=None, schedule=None,
          stages=None, send_semantics="rendezvous", gpus_per_host=None, rank=0, ranks=None, faults=(),
          reshard_after_forward=None, log_metrics=True, world_size=None, trace=False,
-         activation_checkpoint=None, lowering="runtime", job=None, megatron_args=None):
+         activation_checkpoint=None, lowering="runtime", job=None, megatron_args=None, loss_chunks=None):
     """`meshsim step --preset ... --format json` in this process: every rank's program of one
     torchtitan or Megatron-core training step, checked (every group's members agree; the step
     progresses under rendezvous or eager sends) and counted per dim and per link. `preset` is
@@ -389,7 +389,8 @@ def step(preset=None, model=None, *, seq_len=None, local_batch_size=None, microb
     "GPipe", "1F1B" (default), "Interleaved1F1B" or a CSV path; `job` a torchtitan job file (a .toml, or
     the .json torchtitan 0.3.0 saves) read whole, instead of `preset` (the other arguments override
     it; the report's "notes" say which); `megatron_args` Megatron-LM's own flags as one string (or
-    "@FILE"; with `world_size`); `local_batch_size` is sequences per rank and microbatch; `ranks` "all", a "0,3,8-15" string
+    "@FILE"; with `world_size`); `loss_chunks` torchtitan's loss.num_chunks (ChunkedLossWrapper; default 1);
+    `local_batch_size` is sequences per rank and microbatch; `ranks` "all", a "0,3,8-15" string
     or a list of ranks (simulated exactly); `lowering` "runtime" (what PyTorch's multi-stage runtime
     runs, with UNSHARD/RESHARD/REDUCE_GRAD) or "add_send_recv"; `faults` like ["skip@5", "wrong-peer@3"]. Returns the
     report as a dict ("ok", "diagnosis", "world_size", "rank", "by_dim", "by_link", ...; with
@@ -410,7 +411,8 @@ def step(preset=None, model=None, *, seq_len=None, local_batch_size=None, microb
                          _bool(log_metrics, "log_metrics"), opt(world_size, "world_size"), _bool(trace, "trace"),
                          _str(activation_checkpoint, "activation_checkpoint") if activation_checkpoint is not None else "",
                          _str(lowering, "lowering"), _path(job, "job") if job is not None else "",
-                         _str(megatron_args, "megatron_args") if megatron_args is not None else "")
+                         _str(megatron_args, "megatron_args") if megatron_args is not None else "",
+                         opt(loss_chunks, "loss_chunks"))
 
 
 def trace_check(dir, *, prefix=None):

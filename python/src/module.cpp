@@ -785,8 +785,9 @@ PYBIND11_MODULE(_meshsim, m) {
                    int64_t rank, const std::string& ranks, std::vector<std::string> faults,
                    const std::string& reshard_after_forward, bool log_metrics, std::optional<int64_t> world_size, bool trace,
                    const std::string& activation_checkpoint, const std::string& lowering, const std::string& job,
-                   const std::string& megatron_args) {
+                   const std::string& megatron_args, std::optional<int64_t> loss_chunks) {
     meshsim::step::StepSpec spec;
+    spec.loss_chunks = loss_chunks;
     spec.preset = preset;
     spec.job = job;
     spec.megatron_args = megatron_args;

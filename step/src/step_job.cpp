@@ -183,12 +183,7 @@ void from_job_file(const JobFile& f, const preset::Torchtitan& t, StepSpec& s, J
     }
     fill_int(s.stages, "--stages", stages, f.layers_per_stage->key);
   }
-  if (f.loss_chunks && f.loss_chunks->value > 1) {
-    run.loss_chunks = f.loss_chunks->value;
-    run.notes.push_back(f.loss_chunks->key + " = " + std::to_string(f.loss_chunks->value) + of +
-                        ": meshsim models the loss unchunked (loss parallel's 3 tp all_reduces per microbatch; "
-                        "torchtitan's ChunkedLossWrapper issues the lm_head's per chunk): docs/step.md");
-  }
+  if (f.loss_chunks) fill_int(s.loss_chunks, "--loss-chunks", f.loss_chunks->value, f.loss_chunks->key);
 }
 
 // from_megatron_args turns Megatron-LM's flags into the spec's preset and values (a flag given
@@ -395,6 +390,12 @@ StepRun run_step(const StepSpec& given) {
     job.activation_checkpoint = spec.activation_checkpoint;
   }
   job.log_metrics = spec.log_metrics;
+  if (spec.loss_chunks) {
+    if (megatron) throw InvalidArgument("--loss-chunks is torchtitan's loss.num_chunks: Megatron's loss is not chunked");
+    if (*spec.loss_chunks < 1) throw InvalidArgument("--loss-chunks " + std::to_string(*spec.loss_chunks) + " is not >= 1");
+    job.loss_chunks = *spec.loss_chunks;
+    run.loss_chunks = job.loss_chunks;
+  }
   const std::string name = lower_case(spec.schedule.empty() ? "1F1B" : spec.schedule);
   if (megatron) {
     // 1F1B, or Megatron's interleaved schedule when --stages puts more than one stage on a rank.

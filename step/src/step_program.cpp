@@ -302,6 +302,16 @@ class Builder {
     reshard_output_ = policy == "always";
     const std::string ac = lower_case(job.activation_checkpoint);
     ac_ = ac == "none" ? Ac::kNone : ac == "full" ? Ac::kFull : Ac::kSelective;
+    lm_head_ = padded(m.vocab / t, m.dim, f);
+    norm_ = padded(m.dim, 1, f);
+    chunks_ = megatron_ ? 1 : job.loss_chunks;
+    if (chunks_ < 1 || (job.seq_len / p.cp) % chunks_ != 0) {
+      throw InvalidArgument("loss chunks (" + std::to_string(chunks_) + ") must divide a rank's sequence (" +
+                            std::to_string(job.seq_len / p.cp) + " tokens)  [torchtitan's ChunkedLossWrapper]");
+    }
+    // A stage's parameters reduce their gradients in bf16 (the parameters' dtype) when each
+    // backward reduces, in fp32 (FSDP's reduce dtype) when microbatches accumulated first.
+    accumulated_ = p.pp > 1 && job.microbatches > 1;
   }
 
   std::vector<Event> build(int64_t pp_rank) {
@@ -323,14 +333,14 @@ class Builder {
     mb_base_ = 0;
     stage_ = -1;
     microbatch_ = -1;
-    // The optimizer: clip_grad_norm_'s full_tensor over the sharded dims, then over pp; the
-    // finite-loss check over the loss mesh on the last stage, then over pp.
-    emit_if(Op::kAllReduce, Dim::kFsdp, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
-    emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
+    // The optimizer: clip_grad_norm_ (torch.nn.utils.get_total_norm) stacks one norm per
+    // parameter tensor, partial over the sharded dims: that vector all-reduced over fsdp, then
+    // over tp (DTensor's redistribute, one dim at a time); the total then over pp. torchtitan
+    // 0.3.0 checks the loss for finiteness on the rank, after the metrics' reductions.
+    const int64_t norms = p.ep > 1 ? 4 : mul(param_tensors(pp_rank), 4, "the gradient norms' bytes");
+    emit_if(Op::kAllReduce, Dim::kFsdp, DType::kF32, norms, Phase::kOptimizer, "grad_norm");
+    emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, norms, Phase::kOptimizer, "grad_norm");
     emit_if(Op::kAllReduce, Dim::kPp, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
-    const bool has_last = holds_stage(pp_rank, layout_.stages - 1);
-    if (p.pp == 1 || has_last) emit_if(Op::kAllReduce, Dim::kLoss, DType::kI32, 4, Phase::kOptimizer, "loss_finite");
-    emit_if(Op::kAllReduce, Dim::kPp, DType::kI32, 4, Phase::kOptimizer, "loss_finite");
     if (job_.log_metrics) {
       emit_if(Op::kAllReduce, Dim::kLoss, DType::kF32, 4, Phase::kMetrics, "loss_sum");
       emit_if(Op::kAllReduce, Dim::kLoss, DType::kF32, 4, Phase::kMetrics, "loss_max");
@@ -379,6 +389,25 @@ class Builder {
     return false;
   }
 
+  // param_tensors: the parameter tensors of the stages `pp_rank` holds (torchtitan's modules:
+  // llama3's fused wqkv and wo, MLA's wq or wq_a/q_norm/wq_b, wkv_a, kv_norm, wkv_b, wo; two
+  // norms a block; w1/w2/w3, or the MoE's grouped experts, router gate and shared experts).
+  int64_t param_tensors(int64_t pp_rank) const {
+    const Model& m = job_.model;
+    int64_t n = 0;
+    for (int64_t st = 0; st < layout_.stages; ++st) {
+      if (!holds_stage(pp_rank, st)) continue;
+      if (st == 0) n += 1;
+      if (st == layout_.stages - 1) n += m.weight_tying ? 1 : 2;
+      for (int64_t l = 0; l < layout_.layer_count[st]; ++l) {
+        const int64_t layer = layout_.first_layer[st] + l;
+        n += 2 + (mla(m) ? (m.q_lora_rank == 0 ? 1 : 3) + 4 : 2);
+        n += moe_layer(m, layer) ? 4 + (m.shared_experts > 0 ? 3 : 0) : 3;
+      }
+    }
+    return n;
+  }
+
   // units: the stage's FSDP units in forward order: the embeddings (tied to the output when the
   // model ties them) on the first stage, a unit per block, the final norm with the lm_head on
   // the last stage.
@@ -407,16 +436,32 @@ class Builder {
               u.layer);
     }
   }
+  // reduce: FSDP's post-backward reduction of a unit: under sequence parallel the norms'
+  // gradients (replicated weights, partial gradients) all-reduced over tp first, one each
+  // (_fsdp_param_group.py post_backward: unsharded_grad_data), then the reduce-scatter.
+  // With the loss chunked, the output unit's lm_head reduced at the last chunk: its norm here.
   void reduce(const Unit& u) {
-    emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kF32, mul(u.elements, 4, "a reduce-scatter's bytes"), Phase::kBwd,
-            "grads", u.layer);
+    reduce(u, chunks_ > 1 && std::strcmp(u.what, "output") == 0 ? norm_ : u.elements, Phase::kBwd, "grads");
+  }
+  void reduce(const Unit& u, int64_t elements, Phase ph, const char* what) {
+    const bool block = u.layer >= 0, output = std::strcmp(u.what, "output") == 0;
+    const int64_t norms = block ? 2 : (output && std::strcmp(what, "lm_head_grads") != 0) ||
+                                               std::strcmp(u.what, "tied_embeddings") == 0
+                                           ? 1
+                                           : 0;
+    for (int64_t k = 0; k < norms; ++k) {
+      emit_if(Op::kAllReduce, Dim::kTp, accumulated_ ? DType::kF32 : DType::kBF16,
+              mul(job_.model.dim, accumulated_ ? 4 : 2, "a norm's gradient"), ph, "norm_grads", u.layer);
+    }
+    emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kF32, mul(elements, 4, "a reduce-scatter's bytes"), ph, what,
+            u.layer);
     if (u.sparse_elements) {
       emit_if(Op::kReduceScatter, Dim::kEfsdp, DType::kF32, mul(u.sparse_elements, 4, "a reduce-scatter's bytes"),
               Phase::kBwd, "expert_grads", u.layer);
     }
     // HSDP: the shard's gradient all-reduced over the replicas.
-    emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, mul(u.elements / z_.fsdp, 4, "an all-reduce's bytes"),
-            Phase::kBwd, "grads", u.layer);
+    emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, mul(elements / z_.fsdp, 4, "an all-reduce's bytes"), ph,
+            what, u.layer);
     if (u.sparse_elements) {
       emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, mul(u.sparse_elements / z_.efsdp, 4, "an all-reduce's bytes"),
               Phase::kBwd, "expert_grads", u.layer);
@@ -503,7 +548,7 @@ class Builder {
     const Phase ph = Phase::kFwd;
     const int64_t h = z_.hidden_bytes;
     for (const Unit& u : units(stage)) {
-      if (gather_params) gather(u, ph);
+      if (gather_params || (chunks_ > 1 && is_output(u))) gather(u, ph);
       if (u.layer >= 0) {
         block_forward(u.layer, ph);
       } else if (std::strcmp(u.what, "output") != 0) {
@@ -514,12 +559,21 @@ class Builder {
     if (stage == layout_.stages - 1) {
       // The final norm's sequence shard gathered for the lm_head, then loss parallel's
       // reductions over the vocabulary shards (max, sum of exponentials, the target's logit).
+      // Chunked (ChunkedLossWrapper): the reductions per chunk of the sequence, each chunk's
+      // backward inside the loss; the lm_head's gradients reduced at the last chunk (its
+      // parameters alone: the norm's come in backward) and its unit resharded.
       emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "lm_head");
-      for (const char* w : {"loss_max", "loss_sumexp", "loss_target"}) {
-        emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, z_.logits_bytes, ph, w);
+      for (int64_t c = 0; c < chunks_; ++c) {
+        for (const char* w : {"loss_max", "loss_sumexp", "loss_target"}) {
+          emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, z_.logits_bytes / chunks_, ph, w);
+        }
+      }
+      if (chunks_ > 1 && !job_.model.weight_tying) {
+        reduce(Unit{"output", -1, output_}, lm_head_, ph, "lm_head_grads");
       }
     }
   }
+  static bool is_output(const Unit& u) { return std::strcmp(u.what, "output") == 0; }
 
   // backward: one microbatch back through `stage` (its units in reverse), gathering again the
   // units resharded after forward, reducing the gradients on the stage's last backward;
@@ -530,11 +584,21 @@ class Builder {
     if (megatron_) return megatron_backward(stage);
     const Phase ph = Phase::kBwd;
     const int64_t h = z_.hidden_bytes;
-    if (stage == layout_.stages - 1 && input_grads) emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "lm_head");
     auto us = units(stage);
     std::reverse(us.begin(), us.end());
-    for (const Unit& u : us) {
-      if (resharded(u) && input_grads) gather(u, ph);
+    const bool output_unit = !us.empty() && is_output(us.front());
+    if (stage == layout_.stages - 1 && input_grads && !output_unit) {
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "lm_head");
+    }
+    // A unit resharded after forward is gathered again; FSDP's implicit backward prefetch
+    // gathers the next unit (in backward order) at this unit's pre-backward, so before this
+    // unit's own collectives and reduction (_fsdp_state.py _pre_backward, _prefetch_unshard).
+    auto regather = [&](const Unit& u) { return input_grads && (resharded(u) || (chunks_ > 1 && is_output(u))); };
+    for (std::size_t i = 0; i < us.size(); ++i) {
+      const Unit& u = us[i];
+      if (i == 0 && regather(u)) gather(u, ph);
+      if (i + 1 < us.size() && regather(us[i + 1])) gather(us[i + 1], ph);
+      if (input_grads && is_output(u)) emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "lm_head");
       if (input_grads) {
         if (u.layer >= 0) {
           recompute(u.layer);
@@ -543,7 +607,7 @@ class Builder {
           emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", u.layer);
           emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", u.layer);
           emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
-        } else if (std::strcmp(u.what, "output") != 0) {
+        } else if (!is_output(u)) {
           emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "embeddings");
         }
       }
@@ -829,6 +893,8 @@ class Builder {
   bool reshard_blocks_ = true, reshard_output_ = false;
   enum class Ac { kNone, kSelective, kFull } ac_ = Ac::kSelective;
   bool recomputing_ = false;
+  bool accumulated_ = false;  // the stage's gradients accumulate over microbatches before FSDP reduces them
+  int64_t chunks_ = 1, lm_head_ = 0, norm_ = 0;
   int32_t stage_ = -1, microbatch_ = -1;
   std::vector<Event> out_;
 };

@@ -169,7 +169,8 @@ def test_the_saved_config_means_to_meshsim_what_it_means_to_torchtitan(d, tmp_pa
     # The same job as flags means the same step.
     flags = dict(preset="torchtitan:" + ",".join(f"{k}={d[k]}" for k in ("pp", "dp_shard", "dp_replicate", "tp")),
                  model="llama3-debugmodel", seq_len=d["seq"],
-                 local_batch_size=d["mbs"] if d["pp"] > 1 else d["local"], reshard_after_forward=d["reshard"])
+                 local_batch_size=d["mbs"] if d["pp"] > 1 else d["local"], reshard_after_forward=d["reshard"],
+                 loss_chunks=config.loss.num_chunks)
     if d["pp"] > 1:
         flags.update(microbatches=mine["microbatches"], schedule=d["schedule"], stages=stages)
     if mine["gradient_accumulation_steps"] == 1:

@@ -132,7 +132,13 @@ std::pair<std::string, std::string> own_rule(const Entry& e, int64_t n) {
   const bool gather = has(e.op, "all_gather") || has(e.op, "allgather");
   const bool scatter = has(e.op, "reduce_scatter");
   if (in >= 0 && out >= 0 && n > 0 && !e.input_sizes.empty() && !e.output_sizes.empty()) {
-    if (gather && in <= INT64_MAX / n && out != in * n) {
+    // Gloo records a functional all_gather_into_tensor's output as [1, input...] (PyTorch 2.13's
+    // ProcessGroupGloo on DTensor's gathers): not a size the ranks disagree on.
+    const bool gloo_slice = e.profiling_name.rfind("gloo:", 0) == 0 && e.input_sizes.size() == 1 &&
+                            e.output_sizes.size() == 1 && e.output_sizes[0].size() == e.input_sizes[0].size() + 1 &&
+                            e.output_sizes[0][0] == 1 &&
+                            std::equal(e.input_sizes[0].begin(), e.input_sizes[0].end(), e.output_sizes[0].begin() + 1);
+    if (gather && !gloo_slice && in <= INT64_MAX / n && out != in * n) {
       return {"size", "its output holds " + std::to_string(out) + " elements, not input " + std::to_string(in) + " x group size " +
                           std::to_string(n)};
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "meshsim/error.hpp"
 #include "meshsim/step_program.hpp"
@@ -71,6 +72,7 @@ struct Rec {
   std::string dtype;
   int64_t bytes = -1;
   std::string group_text;
+  bool gloo = false;  // a Gloo record
 };
 
 struct Planned {
@@ -85,7 +87,8 @@ struct Planned {
 class Same {
  public:
   bool operator()(const Rec& r, const Planned& p) {
-    if (r.op != p.op || r.dtype != p.dtype || r.bytes != p.e->bytes) return false;
+    const bool op = r.op == p.op || (r.gloo && r.op == "all_reduce" && p.op == "reduce_scatter");
+    if (!op || r.dtype != p.dtype || r.bytes != p.e->bytes) return false;
     if (r.op == "send" || r.op == "recv") return r.peer == p.peer;
     if (r.group == p.group) return true;
     if (r.group->size() != p.group->size()) return false;
@@ -113,6 +116,27 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
   const int64_t world = plan.report.world_size;
   PlanReport out;
   std::map<int64_t, std::vector<Event>> by_pp;
+  // Groups no pg_config lists (Gloo's dumps): members from the dumps whose records name them,
+  // the default group over the plan's world (as the cross-rank check infers them).
+  std::map<std::string, std::vector<int64_t>> unlisted;
+  {
+    std::map<std::string, std::set<int64_t>> named;
+    for (const Dump& d : dumps) {
+      std::set<std::string> listed;
+      for (const auto& g : d.groups) listed.insert(g.name);
+      for (const Entry& e : d.entries) {
+        if (!listed.count(e.group)) named[e.group].insert(d.rank);
+      }
+    }
+    for (auto& [name, ranks] : named) {
+      auto& v = unlisted[name];
+      if (name == "0") {
+        for (int64_t r = 0; r < world; ++r) v.push_back(r);
+      } else {
+        v.assign(ranks.begin(), ranks.end());
+      }
+    }
+  }
   for (const Dump& d : dumps) {
     if (d.rank >= world) {
       throw OutOfRange("dump '" + d.path + "' is rank " + std::to_string(d.rank) + ", outside the plan's " +
@@ -152,7 +176,14 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
       r.op = op_kind(e.op);
       if (r.op.empty()) continue;
       auto c = config.find(e.group);
-      if (c != config.end()) r.group = &c->second->ranks;
+      if (c != config.end()) {
+        r.group = &c->second->ranks;
+      } else if (auto u = unlisted.find(e.group); u != unlisted.end()) {
+        r.group = &u->second;
+      }
+      // Gloo runs a reduce-scatter as an all-reduce of the whole input and records it so
+      // (profiling name gloo:all_reduce): it may stand for a planned reduce-scatter of those bytes.
+      r.gloo = e.profiling_name.rfind("gloo:", 0) == 0;
       r.group_text = "group '" + e.group.substr(0, 40) + "'" + (e.desc.empty() ? "" : " (" + e.desc.substr(0, 40) + ")") + " " +
                      members_text(*r.group);
       if (r.op == "send" || r.op == "recv") {
@@ -161,11 +192,17 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
         r.dtype = r.op == "send" ? (e.input_dtypes.empty() ? "" : e.input_dtypes[0]) : (e.output_dtypes.empty() ? "" : e.output_dtypes[0]);
         r.bytes = r.op == "send" ? bytes_of(e.input_sizes, e.input_dtypes) : bytes_of(e.output_sizes, e.output_dtypes);
       } else {
-        const bool by_input = r.op == "reduce_scatter" || r.op == "all_to_all";
+        // An all-gather by its input times the group's size: Gloo records the output of a
+        // functional all_gather_into_tensor as [1, input...].
+        const bool by_input = r.op == "reduce_scatter" || r.op == "all_to_all" || r.op == "all_gather";
         const auto& sizes = by_input ? e.input_sizes : e.output_sizes;
         const auto& dts = by_input ? e.input_dtypes : e.output_dtypes;
         r.dtype = dts.empty() ? "" : dts[0];
         r.bytes = bytes_of(sizes, dts);
+        if (r.op == "all_gather" && r.bytes >= 0) {
+          const auto n = static_cast<int64_t>(r.group->size());
+          r.bytes = n > 0 && r.bytes <= INT64_MAX / n ? r.bytes * n : -1;
+        }
       }
       recs.push_back(std::move(r));
     }

@@ -20,6 +20,7 @@ namespace meshsim::step_command {
 struct Options {
   std::string schedule;               // GPipe, 1F1B or Interleaved1F1B (any case), or a CSV file of PyTorch's form
   std::optional<int64_t> pp;          // pipeline ranks: required with a built-in, a CSV's rows otherwise
+  std::optional<int64_t> loss_chunks;   // torchtitan's loss.num_chunks (ChunkedLossWrapper)
   std::optional<int64_t> microbatches;  // >= 1; required without --preset, default 1 with it
   // The step of a torchtitan job (--preset):
   std::string preset;                 // torchtitan:KEY=V,... or torchtitan:FILE.toml

@@ -31,6 +31,7 @@ struct StepSpec {
   std::string model;                   // a built-in name or a .toml file with a [model] table
   std::optional<int64_t> seq_len, local_batch_size;
   std::optional<int64_t> microbatches;  // default 1 (torchtitan's num_pp_microbatches)
+  std::optional<int64_t> loss_chunks;   // torchtitan's loss.num_chunks; default 1 (unchunked)
   std::string schedule;                // GPipe, 1F1B (default), Interleaved1F1B or a CSV file
   std::optional<int64_t> stages;       // total stages (a multiple of pp)
   std::string send_semantics = "rendezvous";  // or "eager"
@@ -50,7 +51,7 @@ struct StepRun {
   Options options;
   Report report;
   std::string job_file;            // the job file read (--job, or --preset torchtitan:FILE.toml)
-  int64_t loss_chunks = 1;         // the job's loss.num_chunks (modelled unchunked: see notes)
+  int64_t loss_chunks = 1;         // the step's loss.num_chunks (Job::loss_chunks)
   std::vector<std::string> notes;  // a flag overriding the job file, a setting modelled otherwise
 };
 

@@ -1,0 +1,91 @@
+"""The real step: torchtitan 0.3.0's own Trainer trains the llama3 debug model one step on CPU
+processes over Gloo (PyTorch 2.13, launched by torchrun; tests/torch/step_real_job.py says what a
+CPU machine needs instead of the job's GPU and assets). Flight Recorder records every collective
+each rank issues; `meshsim trace check DIR --against "--job job.json"` holds every rank's records
+to the step `meshsim step` plans from the config the job itself resolved and saved: the same
+collectives in the same order on every group, on the same members, dtypes and bytes, nothing
+given twice. A plan that differs in one setting (the loss unchunked) is named at every rank.
+
+Layouts: FSDP alone; FSDP with TP (sequence and loss parallel); HSDP with TP on 8 ranks. Gloo
+records a reduce-scatter as the all-reduce it runs (docs/traces.md), which --against accepts.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+pytest.importorskip("torch", reason="PyTorch 2.13 (the project's .venv) is the oracle")
+pytest.importorskip("torchtitan", reason="torchtitan (the project's .venv) is the oracle")
+
+JOB = os.path.join(os.path.dirname(__file__), "step_real_job.py")
+MESHSIM = os.environ.get("MESHSIM_EXE") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "default",
+                                                        "apps", "meshsim")
+COMMON = ["--training.seq_len", "64", "--training.local_batch_size", "1"]
+LAYOUTS = {
+    "fsdp2": (2, ["--parallelism.data_parallel_shard_degree", "2"]),
+    "fsdp2_tp2": (4, ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"]),
+    "hsdp2x2_tp2": (8, ["--parallelism.data_parallel_replicate_degree", "2",
+                        "--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"]),
+}
+_dumps = {}
+
+
+def dumps(name):
+    """Runs the layout's job once (torchrun, a 600 s deadline) and returns its dump folder."""
+    if name in _dumps:
+        return _dumps[name]
+    n, flags = LAYOUTS[name]
+    d = tempfile.mkdtemp(prefix=f"meshsim-step-real-{name}-")
+    env = dict(os.environ, TORCH_FR_BUFFER_SIZE="4000", OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", JOB, d, *COMMON, *flags]
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"torchtitan's step on {n} Gloo ranks ({name}) did not finish in 600 s")
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert sorted(os.listdir(d)) == sorted(["job.json"] + [f"rank_{r}" for r in range(n)])
+    _dumps[name] = d
+    return d
+
+
+def against(d, extra=""):
+    r = subprocess.run([MESHSIM, "trace", "check", d, "--format", "json", "--against",
+                        f"--job {os.path.join(d, 'job.json')}{extra}"], capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_every_ranks_real_collectives_are_the_planned_step(name):
+    d = dumps(name)
+    r = against(d)
+    n = LAYOUTS[name][0]
+    plan = r["plan"]
+    assert r["ok"] and plan["ok"], (r["problems"], plan["divergences"])
+    assert plan["ranks_compared"] == n
+    # Every record after torchtitan's setup (the seed and the weights' broadcasts) was compared.
+    assert plan["records_compared"] >= n * 30, plan
+    step = subprocess.run([MESHSIM, "step", "--job", os.path.join(d, "job.json"), "--format", "json"],
+                          capture_output=True, text=True, timeout=300)
+    assert step.returncode == 0, step.stderr
+    report = json.loads(step.stdout)
+    assert report["loss_chunks"] == 8, report  # torchtitan's llama3 configs chunk the loss
+
+
+@pytest.mark.parametrize("name", ["fsdp2_tp2"])
+def test_a_plan_that_differs_in_one_setting_is_named_at_every_rank(name):
+    d = dumps(name)
+    r = against(d, " --loss-chunks 1")
+    n = LAYOUTS[name][0]
+    assert not r["ok"] and not r["plan"]["ok"]
+    assert sorted(x["rank"] for x in r["plan"]["divergences"]) == list(range(n)), r["plan"]
+    assert all("loss_max" in x["message"] for x in r["plan"]["divergences"]), r["plan"]["divergences"]
+
+
+def teardown_module(module):
+    for d in _dumps.values():
+        shutil.rmtree(d, ignore_errors=True)
