@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   step->add_option("--schedule", sto_step.schedule, "GPipe, 1F1B (default with --preset), Interleaved1F1B, or a CSV file of PyTorch's form");
   step->add_option("--pp", sto_step.pp, "pipeline ranks (without --preset; a CSV: its rows)");
   step->add_option("--loss-chunks", sto_step.loss_chunks,
-                   "torchtitan's loss.num_chunks: the lm_head and loss run per sequence chunk (ChunkedLossWrapper; default 1)");
+                   "torchtitan 0.3.0's loss.num_chunks: the lm_head and loss run per sequence chunk (ChunkedLossWrapper); unset: the loss whole");
   step->add_option("--microbatches", sto_step.microbatches, "pipeline microbatches per step (default 1 with --preset)");
   step->add_option("--stages", sto_step.stages, "stages (Interleaved1F1B: a multiple of --pp; a CSV: the largest stage + 1)");
   step->add_option("--send-semantics", sto_step.send_semantics,

@@ -69,12 +69,31 @@ step::StepSpec plan_spec(const std::string& against) {
 int run(const Options& o, std::ostream& out) {
   if (o.format != "text" && o.format != "json") throw InvalidArgument("--format '" + o.format + "' is not text or json");
   std::optional<step::StepRun> plan;
-  if (!o.against.empty()) plan = step::run_step(plan_spec(o.against));  // bad flags fail before the dumps are read
-  const trace::DumpSet set = trace::read_dump_dir(o.dir, o.prefix);
+  std::optional<trace::DumpSet> early;
+  std::string world_note;
+  if (!o.against.empty()) {
+    step::StepSpec spec = plan_spec(o.against);  // bad flags fail before the dumps are read
+    try {
+      plan = step::run_step(spec);
+    } catch (const InvalidArgument& e) {
+      // A job that leaves dp_shard to the world size (torchtitan's -1, a saved config's
+      // default): the world is the ranks the dumps know of.
+      if (spec.world_size || std::string(e.what()).find("dp_shard=-1") == std::string::npos) throw;
+      early = trace::read_dump_dir(o.dir, o.prefix);
+      int64_t world = 0;
+      for (const auto& d : early->dumps) world = std::max(world, d.rank + 1);
+      spec.world_size = world;
+      plan = step::run_step(spec);
+      world_note = "the plan's world size " + std::to_string(world) +
+                   " is the ranks the dumps know of (the job leaves dp_shard to it; --world-size in --against sets it)";
+    }
+  }
+  const trace::DumpSet set = early ? std::move(*early) : trace::read_dump_dir(o.dir, o.prefix);
   trace::CheckReport r = trace::check_dumps(set.dumps);
   std::optional<trace::PlanReport> p;
   if (plan) {
     p = trace::check_against_plan(set.dumps, *plan);
+    if (!world_note.empty()) p->notes.insert(p->notes.begin(), world_note);
     // The plan breaks a mismatch's tie (a two-rank group, say): of the sides, the ranks that
     // leave the plan stay culprits, the ones that keep to it do not.
     std::set<int64_t> leaving;

@@ -389,7 +389,7 @@ def step(preset=None, model=None, *, seq_len=None, local_batch_size=None, microb
     "GPipe", "1F1B" (default), "Interleaved1F1B" or a CSV path; `job` a torchtitan job file (a .toml, or
     the .json torchtitan 0.3.0 saves) read whole, instead of `preset` (the other arguments override
     it; the report's "notes" say which); `megatron_args` Megatron-LM's own flags as one string (or
-    "@FILE"; with `world_size`); `loss_chunks` torchtitan's loss.num_chunks (ChunkedLossWrapper; default 1);
+    "@FILE"; with `world_size`); `loss_chunks` torchtitan 0.3.0's loss.num_chunks (ChunkedLossWrapper; None: the loss whole);
     `local_batch_size` is sequences per rank and microbatch; `ranks` "all", a "0,3,8-15" string
     or a list of ranks (simulated exactly); `lowering` "runtime" (what PyTorch's multi-stage runtime
     runs, with UNSHARD/RESHARD/REDUCE_GRAD) or "add_send_recv"; `faults` like ["skip@5", "wrong-peer@3"]. Returns the

@@ -304,18 +304,22 @@ class Builder {
     ac_ = ac == "none" ? Ac::kNone : ac == "full" ? Ac::kFull : Ac::kSelective;
     lm_head_ = padded(m.vocab / t, m.dim, f);
     norm_ = padded(m.dim, 1, f);
-    chunks_ = megatron_ ? 1 : job.loss_chunks;
-    if (chunks_ < 1 || (job.seq_len / p.cp) % chunks_ != 0) {
+    chunks_ = megatron_ ? 0 : job.loss_chunks;
+    if (chunks_ < 0 || (chunks_ > 0 && (job.seq_len / p.cp) % chunks_ != 0)) {
       throw InvalidArgument("loss chunks (" + std::to_string(chunks_) + ") must divide a rank's sequence (" +
                             std::to_string(job.seq_len / p.cp) + " tokens)  [torchtitan's ChunkedLossWrapper]");
     }
-    // A stage's parameters reduce their gradients in bf16 (the parameters' dtype) when each
-    // backward reduces, in fp32 (FSDP's reduce dtype) when microbatches accumulated first.
-    accumulated_ = p.pp > 1 && job.microbatches > 1;
+    // A stage's parameters reduce their gradients in bf16 (the parameters' dtype) when the
+    // backward reduces them; under pp in fp32 (FSDP's reduce dtype): PyTorch's schedules run
+    // every backward without gradient sync, accumulating, and reduce once after the last
+    // (schedules.py _step_microbatches: perform_reduce_grad).
+    accumulated_ = p.pp > 1;
   }
 
   std::vector<Event> build(int64_t pp_rank) {
     out_.clear();
+    out_sharded_ = true;
+    norm_pending_ = false;
     if (megatron_) return build_megatron(pp_rank);
     const Parallel& p = job_.parallel;
     if (p.dp_replicate * p.dp_shard > 1) emit(Op::kAllReduce, Dim::kBatch, DType::kI64, 8, Phase::kTokens, "tokens");
@@ -441,14 +445,15 @@ class Builder {
   // (_fsdp_param_group.py post_backward: unsharded_grad_data), then the reduce-scatter.
   // With the loss chunked, the output unit's lm_head reduced at the last chunk: its norm here.
   void reduce(const Unit& u) {
-    reduce(u, chunks_ > 1 && std::strcmp(u.what, "output") == 0 ? norm_ : u.elements, Phase::kBwd, "grads");
+    if (chunks_ > 0 && is_output(u)) {
+      norm_pending_ = false;
+      return reduce(u, norm_, Phase::kBwd, "grads");
+    }
+    reduce(u, u.elements, Phase::kBwd, "grads");
   }
   void reduce(const Unit& u, int64_t elements, Phase ph, const char* what) {
     const bool block = u.layer >= 0, output = std::strcmp(u.what, "output") == 0;
-    const int64_t norms = block ? 2 : (output && std::strcmp(what, "lm_head_grads") != 0) ||
-                                               std::strcmp(u.what, "tied_embeddings") == 0
-                                           ? 1
-                                           : 0;
+    const int64_t norms = block ? 2 : (output && elements != lm_head_) || std::strcmp(u.what, "tied_embeddings") == 0 ? 1 : 0;
     for (int64_t k = 0; k < norms; ++k) {
       emit_if(Op::kAllReduce, Dim::kTp, accumulated_ ? DType::kF32 : DType::kBF16,
               mul(job_.model.dim, accumulated_ ? 4 : 2, "a norm's gradient"), ph, "norm_grads", u.layer);
@@ -548,7 +553,7 @@ class Builder {
     const Phase ph = Phase::kFwd;
     const int64_t h = z_.hidden_bytes;
     for (const Unit& u : units(stage)) {
-      if (gather_params || (chunks_ > 1 && is_output(u))) gather(u, ph);
+      if (chunks_ > 0 && is_output(u) ? out_sharded_ : gather_params) gather(u, ph);
       if (u.layer >= 0) {
         block_forward(u.layer, ph);
       } else if (std::strcmp(u.what, "output") != 0) {
@@ -559,17 +564,26 @@ class Builder {
     if (stage == layout_.stages - 1) {
       // The final norm's sequence shard gathered for the lm_head, then loss parallel's
       // reductions over the vocabulary shards (max, sum of exponentials, the target's logit).
-      // Chunked (ChunkedLossWrapper): the reductions per chunk of the sequence, each chunk's
-      // backward inside the loss; the lm_head's gradients reduced at the last chunk (its
-      // parameters alone: the norm's come in backward) and its unit resharded.
+      // ChunkedLossWrapper (torchtitan 0.3.0's loss.py): the norm's post-forward reshards
+      // the output unit (the wrapper left its policy "reshard after forward"), the wrapper
+      // gathers it again (lm_head.unshard()), runs the reductions per chunk of the sequence,
+      // each chunk's backward inside the loss, reduces at the last chunk the gradients the unit
+      // holds (the lm_head's; under pp the norm's accumulated from earlier backwards too) and
+      // reshards it.
       emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "lm_head");
-      for (int64_t c = 0; c < chunks_; ++c) {
+      const bool wrapper = chunks_ > 0 && !job_.model.weight_tying;
+      if (wrapper) gather(Unit{"output", -1, output_}, ph);
+      const int64_t n = std::max<int64_t>(chunks_, 1);
+      for (int64_t c = 0; c < n; ++c) {
         for (const char* w : {"loss_max", "loss_sumexp", "loss_target"}) {
-          emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, z_.logits_bytes / chunks_, ph, w);
+          emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, z_.logits_bytes / n, ph, w);
         }
       }
-      if (chunks_ > 1 && !job_.model.weight_tying) {
-        reduce(Unit{"output", -1, output_}, lm_head_, ph, "lm_head_grads");
+      if (wrapper) {
+        reduce(Unit{"output", -1, output_}, norm_pending_ ? add(lm_head_, norm_, "the output unit") : lm_head_, ph,
+               "lm_head_grads");
+        norm_pending_ = false;
+        out_sharded_ = true;
       }
     }
   }
@@ -593,7 +607,11 @@ class Builder {
     // A unit resharded after forward is gathered again; FSDP's implicit backward prefetch
     // gathers the next unit (in backward order) at this unit's pre-backward, so before this
     // unit's own collectives and reduction (_fsdp_state.py _pre_backward, _prefetch_unshard).
-    auto regather = [&](const Unit& u) { return input_grads && (resharded(u) || (chunks_ > 1 && is_output(u))); };
+    // The wrapper's output unit: gathered at its pre-backward when sharded (after a forward);
+    // kept after a backward that does not reduce (pp's), resharded after one that does.
+    auto regather = [&](const Unit& u) {
+      return input_grads && (chunks_ > 0 && is_output(u) ? out_sharded_ : resharded(u));
+    };
     for (std::size_t i = 0; i < us.size(); ++i) {
       const Unit& u = us[i];
       if (i == 0 && regather(u)) gather(u, ph);
@@ -611,21 +629,22 @@ class Builder {
           emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "embeddings");
         }
       }
+      if (chunks_ > 0 && is_output(u) && input_grads) {
+        out_sharded_ = reduce_grads;
+        norm_pending_ = !reduce_grads;
+      }
       if (reduce_grads) reduce(u);
     }
   }
 
   void run_schedule(int64_t pp_rank) {
     const Schedule& s = layout_.schedule;
-    const int64_t m = layout_.stages > 0 ? s.microbatches : 0;
-    std::vector<int64_t> forwards(layout_.stages, 0), backwards(layout_.stages, 0), weights(layout_.stages, 0);
+    std::vector<int64_t> forwards(layout_.stages, 0);
     std::vector<bool> explicit_unshard(layout_.stages, false), explicit_reduce(layout_.stages, false);
-    bool split_backward = false;
     for (const auto& a : s.ranks[pp_rank]) {
       if (!a) continue;
       if (a->type == ActionType::kUnshard) explicit_unshard[a->stage] = true;
       if (a->type == ActionType::kReduceGrad) explicit_reduce[a->stage] = true;
-      if (a->type == ActionType::kW) split_backward = true;
     }
     for (const auto& a : s.ranks[pp_rank]) {
       if (!a) continue;
@@ -637,16 +656,21 @@ class Builder {
           forward(st, mb, !explicit_unshard[st] && forwards[st]++ == 0);
           break;
         case ActionType::kB:
-          backward(st, mb, !explicit_reduce[st] && ++backwards[st] == m);
-          break;
         case ActionType::kI:
-          backward(st, mb, !explicit_reduce[st] && !split_backward && ++backwards[st] == m);
+          backward(st, mb, false);
           break;
         case ActionType::kW:
-          backward(st, mb, !explicit_reduce[st] && ++weights[st] == m, false);
+          backward(st, mb, false, false);
           break;
         case ActionType::kUnshard:
-          for (const Unit& u : units(st)) gather(u, Phase::kFwd);
+          for (const Unit& u : units(st)) {
+            if (chunks_ > 0 && is_output(u)) {
+              if (out_sharded_) gather(u, Phase::kFwd);
+              out_sharded_ = false;
+            } else {
+              gather(u, Phase::kFwd);
+            }
+          }
           break;
         case ActionType::kReduceGrad:
           for (const Unit& u : units(st)) reduce(u);
@@ -675,6 +699,15 @@ class Builder {
           break;
         }
       }
+    }
+    // Without REDUCE_GRAD actions the schedule reduces each stage's gradients after all its
+    // actions, the stage's units in forward order (schedules.py _step_microbatches:
+    // perform_reduce_grad).
+    microbatch_ = -1;
+    for (int64_t st = 0; st < layout_.stages && !megatron_; ++st) {
+      if (!holds_stage(pp_rank, st) || explicit_reduce[st]) continue;
+      stage_ = static_cast<int32_t>(st);
+      for (const Unit& u : units(st)) reduce(u);
     }
   }
 
@@ -894,7 +927,9 @@ class Builder {
   enum class Ac { kNone, kSelective, kFull } ac_ = Ac::kSelective;
   bool recomputing_ = false;
   bool accumulated_ = false;  // the stage's gradients accumulate over microbatches before FSDP reduces them
-  int64_t chunks_ = 1, lm_head_ = 0, norm_ = 0;
+  int64_t chunks_ = 0, lm_head_ = 0, norm_ = 0;
+  bool out_sharded_ = true;    // the wrapper's output unit is sharded now
+  bool norm_pending_ = false;  // the final norm holds a gradient not reduced yet
   int32_t stage_ = -1, microbatch_ = -1;
   std::vector<Event> out_;
 };

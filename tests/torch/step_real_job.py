@@ -3,9 +3,12 @@ over Gloo, PyTorch's Flight Recorder on; run by tests/torch/test_step_real.py un
 
   torchrun --standalone --nproc-per-node N step_real_job.py OUT [torchtitan's flags ...]
 
-Each rank writes OUT/rank_<R>, the Flight Recorder buffer PyTorch dumps
-(torch._C._distributed_c10d._dump_fr_trace()); rank 0 writes OUT/job.json, the resolved config as
-torchtitan saves it (debug.save_config_file: to_dict as JSON), which `meshsim step --job` reads.
+The job trains two steps. Each rank writes OUT/rank_<R>, the Flight Recorder buffer PyTorch dumps
+(torch._C._distributed_c10d._dump_fr_trace()) after the second, its records of that step alone
+(the first step holds the setup a steady step does not: the weights' broadcasts, and PyTorch's
+pipeline schedules run a shape-inference forward of the first microbatch in their first step,
+schedules.py _initialize_stage); rank 0 writes OUT/job.json, the resolved config as torchtitan
+saves it (debug.save_config_file: to_dict as JSON), which `meshsim step --job` reads.
 
 The Trainer, its model, parallelize_llama (TP with sequence and loss parallel, FSDP2 with bf16
 parameters, HSDP), ChunkedLossWrapper, clip_grad_norm_ and the metrics run as torchtitan ships
@@ -19,12 +22,17 @@ collective:
   masks torchtitan builds from the positions are causal over one document);
 - Gloo has no PREMUL_SUM: FSDP's divide factor 1.0 (torchtitan disables FSDP's division) is
   reduced as SUM, the same numbers;
-- torch.distributed.set_timeout (called after the first step) does not exist in 2.13: skipped.
+- torch.distributed.set_timeout (called after the first step) does not exist in 2.13: skipped;
+- torchtitan 0.3.0 hands its pipeline schedule lists of microbatches
+  (`step(arg_mbs=, kwarg_mbs=, target_mbs=)`, a newer PyTorch's API); PyTorch 2.13's schedules
+  take a whole batch and split it, and run lists in `_step_microbatches`: the lists are passed
+  there, after what 2.13's own `step` does first (each stage's runtime state cleared).
 The SPMD backend is partial_dtensor: the default (spmd_types) stops in fully_shard on CPU
 ("all parameters must be DTensors on the full SPMD mesh").
 """
 import json
 import os
+import pickle
 import sys
 import time
 import types
@@ -88,6 +96,26 @@ def _causal_sdpa(q, k, v, *, score_mod=None, block_mask=None, scale=None, enable
 attention.FlexAttention.compiled_flex_attn = staticmethod(_causal_sdpa)
 tt_dist.set_pg_timeouts = lambda *a, **k: None
 
+from torch.distributed.pipelining import schedules  # noqa: E402
+
+
+def _list_step(step):
+    def wrapped(self, *args, arg_mbs=None, kwarg_mbs=None, target_mbs=None, losses=None, return_outputs=True,
+                loss_kwargs=None, **kwargs):
+        if arg_mbs is None and kwarg_mbs is None and target_mbs is None:
+            return step(self, *args, losses=losses, return_outputs=return_outputs, loss_kwargs=loss_kwargs, **kwargs)
+        stages = getattr(self, "_stages", None) or [self._stage]
+        for stage in stages:
+            stage.has_backward = self._has_backward
+            stage.clear_runtime_states()
+        self._step_microbatches(arg_mbs, kwarg_mbs, target_mbs, losses, return_outputs, loss_kwargs=loss_kwargs)
+        return None
+    return wrapped
+
+
+for _cls in (schedules.PipelineScheduleSingle, schedules.PipelineScheduleMulti):
+    _cls.step = _list_step(_cls.step)
+
 
 class _Tokenizer:
     eos_id = 0
@@ -126,7 +154,7 @@ class _Loader:
 def main():
     out = sys.argv[1]
     cfg = ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_debugmodel",
-                                      "--training.disable_cuda_graphs", "--training.steps", "1",
+                                      "--training.disable_cuda_graphs", "--training.steps", "2",
                                       "--parallelism.spmd_backend", "partial_dtensor", *sys.argv[2:]])
     rank = int(os.environ["RANK"])
     if rank == 0:
@@ -136,10 +164,22 @@ def main():
     cfg.tokenizer = types.SimpleNamespace(build=lambda **k: _Tokenizer(vocab))
     cfg.dataloader = types.SimpleNamespace(build=lambda **k: _Loader(vocab, **k))
     trainer = cfg.build()
+    last_of_step = []
+    train_step = trainer.train_step
+
+    def counted_step(*args, **kwargs):
+        result = train_step(*args, **kwargs)
+        entries = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())["entries"]
+        last_of_step.append(max((e["record_id"] for e in entries), default=-1))
+        return result
+
+    trainer.train_step = counted_step
     trainer.train()
     time.sleep(0.5)  # Gloo retires the last records after the caller's wait returns
+    dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+    dump["entries"] = [e for e in dump["entries"] if e["record_id"] > last_of_step[0]]
     with open(os.path.join(out, f"rank_{rank}"), "wb") as f:
-        f.write(torch._C._distributed_c10d._dump_fr_trace())
+        pickle.dump(dump, f)
     trainer.close()
     torch.distributed.destroy_process_group()
 

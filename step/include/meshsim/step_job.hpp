@@ -51,7 +51,7 @@ struct StepRun {
   Options options;
   Report report;
   std::string job_file;            // the job file read (--job, or --preset torchtitan:FILE.toml)
-  int64_t loss_chunks = 1;         // the step's loss.num_chunks (Job::loss_chunks)
+  int64_t loss_chunks = 0;         // the step's loss.num_chunks (Job::loss_chunks; 0: no ChunkedLossWrapper)
   std::vector<std::string> notes;  // a flag overriding the job file, a setting modelled otherwise
 };
 

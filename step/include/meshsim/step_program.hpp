@@ -125,10 +125,11 @@ struct Job {
   std::string reshard_after_forward = "default";  // always, never, default (not with pp)
   std::string activation_checkpoint = "selective";  // torchtitan's default; full or none
   bool log_metrics = true;         // a logged step (torchtitan logs step 1)
-  // torchtitan's ChunkedLossWrapper (loss.num_chunks; 1 = the loss unchunked): the lm_head and
-  // the loss run per sequence chunk inside the last stage's forward, the lm_head's gradients
-  // reduced at the last chunk and its FSDP unit resharded, so gathered again in backward.
-  int64_t loss_chunks = 1;
+  // torchtitan 0.3.0's ChunkedLossWrapper with loss.num_chunks chunks (0: no wrapper, the loss
+  // whole, as torchtitan's TOML-era trainer): the lm_head and the loss run per sequence chunk
+  // inside the last stage's forward, the lm_head's gradients reduced at the last chunk and its
+  // FSDP unit resharded, so gathered again (Builder::forward).
+  int64_t loss_chunks = 0;
   // "torchtitan", or "megatron": Megatron-core's step (megatron_step.cpp: the distributed
   // optimizer's buckets, TP with sequence parallel, the alltoall MoE dispatcher, its pipeline
   // schedules); megatron_parity false turns off the interleaved schedule's even/odd p2p rule.
