@@ -438,6 +438,14 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
   return r.take();
 }
 
+const std::vector<std::pair<std::string, int64_t Torchtitan::*>>& titan_degree_keys() {
+  static const std::vector<std::pair<std::string, int64_t Torchtitan::*>> k{
+      {"data_parallel_replicate_degree", &Torchtitan::dp_replicate}, {"data_parallel_shard_degree", &Torchtitan::dp_shard},
+      {"context_parallel_degree", &Torchtitan::cp}, {"tensor_parallel_degree", &Torchtitan::tp},
+      {"pipeline_parallel_degree", &Torchtitan::pp}, {"expert_parallel_degree", &Torchtitan::ep}};
+  return k;
+}
+
 Torchtitan torchtitan_from_toml(const std::string& path, const std::string& flag) {
   const std::string where = (flag.empty() ? kTitan : flag + " ") + quote_input(path);
   toml::table doc = parse_job_file(path, flag.empty() ? kTitan.substr(0, kTitan.size() - 1) : flag, where);
@@ -466,18 +474,13 @@ Torchtitan torchtitan_from_toml(const std::string& path, const std::string& flag
       throw InvalidArgument(where + ": unknown key parallelism." + quote_input(k) + did_you_mean(k, known));
     }
   }
-  auto read = [&](const char* key, int64_t& into) {
+  auto read = [&](const std::string& key, int64_t& into) {
     const toml::node_view<toml::node> v = section[key];
     if (!v) return;
     if (!v.is_integer()) throw InvalidArgument(where + ": parallelism." + key + " is not an integer");
     into = v.as_integer()->get();
   };
-  read("data_parallel_replicate_degree", t.dp_replicate);
-  read("data_parallel_shard_degree", t.dp_shard);
-  read("context_parallel_degree", t.cp);
-  read("tensor_parallel_degree", t.tp);
-  read("pipeline_parallel_degree", t.pp);
-  read("expert_parallel_degree", t.ep);
+  for (const auto& [key, field] : titan_degree_keys()) read(key, t.*field);
   int64_t etp = 1;
   read("expert_tensor_parallel_degree", etp);
   if (etp != 1) {

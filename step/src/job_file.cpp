@@ -125,15 +125,9 @@ std::optional<nlohmann::json> toml_section(const std::string& path, const std::s
 }
 
 void read_degrees_json(const Section& s, preset::Torchtitan& t) {
-  auto read = [&](const char* key, int64_t& into) {
-    if (auto v = s.integer(key)) into = v->value;
-  };
-  read("data_parallel_replicate_degree", t.dp_replicate);
-  read("data_parallel_shard_degree", t.dp_shard);
-  read("context_parallel_degree", t.cp);
-  read("tensor_parallel_degree", t.tp);
-  read("pipeline_parallel_degree", t.pp);
-  read("expert_parallel_degree", t.ep);
+  for (const auto& [key, field] : preset::titan_degree_keys()) {
+    if (auto v = s.integer(key)) t.*field = v->value;
+  }
   if (auto etp = s.integer("expert_tensor_parallel_degree"); etp && etp->value != 1) {
     throw InvalidArgument(s.where() + ": parallelism.expert_tensor_parallel_degree=" + std::to_string(etp->value) +
                           ": torchtitan removed expert tensor parallelism; only 1 is accepted");

@@ -31,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "meshsim/recipe.hpp"
 
@@ -95,6 +96,9 @@ std::optional<TomlTable> read_toml_table(const std::string& path, const std::str
 // titan_parallelism_keys: the keys of torchtitan's [parallelism] (the TOML era's and since),
 // which the job file readers accept.
 const std::vector<std::string>& titan_parallelism_keys();
+// titan_degree_keys: the [parallelism] keys of torchtitan's degrees and the field each sets
+// (expert_tensor_parallel_degree, which must be 1, is not one): the TOML and JSON readers' one list.
+const std::vector<std::pair<std::string, int64_t Torchtitan::*>>& titan_degree_keys();
 // did_you_mean is " (did you mean 'K'?)" for the known name K nearest `name`, when it is near
 // (at most a third of its letters differ), else "".
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& known);
