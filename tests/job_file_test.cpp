@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -214,6 +215,49 @@ TEST(JobFile, TorchtitansSavedConfigIsRead) {
     "training": {"local_batch_size": 2}, "parallelism": {"data_parallel_shard_degree": 2},
     "activation_checkpoint": null})"));
   EXPECT_EQ(none.job.activation_checkpoint, "none");
+}
+
+// --loss-chunks (torchtitan 0.3.0's loss.num_chunks): a flag beside the file overrides it and says
+// so; a count below 1, one that does not divide the sequence (up to 2^63 - 1), and Megatron's step
+// are refused by name, never wrapped.
+TEST(JobFile, LossChunksAreCheckedAndOverrideTheFile) {
+  const std::string path = write("chunks.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
+    "training": {"local_batch_size": 2, "seq_len": 256}, "parallelism": {"data_parallel_shard_degree": 2,
+    "tensor_parallel_degree": 2}, "loss": {"num_chunks": 8}})");
+  StepSpec s;
+  s.job = path;
+  const StepRun eight = run_step(s);
+  EXPECT_EQ(eight.job.loss_chunks, 8);
+  s.loss_chunks = 4;
+  const StepRun four = run_step(s);
+  EXPECT_EQ(four.job.loss_chunks, 4);
+  ASSERT_EQ(four.notes.size(), 1u);
+  EXPECT_NE(four.notes[0].find("--loss-chunks 4 overrides loss.num_chunks = 8"), std::string::npos) << four.notes[0];
+  for (int64_t bad : {int64_t{0}, int64_t{-3}}) {
+    s.loss_chunks = bad;
+    try {
+      (void)run_step(s);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("--loss-chunks " + std::to_string(bad)), std::string::npos) << e.what();
+    }
+  }
+  for (int64_t bad : {int64_t{3}, int64_t{512}, INT64_MAX}) {
+    s.loss_chunks = bad;
+    try {
+      (void)run_step(s);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("must divide a rank's sequence (256 tokens)"), std::string::npos) << e.what();
+    }
+  }
+  StepSpec m;
+  m.preset = "megatron:tp=2,pp=1,dp=2";
+  m.model = "llama3-debugmodel";
+  m.seq_len = 256;
+  m.local_batch_size = 1;
+  m.loss_chunks = 2;
+  EXPECT_THROW((void)run_step(m), InvalidArgument);
 }
 
 }  // namespace
