@@ -39,18 +39,10 @@ import types
 import warnings
 
 
-class _Stub(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub(name)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import triton_stub  # noqa: E402
 
-    def __call__(self, *args, **kwargs):
-        return args[0] if args and callable(args[0]) and not kwargs else self
-
-
-sys.modules.setdefault("torchtitan.distributed.minimal_async_ep.kernels",
-                       _Stub("torchtitan.distributed.minimal_async_ep.kernels"))
+triton_stub.install()
 warnings.simplefilter("ignore")
 
 import torch  # noqa: E402

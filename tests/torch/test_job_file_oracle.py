@@ -23,7 +23,6 @@ import logging
 import os
 import random
 import sys
-import types
 import warnings
 
 import pytest
@@ -32,18 +31,10 @@ pytest.importorskip("torch", reason="PyTorch 2.13 (the project's .venv) is the o
 pytest.importorskip("torchtitan", reason="torchtitan (the project's .venv) is the oracle")
 
 
-class _Stub(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub(name)
+sys.path.insert(0, os.path.dirname(__file__))
+import triton_stub  # noqa: E402
 
-    def __call__(self, *args, **kwargs):
-        return args[0] if args and callable(args[0]) and not kwargs else self
-
-
-sys.modules.setdefault("torchtitan.distributed.minimal_async_ep.kernels",
-                       _Stub("torchtitan.distributed.minimal_async_ep.kernels"))
+triton_stub.install()
 warnings.simplefilter("ignore")
 logging.disable(logging.CRITICAL)
 
