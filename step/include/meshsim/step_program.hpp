@@ -130,7 +130,7 @@ struct Job {
   // inside the last stage's forward, the lm_head's gradients reduced at the last chunk and its
   // FSDP unit resharded, so gathered again (Builder::forward).
   int64_t loss_chunks = 0;
-  // "torchtitan", or "megatron": Megatron-core's step (megatron_step.cpp: the distributed
+  // "torchtitan", or "megatron": Megatron-core's step (step_program.cpp's Builder: the distributed
   // optimizer's buckets, TP with sequence parallel, the alltoall MoE dispatcher, its pipeline
   // schedules); megatron_parity false turns off the interleaved schedule's even/odd p2p rule.
   std::string framework = "torchtitan";
