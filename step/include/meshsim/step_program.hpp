@@ -128,9 +128,9 @@ struct Job {
   // torchtitan 0.3.0's ChunkedLossWrapper with loss.num_chunks chunks (0: no wrapper, the loss
   // whole, as torchtitan's TOML-era trainer): the lm_head and the loss run per sequence chunk
   // inside the last stage's forward, the lm_head's gradients reduced at the last chunk and its
-  // FSDP unit resharded, so gathered again (Builder::forward).
+  // FSDP unit resharded, so gathered again (titan_step.cpp).
   int64_t loss_chunks = 0;
-  // "torchtitan", or "megatron": Megatron-core's step (step_program.cpp's Builder: the distributed
+  // "torchtitan", or "megatron": Megatron-core's step (megatron_step.cpp: the distributed
   // optimizer's buckets, TP with sequence parallel, the alltoall MoE dispatcher, its pipeline
   // schedules); megatron_parity false turns off the interleaved schedule's even/odd p2p rule.
   std::string framework = "torchtitan";
