@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 
 #include <string>
@@ -403,6 +404,52 @@ TEST(MegatronInterleaved, MegatronsRefusals) {
   EXPECT_THROW(megatron_interleaved(4, 8, 8, 16), InvalidArgument);  // a group above M
   EXPECT_NO_THROW(megatron_interleaved(4, 8, 12, 4));                // groups of 4, 4, 4
   EXPECT_NO_THROW(megatron_interleaved(4, 8, 10, 5));                // groups of 5 and 5
+}
+
+// One table holds the names: every check (the tool's --schedule, the typed job, the stage
+// layout, Megatron's step) reads find_schedule. The names are PyTorch's schedule classes'
+// (get_schedule_class: Schedule<Name>) and Megatron-core's interleaved schedule.
+TEST(ScheduleTable, EveryNameIsReadFromOneTable) {
+  const std::vector<std::string> pytorch = {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
+                                            "ZBVZeroBubble"};
+  for (const std::string& name : pytorch) {
+    std::string upper = name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (const std::string& spelt : {name, upper}) {
+      const ScheduleInfo* info = find_schedule(spelt);
+      ASSERT_NE(info, nullptr) << spelt;
+      EXPECT_EQ(info->name, name);
+      EXPECT_TRUE(info->pytorch) << name;
+      EXPECT_TRUE(known_schedule(spelt)) << spelt;
+      const bool single = name == "GPipe" || name == "1F1B";
+      EXPECT_EQ(info->single_stage, single) << name;
+      EXPECT_EQ(is_single_stage(spelt), single) << name;
+      // Built by name, a schedule PyTorch's rules accept.
+      const Schedule s = schedule_by_name(spelt, 2, single ? 2 : 4, 4);
+      EXPECT_NO_THROW(validate(s)) << name;
+      EXPECT_EQ(s.stages, single ? 2 : 4) << name;
+    }
+    EXPECT_NE(schedule_names().find(name), std::string::npos) << name;
+  }
+  const ScheduleInfo* megatron = find_schedule("megatroninterleaved");
+  ASSERT_NE(megatron, nullptr);
+  EXPECT_EQ(megatron->kind, ScheduleKind::kMegatronInterleaved);
+  EXPECT_FALSE(megatron->pytorch);
+  EXPECT_FALSE(known_schedule("MegatronInterleaved"));
+  EXPECT_THROW(schedule_by_name("MegatronInterleaved", 2, 4, 4), NotFound);
+  EXPECT_EQ(schedule_names(true), "1F1B, Interleaved1F1B, MegatronInterleaved");
+  EXPECT_EQ(schedule_names().find("Megatron"), std::string::npos);
+  for (const char* unknown : {"", "DualPipeV", "1f1b ", "1F1", "gpipe\n", "ScheduleGPipe"}) {
+    EXPECT_EQ(find_schedule(unknown), nullptr) << unknown;
+    EXPECT_FALSE(known_schedule(unknown)) << unknown;
+    try {
+      schedule_by_name(unknown, 2, 2, 2);
+      ADD_FAILURE() << unknown << " was built";
+    } catch (const NotFound& e) {
+      // The refusal names what is known, from the table.
+      EXPECT_NE(std::string(e.what()).find(schedule_names()), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

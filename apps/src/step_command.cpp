@@ -36,7 +36,8 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches, std::string& 
   lowering = o.lowering;
   if (microbatches < 1) throw InvalidArgument("--microbatches " + std::to_string(microbatches) + " is not >= 1");
   const std::string name = lower_case(o.schedule);
-  if (name == "gpipe" || name == "1f1b") {
+  const step::ScheduleInfo* info = step::find_schedule(name);
+  if (info && info->single_stage) {
     if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
     if (o.stages && *o.stages != *o.pp) {
       throw InvalidArgument("--schedule " + o.schedule + " runs one stage per rank: --stages " + std::to_string(*o.stages) +
@@ -45,7 +46,7 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches, std::string& 
     lowering = "add_send_recv";
     return step::lower(step::schedule_by_name(name, *o.pp, *o.pp, microbatches));
   }
-  if (name == "megatroninterleaved") {
+  if (info && info->kind == step::ScheduleKind::kMegatronInterleaved) {
     if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
     if (!o.stages) throw InvalidArgument("--schedule " + o.schedule + " needs --stages (a multiple of --pp)");
     std::vector<int64_t> off;
@@ -66,14 +67,14 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches, std::string& 
     lowering = "megatron";
     return step::megatron_interleaved(*o.pp, *o.stages, microbatches, 0, off);
   }
-  if (step::known_schedule(name)) {
+  if (info && info->pytorch) {
     if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
-    const bool v = name == "zbvzerobubble";
+    const bool v = info->kind == step::ScheduleKind::kZBVZeroBubble;
     if (!o.stages && !v) throw InvalidArgument("--schedule " + o.schedule + " needs --stages (a multiple of --pp)");
     return step::lower(step::schedule_by_name(name, *o.pp, o.stages.value_or(2 * *o.pp), microbatches),
                        step::parse_lowering(o.lowering));
   }
-  if (name.empty()) throw InvalidArgument("--schedule is required: GPipe, 1F1B, Interleaved1F1B or a CSV file");
+  if (name.empty()) throw InvalidArgument("--schedule is required: " + step::schedule_names() + ", MegatronInterleaved or a CSV file");
   bool as_written = false;
   step::Schedule s = step::read_schedule_file(o.schedule, o.pp, o.stages, microbatches, "--schedule '" + o.schedule + "'",
                                               step::parse_lowering(o.lowering), &as_written);
@@ -311,7 +312,7 @@ int run(const Options& o, std::ostream& out) {
   for (const auto& [set, flag] : std::vector<std::pair<bool, const char*>>{
            {!o.model.empty(), "--model"}, {o.seq_len.has_value(), "--seq-len"},
            {o.local_batch_size.has_value(), "--local-batch-size"}, {o.gpus_per_host.has_value(), "--gpus-per-host"},
-           {!o.faults.empty() && lower_case(o.schedule) != "megatroninterleaved", "--fault"}, {!o.trace.empty(), "--trace"}, {!o.ranks.empty(), "--ranks"},
+           {!o.faults.empty() && !(step::find_schedule(o.schedule) && step::find_schedule(o.schedule)->kind == step::ScheduleKind::kMegatronInterleaved), "--fault"}, {!o.trace.empty(), "--trace"}, {!o.ranks.empty(), "--ranks"},
            {!o.chakra.empty(), "--chakra"},
            {o.world_size.has_value(), "--world-size"}, {o.loss_chunks.has_value(), "--loss-chunks"}}) {
     if (set) throw InvalidArgument(std::string(flag) + " needs --preset or --job (a training job's step)");

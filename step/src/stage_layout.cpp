@@ -66,13 +66,13 @@ StageLayout megatron_layout(const Job& job) {
     throw InvalidArgument("megatron: an MoE model with ep 1 (experts sharded over expert tp) is not modeled: give ep > 1");
   }
   if (job.schedule_override) throw InvalidArgument("megatron: a schedule CSV is not taken (Megatron builds its own)");
-  const std::string schedule = lower_case(job.schedule);
-  if (schedule != "1f1b" && schedule != "interleaved1f1b" && schedule != "megatroninterleaved") {
-    throw InvalidArgument("megatron: --schedule " + quote_input(job.schedule) +
-                          " is not Megatron's (1F1B, or its interleaved schedule with --stages > pp)");
+  const ScheduleInfo* schedule = find_schedule(job.schedule);
+  if (!schedule || !schedule->megatron) {
+    throw InvalidArgument("megatron: --schedule " + quote_input(job.schedule) + " is not one Megatron runs (" +
+                          schedule_names(true) + "; the interleaved ones with --stages > pp)");
   }
   StageLayout l;
-  int64_t per = job.stages_per_rank ? job.stages_per_rank : (schedule == "1f1b" ? 1 : 2);
+  int64_t per = job.stages_per_rank ? job.stages_per_rank : (schedule->single_stage ? 1 : 2);
   if (p.pp == 1 && per != 1) throw InvalidArgument("megatron: virtual pipeline stages need pp > 1");
   if (p.pp > 1 && m.weight_tying) {
     throw InvalidArgument("model " + quote_input(m.name) +
@@ -213,9 +213,8 @@ StageLayout layout(const Job& job) {
     }
   } else {
     if (!known_schedule(job.schedule)) {
-      throw InvalidArgument("--schedule " + quote_input(job.schedule) +
-                            ": meshsim step builds GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble and "
-                            "ZBVZeroBubble (or reads a CSV)");
+      throw InvalidArgument("--schedule " + quote_input(job.schedule) + ": meshsim step builds " + schedule_names() +
+                            " (or reads a CSV)");
     }
     const bool single = is_single_stage(job.schedule);
     int64_t per = job.stages_per_rank ? job.stages_per_rank : (single ? 1 : 2);

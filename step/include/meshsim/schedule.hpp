@@ -129,6 +129,23 @@ std::vector<std::pair<int64_t, int64_t>> megatron_schedule_table(int64_t microba
 Schedule megatron_interleaved(int64_t pp, int64_t stages, int64_t microbatches, int64_t group = 0,
                               const std::vector<int64_t>& without_parity = {});
 
+// The schedule table (schedule_table.cpp): every schedule meshsim builds by name, as PyTorch's
+// classes (Schedule<Name>) or Megatron-core spell it, whether it runs one stage per rank, and
+// who runs it (PyTorch's torch.distributed.pipelining; Megatron-core's 1F1B and interleaved
+// schedules). Every name check reads it: the tool, the typed job, the stage layout.
+enum class ScheduleKind { kGPipe, k1F1B, kInterleaved1F1B, kLoopedBFS, kInterleavedZeroBubble, kZBVZeroBubble, kMegatronInterleaved };
+struct ScheduleInfo {
+  ScheduleKind kind;
+  std::string_view name;  // "Interleaved1F1B"
+  bool single_stage;      // one stage per rank (GPipe, 1F1B)
+  bool pytorch;           // a PyTorch schedule class (schedule_by_name builds it)
+  bool megatron;          // a schedule Megatron-core's step runs
+};
+// find_schedule: the table's row for `name` (any case), nullptr when none.
+const ScheduleInfo* find_schedule(std::string_view name);
+// schedule_names: the names of PyTorch's schedules (or Megatron's), "GPipe, 1F1B, ..." in the
+// table's order, for messages.
+std::string schedule_names(bool megatron = false);
 // is_single_stage: GPipe and 1F1B (one stage per rank); known_schedule: a name schedule_by_name takes.
 bool is_single_stage(std::string_view name);
 bool known_schedule(std::string_view name);
