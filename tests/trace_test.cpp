@@ -227,7 +227,7 @@ std::set<int64_t> culprits(const CheckReport& r) {
 
 std::set<std::string> kinds(const CheckReport& r) {
   std::set<std::string> out;
-  for (const auto& p : r.problems) out.insert(p.kind);
+  for (const auto& p : r.problems) out.insert(std::string(problem_kind_name(p.kind)));
   return out;
 }
 
@@ -818,7 +818,7 @@ TEST(FlightRecorder, AnAllToAllWhoseSizesDoNotAddUpNamesTheRankThatBrokeAnEvenEx
   ASSERT_FALSE(r.ok);
   EXPECT_EQ(culprits(r), std::set<int64_t>{2});
   ASSERT_EQ(r.problems.size(), 1u);
-  EXPECT_EQ(r.problems[0].kind, "size");
+  EXPECT_EQ(r.problems[0].kind, ProblemKind::kSize);
   EXPECT_NE(r.problems[0].message.find("inputs total 30 elements over the group but its outputs 32"), std::string::npos)
       << r.problems[0].message;
   // Totals that differ with no odd minority: the group is named, no rank blamed.
@@ -842,6 +842,22 @@ TEST(HostileDumps, APrefixRefusalNamesAFewPrefixesNotAll) {
     EXPECT_NE(what.find("give --prefix"), std::string::npos) << what;
   }
   fs::remove_all(dir);
+}
+
+// A problem's kind is an enum with one wording each, the reports' word; every name reads back.
+TEST(ProblemKinds, EachKindHasOneWordingThatReadsBack) {
+  std::set<std::string> names;
+  for (int k = 0; k < kProblemKinds; ++k) {
+    const auto kind = static_cast<ProblemKind>(k);
+    const std::string name(problem_kind_name(kind));
+    EXPECT_FALSE(name.empty()) << k;
+    EXPECT_TRUE(names.insert(name).second) << name << " words two kinds";
+    ASSERT_TRUE(parse_problem_kind(name).has_value()) << name;
+    EXPECT_EQ(*parse_problem_kind(name), kind) << name;
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"membership", "missing-dump", "unknown-group", "never-issued", "absent", "type",
+                                          "size", "dtype", "state", "p2p", "unmatched-p2p", "wait-cycle"}));
+  for (const char* unknown : {"stuck", "", "Size", "size "}) EXPECT_FALSE(parse_problem_kind(unknown).has_value()) << unknown;
 }
 
 }  // namespace

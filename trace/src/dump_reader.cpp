@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "meshsim/error.hpp"
-#include "meshsim/flight_recorder.hpp"
+#include "meshsim/dump_reader.hpp"
 #include "meshsim/json_codec.hpp"
 #include "meshsim/pickle.hpp"
 #include "meshsim/text_file.hpp"
