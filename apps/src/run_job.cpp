@@ -3,6 +3,7 @@
 #include "meshsim/error.hpp"
 #include "meshsim/job_store.hpp"
 #include "meshsim/run.hpp"
+#include "meshsim/text_fields.hpp"
 
 namespace meshsim::run {
 
@@ -13,9 +14,7 @@ check::Job job_of(const Options& o) {
   }
   job.engine = o.backend;
   job.timeout = launch::timeout_flag(o.timeout_seconds);
-  if (o.format != "text" && o.format != "json") {
-    throw InvalidArgument("--format must be text or json, not " + o.format);
-  }
+  text::check_format(o.format);
   job.recipe = recipe_from_flags(o.recipe);
   job.origin = recipe_origin(o.recipe);  // a bad recipe's errors name its file or preset
   job.faults = check::parse_faults(o.faults, job.recipe.world_size);

@@ -15,6 +15,7 @@
 #include "meshsim/placement.hpp"
 #include "meshsim/spmd_backend.hpp"
 #include "meshsim/svg.hpp"
+#include "meshsim/text_fields.hpp"
 #include "meshsim/text_file.hpp"
 
 namespace meshsim::show {
@@ -189,9 +190,7 @@ int run(const Options& o, std::ostream& out) {
   if (o.max_rows < 0 || o.max_rows > INT32_MAX) {
     throw OutOfRange("--max-rows " + std::to_string(o.max_rows) + " is out of range [0, 2^31)");
   }
-  if (o.format != "text" && o.format != "json") {
-    throw InvalidArgument("--format must be text or json, not " + o.format);
-  }
+  text::check_format(o.format);
   const std::optional<placement::Hosts> hosts = placement::from_flags(o.placement);
   MeshRecipe recipe = recipe_from_flags(o.recipe);
   const bool setup = o.bound_device || o.new_group_use_split_group || o.use_torchcomms;

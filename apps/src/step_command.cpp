@@ -18,16 +18,14 @@
 #include "meshsim/schedule.hpp"
 #include "meshsim/step_job.hpp"
 #include "meshsim/step_program.hpp"
+#include "meshsim/text_fields.hpp"
 #include "meshsim/text_file.hpp"
 
 namespace meshsim::step_command {
 
 namespace {
 
-std::string lower_case(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using text::lower_case;
 
 // schedule_of builds or reads the schedule the options name, lowered, and names how in `lowering`
 // ("runtime", "add_send_recv", "megatron" or "as written").
@@ -52,16 +50,14 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches, std::string& 
     std::vector<int64_t> off;
     for (const std::string& f : o.faults) {
       // no-parity@R: the pipeline issues its sends and receives without Megatron's even/odd rule.
-      const std::string kind = "no-parity@";
-      if (f.rfind(kind, 0) != 0) {
+      const text::KindAtRank kr = text::kind_at_rank(f, "--fault", "no-parity with --schedule alone");
+      if (kr.kind != "no-parity") {
         throw InvalidArgument("--fault " + quote_input(f) + " with --schedule alone: only no-parity@R (R a pp rank)");
       }
-      const std::string rank = f.substr(kind.size());
-      if (rank.empty() || rank.size() > 9 || rank.find_first_not_of("0123456789") != std::string::npos) {
-        throw InvalidArgument("--fault " + quote_input(f) + ": R must be a pp rank");
+      if (kr.rank >= *o.pp) {
+        throw OutOfRange("--fault " + quote_input(f) + ": pp rank " + std::to_string(kr.rank) + " is not below --pp " +
+                         std::to_string(*o.pp));
       }
-      const int64_t r = std::stoll(rank);
-      if (r >= *o.pp) throw OutOfRange("--fault " + quote_input(f) + ": pp rank " + rank + " is not below --pp " + std::to_string(*o.pp));
       for (int64_t k = 0; k < *o.pp; ++k) off.push_back(k);  // the rule is the code's: off on every rank
     }
     lowering = "megatron";
@@ -152,7 +148,7 @@ std::string thousands(int64_t v) {
 }
 
 int run_job(const Options& o, std::ostream& out) {
-  if (o.format != "text" && o.format != "json") throw InvalidArgument("--format must be text or json, not " + quote_input(o.format));
+  text::check_format(o.format);
   if (o.pp) throw InvalidArgument("--pp comes from --preset (its pp degree)");
   step::StepSpec spec;
   spec.preset = o.preset;
@@ -322,7 +318,7 @@ int run(const Options& o, std::ostream& out) {
   if (o.send_semantics != "rendezvous" && o.send_semantics != "eager") {
     throw InvalidArgument("--send-semantics must be rendezvous or eager, not " + quote_input(o.send_semantics));
   }
-  if (o.format != "text" && o.format != "json") throw InvalidArgument("--format must be text or json, not " + quote_input(o.format));
+  text::check_format(o.format);
   if (o.max_rows < 0) throw OutOfRange("--max-rows " + std::to_string(o.max_rows) + " is negative");
   if (o.max_cols < 0) throw OutOfRange("--max-cols " + std::to_string(o.max_cols) + " is negative");
   std::string lowering;

@@ -67,7 +67,7 @@ step::StepSpec plan_spec(const std::string& against) {
 }  // namespace
 
 int run(const Options& o, std::ostream& out) {
-  if (o.format != "text" && o.format != "json") throw InvalidArgument("--format '" + o.format + "' is not text or json");
+  text::check_format(o.format);
   std::optional<step::StepRun> plan;
   std::optional<trace::DumpSet> early;
   std::string world_note;

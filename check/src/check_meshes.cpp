@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "meshsim/backend_registry.hpp"
+#include "meshsim/text_fields.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/job_store.hpp"
 #include "meshsim/local.hpp"
@@ -100,26 +101,13 @@ std::vector<Fault> parse_faults(const std::vector<std::string>& specs, int64_t w
                                                       {"reorder", FaultKind::kReorder}};
   std::vector<Fault> out;
   for (const std::string& s : specs) {
-    const auto at = s.find('@');
-    if (at == std::string::npos) throw InvalidArgument("--fault '" + s + "' is not KIND@RANK");
-    const std::string kind = s.substr(0, at);
-    auto it = kinds.find(kind);
+    constexpr const char* kKinds = "throw, skip, mismatch, mesh, stall, exit, reorder";
+    const text::KindAtRank kr = text::kind_at_rank(s, "--fault", kKinds);
+    auto it = kinds.find(kr.kind);
     if (it == kinds.end()) {
-      throw InvalidArgument("--fault '" + s + "': unknown kind '" + kind +
-                            "' (known: throw, skip, mismatch, mesh, stall, exit, reorder)");
+      throw InvalidArgument("--fault '" + s + "': unknown kind '" + kr.kind + "' (known: " + kKinds + ")");
     }
-    const std::string rank_text = s.substr(at + 1);
-    std::size_t used = 0;
-    int64_t rank = -1;
-    try {
-      rank = std::stoll(rank_text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (rank_text.empty() || used != rank_text.size() || !std::isdigit(static_cast<unsigned char>(rank_text[0]))) {
-      throw InvalidArgument("--fault '" + s + "': '" + rank_text + "' is not a rank");
-    }
-    const Fault f{it->second, rank};
+    const Fault f{it->second, kr.rank};
     check_fault(f, world, s);
     out.push_back(f);
   }

@@ -19,11 +19,7 @@ namespace {
 const std::string kTitan = "--preset torchtitan: ";
 const std::string kMegatron = "--preset megatron: ";
 
-int64_t mul(int64_t a, int64_t b, const std::string& what) {
-  int64_t out = 0;
-  if (__builtin_mul_overflow(a, b, &out)) throw OverflowError(what + " overflows int64");
-  return out;
-}
+using text::checked_mul;
 
 // Items are KEY=VALUE pairs as given, each key once.
 std::map<std::string, std::string> items(const std::string& body, const std::string& where,
@@ -324,7 +320,7 @@ MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size) {
                           " is not spmd_types or partial_dtensor");
   }
   const std::string factors = "pp * dp_replicate * cp * tp";
-  const int64_t others = mul(mul(mul(t.pp, t.dp_replicate, kTitan + factors), t.cp, kTitan + factors), t.tp,
+  const int64_t others = checked_mul(checked_mul(checked_mul(t.pp, t.dp_replicate, kTitan + factors), t.cp, kTitan + factors), t.tp,
                              kTitan + factors);
   if (world_size && *world_size < 1) {
     throw InvalidArgument("--world-size " + std::to_string(*world_size) + " is not >= 1");
@@ -341,7 +337,7 @@ MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size) {
                             std::to_string(others));
     }
   }
-  const int64_t product = mul(others, t.dp_shard, kTitan + "the product of the degrees");
+  const int64_t product = checked_mul(others, t.dp_shard, kTitan + "the product of the degrees");
   const int64_t world = world_size.value_or(product);
   if (product != world) {
     throw InvalidArgument(kTitan + "invalid parallel dims: dp_replicate(" + std::to_string(t.dp_replicate) +
@@ -387,11 +383,11 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
   if (world_size && *world_size < 1) {
     throw InvalidArgument("--world-size " + std::to_string(*world_size) + " is not >= 1");
   }
-  const int64_t model = mul(mul(m.tp, m.pp, kMegatron + "tp * pp * cp"), m.cp, kMegatron + "tp * pp * cp");
+  const int64_t model = checked_mul(checked_mul(m.tp, m.pp, kMegatron + "tp * pp * cp"), m.cp, kMegatron + "tp * pp * cp");
   if (!world_size && !m.dp) {
     throw InvalidArgument(kMegatron + "dp is inferred from the world size: give --world-size or dp");
   }
-  const int64_t world = world_size ? *world_size : mul(model, *m.dp, kMegatron + "tp * pp * cp * dp");
+  const int64_t world = world_size ? *world_size : checked_mul(model, *m.dp, kMegatron + "tp * pp * cp * dp");
   if (world % model != 0) {
     throw InvalidArgument(kMegatron + "world_size (" + std::to_string(world) + ") is not divisible by tp * pp * cp (" +
                           std::to_string(model) + ")");
@@ -401,7 +397,7 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
     throw InvalidArgument(kMegatron + "dp=" + std::to_string(*m.dp) + " but the world size " + std::to_string(world) +
                           " / (tp * pp * cp) is " + std::to_string(dp));
   }
-  const int64_t expert_model = mul(mul(etp, m.ep, kMegatron + "etp * ep * pp"), m.pp, kMegatron + "etp * ep * pp");
+  const int64_t expert_model = checked_mul(checked_mul(etp, m.ep, kMegatron + "etp * ep * pp"), m.pp, kMegatron + "etp * ep * pp");
   if (world % expert_model != 0) {
     throw InvalidArgument(kMegatron + "world_size (" + std::to_string(world) +
                           ") is not divisible by expert_tensor_model_pipeline_parallel size etp * ep * pp (" +

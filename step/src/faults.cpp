@@ -5,6 +5,7 @@
 
 #include "meshsim/error.hpp"
 #include "meshsim/step_program.hpp"
+#include "meshsim/text_fields.hpp"
 #include "step_internal.hpp"
 
 namespace meshsim::step {
@@ -12,27 +13,15 @@ namespace meshsim::step {
 using namespace detail;
 
 Fault parse_fault(std::string_view text) {
-  const auto at = text.find('@');
-  const std::string kind(text.substr(0, at));
-  const std::string where = "--fault " + quote_input(text);
-  if (at == std::string_view::npos || at + 1 >= text.size()) {
-    throw InvalidArgument(where + ": expected KIND@RANK (skip, swap, wrong-group, wrong-peer)");
-  }
+  constexpr const char* kKinds = "skip, swap, wrong-group, wrong-peer";
+  const text::KindAtRank kr = text::kind_at_rank(text, "--fault", kKinds);
   Fault f;
-  if (kind == "skip") f.kind = FaultKind::kSkip;
-  else if (kind == "swap") f.kind = FaultKind::kSwap;
-  else if (kind == "wrong-group") f.kind = FaultKind::kWrongGroup;
-  else if (kind == "wrong-peer") f.kind = FaultKind::kWrongPeer;
-  else throw InvalidArgument(where + ": unknown kind " + quote_input(kind) + " (skip, swap, wrong-group, wrong-peer)");
-  const std::string_view digits = text.substr(at + 1);
-  int64_t v = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') throw InvalidArgument(where + ": the rank " + quote_input(digits) + " is not a number >= 0");
-    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, c - '0', &v)) {
-      throw OverflowError(where + ": the rank " + quote_input(digits) + " does not fit in 64 bits");
-    }
-  }
-  f.rank = v;
+  if (kr.kind == "skip") f.kind = FaultKind::kSkip;
+  else if (kr.kind == "swap") f.kind = FaultKind::kSwap;
+  else if (kr.kind == "wrong-group") f.kind = FaultKind::kWrongGroup;
+  else if (kr.kind == "wrong-peer") f.kind = FaultKind::kWrongPeer;
+  else throw InvalidArgument("--fault " + quote_input(text) + ": unknown kind " + quote_input(kr.kind) + " (" + kKinds + ")");
+  f.rank = kr.rank;
   return f;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "meshsim/error.hpp"
+#include "meshsim/text_fields.hpp"
 #include "meshsim/json_codec.hpp"
 #include "meshsim/text_file.hpp"
 
@@ -40,10 +41,7 @@ const std::vector<std::string>& ac_keys() {
   return k;
 }
 
-std::string lower_case(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using text::lower_case;
 
 const char* kind_of(const nlohmann::json& v) {
   if (v.is_null()) return "null";

@@ -18,7 +18,7 @@ int64_t ring_sent(const Event& e, int64_t n) {
   switch (e.op) {
     case Op::kAllGather:
     case Op::kReduceScatter: return share;
-    case Op::kAllReduce: return mul(share, 2, "an all-reduce's ring bytes");
+    case Op::kAllReduce: return checked_mul(share, 2, "an all-reduce's ring bytes");
     default: return e.bytes;
   }
 }
@@ -66,26 +66,26 @@ void Checker::links(int64_t gpus, Report& r) const {
         if (e.op == Op::kSend) {
           const auto it = peer_same[pp].find(e.peer);
           const int64_t same = it == peer_same[pp].end() ? 0 : it->second;
-          intra = mul(e.bytes, same, what);
-          inter = mul(e.bytes, ranks_at[pp] - same, what);
+          intra = checked_mul(e.bytes, same, what);
+          inter = checked_mul(e.bytes, ranks_at[pp] - same, what);
         } else if (e.op == Op::kAllToAll) {
           const int64_t share = e.bytes / n;
-          intra = mul(share, pair_same[pp], what);
-          inter = mul(share, mul(ranks_at[pp], n - 1, what) - pair_same[pp], what);
+          intra = checked_mul(share, pair_same[pp], what);
+          inter = checked_mul(share, checked_mul(ranks_at[pp], n - 1, what) - pair_same[pp], what);
         } else {
           const int64_t sent = ring_sent(e, n);
-          intra = mul(sent, ring_same[pp], what);
-          inter = mul(sent, ranks_at[pp] - ring_same[pp], what);
+          intra = checked_mul(sent, ring_same[pp], what);
+          inter = checked_mul(sent, ranks_at[pp] - ring_same[pp], what);
         }
-        here.intra_host = add(here.intra_host, intra, what);
-        here.inter_host = add(here.inter_host, inter, what);
+        here.intra_host = checked_add(here.intra_host, intra, what);
+        here.inter_host = checked_add(here.inter_host, inter, what);
       }
     }
     LinkBytes& slot = r.link_by_dim[std::string(dim_label(job_, dim))];  // Megatron's dp_cp names two dims
-    slot.intra_host = add(slot.intra_host, here.intra_host, "the dim's link bytes");
-    slot.inter_host = add(slot.inter_host, here.inter_host, "the dim's link bytes");
-    world.intra_host = add(world.intra_host, here.intra_host, "the world's link bytes");
-    world.inter_host = add(world.inter_host, here.inter_host, "the world's link bytes");
+    slot.intra_host = checked_add(slot.intra_host, here.intra_host, "the dim's link bytes");
+    slot.inter_host = checked_add(slot.inter_host, here.inter_host, "the dim's link bytes");
+    world.intra_host = checked_add(world.intra_host, here.intra_host, "the world's link bytes");
+    world.inter_host = checked_add(world.inter_host, here.inter_host, "the world's link bytes");
   }
   r.by_link = world;
 }

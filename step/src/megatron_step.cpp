@@ -46,16 +46,16 @@ class MegatronStep final : public StepBuilder {
     for (int64_t st : chunks) {
       buffers.push_back(megatron_buffers(st));
       stage_ = static_cast<int32_t>(st);
-      emit_if(Op::kReduceScatter, Dim::kFsdp, grad_type, mul(buffers.back().dense, grad_width, "a bucket's bytes"),
+      emit_if(Op::kReduceScatter, Dim::kFsdp, grad_type, checked_mul(buffers.back().dense, grad_width, "a bucket's bytes"),
               Phase::kBwd, "grads");
       if (buffers.back().experts > 0) {
-        emit_if(Op::kReduceScatter, Dim::kEfsdp, grad_type, mul(buffers.back().experts, grad_width, "a bucket's bytes"),
+        emit_if(Op::kReduceScatter, Dim::kEfsdp, grad_type, checked_mul(buffers.back().experts, grad_width, "a bucket's bytes"),
                 Phase::kBwd, "expert_grads");
       }
-      norms = add(norms, buffers.back().norms, "the norms");
+      norms = checked_add(norms, buffers.back().norms, "the norms");
     }
     stage_ = -1;
-    emit_if(Op::kAllReduce, Dim::kTp, grad_type, mul(norms, grad_width, "the norms' bytes"), Phase::kBwd, "norm_grads");
+    emit_if(Op::kAllReduce, Dim::kTp, grad_type, checked_mul(norms, grad_width, "the norms' bytes"), Phase::kBwd, "norm_grads");
     // The rerun state machine (validate_results): whether any rank asks for a rerun, one int32
     // summed over the world, before the optimizer.
     if (job_.megatron_rerun_validate) emit_if(Op::kAllReduce, Dim::kWorld, DType::kI32, 4, Phase::kOptimizer, "rerun_requested");
@@ -65,10 +65,10 @@ class MegatronStep final : public StepBuilder {
     emit_if(Op::kAllReduce, Dim::kWorld, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
     for (std::size_t k = 0; k < chunks.size(); ++k) {
       stage_ = static_cast<int32_t>(chunks[k]);
-      emit_if(Op::kAllGather, Dim::kFsdp, DType::kBF16, mul(buffers[k].dense, 2, "a bucket's bytes"), Phase::kOptimizer,
+      emit_if(Op::kAllGather, Dim::kFsdp, DType::kBF16, checked_mul(buffers[k].dense, 2, "a bucket's bytes"), Phase::kOptimizer,
               "params");
       if (buffers[k].experts > 0) {
-        emit_if(Op::kAllGather, Dim::kEfsdp, DType::kBF16, mul(buffers[k].experts, 2, "a bucket's bytes"),
+        emit_if(Op::kAllGather, Dim::kEfsdp, DType::kBF16, checked_mul(buffers[k].experts, 2, "a bucket's bytes"),
                 Phase::kOptimizer, "expert_params");
       }
     }
@@ -115,7 +115,7 @@ class MegatronStep final : public StepBuilder {
       emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
       return;
     }
-    emit_if(Op::kAllGather, Dim::kEp, DType::kI64, mul(z_.counts_bytes, size(Dim::kEp), "the tokens per expert"), ph,
+    emit_if(Op::kAllGather, Dim::kEp, DType::kI64, checked_mul(z_.counts_bytes, size(Dim::kEp), "the tokens per expert"), ph,
             "moe_counts", layer);
     emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
     emit_if(Op::kAllToAll, Dim::kEp, DType::kF32, z_.dispatch_bytes / job_.model.dim * 2, ph, "moe_probs", layer);
@@ -210,19 +210,19 @@ class MegatronStep final : public StepBuilder {
       dense.push_back(m.dim);  // pre_mlp_layernorm
       norms += 2 * m.dim;
       if (!moe_layer(m, layer)) {
-        dense.push_back(mul(2 * m.ffn_dim / t, m.dim, "linear_fc1"));
-        dense.push_back(mul(m.dim, m.ffn_dim / t, "linear_fc2"));
+        dense.push_back(checked_mul(2 * m.ffn_dim / t, m.dim, "linear_fc1"));
+        dense.push_back(checked_mul(m.dim, m.ffn_dim / t, "linear_fc2"));
         continue;
       }
-      dense.push_back(mul(m.experts, m.dim, "the router"));
+      dense.push_back(checked_mul(m.experts, m.dim, "the router"));
       if (m.shared_experts > 0) {
         const int64_t fs = m.moe_ffn_dim * m.shared_experts;
-        dense.push_back(mul(2 * fs / t, m.dim, "the shared experts' fc1"));
-        dense.push_back(mul(m.dim, fs / t, "the shared experts' fc2"));
+        dense.push_back(checked_mul(2 * fs / t, m.dim, "the shared experts' fc1"));
+        dense.push_back(checked_mul(m.dim, fs / t, "the shared experts' fc2"));
       }
       for (int64_t e = 0; e < m.experts / p.ep; ++e) {
-        experts.push_back(mul(2 * m.moe_ffn_dim, m.dim, "an expert's fc1"));
-        experts.push_back(mul(m.dim, m.moe_ffn_dim, "an expert's fc2"));
+        experts.push_back(checked_mul(2 * m.moe_ffn_dim, m.dim, "an expert's fc1"));
+        experts.push_back(checked_mul(m.dim, m.moe_ffn_dim, "an expert's fc2"));
       }
     }
     if (stage == layout_.stages - 1) {
@@ -234,7 +234,7 @@ class MegatronStep final : public StepBuilder {
     auto lay_out = [&](const std::vector<int64_t>& params, int64_t dp) {
       if (params.empty()) return int64_t{0};
       int64_t end = 0;
-      for (auto it = params.rbegin(); it != params.rend(); ++it) end = add(pad(end, 64), *it, "a DDP buffer");
+      for (auto it = params.rbegin(); it != params.rend(); ++it) end = checked_add(pad(end, 64), *it, "a DDP buffer");
       return pad(end, std::lcm(dp, int64_t{128}));
     };
     return Buffers{lay_out(dense, size(Dim::kFsdp)), lay_out(experts, size(Dim::kEfsdp)), norms};

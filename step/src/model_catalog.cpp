@@ -213,31 +213,31 @@ int64_t parameter_count(const Model& m) {
   int64_t attention = 0;
   if (mla(m)) {
     const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
-    attention = m.q_lora_rank == 0 ? mul(m.dim, mul(m.heads, qk, w), w)
-                                   : add(add(mul(m.dim, m.q_lora_rank, w), m.q_lora_rank, w),
-                                         mul(m.q_lora_rank, mul(m.heads, qk, w), w), w);
-    attention = add(attention, mul(m.dim, m.kv_lora_rank + m.qk_rope_head_dim, w), w);
-    attention = add(attention, m.kv_lora_rank, w);
-    attention = add(attention, mul(m.kv_lora_rank, mul(m.heads, m.qk_nope_head_dim + m.v_head_dim, w), w), w);
-    attention = add(attention, mul(mul(m.heads, m.v_head_dim, w), m.dim, w), w);
+    attention = m.q_lora_rank == 0 ? checked_mul(m.dim, checked_mul(m.heads, qk, w), w)
+                                   : checked_add(checked_add(checked_mul(m.dim, m.q_lora_rank, w), m.q_lora_rank, w),
+                                         checked_mul(m.q_lora_rank, checked_mul(m.heads, qk, w), w), w);
+    attention = checked_add(attention, checked_mul(m.dim, m.kv_lora_rank + m.qk_rope_head_dim, w), w);
+    attention = checked_add(attention, m.kv_lora_rank, w);
+    attention = checked_add(attention, checked_mul(m.kv_lora_rank, checked_mul(m.heads, m.qk_nope_head_dim + m.v_head_dim, w), w), w);
+    attention = checked_add(attention, checked_mul(checked_mul(m.heads, m.v_head_dim, w), m.dim, w), w);
   } else {
     const int64_t hd = m.dim / m.heads;
-    attention = add(mul(m.dim, (m.heads + 2 * m.kv_heads) * hd, w), mul(m.heads * hd, m.dim, w), w);
+    attention = checked_add(checked_mul(m.dim, (m.heads + 2 * m.kv_heads) * hd, w), checked_mul(m.heads * hd, m.dim, w), w);
   }
-  attention = add(attention, 2 * m.dim, w);  // the two norms
-  const int64_t dense = mul(mul(m.dim, m.ffn_dim, w), 3, w);
+  attention = checked_add(attention, 2 * m.dim, w);  // the two norms
+  const int64_t dense = checked_mul(checked_mul(m.dim, m.ffn_dim, w), 3, w);
   int64_t moe = 0;
   if (m.experts > 0) {
-    moe = mul(m.experts, m.dim, w);                                                      // the router's gate
-    moe = add(moe, mul(mul(m.experts, mul(m.moe_ffn_dim, m.dim, w), w), 3, w), w);        // routed experts
-    moe = add(moe, mul(mul(m.dim, mul(m.moe_ffn_dim, m.shared_experts, w), w), 3, w), w);  // shared experts
+    moe = checked_mul(m.experts, m.dim, w);                                                      // the router's gate
+    moe = checked_add(moe, checked_mul(checked_mul(m.experts, checked_mul(m.moe_ffn_dim, m.dim, w), w), 3, w), w);        // routed experts
+    moe = checked_add(moe, checked_mul(checked_mul(m.dim, checked_mul(m.moe_ffn_dim, m.shared_experts, w), w), 3, w), w);  // shared experts
   }
   const int64_t dense_layers = m.experts > 0 ? m.dense_layers : m.layers;
-  int64_t total = add(mul(add(attention, dense, w), dense_layers, w),
-                      mul(add(attention, moe, w), m.layers - dense_layers, w), w);
-  total = add(total, mul(m.vocab, m.dim, w), w);  // embeddings
-  total = add(total, m.dim, w);                    // norm
-  if (!m.weight_tying) total = add(total, mul(m.vocab, m.dim, w), w);
+  int64_t total = checked_add(checked_mul(checked_add(attention, dense, w), dense_layers, w),
+                      checked_mul(checked_add(attention, moe, w), m.layers - dense_layers, w), w);
+  total = checked_add(total, checked_mul(m.vocab, m.dim, w), w);  // embeddings
+  total = checked_add(total, m.dim, w);                    // norm
+  if (!m.weight_tying) total = checked_add(total, checked_mul(m.vocab, m.dim, w), w);
   return total;
 }
 

@@ -80,7 +80,7 @@ StageLayout megatron_layout(const Job& job) {
                           "first and last stage, which meshsim step does not model");
   }
   l.stages_per_rank = per;
-  l.stages = mul(per, p.pp, "the stages");
+  l.stages = checked_mul(per, p.pp, "the stages");
   if (l.stages > kMaxStages || m.layers % l.stages != 0) {
     throw InvalidArgument("megatron: " + std::to_string(m.layers) + " layers over " + std::to_string(l.stages) +
                           " stages: Number of layers should be divisible by the pipeline-model-parallel size (times "
@@ -153,7 +153,7 @@ StageLayout layout(const Job& job) {
     throw InvalidArgument(tp + " does not divide the model's ffn dim (" + std::to_string(m.ffn_dim) + ") and vocabulary (" +
                           std::to_string(m.vocab) + ")");
   }
-  const int64_t seq_shards = p.cp > 1 ? mul(2 * p.cp, p.tp, "cp x tp") : p.tp;
+  const int64_t seq_shards = p.cp > 1 ? checked_mul(2 * p.cp, p.tp, "cp x tp") : p.tp;
   if (job.seq_len % seq_shards != 0) {
     throw InvalidArgument("--seq-len " + std::to_string(job.seq_len) + " is not divisible by " +
                           (p.cp > 1 ? "2 x cp x tp (" : "tp (") + std::to_string(seq_shards) +
@@ -227,7 +227,7 @@ StageLayout layout(const Job& job) {
                             " stages per rank.  [torchtitan]");
     }
     l.stages_per_rank = per;
-    l.stages = mul(per, p.pp, "the stages");
+    l.stages = checked_mul(per, p.pp, "the stages");
     if (l.stages > kMaxStages) throw InvalidArgument("the pipeline's " + std::to_string(l.stages) + " stages are over " + std::to_string(kMaxStages));
     // PyTorch runs GPipe and 1F1B by their own loop (the order of _add_send_recv), the others
     // through its runtime's lowering.

@@ -13,22 +13,22 @@ StepBuilder::StepBuilder(const Job& job, const StageLayout& layout) : job_(job),
     z_.fsdp = p.dp_shard * p.cp;
     z_.tp = p.tp;
     z_.cp = p.cp;
-    z_.tokens = mul(job.local_batch_size, job.seq_len / p.cp, "the tokens of a microbatch");
-    z_.hidden_bytes = mul(mul(z_.tokens, m.dim, "tokens x dim"), 2, "an activation's bytes");
+    z_.tokens = checked_mul(job.local_batch_size, job.seq_len / p.cp, "the tokens of a microbatch");
+    z_.hidden_bytes = checked_mul(checked_mul(z_.tokens, m.dim, "tokens x dim"), 2, "an activation's bytes");
     z_.pp_bytes = z_.hidden_bytes / p.tp;
     megatron_ = job.framework == "megatron";
     // Megatron's distributed optimizer pads buffers, not parameters: sizes below are unpadded.
     const int64_t f = megatron_ ? 1 : z_.fsdp, t = p.tp;
-    const int64_t seq_tokens = mul(job.local_batch_size, job.seq_len, "K's bytes");
+    const int64_t seq_tokens = checked_mul(job.local_batch_size, job.seq_len, "K's bytes");
     if (mla(m)) {
-      z_.k_bytes = mul(mul(seq_tokens, m.heads / t * (m.qk_nope_head_dim + m.qk_rope_head_dim), "K's bytes"), 2, "K's bytes");
-      z_.v_bytes = mul(mul(seq_tokens, m.heads / t * m.v_head_dim, "V's bytes"), 2, "V's bytes");
+      z_.k_bytes = checked_mul(checked_mul(seq_tokens, m.heads / t * (m.qk_nope_head_dim + m.qk_rope_head_dim), "K's bytes"), 2, "K's bytes");
+      z_.v_bytes = checked_mul(checked_mul(seq_tokens, m.heads / t * m.v_head_dim, "V's bytes"), 2, "V's bytes");
     } else {
-      z_.k_bytes = z_.v_bytes = mul(mul(seq_tokens, m.kv_heads / t * (m.dim / m.heads), "K's bytes"), 2, "K's bytes");
+      z_.k_bytes = z_.v_bytes = checked_mul(checked_mul(seq_tokens, m.kv_heads / t * (m.dim / m.heads), "K's bytes"), 2, "K's bytes");
     }
-    z_.logits_bytes = mul(z_.tokens, 4, "the loss reduction's bytes");
-    z_.counts_bytes = mul(m.experts, 8, "the tokens per expert");
-    z_.dispatch_bytes = mul(mul(z_.tokens / t, m.top_k, "the routed tokens"), mul(m.dim, 2, "the routed tokens"),
+    z_.logits_bytes = checked_mul(z_.tokens, 4, "the loss reduction's bytes");
+    z_.counts_bytes = checked_mul(m.experts, 8, "the tokens per expert");
+    z_.dispatch_bytes = checked_mul(checked_mul(z_.tokens / t, m.top_k, "the routed tokens"), checked_mul(m.dim, 2, "the routed tokens"),
                             "the routed tokens' bytes");
     const std::string w = "a block's parameters";
     // Attention: llama3's fused wqkv (colwise) and wo (rowwise); or MLA's projections, the
@@ -37,19 +37,19 @@ StepBuilder::StepBuilder(const Job& job, const StageLayout& layout) : job_(job),
       const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
       attention_ = m.q_lora_rank == 0
                        ? padded(m.heads * qk / t, m.dim, f)
-                       : add(add(padded(m.q_lora_rank, m.dim, f), padded(m.q_lora_rank, 1, f), w),
+                       : checked_add(checked_add(padded(m.q_lora_rank, m.dim, f), padded(m.q_lora_rank, 1, f), w),
                              padded(m.heads * qk / t, m.q_lora_rank, f), w);
-      attention_ = add(attention_, padded(m.kv_lora_rank + m.qk_rope_head_dim, m.dim, f), w);
-      attention_ = add(attention_, padded(m.kv_lora_rank, 1, f), w);
-      attention_ = add(attention_, padded(m.heads * (m.qk_nope_head_dim + m.v_head_dim) / t, m.kv_lora_rank, f), w);
-      attention_ = add(attention_, padded(m.dim, m.heads * m.v_head_dim / t, f), w);
+      attention_ = checked_add(attention_, padded(m.kv_lora_rank + m.qk_rope_head_dim, m.dim, f), w);
+      attention_ = checked_add(attention_, padded(m.kv_lora_rank, 1, f), w);
+      attention_ = checked_add(attention_, padded(m.heads * (m.qk_nope_head_dim + m.v_head_dim) / t, m.kv_lora_rank, f), w);
+      attention_ = checked_add(attention_, padded(m.dim, m.heads * m.v_head_dim / t, f), w);
     } else {
       const int64_t head_dim = m.dim / m.heads;
-      attention_ = add(padded((m.heads + 2 * m.kv_heads) * head_dim / t, m.dim, f),
+      attention_ = checked_add(padded((m.heads + 2 * m.kv_heads) * head_dim / t, m.dim, f),
                        padded(m.dim, m.heads * head_dim / t, f), w);
     }
-    attention_ = add(attention_, mul(padded(m.dim, 1, f), 2, w), w);  // attention_norm, ffn_norm
-    dense_ffn_ = add(mul(padded(m.ffn_dim / t, m.dim, f), 2, w), padded(m.dim, m.ffn_dim / t, f), w);
+    attention_ = checked_add(attention_, checked_mul(padded(m.dim, 1, f), 2, w), w);  // attention_norm, ffn_norm
+    dense_ffn_ = checked_add(checked_mul(padded(m.ffn_dim / t, m.dim, f), 2, w), padded(m.dim, m.ffn_dim / t, f), w);
     if (m.experts > 0) {
       // The router's gate (replicated over tp), the shared experts (a SwiGLU of
       // moe_ffn_dim x shared_experts, TP like the dense FFN), and the routed experts: with ep > 1
@@ -58,28 +58,28 @@ StepBuilder::StepBuilder(const Job& job, const StageLayout& layout) : job_(job),
       // hidden dim, w2 on its input) and over fsdp (dim 1 when fsdp > E).
       const int64_t fs = m.moe_ffn_dim * m.shared_experts;
       moe_dense_ = padded(m.experts, m.dim, f);
-      if (fs > 0) moe_dense_ = add(moe_dense_, add(mul(padded(fs / t, m.dim, f), 2, w), padded(m.dim, fs / t, f), w), w);
+      if (fs > 0) moe_dense_ = checked_add(moe_dense_, checked_add(checked_mul(padded(fs / t, m.dim, f), 2, w), padded(m.dim, fs / t, f), w), w);
       const int64_t e = m.experts, F = m.moe_ffn_dim, D = m.dim;
       if (p.ep > 1) {
         const int64_t el = e / p.ep, fe = megatron_ ? 1 : dim_size(p, Dim::kEfsdp);
         z_.efsdp = dim_size(p, Dim::kEfsdp);
-        routed_ = fe * p.ep > e ? mul(el, add(mul(padded(F, D, fe), 2, w), padded(D, F, fe), w), w)
-                                : mul(padded(el, mul(F, D, w), fe), 3, w);
+        routed_ = fe * p.ep > e ? checked_mul(el, checked_add(checked_mul(padded(F, D, fe), 2, w), padded(D, F, fe), w), w)
+                                : checked_mul(padded(el, checked_mul(F, D, w), fe), 3, w);
       } else {
-        routed_ = f > e ? mul(e, add(mul(padded(F / t, D, f), 2, w), padded(D, F / t, f), w), w)
-                        : mul(padded(e, mul(F / t, D, w), f), 3, w);
+        routed_ = f > e ? checked_mul(e, checked_add(checked_mul(padded(F / t, D, f), 2, w), padded(D, F / t, f), w), w)
+                        : checked_mul(padded(e, checked_mul(F / t, D, w), f), 3, w);
       }
     }
     embed_ = padded(m.vocab / t, m.dim, f);
-    output_ = add(padded(m.dim, 1, f), padded(m.vocab / t, m.dim, f), "the output unit");
+    output_ = checked_add(padded(m.dim, 1, f), padded(m.vocab / t, m.dim, f), "the output unit");
     if (megatron_) {
       // Megatron pads the vocabulary to a multiple of 128 x tp (make_vocab_size_divisible_by).
-      const int64_t unit = mul(128, t, "the vocabulary's padding");
-      const int64_t vocab = mul((m.vocab + unit - 1) / unit, unit, "the padded vocabulary");
-      embed_ = mul(vocab / t, m.dim, "the embeddings");
-      output_ = mul(vocab / t, m.dim, "the output layer");  // the final norm is counted with the norms
+      const int64_t unit = checked_mul(128, t, "the vocabulary's padding");
+      const int64_t vocab = checked_mul((m.vocab + unit - 1) / unit, unit, "the padded vocabulary");
+      embed_ = checked_mul(vocab / t, m.dim, "the embeddings");
+      output_ = checked_mul(vocab / t, m.dim, "the output layer");  // the final norm is counted with the norms
     }
-    if (m.weight_tying) embed_ = add(embed_, padded(m.dim, 1, f), "the tied unit");
+    if (m.weight_tying) embed_ = checked_add(embed_, padded(m.dim, 1, f), "the tied unit");
     const std::string ac = lower_case(job.activation_checkpoint);
     ac_ = ac == "none" ? Ac::kNone : ac == "full" ? Ac::kFull : Ac::kSelective;
   }

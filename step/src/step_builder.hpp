@@ -36,7 +36,7 @@ struct Sizes {
 };
 
 inline int64_t padded(int64_t dim0, int64_t rest, int64_t fsdp) {
-  return mul((dim0 + fsdp - 1) / fsdp * fsdp, rest, "a parameter's padded size");
+  return checked_mul((dim0 + fsdp - 1) / fsdp * fsdp, rest, "a parameter's padded size");
 }
 
 class StepBuilder {

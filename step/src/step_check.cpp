@@ -140,7 +140,7 @@ void Checker::check_agreement(Report& r) {
 void Checker::simulate(Report& r) {
   std::vector<int64_t> set;
   if (o_.all_ranks) {
-    if (mul(world_, static_cast<int64_t>(longest()), "the simulation's events") > kMaxSimulatedEvents) {
+    if (checked_mul(world_, static_cast<int64_t>(longest()), "the simulation's events") > kMaxSimulatedEvents) {
       throw ResourceExhausted("simulating every rank steps through over " + std::to_string(kMaxSimulatedEvents) +
                               " events: leave out --ranks all (one program per pp rank is exact for a step "
                               "without faults) or name fewer ranks");
@@ -156,7 +156,7 @@ void Checker::simulate(Report& r) {
     for (const auto& [rank, _] : faulted_) add_pipeline(rank);
     for (int64_t rank : o_.ranks) add_pipeline(rank);
     set.assign(s.begin(), s.end());
-    if (mul(static_cast<int64_t>(set.size()), static_cast<int64_t>(longest()), "the simulation's events") >
+    if (checked_mul(static_cast<int64_t>(set.size()), static_cast<int64_t>(longest()), "the simulation's events") >
         kMaxSimulatedEvents) {
       throw ResourceExhausted("simulating the pipelines of " + std::to_string(set.size()) + " ranks steps through over " +
                               std::to_string(kMaxSimulatedEvents) + " events: name fewer --ranks");

@@ -4,13 +4,13 @@
 #pragma once
 
 #include <array>
-#include <cctype>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "meshsim/error.hpp"
 #include "meshsim/step_program.hpp"
+#include "meshsim/text_fields.hpp"
 
 namespace meshsim::step::detail {
 
@@ -26,23 +26,10 @@ inline constexpr int64_t kMaxSize = int64_t{1} << 32;
 inline constexpr int64_t kMaxLayers = int64_t{1} << 16;
 inline constexpr int64_t kMaxWorld = int64_t{1} << 22;
 
-inline int64_t mul(int64_t a, int64_t b, const std::string& what) {
-  int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) throw OverflowError(what + " overflows 64-bit arithmetic");
-  return r;
-}
-inline int64_t add(int64_t a, int64_t b, const std::string& what) {
-  int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) throw OverflowError(what + " overflows 64-bit arithmetic");
-  return r;
-}
-
-inline std::string lower_case(std::string_view s) {
-  std::string r(s);
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
-}
-
+// The house's checked arithmetic and case folding (text_fields.hpp).
+using text::checked_add;
+using text::checked_mul;
+using text::lower_case;
 
 // Axis masks over the dense view (pp, dp_replicate, dp_shard, cp, tp), or for ep and efsdp over
 // the sparse view (pp, dp_replicate, efsdp, ep, 1): torchtitan's "sparse" mesh unflattens

@@ -100,7 +100,7 @@ std::string describe(const Event& e) {
 }
 int64_t world_size(const Parallel& p) {
   int64_t w = 1;
-  for (int64_t v : radix(p)) w = mul(w, v, "the world size");
+  for (int64_t v : radix(p)) w = checked_mul(w, v, "the world size");
   return w;
 }
 
@@ -187,7 +187,7 @@ Report check_step(const Job& job, const Options& o) {
   for (const Event& e : r.program) {
     OpTotal& t = r.by_dim[std::string(dim_label(job, e.dim))][std::string(op_name(e.op))];
     ++t.calls;
-    t.bytes = add(t.bytes, e.bytes, "rank " + std::to_string(o.rank) + "'s bytes");
+    t.bytes = checked_add(t.bytes, e.bytes, "rank " + std::to_string(o.rank) + "'s bytes");
   }
   if (o.gpus_per_host) c.links(*o.gpus_per_host, r);
   c.check_agreement(r);

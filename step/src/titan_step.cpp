@@ -63,7 +63,7 @@ class TitanStep final : public StepBuilder {
     // parameter tensor, partial over the sharded dims: that vector all-reduced over fsdp, then
     // over tp (DTensor's redistribute, one dim at a time); the total then over pp. torchtitan
     // 0.3.0 checks the loss for finiteness on the rank, after the metrics' reductions.
-    const int64_t norms = p.ep > 1 ? 4 : mul(param_tensors(pp_rank), 4, "the gradient norms' bytes");
+    const int64_t norms = p.ep > 1 ? 4 : checked_mul(param_tensors(pp_rank), 4, "the gradient norms' bytes");
     emit_if(Op::kAllReduce, Dim::kFsdp, DType::kF32, norms, Phase::kOptimizer, "grad_norm");
     emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, norms, Phase::kOptimizer, "grad_norm");
     emit_if(Op::kAllReduce, Dim::kPp, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
@@ -104,11 +104,11 @@ class TitanStep final : public StepBuilder {
     for (int64_t l = 0; l < layout_.layer_count[stage]; ++l) {
       const int64_t layer = layout_.first_layer[stage] + l;
       if (!moe_layer(job_.model, layer)) {
-        u.push_back({"block", static_cast<int32_t>(layer), add(attention_, dense_ffn_, "a block")});
+        u.push_back({"block", static_cast<int32_t>(layer), checked_add(attention_, dense_ffn_, "a block")});
       } else if (job_.parallel.ep > 1) {
-        u.push_back({"block", static_cast<int32_t>(layer), add(attention_, moe_dense_, "a block"), routed_});
+        u.push_back({"block", static_cast<int32_t>(layer), checked_add(attention_, moe_dense_, "a block"), routed_});
       } else {
-        u.push_back({"block", static_cast<int32_t>(layer), add(add(attention_, moe_dense_, "a block"), routed_, "a block")});
+        u.push_back({"block", static_cast<int32_t>(layer), checked_add(checked_add(attention_, moe_dense_, "a block"), routed_, "a block")});
       }
     }
     if (stage == layout_.stages - 1 && !job_.model.weight_tying) u.push_back({"output", -1, output_});
@@ -117,9 +117,9 @@ class TitanStep final : public StepBuilder {
 
   // gather: FSDP's all-gather of a unit, the routed experts' on their own mesh after the rest.
   void gather(const Unit& u, Phase ph) {
-    emit_if(Op::kAllGather, Dim::kFsdp, DType::kBF16, mul(u.elements, 2, "an all-gather's bytes"), ph, "params", u.layer);
+    emit_if(Op::kAllGather, Dim::kFsdp, DType::kBF16, checked_mul(u.elements, 2, "an all-gather's bytes"), ph, "params", u.layer);
     if (u.sparse_elements) {
-      emit_if(Op::kAllGather, Dim::kEfsdp, DType::kBF16, mul(u.sparse_elements, 2, "an all-gather's bytes"), ph, "experts",
+      emit_if(Op::kAllGather, Dim::kEfsdp, DType::kBF16, checked_mul(u.sparse_elements, 2, "an all-gather's bytes"), ph, "experts",
               u.layer);
     }
   }
@@ -139,19 +139,19 @@ class TitanStep final : public StepBuilder {
     const int64_t norms = block ? 2 : (output && elements != lm_head_) || std::strcmp(u.what, "tied_embeddings") == 0 ? 1 : 0;
     for (int64_t k = 0; k < norms; ++k) {
       emit_if(Op::kAllReduce, Dim::kTp, accumulated_ ? DType::kF32 : DType::kBF16,
-              mul(job_.model.dim, accumulated_ ? 4 : 2, "a norm's gradient"), ph, "norm_grads", u.layer);
+              checked_mul(job_.model.dim, accumulated_ ? 4 : 2, "a norm's gradient"), ph, "norm_grads", u.layer);
     }
-    emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kF32, mul(elements, 4, "a reduce-scatter's bytes"), ph, what,
+    emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kF32, checked_mul(elements, 4, "a reduce-scatter's bytes"), ph, what,
             u.layer);
     if (u.sparse_elements) {
-      emit_if(Op::kReduceScatter, Dim::kEfsdp, DType::kF32, mul(u.sparse_elements, 4, "a reduce-scatter's bytes"),
+      emit_if(Op::kReduceScatter, Dim::kEfsdp, DType::kF32, checked_mul(u.sparse_elements, 4, "a reduce-scatter's bytes"),
               Phase::kBwd, "expert_grads", u.layer);
     }
     // HSDP: the shard's gradient all-reduced over the replicas.
-    emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, mul(elements / z_.fsdp, 4, "an all-reduce's bytes"), ph,
+    emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, checked_mul(elements / z_.fsdp, 4, "an all-reduce's bytes"), ph,
             what, u.layer);
     if (u.sparse_elements) {
-      emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, mul(u.sparse_elements / z_.efsdp, 4, "an all-reduce's bytes"),
+      emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, checked_mul(u.sparse_elements / z_.efsdp, 4, "an all-reduce's bytes"),
               Phase::kBwd, "expert_grads", u.layer);
     }
   }
@@ -262,7 +262,7 @@ class TitanStep final : public StepBuilder {
         }
       }
       if (wrapper) {
-        reduce(Unit{"output", -1, output_}, norm_pending_ ? add(lm_head_, norm_, "the output unit") : lm_head_, ph,
+        reduce(Unit{"output", -1, output_}, norm_pending_ ? checked_add(lm_head_, norm_, "the output unit") : lm_head_, ph,
                "lm_head_grads");
         norm_pending_ = false;
         out_sharded_ = true;

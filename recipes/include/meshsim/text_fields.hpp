@@ -1,9 +1,11 @@
-// meshsim/text_fields.hpp — the pieces of a flag's text (--mesh dp=2,tp=4, a preset's
-// "pp=2,dp=4"): one cutter and one integer reader, so every flag words a bad value the same.
+// meshsim/text_fields.hpp — the house's small vocabulary for a flag's text (--mesh dp=2,tp=4, a
+// preset's "pp=2,dp=4", --fault skip@3): one cutter, one integer reader, one case folding, one
+// KIND@RANK reader and the checked arithmetic of sizes, so every flag words a bad value the same.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meshsim::text {
@@ -14,5 +16,27 @@ std::vector<std::string> split(const std::string& s, char sep);
 // parse_int reads a whole decimal int64: InvalidArgument "<what>: 'S' is not an integer", or
 // OverflowError when it does not fit.
 int64_t parse_int(const std::string& s, const std::string& what);
+
+// lower_case folds ASCII letters (names the user may write in any case: schedules, models,
+// policies).
+std::string lower_case(std::string_view s);
+
+// checked_mul / checked_add: a * b and a + b, or OverflowError "<what> overflows 64-bit
+// arithmetic" (sizes and products built from user input).
+int64_t checked_mul(int64_t a, int64_t b, const std::string& what);
+int64_t checked_add(int64_t a, int64_t b, const std::string& what);
+
+// KindAtRank is a `--fault KIND@RANK` value cut at its '@': InvalidArgument naming `flag`, the
+// value and the form (with `kinds`, the known kinds, in the message) when there is no '@', no
+// kind or no rank; a rank that is not a decimal number >= 0, or past 64 bits, is refused by name.
+struct KindAtRank {
+  std::string kind;
+  int64_t rank = 0;
+};
+KindAtRank kind_at_rank(std::string_view text, const std::string& flag, const std::string& kinds);
+
+// check_format: the one --format rule of the tool's subcommands: text or json, else
+// InvalidArgument "--format must be text or json, not 'X'".
+void check_format(const std::string& format);
 
 }  // namespace meshsim::text

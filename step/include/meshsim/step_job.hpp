@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "meshsim/chrome_trace.hpp"
 #include "meshsim/preset.hpp"
 #include "meshsim/schedule.hpp"
 #include "meshsim/step_program.hpp"
@@ -60,13 +61,7 @@ struct StepRun {
 StepRun run_step(const StepSpec& spec);
 // step_json is the report as docs/step.md lists it.
 nlohmann::json step_json(const StepRun& run);
-// trace_json is Chrome/Perfetto trace JSON of `ranks`' programs (at most kMaxTracedRanks ranks
-// and kMaxTracedEvents events in all; ResourceExhausted past them).
-inline constexpr int64_t kMaxTracedRanks = 4096;
-inline constexpr int64_t kMaxTracedEvents = int64_t{1} << 18;
-nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks);
-// traced_ranks: --ranks (every rank for "all"), else the reported rank.
-std::vector<int64_t> traced_ranks(const StepRun& run);
+// trace_json and traced_ranks (the Chrome/Perfetto writer) are in chrome_trace.hpp.
 
 // read_schedule_file reads a CSV of PyTorch's form, compute_only or compute_comms (told by
 // whether it holds sends and receives), lowered; `pp` checks its rows, `stages` defaults to the
