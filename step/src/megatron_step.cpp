@@ -105,14 +105,9 @@ class MegatronStep final : public StepBuilder {
   // the tokens per expert over ep, sends the tokens and their probabilities to their experts and
   // back (all-to-alls over ep), then runs its shared experts like an MLP.
   void megatron_layer_forward(int32_t layer, Phase ph) {
-    const int64_t h = z_.hidden_bytes;
-    emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
-    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", layer);
-    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", layer);
-    emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
+    attention_forward(layer, ph);
     if (!moe_layer(job_.model, layer)) {
-      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
-      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+      tp_pair("mlp", layer, ph);
       return;
     }
     emit_if(Op::kAllGather, Dim::kEp, DType::kI64, checked_mul(z_.counts_bytes, size(Dim::kEp), "the tokens per expert"), ph,
@@ -120,10 +115,7 @@ class MegatronStep final : public StepBuilder {
     emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
     emit_if(Op::kAllToAll, Dim::kEp, DType::kF32, z_.dispatch_bytes / job_.model.dim * 2, ph, "moe_probs", layer);
     emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
-    if (job_.model.shared_experts > 0) {
-      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
-      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
-    }
+    if (job_.model.shared_experts > 0) tp_pair("shared_experts", layer, ph);
   }
 
   // megatron_layer_backward: the same in reverse: a row-parallel linear's backward gathers its

@@ -22,25 +22,10 @@ int64_t ffn_hidden(int64_t dim, int64_t multiple_of, double multiplier) {
 
 Model deepseek(const char* name, int64_t layers, int64_t dim, int64_t dense_ffn, int64_t heads, int64_t vocab,
                int64_t q_lora, int64_t experts, int64_t top_k, int64_t moe_ffn, int64_t shared, int64_t dense_layers) {
-  Model m;
-  m.name = name;
-  m.layers = layers;
-  m.dim = dim;
-  m.ffn_dim = dense_ffn;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.vocab = vocab;
-  m.q_lora_rank = q_lora;
-  m.kv_lora_rank = 512;
-  m.qk_nope_head_dim = 128;
-  m.qk_rope_head_dim = 64;
-  m.v_head_dim = 128;
-  m.experts = experts;
-  m.top_k = top_k;
-  m.moe_ffn_dim = moe_ffn;
-  m.shared_experts = shared;
-  m.dense_layers = dense_layers;
-  return m;
+  return Model{.name = name, .layers = layers, .dim = dim, .ffn_dim = dense_ffn, .heads = heads, .kv_heads = heads,
+               .vocab = vocab, .q_lora_rank = q_lora, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
+               .qk_rope_head_dim = 64, .v_head_dim = 128, .experts = experts, .top_k = top_k, .moe_ffn_dim = moe_ffn,
+               .shared_experts = shared, .dense_layers = dense_layers};
 }
 
 std::vector<Model> builtins() {

@@ -93,6 +93,23 @@ class StepBuilder {
     if (size(d) > 1) emit(op, d, t, bytes, ph, what, layer);
   }
 
+  // tp_pair: sequence parallel around a block's part `what` (an MLP, the shared experts): the
+  // column-parallel linear's all-gather of the sequence over tp, the row-parallel one's
+  // reduce-scatter (a backward's, for its input's gradient, alike).
+  void tp_pair(const char* what, int32_t layer, Phase ph) {
+    emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, z_.hidden_bytes, ph, what, layer);
+    emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, z_.hidden_bytes, ph, what, layer);
+  }
+  // attention_forward: the attention's forward under TP with sequence parallel and CP: the
+  // sequence gathered over tp for the QKV projection, K and V gathered over cp, the output
+  // projection's reduce-scatter (torchtitan's and Megatron-core's alike).
+  void attention_forward(int32_t layer, Phase ph) {
+    emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, z_.hidden_bytes, ph, "attention", layer);
+    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", layer);
+    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", layer);
+    emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, z_.hidden_bytes, ph, "attention", layer);
+  }
+
   bool holds_stage(int64_t pp_rank, int64_t stage) const {
     if (job_.parallel.pp == 1) return true;
     for (const auto& a : layout_.schedule.ranks[pp_rank]) {

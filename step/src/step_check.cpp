@@ -204,6 +204,17 @@ void Checker::simulate(Report& r) {
     return s.bytes == rcv.bytes && s.dtype == rcv.dtype && s.microbatch == rcv.microbatch &&
            std::string_view(s.what) == rcv.what;
   };
+  // meet: a send and its receive, each at its rank's head, go on together, or fail when the
+  // receive is not the send's own.
+  auto meet = [&](std::size_t s, const Event& se, std::size_t t, const Event& re) {
+    if (!matches(se, re)) {
+      p2p_fail(s, se, t, re);
+      return false;
+    }
+    ++pc[s];
+    ++pc[t];
+    return true;
+  };
   while (!ready.empty() && r.ok) {
     const std::size_t i = ready.front();
     ready.pop_front();
@@ -241,12 +252,7 @@ void Checker::simulate(Report& r) {
         }
         const Event* h = head(j);
         if (h && h->op == Op::kRecv && h->peer == pp_coordinate(p_, set[i]) && !arrived[j]) {
-          if (!matches(*e, *h)) {
-            p2p_fail(i, *e, j, *h);
-            break;
-          }
-          ++pc[i];
-          ++pc[j];
+          if (!meet(i, *e, j, *h)) break;
           ready.push_back(j);
           continue;
         }
@@ -267,12 +273,7 @@ void Checker::simulate(Report& r) {
       }
       const Event* h = head(j);
       if (h && h->op == Op::kSend && h->peer == pp_coordinate(p_, set[i])) {
-        if (!matches(*h, *e)) {
-          p2p_fail(j, *h, i, *e);
-          break;
-        }
-        ++pc[i];
-        ++pc[j];
+        if (!meet(j, *h, i, *e)) break;
         ready.push_back(j);
         continue;
       }

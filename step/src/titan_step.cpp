@@ -166,16 +166,12 @@ class TitanStep final : public StepBuilder {
     const int64_t h = z_.hidden_bytes;
     const bool shared = job_.model.shared_experts > 0;
     if (!moe_layer(job_.model, layer)) {
-      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
-      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+      tp_pair("mlp", layer, ph);
     } else if (job_.parallel.ep > 1) {
       emit_if(Op::kAllToAll, Dim::kEp, DType::kI64, z_.counts_bytes, ph, "moe_counts", layer);
       emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
       emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
-      if (shared) {
-        emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
-        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
-      }
+      if (shared) tp_pair("shared_experts", layer, ph);
     } else {
       emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "moe", layer);
       emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "routed_experts", layer);
@@ -186,13 +182,9 @@ class TitanStep final : public StepBuilder {
     const int64_t h = z_.hidden_bytes;
     const bool shared = job_.model.shared_experts > 0;
     if (!moe_layer(job_.model, layer)) {
-      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
-      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+      tp_pair("mlp", layer, ph);
     } else if (job_.parallel.ep > 1) {
-      if (shared) {
-        emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
-        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
-      }
+      if (shared) tp_pair("shared_experts", layer, ph);
       emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
       emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
     } else {
@@ -209,11 +201,7 @@ class TitanStep final : public StepBuilder {
 
   // block_forward: a block's forward collectives (attention, CP's K and V, the FFN or MoE).
   void block_forward(int32_t layer, Phase ph) {
-    const int64_t h = z_.hidden_bytes;
-    emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
-    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", layer);
-    emit_if(Op::kAllGather, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", layer);
-    emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
+    attention_forward(layer, ph);
     ffn_forward(layer, ph);
   }
 

@@ -88,15 +88,14 @@ std::string report_text(const CheckReport& r, const DumpSet& set) {
 }
 
 nlohmann::json report_json(const CheckReport& r, const DumpSet& set) {
-  nlohmann::json j;
-  j["ok"] = r.ok;
-  j["dir"] = set.dir;
-  j["prefix"] = set.prefix;
-  j["dumps"] = r.dumps;
-  j["groups"] = r.groups;
-  j["records"] = r.entries;
-  j["collectives_checked"] = r.collectives_checked;
-  j["p2p_checked"] = r.p2p_checked;
+  nlohmann::json j{{"ok", r.ok},
+                   {"dir", set.dir},
+                   {"prefix", set.prefix},
+                   {"dumps", r.dumps},
+                   {"groups", r.groups},
+                   {"records", r.entries},
+                   {"collectives_checked", r.collectives_checked},
+                   {"p2p_checked", r.p2p_checked}};
   auto& ps = j["problems"] = nlohmann::json::array();
   nlohmann::json lists = nlohmann::json::array();
   std::map<const std::vector<int64_t>*, std::size_t> listed;
