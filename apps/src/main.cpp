@@ -14,6 +14,8 @@
 #include <new>
 #include <fstream>
 #include <iostream>
+#include <type_traits>
+#include <variant>
 
 #include "meshsim/cli_common.hpp"
 #include "meshsim/cli_flags.hpp"
@@ -170,39 +172,29 @@ int main(int argc, char** argv) {
   const CLI::Validator non_empty_path(
       [](const std::string& v) { return v.empty() ? std::string("an output path may not be empty") : std::string(); },
       "PATH");
-  step->add_option("--preset", sto_step.preset, "torchtitan:KEY=V,... or torchtitan:FILE.toml: check the job's step");
-  step->add_option("--world-size", sto_step.world_size, "the world size (for dp_shard=-1)");
-  step->add_option("--model", sto_step.model, "llama3-8b, llama3-70b, llama3-405b, deepseek_v3-16b, deepseek_v3-671b, ... or a .toml file with a [model] table");
-  step->add_option("--seq-len", sto_step.seq_len, "tokens per sequence");
-  step->add_option("--job", sto_step.job, "a torchtitan job file, read whole: a .toml job file, or the .json config torchtitan 0.3.0 saves (debug.save_config_file); flags given too override it (said on stderr)");
-  step->add_option("--megatron-args", sto_step.megatron_args, "Megatron-LM's own flags, quoted (\"--tensor-model-parallel-size 2 --bf16 ...\"), or @FILE: Megatron-core's step (with --world-size)");
-  step->add_option("--local-batch-size", sto_step.local_batch_size, "sequences per data-parallel rank in one microbatch (not torchtitan's local_batch_size: with pp, its pipeline_parallel_microbatch_size)");
-  step->add_option("--gpus-per-host", sto_step.gpus_per_host, "split every collective's bytes into intra- and inter-host");
-  step->add_option("--rank", sto_step.rank, "the rank whose program the table reports (default 0)");
-  step->add_option("--ranks", sto_step.ranks, "simulate these ranks exactly ('all', or 0,3,8-15); also what --trace writes");
-  step->add_option("--fault", sto_step.faults, "plant a fault: skip@R, swap@R, wrong-group@R, wrong-peer@R (repeatable)");
+  // The step's fields, from the one table of them (step_job.hpp): the flags read into the
+  // typed spec that `meshsim trace check --against` and Python's meshsim.step fill too.
+  for (const meshsim::step::StepField& f : meshsim::step::step_fields()) {
+    const std::string flag(f.flag), help(f.help);
+    std::visit(
+        [&](auto member) {
+          auto& field = sto_step.spec.*member;
+          if constexpr (std::is_same_v<std::remove_reference_t<decltype(field)>, bool>) {
+            step->add_flag_callback(flag, [&field] { field = false; }, help);
+          } else {
+            step->add_option(flag, field, help);
+          }
+        },
+        f.member);
+  }
   step->add_option("--trace", sto_step.trace, "write Chrome/Perfetto trace JSON of the --ranks (or --rank) here")
       ->check(non_empty_path);
   step->add_option("--chakra", sto_step.chakra, "write MLCommons Chakra execution traces PREFIX.<npu>.et and PREFIX.comm_groups.json (for ASTRA-sim)")
       ->check(non_empty_path);
   step->add_option("--chakra-world", sto_step.chakra_world, "the ranks --chakra exports: all, or replica (one data-parallel replica)")
       ->check(CLI::IsMember({"all", "replica"}));
-  step->add_option("--reshard-after-forward", sto_step.reshard_after_forward, "FSDP's policy: default, always or never");
-  step->add_option("--activation-checkpoint", sto_step.activation_checkpoint,
-                   "selective (torchtitan's default: all-gathers issued again in backward), full or none");
-  step->add_flag("--no-metrics", sto_step.no_metrics, "a step that does not log (no loss metrics all-reduces)");
   step->add_flag("--grid", sto_step.grid, "print the pipeline's step x rank grid (always when the schedule deadlocks)");
-  step->add_option("--schedule", sto_step.schedule, "GPipe, 1F1B (default with --preset), Interleaved1F1B, or a CSV file of PyTorch's form");
   step->add_option("--pp", sto_step.pp, "pipeline ranks (without --preset; a CSV: its rows)");
-  step->add_option("--loss-chunks", sto_step.loss_chunks,
-                   "torchtitan 0.3.0's loss.num_chunks: the lm_head and loss run per sequence chunk (ChunkedLossWrapper); unset: the loss whole");
-  step->add_option("--microbatches", sto_step.microbatches, "pipeline microbatches per step (default 1 with --preset)");
-  step->add_option("--stages", sto_step.stages, "stages (Interleaved1F1B: a multiple of --pp; a CSV: the largest stage + 1)");
-  step->add_option("--send-semantics", sto_step.send_semantics,
-                   "rendezvous (a send waits for its receive, as NCCL's large messages) or eager");
-  step->add_option("--lowering", sto_step.lowering,
-                   "runtime (default: what PyTorch's multi-stage runtime runs, UNSHARD/RESHARD/REDUCE_GRAD and idle "
-                   "steps dropped) or add_send_recv (the compute order as it is); GPipe and 1F1B take add_send_recv");
   step->add_option("--dump-schedule", sto_step.dump_schedule, "write the lowered schedule to this CSV file")
       ->check(non_empty_path);
   step->add_option("--format", sto_step.format, "text or json");

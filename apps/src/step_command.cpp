@@ -30,25 +30,25 @@ using text::lower_case;
 // schedule_of builds or reads the schedule the options name, lowered, and names how in `lowering`
 // ("runtime", "add_send_recv", "megatron" or "as written").
 step::Schedule schedule_of(const Options& o, int64_t microbatches, std::string& lowering) {
-  step::parse_lowering(o.lowering);  // refused whatever the schedule
-  lowering = o.lowering;
+  step::parse_lowering(o.spec.lowering);  // refused whatever the schedule
+  lowering = o.spec.lowering;
   if (microbatches < 1) throw InvalidArgument("--microbatches " + std::to_string(microbatches) + " is not >= 1");
-  const std::string name = lower_case(o.schedule);
+  const std::string name = lower_case(o.spec.schedule);
   const step::ScheduleInfo* info = step::find_schedule(name);
   if (info && info->single_stage) {
-    if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
-    if (o.stages && *o.stages != *o.pp) {
-      throw InvalidArgument("--schedule " + o.schedule + " runs one stage per rank: --stages " + std::to_string(*o.stages) +
+    if (!o.pp) throw InvalidArgument("--schedule " + o.spec.schedule + " needs --pp (the pipeline's ranks)");
+    if (o.spec.stages && *o.spec.stages != *o.pp) {
+      throw InvalidArgument("--schedule " + o.spec.schedule + " runs one stage per rank: --stages " + std::to_string(*o.spec.stages) +
                             " is not --pp " + std::to_string(*o.pp));
     }
     lowering = "add_send_recv";
     return step::lower(step::schedule_by_name(name, *o.pp, *o.pp, microbatches));
   }
   if (info && info->kind == step::ScheduleKind::kMegatronInterleaved) {
-    if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
-    if (!o.stages) throw InvalidArgument("--schedule " + o.schedule + " needs --stages (a multiple of --pp)");
+    if (!o.pp) throw InvalidArgument("--schedule " + o.spec.schedule + " needs --pp (the pipeline's ranks)");
+    if (!o.spec.stages) throw InvalidArgument("--schedule " + o.spec.schedule + " needs --stages (a multiple of --pp)");
     std::vector<int64_t> off;
-    for (const std::string& f : o.faults) {
+    for (const std::string& f : o.spec.faults) {
       // no-parity@R: the pipeline issues its sends and receives without Megatron's even/odd rule.
       const text::KindAtRank kr = text::kind_at_rank(f, "--fault", "no-parity with --schedule alone");
       if (kr.kind != "no-parity") {
@@ -61,19 +61,19 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches, std::string& 
       for (int64_t k = 0; k < *o.pp; ++k) off.push_back(k);  // the rule is the code's: off on every rank
     }
     lowering = "megatron";
-    return step::megatron_interleaved(*o.pp, *o.stages, microbatches, 0, off);
+    return step::megatron_interleaved(*o.pp, *o.spec.stages, microbatches, 0, off);
   }
   if (info && info->pytorch) {
-    if (!o.pp) throw InvalidArgument("--schedule " + o.schedule + " needs --pp (the pipeline's ranks)");
+    if (!o.pp) throw InvalidArgument("--schedule " + o.spec.schedule + " needs --pp (the pipeline's ranks)");
     const bool v = info->kind == step::ScheduleKind::kZBVZeroBubble;
-    if (!o.stages && !v) throw InvalidArgument("--schedule " + o.schedule + " needs --stages (a multiple of --pp)");
-    return step::lower(step::schedule_by_name(name, *o.pp, o.stages.value_or(2 * *o.pp), microbatches),
-                       step::parse_lowering(o.lowering));
+    if (!o.spec.stages && !v) throw InvalidArgument("--schedule " + o.spec.schedule + " needs --stages (a multiple of --pp)");
+    return step::lower(step::schedule_by_name(name, *o.pp, o.spec.stages.value_or(2 * *o.pp), microbatches),
+                       step::parse_lowering(o.spec.lowering));
   }
   if (name.empty()) throw InvalidArgument("--schedule is required: " + step::schedule_names() + ", MegatronInterleaved or a CSV file");
   bool as_written = false;
-  step::Schedule s = step::read_schedule_file(o.schedule, o.pp, o.stages, microbatches, "--schedule '" + o.schedule + "'",
-                                              step::parse_lowering(o.lowering), &as_written);
+  step::Schedule s = step::read_schedule_file(o.spec.schedule, o.pp, o.spec.stages, microbatches, "--schedule '" + o.spec.schedule + "'",
+                                              step::parse_lowering(o.spec.lowering), &as_written);
   if (as_written) lowering = "as written";
   return s;
 }
@@ -150,28 +150,7 @@ std::string thousands(int64_t v) {
 int run_job(const Options& o, std::ostream& out) {
   text::check_format(o.format);
   if (o.pp) throw InvalidArgument("--pp comes from --preset (its pp degree)");
-  step::StepSpec spec;
-  spec.preset = o.preset;
-  spec.job = o.job;
-  spec.megatron_args = o.megatron_args;
-  spec.world_size = o.world_size;
-  spec.model = o.model;
-  spec.seq_len = o.seq_len;
-  spec.local_batch_size = o.local_batch_size;
-  spec.microbatches = o.microbatches;
-  spec.loss_chunks = o.loss_chunks;
-  spec.schedule = o.schedule;
-  spec.stages = o.stages;
-  spec.send_semantics = o.send_semantics;
-  spec.lowering = o.lowering;
-  spec.gpus_per_host = o.gpus_per_host;
-  spec.rank = o.rank;
-  spec.ranks = o.ranks;
-  spec.faults = o.faults;
-  spec.reshard_after_forward = o.reshard_after_forward;
-  spec.activation_checkpoint = o.activation_checkpoint;
-  spec.log_metrics = !o.no_metrics;
-  const step::StepRun run = step::run_step(spec);
+  const step::StepRun run = step::run_step(o.spec);
   for (const std::string& n : run.notes) std::cerr << "meshsim step: note: " << n << "\n";
   const step::Report& r = run.report;
   const step::Job& job = run.job;
@@ -227,7 +206,7 @@ int run_job(const Options& o, std::ostream& out) {
     for (std::size_t i = 0; i < layers.size() && i < 16; ++i) split += (i ? "+" : "") + std::to_string(layers[i]);
     if (layers.size() > 16) split += "+...";
     out << "pipeline: " << job.schedule << ", " << r.layout.stages << " stages (" << split << " layers), "
-        << job.microbatches << (job.microbatches == 1 ? " microbatch, " : " microbatches, ") << o.send_semantics
+        << job.microbatches << (job.microbatches == 1 ? " microbatch, " : " microbatches, ") << o.spec.send_semantics
         << " sends\n";
   }
   out << "rank " << r.rank << ": " << r.program.size() << " events in one step\n\n";
@@ -261,7 +240,7 @@ int run_job(const Options& o, std::ostream& out) {
     }
   }
   if (r.by_link) {
-    out << "\nlinks (every rank, " << *o.gpus_per_host << " GPUs per host; ring all_gather/reduce_scatter/all_reduce, "
+    out << "\nlinks (every rank, " << *o.spec.gpus_per_host << " GPUs per host; ring all_gather/reduce_scatter/all_reduce, "
         << "pairwise all_to_all): intra-host " << human(r.by_link->intra_host) << ", inter-host "
         << human(r.by_link->inter_host) << "\n";
   }
@@ -270,7 +249,7 @@ int run_job(const Options& o, std::ostream& out) {
   // itself cannot progress (a CSV's deadlock), its stuck steps marked.
   if (t.pp > 1) {
     const step::Progress sp = step::check_progress(
-        r.layout.schedule, o.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous);
+        r.layout.schedule, o.spec.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous);
     if (o.grid || !sp.ok) {
       const auto group = step::group_members(job.parallel, step::Dim::kPp, r.rank);
       std::string members;
@@ -293,7 +272,7 @@ int run_job(const Options& o, std::ostream& out) {
   }
   if (r.ok) {
     out << "OK: " << thousands(world) << " ranks: every group's members issue the same collectives and the step "
-        << "makes progress under " << o.send_semantics << " sends (" << r.programs << " programs, " << r.groups_checked
+        << "makes progress under " << o.spec.send_semantics << " sends (" << r.programs << " programs, " << r.groups_checked
         << " groups compared, " << r.ranks_simulated << " ranks simulated)\n";
     return 0;
   }
@@ -304,19 +283,19 @@ int run_job(const Options& o, std::ostream& out) {
 }  // namespace
 
 int run(const Options& o, std::ostream& out) {
-  if (!o.preset.empty() || !o.job.empty() || !o.megatron_args.empty()) return run_job(o, out);
+  if (!o.spec.preset.empty() || !o.spec.job.empty() || !o.spec.megatron_args.empty()) return run_job(o, out);
   for (const auto& [set, flag] : std::vector<std::pair<bool, const char*>>{
-           {!o.model.empty(), "--model"}, {o.seq_len.has_value(), "--seq-len"},
-           {o.local_batch_size.has_value(), "--local-batch-size"}, {o.gpus_per_host.has_value(), "--gpus-per-host"},
-           {!o.faults.empty() && !(step::find_schedule(o.schedule) && step::find_schedule(o.schedule)->kind == step::ScheduleKind::kMegatronInterleaved), "--fault"}, {!o.trace.empty(), "--trace"}, {!o.ranks.empty(), "--ranks"},
+           {!o.spec.model.empty(), "--model"}, {o.spec.seq_len.has_value(), "--seq-len"},
+           {o.spec.local_batch_size.has_value(), "--local-batch-size"}, {o.spec.gpus_per_host.has_value(), "--gpus-per-host"},
+           {!o.spec.faults.empty() && !(step::find_schedule(o.spec.schedule) && step::find_schedule(o.spec.schedule)->kind == step::ScheduleKind::kMegatronInterleaved), "--fault"}, {!o.trace.empty(), "--trace"}, {!o.spec.ranks.empty(), "--ranks"},
            {!o.chakra.empty(), "--chakra"},
-           {o.world_size.has_value(), "--world-size"}, {o.loss_chunks.has_value(), "--loss-chunks"}}) {
+           {o.spec.world_size.has_value(), "--world-size"}, {o.spec.loss_chunks.has_value(), "--loss-chunks"}}) {
     if (set) throw InvalidArgument(std::string(flag) + " needs --preset or --job (a training job's step)");
   }
-  if (!o.microbatches) throw InvalidArgument("--microbatches is required with --schedule alone");
-  const int64_t microbatches = *o.microbatches;
-  if (o.send_semantics != "rendezvous" && o.send_semantics != "eager") {
-    throw InvalidArgument("--send-semantics must be rendezvous or eager, not " + quote_input(o.send_semantics));
+  if (!o.spec.microbatches) throw InvalidArgument("--microbatches is required with --schedule alone");
+  const int64_t microbatches = *o.spec.microbatches;
+  if (o.spec.send_semantics != "rendezvous" && o.spec.send_semantics != "eager") {
+    throw InvalidArgument("--send-semantics must be rendezvous or eager, not " + quote_input(o.spec.send_semantics));
   }
   text::check_format(o.format);
   if (o.max_rows < 0) throw OutOfRange("--max-rows " + std::to_string(o.max_rows) + " is negative");
@@ -324,7 +303,7 @@ int run(const Options& o, std::ostream& out) {
   std::string lowering;
   const step::Schedule s = schedule_of(o, microbatches, lowering);
   const step::SendSemantics sem =
-      o.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous;
+      o.spec.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous;
   const step::Progress p = step::check_progress(s, sem);
   if (!o.dump_schedule.empty()) {
     prepare_output(o.dump_schedule, "--dump-schedule");
@@ -332,7 +311,7 @@ int run(const Options& o, std::ostream& out) {
   }
   if (o.format == "json") {
     nlohmann::json j{{"ok", p.ok}, {"pp", s.ranks.size()}, {"stages", s.stages}, {"microbatches", s.microbatches},
-                     {"send_semantics", o.send_semantics}, {"lowering", lowering}, {"diagnosis", p.ok ? nlohmann::json(nullptr) : nlohmann::json(p.diagnosis)},
+                     {"send_semantics", o.spec.send_semantics}, {"lowering", lowering}, {"diagnosis", p.ok ? nlohmann::json(nullptr) : nlohmann::json(p.diagnosis)},
                      {"ranks", p.ranks}};
     out << json::output_text(j) << "\n";
     return p.ok ? 0 : 1;
@@ -340,7 +319,7 @@ int run(const Options& o, std::ostream& out) {
   print_grid(s, p, o.max_rows, o.max_cols, out);
   if (p.ok) {
     out << "OK: " << s.ranks.size() << " pipeline ranks, " << s.stages << " stages, " << s.microbatches
-        << " microbatches: every send meets its receive under " << o.send_semantics << " sends\n";
+        << " microbatches: every send meets its receive under " << o.spec.send_semantics << " sends\n";
     return 0;
   }
   std::string ranks;

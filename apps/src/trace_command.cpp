@@ -18,8 +18,6 @@ namespace meshsim::trace_command {
 
 namespace {
 
-int64_t integer(const std::string& flag, const std::string& v) { return text::parse_int(v, "--against: " + flag); }
-
 // plan_spec reads `meshsim step`'s flags that define a step.
 step::StepSpec plan_spec(const std::string& against) {
   std::string text = against;
@@ -28,35 +26,28 @@ step::StepSpec plan_spec(const std::string& against) {
   std::vector<std::string> words;
   for (std::string w; in >> w;) words.push_back(w);
   step::StepSpec spec;
+  // The flags that define a step, from the one table of a step's fields.
+  std::string known;
+  for (const step::StepField& f : step::step_fields()) {
+    if (f.defines_step) known += (known.empty() ? "" : ", ") + std::string(f.flag);
+  }
   for (std::size_t i = 0; i < words.size(); ++i) {
     std::string flag = words[i], value;
-    if (const auto eq = flag.find('='); eq != std::string::npos) {
+    const auto eq = flag.find('=');
+    if (eq != std::string::npos) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
-    } else if (flag != "--no-metrics") {
+    }
+    const step::StepField* f = flag.rfind("--", 0) == 0 ? step::find_step_field(flag) : nullptr;
+    if (!f || !f->defines_step) {
+      throw InvalidArgument("--against: " + quote_input(flag) + " is not one of the flags that define a step (" + known + ")");
+    }
+    const bool takes_value = !std::holds_alternative<bool step::StepSpec::*>(f->member);
+    if (takes_value && eq == std::string::npos) {
       if (i + 1 >= words.size()) throw InvalidArgument("--against: " + flag + " has no value");
       value = words[++i];
     }
-    if (flag == "--preset") spec.preset = value;
-    else if (flag == "--job") spec.job = value;
-    else if (flag == "--megatron-args") spec.megatron_args = value;
-    else if (flag == "--model") spec.model = value;
-    else if (flag == "--seq-len") spec.seq_len = integer(flag, value);
-    else if (flag == "--local-batch-size") spec.local_batch_size = integer(flag, value);
-    else if (flag == "--microbatches") spec.microbatches = integer(flag, value);
-    else if (flag == "--loss-chunks") spec.loss_chunks = integer(flag, value);
-    else if (flag == "--schedule") spec.schedule = value;
-    else if (flag == "--stages") spec.stages = integer(flag, value);
-    else if (flag == "--world-size") spec.world_size = integer(flag, value);
-    else if (flag == "--reshard-after-forward") spec.reshard_after_forward = value;
-    else if (flag == "--activation-checkpoint") spec.activation_checkpoint = value;
-    else if (flag == "--no-metrics") spec.log_metrics = false;
-    else {
-      throw InvalidArgument("--against: " + quote_input(flag) +
-                            " is not one of the flags that define a step (--preset, --job, --megatron-args, --model, --seq-len, --local-batch-size, "
-                            "--microbatches, --loss-chunks, --schedule, --stages, --world-size, --reshard-after-forward, "
-                            "--activation-checkpoint, --no-metrics)");
-    }
+    step::set_step_field(spec, *f, value, "--against: ");
   }
   if (spec.preset.empty() && spec.job.empty() && spec.megatron_args.empty()) {
     throw InvalidArgument("--against needs --preset or --job (the step's job), as `meshsim step` takes it");

@@ -401,18 +401,23 @@ def step(preset=None, model=None, *, seq_len=None, local_batch_size=None, microb
     faults = _listed(faults, "faults")
     for f in faults:
         _str(f, "faults")
-    return _meshsim.step(_str(preset, "preset") if preset is not None else "",
-                         _path(model, "model") if model is not None else "", opt(seq_len, "seq_len"),
-                         opt(local_batch_size, "local_batch_size"), opt(microbatches, "microbatches"),
-                         _path(schedule, "schedule") if schedule is not None else "", opt(stages, "stages"),
-                         _str(send_semantics, "send_semantics"), opt(gpus_per_host, "gpus_per_host"),
-                         _int(rank, "rank"), ranks or "", faults,
-                         _str(reshard_after_forward, "reshard_after_forward") if reshard_after_forward is not None else "",
-                         _bool(log_metrics, "log_metrics"), opt(world_size, "world_size"), _bool(trace, "trace"),
-                         _str(activation_checkpoint, "activation_checkpoint") if activation_checkpoint is not None else "",
-                         _str(lowering, "lowering"), _path(job, "job") if job is not None else "",
-                         _str(megatron_args, "megatron_args") if megatron_args is not None else "",
-                         opt(loss_chunks, "loss_chunks"))
+    return _meshsim.step(preset=_str(preset, "preset") if preset is not None else None,
+                         model=_path(model, "model") if model is not None else None, seq_len=opt(seq_len, "seq_len"),
+                         local_batch_size=opt(local_batch_size, "local_batch_size"),
+                         microbatches=opt(microbatches, "microbatches"),
+                         schedule=_path(schedule, "schedule") if schedule is not None else None,
+                         stages=opt(stages, "stages"), send_semantics=_str(send_semantics, "send_semantics"),
+                         gpus_per_host=opt(gpus_per_host, "gpus_per_host"), rank=_int(rank, "rank"), ranks=ranks,
+                         faults=faults,
+                         reshard_after_forward=(_str(reshard_after_forward, "reshard_after_forward")
+                                                if reshard_after_forward is not None else None),
+                         log_metrics=_bool(log_metrics, "log_metrics"), world_size=opt(world_size, "world_size"),
+                         trace=_bool(trace, "trace"),
+                         activation_checkpoint=(_str(activation_checkpoint, "activation_checkpoint")
+                                                if activation_checkpoint is not None else None),
+                         lowering=_str(lowering, "lowering"), job=_path(job, "job") if job is not None else None,
+                         megatron_args=_str(megatron_args, "megatron_args") if megatron_args is not None else None,
+                         loss_chunks=opt(loss_chunks, "loss_chunks"))
 
 
 def trace_check(dir, *, prefix=None):

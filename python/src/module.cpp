@@ -11,6 +11,8 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
+#include <variant>
 
 #include "meshsim/check_meshes.hpp"
 #include "meshsim/creation_plan.hpp"
@@ -779,34 +781,40 @@ PYBIND11_MODULE(_meshsim, m) {
   });
   // step is `meshsim step --preset ... --format json` in this process: the report as Python
   // values (with the Perfetto trace of the traced ranks under "trace" when asked).
-  m.def("step", [](const std::string& preset, const std::string& model, std::optional<int64_t> seq_len,
-                   std::optional<int64_t> local_batch_size, std::optional<int64_t> microbatches, const std::string& schedule,
-                   std::optional<int64_t> stages, const std::string& send_semantics, std::optional<int64_t> gpus_per_host,
-                   int64_t rank, const std::string& ranks, std::vector<std::string> faults,
-                   const std::string& reshard_after_forward, bool log_metrics, std::optional<int64_t> world_size, bool trace,
-                   const std::string& activation_checkpoint, const std::string& lowering, const std::string& job,
-                   const std::string& megatron_args, std::optional<int64_t> loss_chunks) {
+  m.def("step", [](const py::kwargs& kw) {
+    // Keywords bound to the typed spec through the one table of its fields (step_fields():
+    // seq_len, microbatches, faults, ...); `trace` asks for the Perfetto trace as well.
     meshsim::step::StepSpec spec;
-    spec.loss_chunks = loss_chunks;
-    spec.preset = preset;
-    spec.job = job;
-    spec.megatron_args = megatron_args;
-    spec.model = model;
-    spec.seq_len = seq_len;
-    spec.local_batch_size = local_batch_size;
-    spec.microbatches = microbatches;
-    spec.schedule = schedule;
-    spec.stages = stages;
-    spec.send_semantics = send_semantics;
-    spec.gpus_per_host = gpus_per_host;
-    spec.rank = rank;
-    spec.ranks = ranks;
-    spec.faults = std::move(faults);
-    spec.reshard_after_forward = reshard_after_forward;
-    spec.activation_checkpoint = activation_checkpoint;
-    spec.lowering = lowering;
-    spec.log_metrics = log_metrics;
-    spec.world_size = world_size;
+    bool trace = false;
+    for (const auto& [key, value] : kw) {
+      const std::string name = py::cast<std::string>(key);
+      if (name == "trace") {
+        trace = py::cast<bool>(value);
+        continue;
+      }
+      const meshsim::step::StepField* f = meshsim::step::find_step_field(name);
+      if (!f || name.rfind("--", 0) == 0) {
+        std::string known = "trace";
+        for (const auto& g : meshsim::step::step_fields()) known += ", " + std::string(g.keyword);
+        throw meshsim::InvalidArgument("step: unknown keyword " + meshsim::quote_input(name) + " (" + known + ")");
+      }
+      if (value.is_none()) continue;  // the field's default
+      std::visit(
+          [&](auto member) {
+            auto& field = spec.*member;
+            using T = std::remove_reference_t<decltype(field)>;
+            if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, int64_t>) {
+              field = int64_of(value, name.c_str());
+            } else {
+              try {
+                field = py::cast<T>(value);
+              } catch (const py::cast_error&) {
+                type_error("step: " + name + " has the wrong type: " + py::repr(value).cast<std::string>().substr(0, 200));
+              }
+            }
+          },
+          f->member);
+    }
     return py_of_json(run_released([spec = std::move(spec), trace] {
       const meshsim::step::StepRun run = meshsim::step::run_step(spec);
       nlohmann::json j = meshsim::step::step_json(run);

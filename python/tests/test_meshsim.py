@@ -774,3 +774,30 @@ def test_step_checks_a_torchtitan_step_as_the_tool_does(tmp_path):
         meshsim.step("torchtitan:tp=2,dp_shard=1", "llama3-8b", seq_len=8192.0, local_batch_size=1)
     with pytest.raises(meshsim.OutOfRange):
         meshsim.step("torchtitan:tp=2,dp_shard=1", "llama3-8b", seq_len=8192, local_batch_size=1, ranks=[5])
+
+
+def test_step_keywords_are_the_typed_specs_fields():
+    # meshsim.step's keywords reach the C++ spec through one table of its fields (the tool's flags
+    # read through it too): every keyword of the Python call is one the binding knows, and a
+    # keyword it does not know is refused by name, listing the known ones.
+    import inspect
+
+    from meshsim import _meshsim
+
+    keywords = set(inspect.signature(meshsim.step).parameters)
+    with pytest.raises(meshsim.errors.InvalidArgument) as refused:
+        _meshsim.step(no_such_keyword=1)
+    message = str(refused.value)
+    assert "'no_such_keyword'" in message
+    listed = set(message[message.index("(") + 1:message.rindex(")")].split(", "))
+    assert keywords == listed
+    # Keywords given straight to the binding: the same report as the wrapper's, and as the tool's.
+    job = dict(seq_len=256, local_batch_size=1, microbatches=2)
+    direct = _meshsim.step(preset="torchtitan:pp=2,dp_shard=2,tp=2", model="llama3-debugmodel", **job)
+    assert direct == meshsim.step("torchtitan:pp=2,dp_shard=2,tp=2", "llama3-debugmodel", **job)
+    tool = subprocess.run([EXE, "step", "--preset", "torchtitan:pp=2,dp_shard=2,tp=2", "--model", "llama3-debugmodel",
+                           "--seq-len", "256", "--local-batch-size", "1", "--microbatches", "2", "--format", "json"],
+                          capture_output=True, text=True, timeout=60)
+    assert tool.returncode == 0 and json.loads(tool.stdout) == direct
+    with pytest.raises(meshsim.errors.ArgumentTypeError):
+        _meshsim.step(preset="torchtitan:dp_shard=2", model=3)

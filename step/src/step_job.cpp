@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <type_traits>
 
 #include "meshsim/error.hpp"
 #include "meshsim/job_file.hpp"
@@ -237,6 +238,76 @@ void from_megatron_args(const MegatronArgs& a, StepSpec& s, Job& job, StepRun& r
 }
 
 }  // namespace
+
+const std::vector<StepField>& step_fields() {
+  static const std::vector<StepField> kFields = {
+      {"--preset", "preset", &StepSpec::preset, true, "torchtitan:KEY=V,... or torchtitan:FILE.toml: check the job's step"},
+      {"--world-size", "world_size", &StepSpec::world_size, true, "the world size (for dp_shard=-1)"},
+      {"--model", "model", &StepSpec::model, true,
+       "llama3-8b, llama3-70b, llama3-405b, deepseek_v3-16b, deepseek_v3-671b, ... or a .toml file with a [model] table"},
+      {"--seq-len", "seq_len", &StepSpec::seq_len, true, "tokens per sequence"},
+      {"--job", "job", &StepSpec::job, true,
+       "a torchtitan job file, read whole: a .toml job file, or the .json config torchtitan 0.3.0 saves "
+       "(debug.save_config_file); flags given too override it (said on stderr)"},
+      {"--megatron-args", "megatron_args", &StepSpec::megatron_args, true,
+       "Megatron-LM's own flags, quoted (\"--tensor-model-parallel-size 2 --bf16 ...\"), or @FILE: Megatron-core's step "
+       "(with --world-size)"},
+      {"--local-batch-size", "local_batch_size", &StepSpec::local_batch_size, true,
+       "sequences per data-parallel rank in one microbatch (not torchtitan's local_batch_size: with pp, its "
+       "pipeline_parallel_microbatch_size)"},
+      {"--gpus-per-host", "gpus_per_host", &StepSpec::gpus_per_host, false,
+       "split every collective's bytes into intra- and inter-host"},
+      {"--rank", "rank", &StepSpec::rank, false, "the rank whose program the table reports (default 0)"},
+      {"--ranks", "ranks", &StepSpec::ranks, false,
+       "simulate these ranks exactly ('all', or 0,3,8-15); also what --trace writes"},
+      {"--fault", "faults", &StepSpec::faults, false,
+       "plant a fault: skip@R, swap@R, wrong-group@R, wrong-peer@R (repeatable)"},
+      {"--reshard-after-forward", "reshard_after_forward", &StepSpec::reshard_after_forward, true,
+       "FSDP's policy: default, always or never"},
+      {"--activation-checkpoint", "activation_checkpoint", &StepSpec::activation_checkpoint, true,
+       "selective (torchtitan's default: all-gathers issued again in backward), full or none"},
+      {"--no-metrics", "log_metrics", &StepSpec::log_metrics, true, "a step that does not log (no loss metrics all-reduces)"},
+      {"--schedule", "schedule", &StepSpec::schedule, true,
+       "GPipe, 1F1B (default with --preset), Interleaved1F1B, or a CSV file of PyTorch's form"},
+      {"--loss-chunks", "loss_chunks", &StepSpec::loss_chunks, true,
+       "torchtitan 0.3.0's loss.num_chunks: the lm_head and loss run per sequence chunk (ChunkedLossWrapper); unset: the "
+       "loss whole"},
+      {"--microbatches", "microbatches", &StepSpec::microbatches, true,
+       "pipeline microbatches per step (default 1 with --preset)"},
+      {"--stages", "stages", &StepSpec::stages, true,
+       "stages (Interleaved1F1B: a multiple of --pp; a CSV: the largest stage + 1)"},
+      {"--send-semantics", "send_semantics", &StepSpec::send_semantics, false,
+       "rendezvous (a send waits for its receive, as NCCL's large messages) or eager"},
+      {"--lowering", "lowering", &StepSpec::lowering, true,
+       "runtime (default: what PyTorch's multi-stage runtime runs, UNSHARD/RESHARD/REDUCE_GRAD and idle steps dropped) or "
+       "add_send_recv (the compute order as it is); GPipe and 1F1B take add_send_recv"},
+  };
+  return kFields;
+}
+
+const StepField* find_step_field(std::string_view name) {
+  for (const StepField& f : step_fields()) {
+    if (f.flag == name || f.keyword == name) return &f;
+  }
+  return nullptr;
+}
+
+void set_step_field(StepSpec& spec, const StepField& f, const std::string& value, const std::string& where) {
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(spec.*member)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          spec.*member = value;
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          (spec.*member).push_back(value);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          spec.*member = false;  // a bool's flag turns it off
+        } else {
+          spec.*member = text::parse_int(value, where + std::string(f.flag));
+        }
+      },
+      f.member);
+}
 
 std::vector<int64_t> parse_ranks(const std::string& text, int64_t world) {
   std::vector<int64_t> out;

@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include "meshsim/chrome_trace.hpp"
@@ -45,6 +47,27 @@ struct StepSpec {
   std::string activation_checkpoint;   // "" = the job file's, else torchtitan's selective; full, none
   bool log_metrics = true;
 };
+
+// StepField is one field of StepSpec as every front names it: the tool's flag (`meshsim step`
+// and `trace check --against`), Python's keyword (`meshsim.step(seq_len=...)`), and whether it
+// defines the step's job (what `--against` takes) or only how it is checked. step_fields() is
+// the one table the tool's flags, `--against` and the Python binding are read through.
+struct StepField {
+  using Member = std::variant<std::string StepSpec::*, std::optional<int64_t> StepSpec::*, int64_t StepSpec::*,
+                              std::vector<std::string> StepSpec::*, bool StepSpec::*>;
+  std::string_view flag;     // "--seq-len"; a bool's flag turns it off ("--no-metrics")
+  std::string_view keyword;  // "seq_len"
+  Member member;
+  bool defines_step;         // a setting of the job, not of the check (ranks, faults, hosts)
+  std::string_view help;
+};
+const std::vector<StepField>& step_fields();
+// find_step_field: the field a flag ("--seq-len") or keyword ("seq_len") names, nullptr for none.
+const StepField* find_step_field(std::string_view name);
+// set_step_field sets a field from its text as the tool reads it: integers by text::parse_int
+// (InvalidArgument / OverflowError naming `where` and the value), a list field appended to, a
+// bool's flag (no value) turning it off.
+void set_step_field(StepSpec& spec, const StepField& f, const std::string& value, const std::string& where);
 
 struct StepRun {
   preset::Torchtitan degrees;  // dp_shard resolved
