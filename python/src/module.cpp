@@ -429,13 +429,8 @@ py::tuple py_of(const meshsim::Layout& l) { return py::make_tuple(py_of(l.shape(
 
 meshsim::Convention convention_of(const std::string& name) { return meshsim::parse_convention(name); }
 
-}  // namespace
-
-PYBIND11_MODULE(_meshsim, m) {
-  // A step or trace check left running by Ctrl-C ends before the interpreter does.
-  py::module_::import("atexit").attr("register")(py::cpp_function(&await_orphans));
-  m.doc() = "meshsim: PyTorch's DeviceMesh bookkeeping and its CuTe layout algebra, exactly, in C++";
-
+// meshsim's errors as meshsim.errors' classes.
+void bind_errors() {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -445,7 +440,10 @@ PYBIND11_MODULE(_meshsim, m) {
       PyErr_SetString(cls.ptr(), e.what());
     }
   });
+}
 
+// DeviceMesh and its group tables, as PyTorch names them.
+void bind_device_mesh(py::module_& m) {
   // GroupTable: every group of a dim in one int64 buffer of shape (count, size), readable without
   // copying through the buffer protocol (memoryview, numpy.asarray, torch.frombuffer).
   py::class_<meshsim::GroupTable>(m, "GroupTable", py::buffer_protocol())
@@ -669,9 +667,16 @@ PYBIND11_MODULE(_meshsim, m) {
   m.def("equivalent", [](const DeviceMesh& a, const DeviceMesh& b) { return equivalent(a, b); });
   m.def("save", [](const DeviceMesh& mesh) { return meshsim::save_mesh(mesh); });
   m.def("load", [](const std::string& text) { return meshsim::load_mesh(text); });
+}
+
+// `meshsim query` in this process.
+void bind_query(py::module_& m) {
   // query answers one `meshsim query` request line (meshsim.query: the protocol itself).
   m.def("query", [](const std::string& line) { return meshsim::query::answer_line(line); });
+}
 
+// The layout algebra.
+void bind_layout(py::module_& m) {
   // The layout algebra (meshsim.Layout), each op the C++ function itself: a layout is (shape,
   // stride), each an int or nested lists of ints; answers come back the same way.
   using meshsim::Layout;
@@ -730,6 +735,10 @@ PYBIND11_MODULE(_meshsim, m) {
     for (const py::handle i : indices) out.append(py_of(meshsim::idx2crd(tuple_of(i, "indices", true), shape, stride)));
     return out;
   });
+}
+
+// Recipes and presets built into views.
+void bind_recipes(py::module_& m) {
   // recipe_views builds a recipe (a mesh.program request as Python values: a dict; `what` names
   // it in errors) and returns its views in recipe order: [(name, DeviceMesh)].
   m.def("recipe_views", [](const py::object& program, const std::string& what) {
@@ -748,6 +757,10 @@ PYBIND11_MODULE(_meshsim, m) {
   m.def("preset_views", [](const std::string& spec, std::optional<int64_t> world_size) {
     return named_views(meshsim::preset::recipe(spec, world_size));
   }, py::arg("spec"), py::arg("world_size") = py::none());
+}
+
+// `meshsim run`: the engines, the typed call and the flags-list form.
+void bind_run(py::module_& m) {
   // engines: the one name table `--backend` reads (every registered backend, then local).
   m.def("engines", [] {
     py::list out;
@@ -779,6 +792,22 @@ PYBIND11_MODULE(_meshsim, m) {
     o.format = "json";
     return run_job(o);
   });
+  // run_flags is `meshsim run FLAGS... --format json`: the flags as the tool reads them (the one
+  // use of the tool's flag reader, meshsim_flags).
+  m.def("run_flags", [](const std::vector<std::string>& flags) {
+    for (const std::string& f : flags) {
+      if (f == "--format" || f.rfind("--format=", 0) == 0) {
+        throw meshsim::InvalidArgument("meshsim.run returns the JSON report: drop the flag '" + f + "'");
+      }
+    }
+    meshsim::run::Options o = meshsim::cli::parse_run_flags(flags);
+    o.format = "json";
+    return run_job(o);
+  });
+}
+
+// `meshsim step`.
+void bind_step(py::module_& m) {
   // step is `meshsim step --preset ... --format json` in this process: the report as Python
   // values (with the Perfetto trace of the traced ranks under "trace" when asked).
   m.def("step", [](const py::kwargs& kw) {
@@ -822,6 +851,10 @@ PYBIND11_MODULE(_meshsim, m) {
       return j;
     }));
   });
+}
+
+// `meshsim trace check`.
+void bind_trace(py::module_& m) {
   // trace_check is `meshsim trace check DIR --format json` in this process.
   m.def("trace_check", [](const std::string& dir, std::optional<std::string> prefix) {
     return py_of_json(run_released([dir, prefix] {
@@ -829,17 +862,20 @@ PYBIND11_MODULE(_meshsim, m) {
       return meshsim::trace::report_json(meshsim::trace::check_dumps(set.dumps), set);
     }));
   });
-  // run_flags is `meshsim run FLAGS... --format json`: the flags as the tool reads them (the one
-  // use of the tool's flag reader, meshsim_flags).
-  m.def("run_flags", [](const std::vector<std::string>& flags) {
-    for (const std::string& f : flags) {
-      if (f == "--format" || f.rfind("--format=", 0) == 0) {
-        throw meshsim::InvalidArgument("meshsim.run returns the JSON report: drop the flag '" + f + "'");
-      }
-    }
-    meshsim::run::Options o = meshsim::cli::parse_run_flags(flags);
-    o.format = "json";
-    return run_job(o);
-  });
 }
 
+}  // namespace
+
+PYBIND11_MODULE(_meshsim, m) {
+  // A step or trace check left running by Ctrl-C ends before the interpreter does.
+  py::module_::import("atexit").attr("register")(py::cpp_function(&await_orphans));
+  m.doc() = "meshsim: PyTorch's DeviceMesh bookkeeping and its CuTe layout algebra, exactly, in C++";
+  bind_errors();
+  bind_device_mesh(m);
+  bind_query(m);
+  bind_layout(m);
+  bind_recipes(m);
+  bind_run(m);
+  bind_step(m);
+  bind_trace(m);
+}
