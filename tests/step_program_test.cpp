@@ -544,13 +544,20 @@ int64_t bytes(const Report& r, const std::string& dim, const std::string& op) {
 }
 
 TEST(MegatronStep, GroupsMatchTheMegatronPresetViews) {
-  for (const std::string preset : {"megatron:tp=2,pp=2,cp=2,dp=2", "megatron:tp=4,pp=2,dp=2,ep=4,etp=1",
-                                   "megatron:tp=2,cp=2,dp=4,ep=2,etp=1", "megatron:pp=4,dp=2"}) {
+  // Megatron's default order and others the preset accepts (pp not last among them): the step
+  // lays the ranks out by the preset's own views (megatron_parallel), so every dim's groups are
+  // the views' groups.
+  for (const std::string preset :
+       {"megatron:tp=2,pp=2,cp=2,dp=2", "megatron:tp=4,pp=2,dp=2,ep=4,etp=1", "megatron:tp=2,cp=2,dp=4,ep=2,etp=1",
+        "megatron:pp=4,dp=2", "megatron:tp=2,pp=2,cp=2,dp=2,order=tp-dp-cp-pp",
+        "megatron:tp=2,pp=2,cp=2,dp=2,order=cp-tp-dp-pp", "megatron:tp=2,pp=2,dp=2,order=tp-pp-dp",
+        "megatron:tp=2,pp=2,dp=3,order=pp-tp-dp", "megatron:tp=2,pp=2,dp=4,ep=2,etp=1,order=tp-ep-dp-pp",
+        "megatron:tp=2,pp=2,cp=2,dp=2,ep=4,etp=1,order=ep-tp-dp-cp-pp"}) {
     SCOPED_TRACE(preset);
     const preset::Megatron mg = preset::megatron_spec(preset);
     const BuiltMeshes b = apply(preset::megatron_recipe(mg, std::nullopt));
-    const int64_t dp = *mg.dp;
-    const Parallel p{mg.pp, 1, dp, mg.cp, mg.tp, mg.ep};
+    const Parallel p = megatron_parallel(mg, std::nullopt);
+    EXPECT_EQ(p.dp_shard, *mg.dp);
     auto ours = [&](Dim d) { return groups_of(p, d); };
     const auto& theirs = view_groups;
     EXPECT_EQ(ours(Dim::kTp), theirs(b.handles.at("dense"), "tp"));
@@ -747,7 +754,17 @@ TEST(MegatronStep, PlantedFaultsNameTheRankAndMegatronsRefusals) {
   }
   EXPECT_THROW(run_step(megatron_spec("megatron:tp=2,dp=2,ep=2", "deepseek_v3-debugmodel")), InvalidArgument);  // etp = tp
   EXPECT_THROW(run_step(megatron_spec("megatron:dp=2", "deepseek_v3-debugmodel")), InvalidArgument);  // MoE with ep 1
-  EXPECT_THROW(run_step(megatron_spec("megatron:tp=2,dp=2,order=tp-dp-cp-ep-pp")), InvalidArgument);
+  // Any order the preset accepts is checked (its groups are the preset's views'); one it refuses
+  // is refused with Megatron's reason.
+  const StepRun ordered = run_step(megatron_spec("megatron:tp=2,pp=2,dp=2,order=pp-tp-dp"));
+  EXPECT_TRUE(ordered.report.ok) << ordered.report.diagnosis;
+  StepSpec ordered_fault = megatron_spec("megatron:tp=2,pp=2,dp=2,order=pp-tp-dp");
+  ordered_fault.faults = {"wrong-peer@5"};
+  const StepRun named = run_step(ordered_fault);
+  EXPECT_FALSE(named.report.ok);
+  EXPECT_NE(std::find(named.report.ranks.begin(), named.report.ranks.end(), 5), named.report.ranks.end())
+      << named.report.diagnosis;
+  EXPECT_THROW(run_step(megatron_spec("megatron:tp=2,pp=2,cp=2,dp=2,order=tp-dp-pp-cp")), InvalidArgument);
   StepSpec uneven = megatron_spec("megatron:pp=4,dp=1");  // 6 layers over 4 stages
   EXPECT_THROW(run_step(uneven), InvalidArgument);
   StepSpec csv = megatron_spec("megatron:pp=2,dp=1");

@@ -373,7 +373,7 @@ MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size) {
   return r.take();
 }
 
-MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size) {
+MegatronViews megatron_views(const Megatron& m, std::optional<int64_t> world_size) {
   const int64_t etp = m.etp.value_or(m.tp);
   for (const auto& [key, v] : {std::pair<const char*, int64_t>{"tp", m.tp}, {"pp", m.pp}, {"cp", m.cp},
                                {"ep", m.ep}, {"etp", etp}}) {
@@ -418,19 +418,22 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
                           "for the non-expert and expert parts (pp stride " + std::to_string(dense.stride_of("pp")) +
                           " vs " + std::to_string(expert.stride_of("pp")) + ")");
   }
-  RecipeBuilder r = over_world(world);
-  std::vector<int64_t> sizes;
-  std::vector<std::string> names;
-  view_dims(dense, "ep", {}, sizes, names);
-  r.unflatten("root", "world", sizes, names).let("dense");
-  r.slice("dense", in_mesh_order(names, {"dp", "cp"}));
+  MegatronViews v;
+  v.world = world;
+  view_dims(dense, "ep", {}, v.dense.sizes, v.dense.names);
+  view_dims(expert, "cp", {{"tp", "etp"}, {"dp", "edp"}}, v.expert.sizes, v.expert.names);
+  return v;
+}
+
+MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size) {
+  const MegatronViews v = megatron_views(m, world_size);
+  RecipeBuilder r = over_world(v.world);
+  r.unflatten("root", "world", v.dense.sizes, v.dense.names).let("dense");
+  r.slice("dense", in_mesh_order(v.dense.names, {"dp", "cp"}));
   r.flatten("_last", "dp_cp").let("dp_cp");
-  r.slice("dense", in_mesh_order(names, {"tp", "pp"}));
+  r.slice("dense", in_mesh_order(v.dense.names, {"tp", "pp"}));
   r.flatten("_last", "mp").let("mp");
-  sizes.clear();
-  names.clear();
-  view_dims(expert, "cp", {{"tp", "etp"}, {"dp", "edp"}}, sizes, names);
-  r.unflatten("root", "world", sizes, names).let("expert");
+  r.unflatten("root", "world", v.expert.sizes, v.expert.names).let("expert");
   return r.take();
 }
 

@@ -55,19 +55,27 @@ inline std::array<int64_t, 5> radix(const Parallel& p, Dim d = Dim::kPp) {
   return {p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp};
 }
 
+// axis_order: the view's axes in row-major order, slowest first (Parallel::order).
+inline const std::array<int8_t, 5>& axis_order(const Parallel& p, Dim d = Dim::kPp) {
+  return sparse(d) ? p.expert_order : p.order;
+}
+
+// coords: a rank's coordinate on each axis (indexed by axis, not by place in the order).
 inline std::array<int64_t, 5> coords(const Parallel& p, int64_t rank, Dim d = Dim::kPp) {
   const auto r = radix(p, d);
+  const auto& o = axis_order(p, d);
   std::array<int64_t, 5> c{};
-  for (int i = 4; i >= 0; --i) {
-    c[i] = rank % r[i];
-    rank /= r[i];
+  for (int j = 4; j >= 0; --j) {
+    c[o[j]] = rank % r[o[j]];
+    rank /= r[o[j]];
   }
   return c;
 }
 inline int64_t rank_of(const Parallel& p, const std::array<int64_t, 5>& c, Dim d = Dim::kPp) {
   const auto r = radix(p, d);
+  const auto& o = axis_order(p, d);
   int64_t rank = 0;
-  for (int i = 0; i < 5; ++i) rank = rank * r[i] + c[i];
+  for (int j = 0; j < 5; ++j) rank = rank * r[o[j]] + c[o[j]];
   return rank;
 }
 // leader: the lowest rank of `rank`'s group on d.
@@ -87,8 +95,10 @@ inline int64_t with_pp(const Parallel& p, int64_t rank, int64_t pp) {
 // member_at: the k-th member (0-based, rank order) of `rank`'s group on d.
 inline int64_t member_at(const Parallel& p, Dim d, int64_t rank, int64_t k) {
   const auto r = radix(p, d);
+  const auto& o = axis_order(p, d);
   auto c = coords(p, rank, d);
-  for (int i = 4; i >= 0; --i) {
+  for (int j = 4; j >= 0; --j) {  // the fastest axis first: members in rank order
+    const int i = o[j];
     if (!kAxes[static_cast<int>(d)][i]) continue;
     c[i] = k % r[i];
     k /= r[i];

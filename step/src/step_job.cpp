@@ -372,6 +372,32 @@ Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, 
   return s;
 }
 
+Parallel megatron_parallel(const preset::Megatron& mg, std::optional<int64_t> world_size) {
+  const preset::MegatronViews v = preset::megatron_views(mg, world_size);
+  // The axis each view's dim is: dense (pp, dp, cp, tp in the order's layout), expert (pp, edp,
+  // ep, etp); dp_replicate (1) is Megatron's nowhere and goes first.
+  auto order_of = [](const preset::ViewShape& view, const std::map<std::string, int8_t>& axis) {
+    std::array<int8_t, 5> o{};
+    std::size_t at = 0;
+    o[at++] = 1;
+    for (const std::string& n : view.names) {
+      const auto it = axis.find(n);
+      if (it == axis.end() || at == o.size()) throw Internal("megatron_parallel: the view's dim " + n + " is no axis");
+      o[at++] = it->second;
+    }
+    if (at != o.size()) throw Internal("megatron_parallel: a view of " + std::to_string(at - 1) + " dims, not 4");
+    return o;
+  };
+  Parallel p{mg.pp, 1, 1, mg.cp, mg.tp, mg.ep};
+  for (std::size_t i = 0; i < v.dense.names.size(); ++i) {
+    if (v.dense.names[i] == "dp") p.dp_shard = v.dense.sizes[i];
+  }
+  p.order = order_of(v.dense, {{"pp", 0}, {"dp", 2}, {"cp", 3}, {"tp", 4}});
+  // The expert view is the MoE's (ep > 1, expert tp 1); a dense model's step issues nothing on it.
+  if (mg.ep > 1) p.expert_order = order_of(v.expert, {{"pp", 0}, {"edp", 2}, {"ep", 3}, {"etp", 4}});
+  return p;
+}
+
 StepRun run_step(const StepSpec& given) {
   StepSpec spec = given;
   // --preset torchtitan:FILE.toml is the job file, read whole.
@@ -400,24 +426,20 @@ StepRun run_step(const StepSpec& given) {
   if (margs) from_megatron_args(*margs, spec, job, run);
   const bool megatron = spec.preset.rfind("megatron", 0) == 0;
   if (spec.preset.empty() && spec.job.empty()) throw InvalidArgument("meshsim step needs --preset or --job");
+  std::optional<Parallel> megatron_layout;  // Megatron's ranks as its order lays them out
   if (megatron) {
     // Megatron-core's sizes, checked by its own rules (the preset's RankGenerators), laid out in
-    // its default order tp-cp-ep-dp-pp: the dense ranks as (pp, dp, cp, tp), the expert ranks as
-    // (pp, edp, ep) with expert tp 1 — torchtitan's dense and sparse views.
+    // its order as the preset's views are: the dense ranks as (pp, dp, cp, tp), the expert ranks
+    // as (pp, edp, ep) with expert tp 1, each axis where the order puts it.
     const preset::Megatron mg = preset::megatron_spec(spec.preset);
-    (void)preset::megatron_recipe(mg, spec.world_size);
-    if (mg.order != "tp-cp-ep-dp-pp") {
-      throw InvalidArgument("--preset megatron: order=" + quote_input(mg.order) +
-                            ": meshsim step lays out Megatron's default order tp-cp-ep-dp-pp only");
-    }
+    megatron_layout = megatron_parallel(mg, spec.world_size);  // every order the preset accepts
     const int64_t etp = mg.etp.value_or(mg.tp);
     if (mg.ep > 1 && etp != 1) {
       throw InvalidArgument("--preset megatron: etp=" + std::to_string(etp) +
                             " (Megatron's default is tp): meshsim step models MoE with expert tensor parallel size 1; "
                             "give etp=1");
     }
-    const int64_t dp = mg.dp ? *mg.dp : *spec.world_size / (mg.tp * mg.pp * mg.cp);
-    t = preset::Torchtitan{mg.pp, 1, dp, mg.cp, mg.tp, mg.ep};
+    t = preset::Torchtitan{mg.pp, 1, megatron_layout->dp_shard, mg.cp, mg.tp, mg.ep};
     job.framework = "megatron";
     job.activation_checkpoint = "none";
   } else {
@@ -431,7 +453,7 @@ StepRun run_step(const StepSpec& given) {
       from_job_file(*file, t, spec, job, run);
     }
   }
-  job.parallel = {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep};
+  job.parallel = megatron_layout ? *megatron_layout : Parallel{t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep};
   job.model = margs && margs->model && spec.model.empty() ? *margs->model : model_of(spec.model);
   if (!spec.seq_len) throw InvalidArgument("--seq-len is required with --preset (or give --job)");
   if (!spec.local_batch_size) throw InvalidArgument("--local-batch-size (sequences per rank and microbatch) is required with --preset (or give --job)");

@@ -113,7 +113,7 @@ int64_t dim_size(const Parallel& p, Dim d) {
   return s;
 }
 
-int64_t pp_coordinate(const Parallel& p, int64_t rank) { return rank / (world_size(p) / p.pp); }
+int64_t pp_coordinate(const Parallel& p, int64_t rank) { return coords(p, rank)[0]; }
 
 int64_t group_member(const Parallel& p, Dim d, int64_t rank, int64_t k) {
   if (k < 0 || k >= dim_size(p, d)) {
@@ -126,8 +126,8 @@ int64_t group_member(const Parallel& p, Dim d, int64_t rank, int64_t k) {
 std::vector<int64_t> group_members(const Parallel& p, Dim d, int64_t rank) {
   const auto r = radix(p, d);
   auto c = coords(p, rank, d);
-  std::vector<int> axes;
-  for (int i = 0; i < 5; ++i) {
+  std::vector<int> axes;  // the dim's axes in row-major order, slowest first
+  for (const int i : axis_order(p, d)) {
     if (kAxes[static_cast<int>(d)][i]) {
       axes.push_back(i);
       c[i] = 0;

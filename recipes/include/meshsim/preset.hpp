@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "meshsim/recipe.hpp"
 
@@ -59,6 +60,19 @@ MeshRecipe recipe(const std::string& spec, std::optional<int64_t> world_size);
 
 MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size);
 MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size);
+// megatron_views: Megatron-core's dense and expert views as megatron_recipe unflattens the world
+// 0..W-1 into them (row-major, the first name slowest; dense: the order's tp, cp, dp, pp reversed,
+// expert: its etp, ep, edp, pp), after every check of the sizes and the order. What the recipe
+// and `meshsim step` both lay Megatron's ranks out by.
+struct ViewShape {
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+};
+struct MegatronViews {
+  int64_t world = 0;
+  ViewShape dense, expert;
+};
+MegatronViews megatron_views(const Megatron& m, std::optional<int64_t> world_size);
 
 // torchtitan_from_toml reads a torchtitan job file: the [parallelism] table's
 // data_parallel_replicate_degree, data_parallel_shard_degree, context_parallel_degree,

@@ -79,6 +79,11 @@ struct StepRun {
   std::vector<std::string> notes;  // a flag overriding the job file, a setting modelled otherwise
 };
 
+// megatron_parallel: Megatron-core's sizes laid out in its order as the preset's views are
+// (preset::megatron_views, its checks included): dp_shard is Megatron's dp, and the axes' row-major
+// order is the dense and expert views'. Any order the preset accepts.
+Parallel megatron_parallel(const preset::Megatron& mg, std::optional<int64_t> world_size);
+
 // run_step resolves the spec (InvalidArgument / NotFound / ParseError / OutOfRange naming the
 // flag and value) and checks the step.
 StepRun run_step(const StepSpec& spec);

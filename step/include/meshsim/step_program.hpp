@@ -22,6 +22,7 @@
 // Thread safety: plain values and pure functions.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -66,6 +67,12 @@ int64_t parameter_count(const Model& m);
 // Parallel holds torchtitan's degrees (dp_shard resolved; ep divides dp_shard x cp x tp).
 struct Parallel {
   int64_t pp = 1, dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, ep = 1;
+  // The world's axes in row-major order, slowest first, by axis: 0 pp, 1 dp_replicate,
+  // 2 dp_shard, 3 cp, 4 tp (torchtitan's views: as listed); expert_order the same for the sparse
+  // view's axes 0 pp, 1 dp_replicate, 2 efsdp, 3 ep, 4 expert tp (1). A Megatron order lays the
+  // axes out as its rank generators do (megatron_parallel in step_job.hpp reads them from the
+  // preset's views).
+  std::array<int8_t, 5> order{0, 1, 2, 3, 4}, expert_order{0, 1, 2, 3, 4};
 };
 
 // Dim names a group kind over the world laid out row-major as (pp, dp_replicate, dp_shard, cp,
