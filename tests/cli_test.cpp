@@ -294,6 +294,22 @@ TEST(Cli, ShowOfAHugeWorldListsTwoRowsWithoutBuildingEveryGroup) {
   EXPECT_TRUE(has_line(r, "  ... (more rows; raise --max-rows)"));
 }
 
+TEST(Cli, ShowViewsCountEveryRankOfAGroupWhoseRowIsCut) {
+  // pp=2, tp=2 over 4096 ranks: dp_shard is 4096 / 4 = 1024 ranks 2 apart. The view's rows are
+  // cut to their first 64 ranks; the size printed after them is the group's, not the cut's.
+  const Result r = run("show --preset torchtitan:tp=2,pp=2 --world-size 4096");
+  ASSERT_EQ(r.status, 0);
+  std::string first = "[0";
+  for (int i = 1; i < 16; ++i) first += ", " + std::to_string(2 * i);
+  first += ", ... (1024 ranks)]";
+  bool seen = false;
+  for (const std::string& l : r.lines) {
+    if (l.find("dp_shard (4 groups of 1024): " + first) != std::string::npos) seen = true;
+    EXPECT_EQ(l.find("(64 ranks)"), std::string::npos) << l;
+  }
+  EXPECT_TRUE(seen);
+}
+
 TEST(Cli, ShowRejectsBadMeshesWithAnError) {
   EXPECT_EQ(run("show --mesh dp=2,tp=4 --slice tp,dp").status, 2);
   EXPECT_EQ(run("show --mesh dp=x").status, 2);

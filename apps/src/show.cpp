@@ -113,7 +113,7 @@ void print_views(const MeshRecipe& recipe, const BuiltMeshes& built, const std::
       const int64_t count = m.rank_map_size() / m.size(d);
       out << "    " << m.dim_name(d) << " (" << count << (count == 1 ? " group of " : " groups of ") << m.size(d)
           << "):";
-      for (int64_t k = 0; k < g.count; ++k) out << " " << format_ranks(g.row(k));
+      for (int64_t k = 0; k < g.count; ++k) out << " " << format_ranks(g.row(k), 16, m.size(d));  // rows cut to kMaxRowValues
       if (count > g.count) out << " ...";
       out << "\n";
     }

@@ -32,10 +32,12 @@ std::optional<DiagnosisKind> diagnosis_kind(std::string_view name) {
   return std::nullopt;
 }
 
-std::string format_ranks(std::span<const int64_t> ranks, std::size_t limit) {
+std::string format_ranks(std::span<const int64_t> ranks, std::size_t limit, std::optional<int64_t> total) {
+  const int64_t n = std::max(total.value_or(0), static_cast<int64_t>(ranks.size()));
   std::string s = "[";
-  for (std::size_t i = 0; i < ranks.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  if (ranks.size() > limit) s += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+  std::size_t shown = 0;
+  for (; shown < ranks.size() && shown < limit; ++shown) s += (shown ? ", " : "") + std::to_string(ranks[shown]);
+  if (n > static_cast<int64_t>(shown)) s += ", ... (" + std::to_string(n) + " ranks)";
   return s + "]";
 }
 
