@@ -2,9 +2,11 @@
 // arithmetic, KIND@RANK reader and --format rule every subcommand's flags go through.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "meshsim/error.hpp"
 #include "meshsim/text_fields.hpp"
@@ -60,6 +62,45 @@ TEST(TextFields, KindAtRankReadsTheKindAndADecimalRank) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("expected KIND@RANK (skip, swap)"), std::string::npos) << e.what();
   }
+}
+
+TEST(TextFields, RankListReadsRanksAndRangesAscendingAndUnique) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(rank_list("0,3,8-11", 16, "--ranks", 100), (V{0, 3, 8, 9, 10, 11}));
+  EXPECT_EQ(rank_list("9-10,2,9,2-3", 16, "--ranks", 100), (V{2, 3, 9, 10}));  // sorted, duplicates gone
+  EXPECT_EQ(rank_list("15", 16, "--ranks", 100), V{15});
+  EXPECT_EQ(rank_list("", 16, "--ranks", 100), V{});
+  // A brute-force reading of random lists: every item's ranks, in a set.
+  uint64_t seed = 12345;
+  auto next = [&](int64_t n) { seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; return static_cast<int64_t>((seed >> 33) % static_cast<uint64_t>(n)); };
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text;
+    std::vector<bool> want(64, false);
+    for (int64_t k = 0, items = 1 + next(5); k < items; ++k) {
+      const int64_t a = next(64), b = std::min<int64_t>(63, a + next(4));
+      text += (k ? "," : "") + std::to_string(a) + (b != a || next(2) ? "-" + std::to_string(b) : "");
+      for (int64_t r = a; r <= b; ++r) want[static_cast<std::size_t>(r)] = true;
+    }
+    V expect;
+    for (int64_t r = 0; r < 64; ++r) if (want[static_cast<std::size_t>(r)]) expect.push_back(r);
+    EXPECT_EQ(rank_list(text, 64, "--ranks", 1000), expect) << text;
+  }
+  for (const char* bad : {",", "0,", ",0", "0,,1", "-3", "3-", "a", "1-x", "+1", " 1", "1 ", "0x10", "1--2", "5-3"}) {
+    try {
+      rank_list(bad, 16, "--ranks", 100);
+      ADD_FAILURE() << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("--ranks '" + std::string(bad) + "'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(rank_list("16", 16, "--ranks", 100), OutOfRange);
+  EXPECT_THROW(rank_list("0-9223372036854775807", 16, "--ranks", 100), OutOfRange);
+  EXPECT_THROW(rank_list("9223372036854775808", kMax, "--ranks", 100), OverflowError);
+  EXPECT_THROW(rank_list("0-" + std::string(400, '9'), kMax, "--ranks", 100), OverflowError);
+  // The bound counts ranks before they are listed: a range of 2^62 costs nothing.
+  EXPECT_THROW(rank_list("0-4611686018427387904", kMax, "--ranks", 100), ResourceExhausted);
+  EXPECT_THROW(rank_list("0-50,51-100", 1000, "--ranks", 100), ResourceExhausted);
+  EXPECT_EQ(rank_list("0-49,50-99", 1000, "--ranks", 100).size(), 100u);
 }
 
 TEST(TextFields, FormatIsTextOrJson) {

@@ -1,5 +1,6 @@
 #include "meshsim/text_fields.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 
@@ -50,6 +51,50 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
   return r;
 }
 
+namespace {
+
+// rank_number reads a rank written as decimal digits only (no sign, no space): InvalidArgument
+// "<where>: the rank 'X' is not a number >= 0", OverflowError past 64 bits.
+int64_t rank_number(std::string_view digits, const std::string& where) {
+  if (digits.empty()) throw InvalidArgument(where + ": a rank is missing");
+  int64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') throw InvalidArgument(where + ": the rank " + quote_input(digits) + " is not a number >= 0");
+    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, c - '0', &v)) {
+      throw OverflowError(where + ": the rank " + quote_input(digits) + " does not fit in 64 bits");
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+std::vector<int64_t> rank_list(std::string_view text, int64_t world, const std::string& flag, int64_t max_ranks) {
+  const std::string where = flag + " " + quote_input(text);
+  std::vector<int64_t> out;
+  std::size_t at = 0;
+  while (at <= text.size() && !text.empty()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string_view part = text.substr(at, comma - at);
+    if (part.empty()) throw InvalidArgument(where + ": expected ranks like 0,3,8-15 (an empty item)");
+    const std::size_t dash = part.find('-');
+    const int64_t a = rank_number(part.substr(0, dash), where);
+    const int64_t b = dash == std::string_view::npos ? a : rank_number(part.substr(dash + 1), where);
+    if (b < a) throw InvalidArgument(where + ": the range " + std::to_string(a) + "-" + std::to_string(b) + " is empty");
+    if (b >= world) {
+      throw OutOfRange(where + ": rank " + std::to_string(b) + " is out of range [0, " + std::to_string(world) + ")");
+    }
+    if (b - a >= max_ranks - static_cast<int64_t>(out.size())) {
+      throw ResourceExhausted(where + " names over " + std::to_string(max_ranks) + " ranks");
+    }
+    for (int64_t r = a; r <= b; ++r) out.push_back(r);
+    at = comma + 1;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 KindAtRank kind_at_rank(std::string_view text, const std::string& flag, const std::string& kinds) {
   const std::string where = flag + " " + quote_input(text);
   const auto at = text.find('@');
@@ -58,13 +103,7 @@ KindAtRank kind_at_rank(std::string_view text, const std::string& flag, const st
   }
   KindAtRank out;
   out.kind = std::string(text.substr(0, at));
-  const std::string_view digits = text.substr(at + 1);
-  for (char c : digits) {
-    if (c < '0' || c > '9') throw InvalidArgument(where + ": the rank " + quote_input(digits) + " is not a number >= 0");
-    if (__builtin_mul_overflow(out.rank, 10, &out.rank) || __builtin_add_overflow(out.rank, c - '0', &out.rank)) {
-      throw OverflowError(where + ": the rank " + quote_input(digits) + " does not fit in 64 bits");
-    }
-  }
+  out.rank = rank_number(text.substr(at + 1), where);
   return out;
 }
 

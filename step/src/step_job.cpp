@@ -310,41 +310,11 @@ void set_step_field(StepSpec& spec, const StepField& f, const std::string& value
 }
 
 std::vector<int64_t> parse_ranks(const std::string& text, int64_t world) {
-  std::vector<int64_t> out;
-  std::size_t at = 0;
-  auto number = [&](std::size_t& i) {
-    const std::size_t start = i;
-    int64_t v = 0;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
-      if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, text[i] - '0', &v)) {
-        throw OverflowError("--ranks " + quote_input(text) + ": a rank does not fit in 64 bits");
-      }
-      ++i;
-    }
-    if (i == start) throw InvalidArgument("--ranks " + quote_input(text) + ": expected 'all' or ranks like 0,3,8-15");
-    return v;
-  };
-  while (at < text.size()) {
-    const int64_t a = number(at);
-    int64_t b = a;
-    if (at < text.size() && text[at] == '-') b = number(++at);
-    if (b < a) throw InvalidArgument("--ranks " + quote_input(text) + ": the range " + std::to_string(a) + "-" + std::to_string(b) + " is empty");
-    if (b >= world) {
-      throw OutOfRange("--ranks " + quote_input(text) + ": rank " + std::to_string(b) + " is out of range [0, " +
-                       std::to_string(world) + ")");
-    }
-    if (b - a + static_cast<int64_t>(out.size()) > (int64_t{1} << 20)) {
-      throw ResourceExhausted("--ranks " + quote_input(text) + " names over 2^20 ranks: use --ranks all");
-    }
-    for (int64_t r = a; r <= b; ++r) out.push_back(r);
-    if (at < text.size()) {
-      if (text[at] != ',') throw InvalidArgument("--ranks " + quote_input(text) + ": expected 'all' or ranks like 0,3,8-15");
-      ++at;
-    }
+  try {
+    return text::rank_list(text, world, "--ranks", int64_t{1} << 20);
+  } catch (const ResourceExhausted& e) {
+    throw ResourceExhausted(std::string(e.what()) + ": use --ranks all");
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
 }
 
 Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, std::optional<int64_t> stages,

@@ -26,6 +26,13 @@ std::string lower_case(std::string_view s);
 int64_t checked_mul(int64_t a, int64_t b, const std::string& what);
 int64_t checked_add(int64_t a, int64_t b, const std::string& what);
 
+// rank_list reads a list of ranks and inclusive ranges, "0,3,8-15", each below `world`, at most
+// `max_ranks` of them (counted before duplicates go), and returns them ascending and unique.
+// Errors name `flag` and the text: InvalidArgument for an empty item, a rank that is not decimal
+// digits, or an empty range (8-3); OutOfRange for a rank >= world; OverflowError past 64 bits;
+// ResourceExhausted past max_ranks. "" is the empty list.
+std::vector<int64_t> rank_list(std::string_view text, int64_t world, const std::string& flag, int64_t max_ranks);
+
 // KindAtRank is a `--fault KIND@RANK` value cut at its '@': InvalidArgument naming `flag`, the
 // value and the form (with `kinds`, the known kinds, in the message) when there is no '@', no
 // kind or no rank; a rank that is not a decimal number >= 0, or past 64 bits, is refused by name.
