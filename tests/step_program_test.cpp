@@ -67,14 +67,18 @@ TEST(StepModel, ParameterCountsAreMetasPublishedOnes) {
   EXPECT_THROW(builtin_model("llama3-9b"), NotFound);
 }
 
-// The groups meshsim step counts on are the preset's: every dim's groups, over the world, equal
-// the groups of the torchtitan preset's views (dense, dataloading, loss).
+// The groups meshsim step counts on are the preset's: step lays torchtitan's ranks out by the
+// preset's views (titan_parallel over preset::torchtitan_views), and every dim's groups, over the
+// world, equal the groups of the views the applied recipe builds (dense, dataloading, loss).
 TEST(StepGroups, MatchTheTorchtitanPresetViews) {
-  for (const Parallel p : {Parallel{2, 1, 4, 1, 2, 1}, Parallel{2, 2, 2, 2, 2, 4}, Parallel{1, 3, 2, 2, 1, 2},
-                           Parallel{3, 1, 1, 2, 4, 8}, Parallel{1, 2, 4, 1, 2, 2}}) {
+  for (const Parallel given : {Parallel{2, 1, 4, 1, 2, 1}, Parallel{2, 2, 2, 2, 2, 4}, Parallel{1, 3, 2, 2, 1, 2},
+                               Parallel{3, 1, 1, 2, 4, 8}, Parallel{1, 2, 4, 1, 2, 2}}) {
+    preset::Torchtitan t{given.pp, given.dp_replicate, -1, given.cp, given.tp, given.ep, "spmd_types"};
+    const Parallel p = titan_parallel(preset::torchtitan_views(t, world_size(given)));  // dp_shard resolved
+    EXPECT_EQ(p.dp_shard, given.dp_shard);
     auto ours = [&](Dim d) { return groups_of(p, d); };
     const auto& theirs = view_groups;
-    preset::Torchtitan t{p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp, p.ep, "spmd_types"};
+    t.dp_shard = given.dp_shard;
     const BuiltMeshes spmd = apply(preset::torchtitan_recipe(t, std::nullopt));
     t.spmd_backend = "partial_dtensor";
     const BuiltMeshes dt = apply(preset::torchtitan_recipe(t, std::nullopt));

@@ -309,7 +309,7 @@ std::string did_you_mean(const std::string& name, const std::vector<std::string>
   return " (did you mean '" + best + "'?)";
 }
 
-MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size) {
+TorchtitanViews torchtitan_views(Torchtitan t, std::optional<int64_t> world_size) {
   for (const auto& [key, v] : {std::pair<const char*, int64_t>{"pp", t.pp}, {"dp_replicate", t.dp_replicate},
                                {"cp", t.cp}, {"tp", t.tp}, {"ep", t.ep}}) {
     check_at_least_one(v, key, kTitan);
@@ -350,14 +350,25 @@ MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size) {
     throw InvalidArgument(kTitan + "ep=" + std::to_string(t.ep) + " must divide dp_shard * cp * tp (" +
                           std::to_string(sparse_region) + ")");
   }
+  TorchtitanViews v;
+  v.world = world;
+  v.degrees = t;
+  v.dense = {{"pp", "dp_replicate", "dp_shard", "cp", "tp"}, {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp}};
+  v.sparse = {{"pp", "dp_replicate", "efsdp", "ep"}, {t.pp, t.dp_replicate, sparse_region / t.ep, t.ep}};
+  return v;
+}
+
+MeshRecipe torchtitan_recipe(const Torchtitan& given, std::optional<int64_t> world_size) {
+  const TorchtitanViews v = torchtitan_views(given, world_size);
+  const Torchtitan& t = v.degrees;
+  const int64_t world = v.world;
   const int64_t batch = t.dp_replicate * t.dp_shard;
   RecipeBuilder r = over_world(world);
   r.unflatten("root", "world", {t.pp, batch, t.cp, t.tp}, {"pp", "batch", "cp", "tp"}).let("dataloading");
   r.slice("dataloading", {"batch", "cp"});
   r.flatten("_last", "loss_mesh").let("loss");
   if (t.spmd_backend == "spmd_types") {
-    r.unflatten("root", "world", {t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp}, {"pp", "dp_replicate", "dp_shard", "cp", "tp"})
-        .let("dense");
+    r.unflatten("root", "world", v.dense.sizes, v.dense.names).let("dense");
     // torchtitan keeps only its dp, cp, tp slice of this one
     r.unflatten("root", "world", {t.pp, batch, t.cp, t.tp}, {"pp", "dp", "cp", "tp"});
     r.slice("_last", {"dp", "cp", "tp"}).let("spmd_dense_for_fwdbwd");
@@ -365,8 +376,7 @@ MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size) {
     r.unflatten("root", "world", {t.pp, t.dp_replicate, t.dp_shard * t.cp, t.tp}, {"pp", "dp_replicate", "fsdp", "tp"})
         .let("dense");
   }
-  r.unflatten("root", "world", {t.pp, t.dp_replicate, sparse_region / t.ep, t.ep}, {"pp", "dp_replicate", "efsdp", "ep"})
-      .let("sparse");
+  r.unflatten("root", "world", v.sparse.sizes, v.sparse.names).let("sparse");
   if (t.spmd_backend == "spmd_types" && t.ep > 1) {
     r.slice("sparse", {"dp_replicate", "efsdp", "ep"}).let("spmd_sparse_for_fwdbwd");
   }

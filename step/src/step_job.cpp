@@ -10,6 +10,7 @@
 #include "meshsim/megatron_args.hpp"
 #include "meshsim/text_fields.hpp"
 #include "meshsim/text_file.hpp"
+#include "step_internal.hpp"
 
 namespace meshsim::step {
 
@@ -342,29 +343,58 @@ Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, 
   return s;
 }
 
+namespace {
+
+// view_order: a preset's view read as step's world axes (row-major, slowest first), each dim by
+// `axis` and its size held equal to the axis' radix; the axes the view lacks (size 1) after them.
+std::array<int8_t, 5> view_order(const preset::ViewShape& view, const std::map<std::string, int8_t>& axis,
+                                 const std::array<int64_t, 5>& radix) {
+  std::array<int8_t, 5> o{};
+  std::array<bool, 5> used{};
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < view.names.size(); ++i) {
+    const auto it = axis.find(view.names[i]);
+    if (it == axis.end() || used[it->second] || radix[it->second] != view.sizes[i]) {
+      throw Internal("view_order: the view's dim " + view.names[i] + " (" + std::to_string(view.sizes[i]) + ") is no axis of the step's");
+    }
+    used[it->second] = true;
+    o[at++] = it->second;
+  }
+  for (int8_t a = 0; a < 5; ++a) {
+    if (used[a]) continue;
+    if (radix[a] != 1) throw Internal("view_order: axis " + std::to_string(a) + " of size " + std::to_string(radix[a]) + " is in no view");
+    o[at++] = a;
+  }
+  return o;
+}
+
+}  // namespace
+
 Parallel megatron_parallel(const preset::Megatron& mg, std::optional<int64_t> world_size) {
   const preset::MegatronViews v = preset::megatron_views(mg, world_size);
   // The axis each view's dim is: dense (pp, dp, cp, tp in the order's layout), expert (pp, edp,
-  // ep, etp); dp_replicate (1) is Megatron's nowhere and goes first.
-  auto order_of = [](const preset::ViewShape& view, const std::map<std::string, int8_t>& axis) {
-    std::array<int8_t, 5> o{};
-    std::size_t at = 0;
-    o[at++] = 1;
-    for (const std::string& n : view.names) {
-      const auto it = axis.find(n);
-      if (it == axis.end() || at == o.size()) throw Internal("megatron_parallel: the view's dim " + n + " is no axis");
-      o[at++] = it->second;
-    }
-    if (at != o.size()) throw Internal("megatron_parallel: a view of " + std::to_string(at - 1) + " dims, not 4");
-    return o;
-  };
+  // ep, etp); dp_replicate (1) is Megatron's nowhere.
   Parallel p{mg.pp, 1, 1, mg.cp, mg.tp, mg.ep};
   for (std::size_t i = 0; i < v.dense.names.size(); ++i) {
     if (v.dense.names[i] == "dp") p.dp_shard = v.dense.sizes[i];
   }
-  p.order = order_of(v.dense, {{"pp", 0}, {"dp", 2}, {"cp", 3}, {"tp", 4}});
+  p.order = view_order(v.dense, {{"pp", 0}, {"dp", 2}, {"cp", 3}, {"tp", 4}}, detail::radix(p));
   // The expert view is the MoE's (ep > 1, expert tp 1); a dense model's step issues nothing on it.
-  if (mg.ep > 1) p.expert_order = order_of(v.expert, {{"pp", 0}, {"edp", 2}, {"ep", 3}, {"etp", 4}});
+  const int64_t etp = mg.etp.value_or(mg.tp);
+  if (mg.ep > 1 && etp != 1) {
+    throw InvalidArgument("--preset megatron: etp=" + std::to_string(etp) +
+                          " (Megatron's default is tp): meshsim step models MoE with expert tensor parallel size 1; "
+                          "give etp=1");
+  }
+  if (mg.ep > 1) p.expert_order = view_order(v.expert, {{"pp", 0}, {"edp", 2}, {"ep", 3}, {"etp", 4}}, detail::radix(p, Dim::kEp));
+  return p;
+}
+
+Parallel titan_parallel(const preset::TorchtitanViews& v) {
+  const preset::Torchtitan& t = v.degrees;
+  Parallel p{t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep};
+  p.order = view_order(v.dense, {{"pp", 0}, {"dp_replicate", 1}, {"dp_shard", 2}, {"cp", 3}, {"tp", 4}}, detail::radix(p));
+  p.expert_order = view_order(v.sparse, {{"pp", 0}, {"dp_replicate", 1}, {"efsdp", 2}, {"ep", 3}}, detail::radix(p, Dim::kEp));
   return p;
 }
 
@@ -396,34 +426,30 @@ StepRun run_step(const StepSpec& given) {
   if (margs) from_megatron_args(*margs, spec, job, run);
   const bool megatron = spec.preset.rfind("megatron", 0) == 0;
   if (spec.preset.empty() && spec.job.empty()) throw InvalidArgument("meshsim step needs --preset or --job");
-  std::optional<Parallel> megatron_layout;  // Megatron's ranks as its order lays them out
+  Parallel layout;  // the ranks as the preset's views lay them out
   if (megatron) {
     // Megatron-core's sizes, checked by its own rules (the preset's RankGenerators), laid out in
     // its order as the preset's views are: the dense ranks as (pp, dp, cp, tp), the expert ranks
     // as (pp, edp, ep) with expert tp 1, each axis where the order puts it.
     const preset::Megatron mg = preset::megatron_spec(spec.preset);
-    megatron_layout = megatron_parallel(mg, spec.world_size);  // every order the preset accepts
-    const int64_t etp = mg.etp.value_or(mg.tp);
-    if (mg.ep > 1 && etp != 1) {
-      throw InvalidArgument("--preset megatron: etp=" + std::to_string(etp) +
-                            " (Megatron's default is tp): meshsim step models MoE with expert tensor parallel size 1; "
-                            "give etp=1");
-    }
-    t = preset::Torchtitan{mg.pp, 1, megatron_layout->dp_shard, mg.cp, mg.tp, mg.ep};
+    layout = megatron_parallel(mg, spec.world_size);  // every order the preset accepts
+    t = preset::Torchtitan{mg.pp, 1, layout.dp_shard, mg.cp, mg.tp, mg.ep};
     job.framework = "megatron";
     job.activation_checkpoint = "none";
   } else {
     std::optional<JobFile> file;
     if (!spec.job.empty()) file = read_job_file(spec.job);
     t = file ? file->degrees : preset::torchtitan_spec(spec.preset);
-    (void)preset::torchtitan_recipe(t, spec.world_size);  // torchtitan's checks of the degrees
-    if (t.dp_shard == -1) t.dp_shard = *spec.world_size / (t.pp * t.dp_replicate * t.cp * t.tp);
+    // torchtitan's checks of the degrees (dp_shard resolved) and its views, as the preset has them
+    const preset::TorchtitanViews views = preset::torchtitan_views(t, spec.world_size);
+    t = views.degrees;
+    layout = titan_parallel(views);
     if (file) {
       run.job_file = spec.job;
       from_job_file(*file, t, spec, job, run);
     }
   }
-  job.parallel = megatron_layout ? *megatron_layout : Parallel{t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep};
+  job.parallel = layout;
   job.model = margs && margs->model && spec.model.empty() ? *margs->model : model_of(spec.model);
   if (!spec.seq_len) throw InvalidArgument("--seq-len is required with --preset (or give --job)");
   if (!spec.local_batch_size) throw InvalidArgument("--local-batch-size (sequences per rank and microbatch) is required with --preset (or give --job)");

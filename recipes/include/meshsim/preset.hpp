@@ -58,7 +58,7 @@ struct Megatron {
 // --world-size (default: the product of the degrees).
 MeshRecipe recipe(const std::string& spec, std::optional<int64_t> world_size);
 
-MeshRecipe torchtitan_recipe(Torchtitan t, std::optional<int64_t> world_size);
+MeshRecipe torchtitan_recipe(const Torchtitan& t, std::optional<int64_t> world_size);
 MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size);
 // megatron_views: Megatron-core's dense and expert views as megatron_recipe unflattens the world
 // 0..W-1 into them (row-major, the first name slowest; dense: the order's tp, cp, dp, pp reversed,
@@ -73,6 +73,17 @@ struct MegatronViews {
   ViewShape dense, expert;
 };
 MegatronViews megatron_views(const Megatron& m, std::optional<int64_t> world_size);
+// torchtitan_views: torchtitan's degrees after its checks (dp_shard=-1 resolved from the world
+// size; the product equal to the world; ep dividing dp_shard x cp x tp) and the two views its
+// ParallelDims unflattens the world into, row-major: dense (pp, dp_replicate, dp_shard, cp, tp)
+// and sparse (pp, dp_replicate, efsdp, ep), dp_shard x cp x tp cut with ep the faster. What
+// torchtitan_recipe builds from and `meshsim step` lays torchtitan's ranks out by.
+struct TorchtitanViews {
+  int64_t world = 0;
+  Torchtitan degrees;
+  ViewShape dense, sparse;
+};
+TorchtitanViews torchtitan_views(Torchtitan t, std::optional<int64_t> world_size);
 
 // torchtitan_from_toml reads a torchtitan job file: the [parallelism] table's
 // data_parallel_replicate_degree, data_parallel_shard_degree, context_parallel_degree,

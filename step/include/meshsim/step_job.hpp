@@ -83,6 +83,10 @@ struct StepRun {
 // (preset::megatron_views, its checks included): dp_shard is Megatron's dp, and the axes' row-major
 // order is the dense and expert views'. Any order the preset accepts.
 Parallel megatron_parallel(const preset::Megatron& mg, std::optional<int64_t> world_size);
+// titan_parallel: torchtitan's degrees laid out as its preset's views are
+// (preset::torchtitan_views: dense (pp, dp_replicate, dp_shard, cp, tp), sparse (pp,
+// dp_replicate, efsdp, ep)); each view dim held to its axis' size.
+Parallel titan_parallel(const preset::TorchtitanViews& v);
 
 // run_step resolves the spec (InvalidArgument / NotFound / ParseError / OutOfRange naming the
 // flag and value) and checks the step.
