@@ -30,7 +30,13 @@ def main():
     pairs = [dist.new_group([2 * k, 2 * k + 1]) for k in range(world // 2)]
     mine = pairs[rank // 2]
     x = torch.ones(8)
+    # Every rank has made every group before the absent one leaves (a store count, which the
+    # Flight Recorder does not record): its peers must meet it gone in the step, not in new_group.
+    store.add("groups_made", 1)
     if plant == "--absent" and rank == planted:
+        deadline = time.monotonic() + 30
+        while store.add("groups_made", 0) < world and time.monotonic() < deadline:
+            time.sleep(0.01)
         os._exit(0)  # joined, then gone before its first step: no dump
     try:
         for step in range(3):
