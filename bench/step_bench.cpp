@@ -13,6 +13,8 @@
 
 #include <chrono>
 
+#include "meshsim/preset.hpp"
+#include "meshsim/step_job.hpp"
 #include "meshsim/step_program.hpp"
 
 namespace {
@@ -23,7 +25,7 @@ using namespace meshsim::step;
 Job job_of(int log2) {
   Job j;
   const int64_t world = int64_t{1} << log2;
-  j.parallel = {16, 1, world / 16 / 8, 1, 8};
+  j.parallel = titan_parallel(meshsim::preset::torchtitan_views({16, 1, world / 16 / 8, 1, 8, 1, "spmd_types"}, std::nullopt));
   j.model = builtin_model("llama3-70b");
   j.seq_len = 8192;
   j.local_batch_size = 1;

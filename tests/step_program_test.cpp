@@ -32,9 +32,14 @@ std::set<std::vector<int64_t>> view_groups(const DeviceMesh& m, std::string_view
   return s;
 }
 
-Job small_job(Parallel p, int64_t microbatches = 1, std::string schedule = "1F1B") {
+// laid: torchtitan's degrees with their groups laid out as the preset's views lay them.
+Parallel laid(const Parallel& d) {
+  return titan_parallel(preset::torchtitan_views({d.pp, d.dp_replicate, d.dp_shard, d.cp, d.tp, d.ep, "spmd_types"}, std::nullopt));
+}
+
+Job small_job(const Parallel& degrees, int64_t microbatches = 1, std::string schedule = "1F1B") {
   Job j;
-  j.parallel = p;
+  j.parallel = laid(degrees);
   j.model = builtin_model("llama3-debugmodel");
   j.seq_len = 256;
   j.local_batch_size = 2;
@@ -94,8 +99,34 @@ TEST(StepGroups, MatchTheTorchtitanPresetViews) {
   }
 }
 
+// A Parallel given by its degrees alone (no group layouts), or whose degrees changed after its
+// layouts were read, is refused by name, never checked over groups that are not the degrees'.
+TEST(StepGroups, DegreesWithoutTheirLayoutsAreRefused) {
+  Job j = small_job({2, 1, 2, 1, 2}, 2);
+  EXPECT_NO_THROW(layout(j));
+  const Parallel bare{2, 1, 2, 1, 2};
+  j.parallel = bare;
+  try {
+    layout(j);
+    ADD_FAILURE() << "degrees without layouts were taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the job's pp groups have 1 ranks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("titan_parallel"), std::string::npos) << e.what();
+  }
+  j.parallel = laid({2, 1, 2, 1, 2});
+  j.parallel.tp = 1;  // the same world, but the tp layout still makes groups of 2
+  j.parallel.dp_shard = 4;
+  EXPECT_THROW(layout(j), InvalidArgument);
+  j.parallel = laid({2, 1, 2, 1, 2});
+  j.parallel.groups[static_cast<std::size_t>(Dim::kFsdp)].stride[0] = 3;  // overlaps tp's
+  EXPECT_THROW(check_step(j, {}), InvalidArgument);
+  j.parallel = laid({2, 1, 2, 1, 2});
+  j.parallel.groups[static_cast<std::size_t>(Dim::kTp)].modes = 6;
+  EXPECT_THROW(check_step(j, {}), InvalidArgument);
+}
+
 TEST(StepGroups, AMemberIsNamedWithoutListingTheGroup) {
-  const Parallel p{2, 2, 4, 2, 2, 4};
+  const Parallel p = laid({2, 2, 4, 2, 2, 4});
   for (int d = 0; d < kDims; ++d) {
     const Dim dim = static_cast<Dim>(d);
     for (int64_t rank : {int64_t{0}, int64_t{37}, world_size(p) - 1}) {
@@ -230,13 +261,13 @@ TEST(StepBytes, MoeAllToAllsAndTpAsTorchtitanShardsThem) {
   EXPECT_EQ(experts_ag.bytes, moe_layers * (4 * 3 * 256 * 256) * 2);
   // ep = 1: no all-to-all; the MoE gathers its input over tp and reduce-scatters the routed and
   // the shared experts' outputs (and the mirror in backward).
-  job.parallel.ep = 1;
+  job.parallel = laid({1, 1, 2, 1, 2, 1});
   prog = program(job, layout(job), 0);
   EXPECT_EQ(count(prog, Dim::kEp, Op::kAllToAll, Phase::kFwd).calls, 0);
   EXPECT_EQ(count(prog, Dim::kTp, Op::kReduceScatter, Phase::kFwd).calls, 1 + 6 + 1 + 2 * moe_layers);
   EXPECT_EQ(count(prog, Dim::kTp, Op::kAllGather, Phase::kBwd).calls, 6 + 1 + 2 * moe_layers + 1);
   // Selective AC saves the all-to-alls (torchtitan's comm_ops): none is issued again.
-  job.parallel.ep = 2;
+  job.parallel = laid({1, 1, 2, 1, 2, 2});
   job.activation_checkpoint = "selective";
   prog = program(job, layout(job), 0);
   EXPECT_EQ(count(prog, Dim::kEp, Op::kAllToAll, Phase::kBwd).calls, 2 * moe_layers);
@@ -385,7 +416,7 @@ TEST(StepLayout, RefusesWhatTorchtitanRefuses) {
   EXPECT_THROW(layout(j), InvalidArgument);
   j.model = builtin_model("deepseek_v3-debugmodel");
   EXPECT_NO_THROW(layout(j));
-  j.parallel = {1, 1, 3, 1, 1, 3};  // 8 experts over ep 3
+  j.parallel = laid({1, 1, 3, 1, 1, 3});  // 8 experts over ep 3
   EXPECT_THROW(layout(j), InvalidArgument);
   j = small_job({1, 1, 1, 1, 32});  // 16 heads over tp 32
   EXPECT_THROW(layout(j), InvalidArgument);

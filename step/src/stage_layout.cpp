@@ -117,6 +117,7 @@ StageLayout layout(const Job& job) {
     throw ResourceExhausted("a world of " + std::to_string(w) + " ranks is over the " + std::to_string(kMaxWorld) +
                             " meshsim step checks");
   }
+  validate_groups(p);
   if (job.microbatches < 1 || job.microbatches > kMaxMicrobatches) {
     throw InvalidArgument("--microbatches " + std::to_string(job.microbatches) + " is out of range [1, " +
                           std::to_string(kMaxMicrobatches) + "] (torchtitan: num_pp_microbatches must be greater than 0)");

@@ -1,6 +1,5 @@
 // step/src/step_internal.hpp — what step/'s files share and users do not: the bounds of a
-// check, checked arithmetic, and the world's mixed-radix arithmetic behind group_members (the
-// dense view (pp, dp_replicate, dp_shard, cp, tp) and torchtitan's sparse view for ep and efsdp).
+// check, checked arithmetic, and a rank's group members by the Dim's GroupLayout.
 #pragma once
 
 #include <array>
@@ -31,81 +30,22 @@ using text::checked_add;
 using text::checked_mul;
 using text::lower_case;
 
-// Axis masks over the dense view (pp, dp_replicate, dp_shard, cp, tp), or for ep and efsdp over
-// the sparse view (pp, dp_replicate, efsdp, ep, 1): torchtitan's "sparse" mesh unflattens
-// dp_shard x cp x tp into efsdp x ep, ep the faster.
-inline constexpr std::array<std::array<bool, 5>, kDims> kAxes = {{
-    {true, false, false, false, false},   // pp
-    {false, true, false, false, false},   // dp_replicate
-    {false, false, true, true, false},    // fsdp
-    {false, false, false, true, false},   // cp
-    {false, false, false, false, true},   // tp
-    {false, true, true, false, false},    // batch
-    {false, true, true, true, false},     // loss
-    {false, false, false, true, false},   // ep (sparse view)
-    {false, false, true, false, false},   // efsdp (sparse view)
-    {true, false, false, false, true},    // mp (Megatron's model-parallel group: pp x tp)
-    {true, true, true, true, true},       // world
-}};
-
-inline bool sparse(Dim d) { return d == Dim::kEp || d == Dim::kEfsdp; }
-
-inline std::array<int64_t, 5> radix(const Parallel& p, Dim d = Dim::kPp) {
-  if (sparse(d)) return {p.pp, p.dp_replicate, p.dp_shard * p.cp * p.tp / p.ep, p.ep, 1};
-  return {p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp};
-}
-
-// axis_order: the view's axes in row-major order, slowest first (Parallel::order).
-inline const std::array<int8_t, 5>& axis_order(const Parallel& p, Dim d = Dim::kPp) {
-  return sparse(d) ? p.expert_order : p.order;
-}
-
-// coords: a rank's coordinate on each axis (indexed by axis, not by place in the order).
-inline std::array<int64_t, 5> coords(const Parallel& p, int64_t rank, Dim d = Dim::kPp) {
-  const auto r = radix(p, d);
-  const auto& o = axis_order(p, d);
-  std::array<int64_t, 5> c{};
-  for (int j = 4; j >= 0; --j) {
-    c[o[j]] = rank % r[o[j]];
-    rank /= r[o[j]];
-  }
-  return c;
-}
-inline int64_t rank_of(const Parallel& p, const std::array<int64_t, 5>& c, Dim d = Dim::kPp) {
-  const auto r = radix(p, d);
-  const auto& o = axis_order(p, d);
-  int64_t rank = 0;
-  for (int j = 0; j < 5; ++j) rank = rank * r[o[j]] + c[o[j]];
-  return rank;
-}
-// leader: the lowest rank of `rank`'s group on d.
-inline int64_t leader(const Parallel& p, Dim d, int64_t rank) {
-  auto c = coords(p, rank, d);
-  for (int i = 0; i < 5; ++i) {
-    if (kAxes[static_cast<int>(d)][i]) c[i] = 0;
-  }
-  return rank_of(p, c, d);
+// leader: the lowest rank of `rank`'s group on d; member_at: its k-th member (0-based, rank
+// order); with_pp: the rank of `rank`'s pipeline group at pp coordinate `pp` (each the Dim's
+// GroupLayout, read from the preset's views).
+inline int64_t leader(const Parallel& p, Dim d, int64_t rank) { return p.group(d).leader(rank); }
+inline int64_t member_at(const Parallel& p, Dim d, int64_t rank, int64_t k) {
+  const GroupLayout& g = p.group(d);
+  return g.member(g.leader(rank), k);
 }
 inline int64_t with_pp(const Parallel& p, int64_t rank, int64_t pp) {
-  auto c = coords(p, rank);
-  c[0] = pp;
-  return rank_of(p, c);
+  const GroupLayout& g = p.group(Dim::kPp);
+  return g.modes == 0 ? rank : rank + (pp - g.coordinate(rank, 0)) * g.stride[0];
 }
 
-// member_at: the k-th member (0-based, rank order) of `rank`'s group on d.
-inline int64_t member_at(const Parallel& p, Dim d, int64_t rank, int64_t k) {
-  const auto r = radix(p, d);
-  const auto& o = axis_order(p, d);
-  auto c = coords(p, rank, d);
-  for (int j = 4; j >= 0; --j) {  // the fastest axis first: members in rank order
-    const int i = o[j];
-    if (!kAxes[static_cast<int>(d)][i]) continue;
-    c[i] = k % r[i];
-    k /= r[i];
-  }
-  return rank_of(p, c, d);
-}
-
+// validate_groups: every Dim's layout nested in the world and as large as the degrees make it
+// (InvalidArgument naming the dim otherwise: degrees given without the preset's layouts).
+void validate_groups(const Parallel& p);
 
 inline bool is_p2p(Op o) { return o == Op::kSend || o == Op::kRecv; }
 inline bool same_collective(const Event& a, const Event& b) {

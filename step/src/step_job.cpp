@@ -345,40 +345,49 @@ Schedule read_schedule_file(const std::string& path, std::optional<int64_t> pp, 
 
 namespace {
 
-// view_order: a preset's view read as step's world axes (row-major, slowest first), each dim by
-// `axis` and its size held equal to the axis' radix; the axes the view lacks (size 1) after them.
-std::array<int8_t, 5> view_order(const preset::ViewShape& view, const std::map<std::string, int8_t>& axis,
-                                 const std::array<int64_t, 5>& radix) {
-  std::array<int8_t, 5> o{};
-  std::array<bool, 5> used{};
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < view.names.size(); ++i) {
-    const auto it = axis.find(view.names[i]);
-    if (it == axis.end() || used[it->second] || radix[it->second] != view.sizes[i]) {
-      throw Internal("view_order: the view's dim " + view.names[i] + " (" + std::to_string(view.sizes[i]) + ") is no axis of the step's");
+// group_layout: the dims `names` of a row-major view (its first name slowest) as a layout over the
+// world, one mode per dim of size > 1 (its size : the product of the sizes after it), the
+// smallest stride first. A name the view lacks is Internal: the preset and the step drifted.
+GroupLayout group_layout(const preset::ViewShape& view, const std::vector<std::string_view>& names) {
+  for (const std::string_view n : names) {
+    if (std::find(view.names.begin(), view.names.end(), n) == view.names.end()) {
+      throw Internal("group_layout: the preset's view has no dim " + std::string(n));
     }
-    used[it->second] = true;
-    o[at++] = it->second;
   }
-  for (int8_t a = 0; a < 5; ++a) {
-    if (used[a]) continue;
-    if (radix[a] != 1) throw Internal("view_order: axis " + std::to_string(a) + " of size " + std::to_string(radix[a]) + " is in no view");
-    o[at++] = a;
+  GroupLayout g;
+  int64_t stride = 1;
+  for (std::size_t i = view.names.size(); i-- > 0;) {
+    if (view.sizes[i] > 1 && std::find(names.begin(), names.end(), view.names[i]) != names.end()) {
+      g.shape[static_cast<std::size_t>(g.modes)] = view.sizes[i];
+      g.stride[static_cast<std::size_t>(g.modes)] = stride;
+      ++g.modes;
+    }
+    stride *= view.sizes[i];
   }
-  return o;
+  return g;
+}
+
+// laid_out: `p` with each Dim's groups read from the views, `names` the view's dims of each
+// (in Dim order: pp, dp_replicate, fsdp, cp, tp, batch, loss, ep, efsdp, mp, world), then held
+// to the degrees (validate_groups: Internal, for the preset and the step drifted).
+Parallel laid_out(Parallel p, const preset::ViewShape& dense, const preset::ViewShape& expert,
+                  const std::array<std::vector<std::string_view>, kDims>& names) {
+  for (int d = 0; d < kDims; ++d) {
+    const bool sparse = d == static_cast<int>(Dim::kEp) || d == static_cast<int>(Dim::kEfsdp);
+    p.groups[static_cast<std::size_t>(d)] = group_layout(sparse ? expert : dense, names[static_cast<std::size_t>(d)]);
+  }
+  try {
+    detail::validate_groups(p);
+  } catch (const InvalidArgument& e) {
+    throw Internal(std::string("the preset's views: ") + e.what());
+  }
+  return p;
 }
 
 }  // namespace
 
 Parallel megatron_parallel(const preset::Megatron& mg, std::optional<int64_t> world_size) {
   const preset::MegatronViews v = preset::megatron_views(mg, world_size);
-  // The axis each view's dim is: dense (pp, dp, cp, tp in the order's layout), expert (pp, edp,
-  // ep, etp); dp_replicate (1) is Megatron's nowhere.
-  Parallel p{mg.pp, 1, 1, mg.cp, mg.tp, mg.ep};
-  for (std::size_t i = 0; i < v.dense.names.size(); ++i) {
-    if (v.dense.names[i] == "dp") p.dp_shard = v.dense.sizes[i];
-  }
-  p.order = view_order(v.dense, {{"pp", 0}, {"dp", 2}, {"cp", 3}, {"tp", 4}}, detail::radix(p));
   // The expert view is the MoE's (ep > 1, expert tp 1); a dense model's step issues nothing on it.
   const int64_t etp = mg.etp.value_or(mg.tp);
   if (mg.ep > 1 && etp != 1) {
@@ -386,16 +395,26 @@ Parallel megatron_parallel(const preset::Megatron& mg, std::optional<int64_t> wo
                           " (Megatron's default is tp): meshsim step models MoE with expert tensor parallel size 1; "
                           "give etp=1");
   }
-  if (mg.ep > 1) p.expert_order = view_order(v.expert, {{"pp", 0}, {"edp", 2}, {"ep", 3}, {"etp", 4}}, detail::radix(p, Dim::kEp));
-  return p;
+  // The groups each view's dims make: dense (pp, dp, cp, tp in the order's layout), expert (pp,
+  // edp, ep, etp); dp_replicate (1) is Megatron's nowhere, fsdp is dp_cp, batch is dp.
+  Parallel p{mg.pp, 1, v.world / (mg.pp * mg.cp * mg.tp), mg.cp, mg.tp, mg.ep};
+  // A dense model's expert groups (ep 1, etp the default tp) are read from the dense view: the
+  // step issues nothing on them; ep is then 1 and efsdp dp x cp x tp, what the degrees make.
+  const bool moe = mg.ep > 1;
+  std::array<std::vector<std::string_view>, kDims> names{
+      {{"pp"}, {}, {"dp", "cp"}, {"cp"}, {"tp"}, {"dp"}, {"dp", "cp"}, {"ep"}, {"edp"}, {"pp", "tp"}, {"pp", "dp", "cp", "tp"}}};
+  if (!moe) {
+    names[static_cast<std::size_t>(Dim::kEp)] = {};
+    names[static_cast<std::size_t>(Dim::kEfsdp)] = {"dp", "cp", "tp"};
+  }
+  return laid_out(p, v.dense, moe ? v.expert : v.dense, names);
 }
 
 Parallel titan_parallel(const preset::TorchtitanViews& v) {
   const preset::Torchtitan& t = v.degrees;
-  Parallel p{t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep};
-  p.order = view_order(v.dense, {{"pp", 0}, {"dp_replicate", 1}, {"dp_shard", 2}, {"cp", 3}, {"tp", 4}}, detail::radix(p));
-  p.expert_order = view_order(v.sparse, {{"pp", 0}, {"dp_replicate", 1}, {"efsdp", 2}, {"ep", 3}}, detail::radix(p, Dim::kEp));
-  return p;
+  return laid_out(Parallel{t.pp, t.dp_replicate, t.dp_shard, t.cp, t.tp, t.ep}, v.dense, v.sparse,
+                  {{{"pp"}, {"dp_replicate"}, {"dp_shard", "cp"}, {"cp"}, {"tp"}, {"dp_replicate", "dp_shard"},
+                    {"dp_replicate", "dp_shard", "cp"}, {"ep"}, {"efsdp"}, {"pp", "tp"}, {"pp", "dp_replicate", "dp_shard", "cp", "tp"}}});
 }
 
 StepRun run_step(const StepSpec& given) {

@@ -98,22 +98,61 @@ std::string describe(const Event& e) {
   if (e.recompute) s += " recomputed";
   return s + ")";
 }
+int64_t GroupLayout::size() const {
+  int64_t n = 1;
+  for (int i = 0; i < modes; ++i) n *= shape[i];
+  return n;
+}
+int64_t GroupLayout::leader(int64_t rank) const {
+  int64_t lead = rank;
+  for (int i = 0; i < modes; ++i) lead -= rank / stride[i] % shape[i] * stride[i];
+  return lead;
+}
+int64_t GroupLayout::member(int64_t lead, int64_t k) const {
+  for (int i = 0; i < modes; ++i) {  // colexicographic: the first (smallest-stride) mode fastest
+    lead += k % shape[i] * stride[i];
+    k /= shape[i];
+  }
+  return lead;
+}
+
+void detail::validate_groups(const Parallel& p) {
+  const int64_t world = world_size(p);
+  const int64_t dp = p.dp_replicate * p.dp_shard;
+  const int64_t sizes[kDims] = {p.pp, p.dp_replicate, p.dp_shard * p.cp, p.cp, p.tp, dp, dp * p.cp,
+                                p.ep, p.ep >= 1 ? p.dp_shard * p.cp * p.tp / p.ep : 0, p.pp * p.tp, world};
+  for (int d = 0; d < kDims; ++d) {
+    const GroupLayout& g = p.groups[static_cast<std::size_t>(d)];
+    const std::string what = "the job's " + std::string(dim_name(static_cast<Dim>(d))) + " groups";
+    const std::string hint = " (lay the ranks out with titan_parallel or megatron_parallel, from the preset's views)";
+    if (g.modes < 0 || g.modes > GroupLayout::kMaxModes) throw InvalidArgument(what + ": " + std::to_string(g.modes) + " modes" + hint);
+    // Nested modes over the world: each stride a multiple of the last mode's extent, the last
+    // extent dividing the world, so leader and member stay in [0, world).
+    int64_t extent = 1, size = 1;
+    for (int i = 0; i < g.modes; ++i) {
+      if (g.shape[i] < 1 || g.stride[i] < 1 || g.stride[i] % extent != 0 || g.stride[i] > world / g.shape[i]) {
+        throw InvalidArgument(what + ": mode " + std::to_string(g.shape[i]) + ":" + std::to_string(g.stride[i]) +
+                              " is not nested in a world of " + std::to_string(world) + hint);
+      }
+      extent = g.stride[i] * g.shape[i];
+      size *= g.shape[i];
+    }
+    if (world % extent != 0 || size != sizes[d]) {
+      throw InvalidArgument(what + " have " + std::to_string(size) + " ranks over a world of " + std::to_string(world) +
+                            "; the degrees make " + std::to_string(sizes[d]) + hint);
+    }
+  }
+}
+
 int64_t world_size(const Parallel& p) {
   int64_t w = 1;
-  for (int64_t v : radix(p)) w = checked_mul(w, v, "the world size");
+  for (int64_t v : {p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp}) w = checked_mul(w, v, "the world size");
   return w;
 }
 
-int64_t dim_size(const Parallel& p, Dim d) {
-  const auto r = radix(p, d);
-  int64_t s = 1;
-  for (int i = 0; i < 5; ++i) {
-    if (kAxes[static_cast<int>(d)][i]) s *= r[i];
-  }
-  return s;
-}
+int64_t dim_size(const Parallel& p, Dim d) { return p.group(d).size(); }
 
-int64_t pp_coordinate(const Parallel& p, int64_t rank) { return coords(p, rank)[0]; }
+int64_t pp_coordinate(const Parallel& p, int64_t rank) { return p.group(Dim::kPp).coordinate(rank, 0); }
 
 int64_t group_member(const Parallel& p, Dim d, int64_t rank, int64_t k) {
   if (k < 0 || k >= dim_size(p, d)) {
@@ -124,27 +163,11 @@ int64_t group_member(const Parallel& p, Dim d, int64_t rank, int64_t k) {
 }
 
 std::vector<int64_t> group_members(const Parallel& p, Dim d, int64_t rank) {
-  const auto r = radix(p, d);
-  auto c = coords(p, rank, d);
-  std::vector<int> axes;  // the dim's axes in row-major order, slowest first
-  for (const int i : axis_order(p, d)) {
-    if (kAxes[static_cast<int>(d)][i]) {
-      axes.push_back(i);
-      c[i] = 0;
-    }
-  }
+  const GroupLayout& g = p.group(d);
+  const int64_t lead = g.leader(rank), n = g.size();
   std::vector<int64_t> out;
-  out.reserve(static_cast<std::size_t>(dim_size(p, d)));
-  // Row-major over the dim's axes (the last fastest): ascending ranks.
-  while (true) {
-    out.push_back(rank_of(p, c, d));
-    int k = static_cast<int>(axes.size()) - 1;
-    for (; k >= 0; --k) {
-      if (++c[axes[k]] < r[axes[k]]) break;
-      c[axes[k]] = 0;
-    }
-    if (k < 0) break;
-  }
+  out.reserve(static_cast<std::size_t>(n));
+  for (int64_t k = 0; k < n; ++k) out.push_back(g.member(lead, k));  // ascending ranks
   return out;
 }
 

@@ -64,17 +64,6 @@ void validate_model(const Model& m);
 // llama3-8b: 8,030,261,248.
 int64_t parameter_count(const Model& m);
 
-// Parallel holds torchtitan's degrees (dp_shard resolved; ep divides dp_shard x cp x tp).
-struct Parallel {
-  int64_t pp = 1, dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, ep = 1;
-  // The world's axes in row-major order, slowest first, by axis: 0 pp, 1 dp_replicate,
-  // 2 dp_shard, 3 cp, 4 tp (torchtitan's views: as listed); expert_order the same for the sparse
-  // view's axes 0 pp, 1 dp_replicate, 2 efsdp, 3 ep, 4 expert tp (1). A Megatron order lays the
-  // axes out as its rank generators do (megatron_parallel in step_job.hpp reads them from the
-  // preset's views).
-  std::array<int8_t, 5> order{0, 1, 2, 3, 4}, expert_order{0, 1, 2, 3, 4};
-};
-
 // Dim names a group kind over the world laid out row-major as (pp, dp_replicate, dp_shard, cp,
 // tp): pp, dp_replicate, fsdp (dp_shard x cp, FSDP's mesh), cp, tp, batch (dp_replicate x
 // dp_shard, the token count's mesh) and loss (batch x cp, torchtitan's loss mesh); and over
@@ -83,6 +72,34 @@ struct Parallel {
 // Megatron's steps add mp (pp x tp, its model-parallel group) and world (every rank).
 enum class Dim { kPp, kDpReplicate, kFsdp, kCp, kTp, kBatch, kLoss, kEp, kEfsdp, kMp, kWorld };
 inline constexpr int kDims = 11;
+
+// GroupLayout is one kind of group as a CuTe layout over the world's ranks: its modes
+// (shape_i : stride_i), the smallest stride first, each a dim of a view the preset unflattens
+// the world into (a flattened group, fsdp = dp_shard x cp, has two). Rank r's group is
+// {leader(r) + crd2idx(k) : 0 <= k < size()}, k read colexicographically (the first mode
+// fastest), so member k is the group's k-th rank in ascending order; leader(r) =
+// r - sum_i ((r / stride_i) % shape_i) * stride_i. Each O(modes).
+struct GroupLayout {
+  static constexpr int kMaxModes = 5;
+  int modes = 0;
+  std::array<int64_t, kMaxModes> shape{}, stride{};
+  int64_t size() const;
+  int64_t leader(int64_t rank) const;
+  int64_t member(int64_t leader, int64_t k) const;  // 0 <= k < size()
+  // coordinate: rank's index along mode i (0 when i is past the modes).
+  int64_t coordinate(int64_t rank, int i) const { return i < modes ? rank / stride[i] % shape[i] : 0; }
+};
+
+// Parallel holds torchtitan's degrees (dp_shard resolved; ep divides dp_shard x cp x tp) and each
+// Dim's group layout, read from the preset's views by titan_parallel and megatron_parallel
+// (step_job.hpp), so any rank order the preset accepts is the step's. Degrees alone (no layouts,
+// or layouts of other degrees) are refused by every check (InvalidArgument).
+struct Parallel {
+  int64_t pp = 1, dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, ep = 1;
+  std::array<GroupLayout, kDims> groups{};
+  const GroupLayout& group(Dim d) const { return groups[static_cast<std::size_t>(d)]; }
+};
+
 std::string_view dim_name(Dim d);
 // view_name: the torchtitan view (as `--preset torchtitan:...` builds it) whose dim the group is:
 // "dense" (pp, dp_replicate, cp, tp), "dense[dp_shard,cp]" (fsdp, FSDP's flattened mesh),
@@ -185,7 +202,8 @@ StageLayout layout(const Job& job);
 std::vector<Event> program(const Job& job, const StageLayout& layout, int64_t pp_rank);
 void apply_fault(const Job& job, const Fault& f, std::vector<Event>& events);
 
-// Mixed-radix helpers over the world (pp, dp_replicate, dp_shard, cp, tp), row-major.
+// The world's size (the degrees' product), a group's size and a rank's pp coordinate and group,
+// each by the Dim's GroupLayout.
 int64_t world_size(const Parallel& p);
 int64_t dim_size(const Parallel& p, Dim d);
 int64_t pp_coordinate(const Parallel& p, int64_t rank);
