@@ -43,4 +43,35 @@ inline std::optional<int64_t> try_add(int64_t a, int64_t b) {
 // ceil_div returns ceil(a / b) for a >= 0, b > 0 without overflow.
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return a == 0 ? 0 : (a - 1) / b + 1; }
 
+// divmod is v / m and v % m for v >= 0, m >= 1, cheap for the common cases (a power of two,
+// 32-bit operands) before the general 64-bit division.
+inline void divmod(int64_t v, int64_t m, int64_t& q, int64_t& r) {
+  if ((m & (m - 1)) == 0) {
+    q = v >> __builtin_ctzll(static_cast<uint64_t>(m));
+    r = v & (m - 1);
+  } else if ((static_cast<uint64_t>(v) | static_cast<uint64_t>(m)) <= UINT32_MAX) {
+    const auto a = static_cast<uint32_t>(v);
+    const auto b = static_cast<uint32_t>(m);
+    q = a / b;
+    r = a % b;
+  } else {
+    q = v / m;
+    r = v % m;
+  }
+}
+
+// fast_div / fast_mod are a / b and a % b for a >= 0, b >= 1 (see divmod).
+inline int64_t fast_div(int64_t a, int64_t b) {
+  int64_t q = 0;
+  int64_t r = 0;
+  divmod(a, b, q, r);
+  return q;
+}
+inline int64_t fast_mod(int64_t a, int64_t b) {
+  int64_t q = 0;
+  int64_t r = 0;
+  divmod(a, b, q, r);
+  return r;
+}
+
 }  // namespace meshsim
