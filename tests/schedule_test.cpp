@@ -452,5 +452,22 @@ TEST(ScheduleTable, EveryNameIsReadFromOneTable) {
   }
 }
 
+// The send semantics' one conversion: each name reads back to its value, and anything else (a
+// case, a space, an empty text) is refused naming the value.
+TEST(Schedule, SendSemanticsReadBackByName) {
+  for (const SendSemantics s : {SendSemantics::kRendezvous, SendSemantics::kEager}) {
+    EXPECT_EQ(parse_send_semantics(send_semantics_name(s)), s);
+  }
+  EXPECT_EQ(send_semantics_name(SendSemantics::kEager), "eager");
+  for (const char* bad : {"Eager", " eager", "", "lazy", "rendezvous\n"}) {
+    try {
+      parse_send_semantics(bad);
+      ADD_FAILURE() << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("--send-semantics must be rendezvous or eager"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace meshsim::step

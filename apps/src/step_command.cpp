@@ -248,8 +248,7 @@ int run_job(const Options& o, std::ostream& out) {
   // The pipeline's grid (PyTorch's _format_pipeline_order) when asked, and whenever the schedule
   // itself cannot progress (a CSV's deadlock), its stuck steps marked.
   if (t.pp > 1) {
-    const step::Progress sp = step::check_progress(
-        r.layout.schedule, o.spec.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous);
+    const step::Progress sp = step::check_progress(r.layout.schedule, run.options.semantics);
     if (o.grid || !sp.ok) {
       const auto group = step::group_members(job.parallel, step::Dim::kPp, r.rank);
       std::string members;
@@ -272,7 +271,7 @@ int run_job(const Options& o, std::ostream& out) {
   }
   if (r.ok) {
     out << "OK: " << thousands(world) << " ranks: every group's members issue the same collectives and the step "
-        << "makes progress under " << o.spec.send_semantics << " sends (" << r.programs << " programs, " << r.groups_checked
+        << "makes progress under " << step::send_semantics_name(run.options.semantics) << " sends (" << r.programs << " programs, " << r.groups_checked
         << " groups compared, " << r.ranks_simulated << " ranks simulated)\n";
     return 0;
   }
@@ -294,16 +293,12 @@ int run(const Options& o, std::ostream& out) {
   }
   if (!o.spec.microbatches) throw InvalidArgument("--microbatches is required with --schedule alone");
   const int64_t microbatches = *o.spec.microbatches;
-  if (o.spec.send_semantics != "rendezvous" && o.spec.send_semantics != "eager") {
-    throw InvalidArgument("--send-semantics must be rendezvous or eager, not " + quote_input(o.spec.send_semantics));
-  }
+  const step::SendSemantics sem = step::parse_send_semantics(o.spec.send_semantics);
   text::check_format(o.format);
   if (o.max_rows < 0) throw OutOfRange("--max-rows " + std::to_string(o.max_rows) + " is negative");
   if (o.max_cols < 0) throw OutOfRange("--max-cols " + std::to_string(o.max_cols) + " is negative");
   std::string lowering;
   const step::Schedule s = schedule_of(o, microbatches, lowering);
-  const step::SendSemantics sem =
-      o.spec.send_semantics == "eager" ? step::SendSemantics::kEager : step::SendSemantics::kRendezvous;
   const step::Progress p = step::check_progress(s, sem);
   if (!o.dump_schedule.empty()) {
     prepare_output(o.dump_schedule, "--dump-schedule");

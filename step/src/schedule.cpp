@@ -244,4 +244,12 @@ std::string write_csv(const Schedule& s) {
   return out;
 }
 
+std::string_view send_semantics_name(SendSemantics s) { return s == SendSemantics::kEager ? "eager" : "rendezvous"; }
+
+SendSemantics parse_send_semantics(std::string_view text) {
+  if (text == "rendezvous") return SendSemantics::kRendezvous;
+  if (text == "eager") return SendSemantics::kEager;
+  throw InvalidArgument("--send-semantics must be rendezvous or eager, not " + quote_input(text));
+}
+
 }  // namespace meshsim::step

@@ -136,7 +136,7 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
   }
   if (waiting.empty()) return p;
   p.ok = false;
-  const std::string sem = semantics == SendSemantics::kRendezvous ? "rendezvous" : "eager";
+  const std::string sem(send_semantics_name(semantics));
   auto waits = [&](int64_t r) {
     const Action& a = **head(r);
     const auto [match, peer] = peer_of(s, a);

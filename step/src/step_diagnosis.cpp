@@ -77,7 +77,7 @@ void Checker::diagnose_stuck(const Simulation& sim, Report& r) const {
   for (std::size_t k = 0; k < shown; ++k) text += (k ? "; " : "") + waiting_text(cycle[k]);
   if (shown < cycle.size()) text += "; ... (" + std::to_string(cycle.size()) + " ranks in the cycle)";
   r.diagnosis = "FAILED: the step cannot progress (" +
-                std::string(o_.semantics == SendSemantics::kRendezvous ? "rendezvous" : "eager") + " sends): " + text;
+                std::string(send_semantics_name(o_.semantics)) + " sends): " + text;
 }
 
 }  // namespace meshsim::step::detail

@@ -436,9 +436,7 @@ StepRun run_step(const StepSpec& given) {
     throw InvalidArgument("--job " + quote_input(spec.job) + " gives the parallel degrees; --preset " + quote_input(spec.preset) +
                           " gives them again: use one");
   }
-  if (spec.send_semantics != "rendezvous" && spec.send_semantics != "eager") {
-    throw InvalidArgument("--send-semantics must be rendezvous or eager, not " + quote_input(spec.send_semantics));
-  }
+  const SendSemantics semantics = parse_send_semantics(spec.send_semantics);
   StepRun run;
   preset::Torchtitan& t = run.degrees;
   Job& job = run.job;
@@ -515,7 +513,7 @@ StepRun run_step(const StepSpec& given) {
     throw InvalidArgument("--schedule " + quote_input(spec.schedule) + " needs pp > 1 in --preset");
   }
   Options& so = run.options;
-  so.semantics = spec.send_semantics == "eager" ? SendSemantics::kEager : SendSemantics::kRendezvous;
+  so.semantics = semantics;
   so.gpus_per_host = spec.gpus_per_host;
   so.rank = spec.rank;
   const int64_t world = world_size(job.parallel);
@@ -575,7 +573,7 @@ nlohmann::json step_json(const StepRun& run) {
                    {"job_file", run.job_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.job_file)},
                    {"loss_chunks", run.loss_chunks},
                    {"notes", run.notes},
-                   {"send_semantics", run.options.semantics == SendSemantics::kEager ? "eager" : "rendezvous"},
+                   {"send_semantics", send_semantics_name(run.options.semantics)},
                    {"lowering", pp ? nlohmann::json(r.layout.lowering) : nlohmann::json(nullptr)},
                    {"activation_checkpoint", run.job.activation_checkpoint},
                    {"events", r.program.size()},

@@ -180,6 +180,11 @@ Schedule read_csv(std::string_view text, int64_t stages, int64_t microbatches, b
 std::string write_csv(const Schedule& s);
 
 enum class SendSemantics { kRendezvous, kEager };
+// send_semantics_name is "rendezvous" or "eager"; parse_send_semantics reads them back
+// (InvalidArgument "--send-semantics must be rendezvous or eager, not 'X'"): the one conversion
+// the tool, the job and Python share.
+std::string_view send_semantics_name(SendSemantics s);
+SendSemantics parse_send_semantics(std::string_view text);
 
 // Progress is the result of running a lowered schedule's sends and receives: ok, or a diagnosis
 // naming the ranks that wait forever and what each waits in.
