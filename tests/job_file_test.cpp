@@ -75,7 +75,7 @@ TEST(JobFile, EveryValueOfATomlJobIsRead) {
   EXPECT_EQ(r.job.microbatches, 2);       // local_batch_size 4 / microbatch size 2
   EXPECT_EQ(r.job.grad_accum_steps, 4);   // 64 / (4 x dp 4)
   EXPECT_EQ(r.job.schedule, "Interleaved1F1B");
-  EXPECT_EQ(r.job.activation_checkpoint, "full");
+  EXPECT_EQ(r.job.activation_checkpoint, Checkpoint::kFull);
   EXPECT_EQ(r.report.layout.stages, 4);   // torchtitan's default: 2 per rank for a multi-stage schedule
   EXPECT_TRUE(r.notes.empty());
   EXPECT_TRUE(r.report.ok) << r.report.diagnosis;
@@ -84,7 +84,7 @@ TEST(JobFile, EveryValueOfATomlJobIsRead) {
   s.preset = "torchtitan:" + write("pipeline2.toml", kPipelineJob);
   const StepRun p = run_step(s);
   EXPECT_EQ(p.job.grad_accum_steps, 4);
-  EXPECT_EQ(p.job.activation_checkpoint, "full");
+  EXPECT_EQ(p.job.activation_checkpoint, Checkpoint::kFull);
   EXPECT_EQ(step_json(p)["by_dim"], step_json(r)["by_dim"]);
 }
 
@@ -94,7 +94,7 @@ TEST(JobFile, AFlagGivenTooOverridesTheFileAndSaysSo) {
   s.activation_checkpoint = "selective";
   const StepRun r = run_job(write("override.toml", kPipelineJob), s);
   EXPECT_EQ(r.job.seq_len, 4096);
-  EXPECT_EQ(r.job.activation_checkpoint, "selective");
+  EXPECT_EQ(r.job.activation_checkpoint, Checkpoint::kSelective);
   ASSERT_EQ(r.notes.size(), 2u);
   EXPECT_NE(r.notes[0].find("--seq-len 4096 overrides training.seq_len = 8192"), std::string::npos) << r.notes[0];
   EXPECT_NE(r.notes[1].find("--activation-checkpoint selective overrides activation_checkpoint.mode = full"),
@@ -203,18 +203,18 @@ TEST(JobFile, TorchtitansSavedConfigIsRead) {
     "activation_checkpoint": {"preserve_rng_state": true, "force_recompute_mm_shapes_by_fqns": ["moe.router.gate"]},
     "loss": {"num_chunks": 8}})"));
   EXPECT_EQ(r.job.microbatches, 8);
-  EXPECT_EQ(r.job.activation_checkpoint, "selective");
+  EXPECT_EQ(r.job.activation_checkpoint, Checkpoint::kSelective);
   EXPECT_EQ(r.loss_chunks, 8);
   EXPECT_EQ(r.job.loss_chunks, 8);
   EXPECT_TRUE(r.notes.empty());
   const StepRun full = run_job(write("full.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
     "training": {"local_batch_size": 2}, "parallelism": {"data_parallel_shard_degree": 2},
     "activation_checkpoint": {"preserve_rng_state": true}})"));
-  EXPECT_EQ(full.job.activation_checkpoint, "full");
+  EXPECT_EQ(full.job.activation_checkpoint, Checkpoint::kFull);
   const StepRun none = run_job(write("none.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
     "training": {"local_batch_size": 2}, "parallelism": {"data_parallel_shard_degree": 2},
     "activation_checkpoint": null})"));
-  EXPECT_EQ(none.job.activation_checkpoint, "none");
+  EXPECT_EQ(none.job.activation_checkpoint, Checkpoint::kNone);
 }
 
 // --loss-chunks (torchtitan 0.3.0's loss.num_chunks): a flag beside the file overrides it and says

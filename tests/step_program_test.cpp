@@ -180,7 +180,7 @@ Count count(const std::vector<Event>& prog, Dim d, Op op, Phase ph) {
 // seq 256, local batch 2, dp_shard 2, tp 2, no pp: every size divides, so nothing is padded.
 TEST(StepBytes, DebugModelMatchesClosedForms) {
   Job job = small_job({1, 1, 2, 1, 2});
-  job.activation_checkpoint = "none";
+  job.activation_checkpoint = Checkpoint::kNone;
   const auto prog = program(job, layout(job), 0);
   const int64_t layers = 6, dim = 256, ffn = 768, vocab = 2048, tp = 2, tokens = 2 * 256;
   const int64_t act = tokens * dim * 2;
@@ -223,17 +223,23 @@ TEST(StepBytes, DebugModelMatchesClosedForms) {
   // torchtitan's default selective activation checkpointing runs each block's forward again in
   // backward, saving reduce-scatters' outputs but not all-gathers': the attention's and the
   // MLP's all-gathers are issued again (marked recomputed); full AC issues everything again.
-  job.activation_checkpoint = "selective";
+  job.activation_checkpoint = Checkpoint::kSelective;
   const auto sac = program(job, layout(job), 0);
   EXPECT_EQ(count(sac, Dim::kTp, Op::kAllGather, Phase::kBwd).calls, 2 * layers + 1 + 2 * layers);
   EXPECT_EQ(count(sac, Dim::kTp, Op::kReduceScatter, Phase::kBwd).calls, 2 * layers + 1);
   EXPECT_EQ(std::count_if(sac.begin(), sac.end(), [](const Event& e) { return e.recompute; }), 2 * layers);
-  job.activation_checkpoint = "full";
+  job.activation_checkpoint = Checkpoint::kFull;
   const auto full = program(job, layout(job), 0);
   EXPECT_EQ(count(full, Dim::kTp, Op::kAllGather, Phase::kBwd).calls, 2 * layers + 1 + 2 * layers);
   EXPECT_EQ(count(full, Dim::kTp, Op::kReduceScatter, Phase::kBwd).calls, 2 * layers + 1 + 2 * layers);
-  job.activation_checkpoint = "sometimes";
-  EXPECT_THROW(layout(job), InvalidArgument);
+  // Each mode is read once at the edge, case folded as torchtitan reads it; anything else is
+  // refused naming the framework's default.
+  EXPECT_EQ(parse_checkpoint("Full", Framework::kTorchtitan), Checkpoint::kFull);
+  for (const Checkpoint c : {Checkpoint::kSelective, Checkpoint::kFull, Checkpoint::kNone}) {
+    EXPECT_EQ(parse_checkpoint(checkpoint_name(c), Framework::kMegatron), c);
+  }
+  EXPECT_THROW(parse_checkpoint("sometimes", Framework::kTorchtitan), InvalidArgument);
+  EXPECT_THROW(parse_checkpoint("", Framework::kMegatron), InvalidArgument);
 }
 
 // deepseek_v3's debug model (6 layers, the first dense; 8 experts of 256, top 3, 2 shared; MLA),
@@ -241,7 +247,7 @@ TEST(StepBytes, DebugModelMatchesClosedForms) {
 TEST(StepBytes, MoeAllToAllsAndTpAsTorchtitanShardsThem) {
   Job job = small_job({1, 1, 2, 1, 2, 2});
   job.model = builtin_model("deepseek_v3-debugmodel");
-  job.activation_checkpoint = "none";
+  job.activation_checkpoint = Checkpoint::kNone;
   const int64_t moe_layers = 5, tokens = 2 * 256, dim = 256, top_k = 3, experts = 8;
   auto prog = program(job, layout(job), 0);
   // ep = 2: per MoE layer forward the token counts (int64 per expert), the dispatch and the
@@ -268,7 +274,7 @@ TEST(StepBytes, MoeAllToAllsAndTpAsTorchtitanShardsThem) {
   EXPECT_EQ(count(prog, Dim::kTp, Op::kAllGather, Phase::kBwd).calls, 6 + 1 + 2 * moe_layers + 1);
   // Selective AC saves the all-to-alls (torchtitan's comm_ops): none is issued again.
   job.parallel = laid({1, 1, 2, 1, 2, 2});
-  job.activation_checkpoint = "selective";
+  job.activation_checkpoint = Checkpoint::kSelective;
   prog = program(job, layout(job), 0);
   EXPECT_EQ(count(prog, Dim::kEp, Op::kAllToAll, Phase::kBwd).calls, 2 * moe_layers);
   // Every rank agrees and the step progresses, with and without pp, exactly and by class; a
@@ -311,7 +317,7 @@ TEST(StepBytes, PipelineStagesGatherOnceAndSendEachMicrobatch) {
 // forward), its unit resharded and so gathered again in backward, where the norm's reduce alone.
 TEST(StepBytes, ChunkedLossReducesTheLmHeadInForward) {
   Job job = small_job({1, 1, 2, 1, 2});
-  job.activation_checkpoint = "none";
+  job.activation_checkpoint = Checkpoint::kNone;
   const auto whole = program(job, layout(job), 0);
   job.loss_chunks = 8;
   const auto chunked = program(job, layout(job), 0);
@@ -347,7 +353,7 @@ TEST(StepBytes, ChunkedLossReducesTheLmHeadInForward) {
 // is gathered, so a block's all-gather comes before the reduce-scatter of the block after it.
 TEST(StepBytes, BackwardPrefetchGathersTheNextUnitFirst) {
   Job job = small_job({1, 1, 2, 1, 1});
-  job.activation_checkpoint = "none";
+  job.activation_checkpoint = Checkpoint::kNone;
   const auto prog = program(job, layout(job), 0);
   std::vector<std::pair<Op, int32_t>> bwd;
   for (const Event& e : prog) {
@@ -424,8 +430,9 @@ TEST(StepLayout, RefusesWhatTorchtitanRefuses) {
   j.seq_len = 24;  // not a multiple of 2 x cp x tp = 16
   EXPECT_THROW(layout(j), InvalidArgument);
   j = small_job({1, 1, 1, 1, 1});
-  j.reshard_after_forward = "sometimes";
-  EXPECT_THROW(layout(j), InvalidArgument);
+  for (const Reshard r : {Reshard::kDefault, Reshard::kAlways, Reshard::kNever}) EXPECT_EQ(parse_reshard(reshard_name(r)), r);
+  EXPECT_EQ(parse_reshard("NEVER"), Reshard::kNever);
+  EXPECT_THROW(parse_reshard("sometimes"), InvalidArgument);
   j = small_job({1, 1, 1, 1, 1});
   j.seq_len = int64_t{1} << 40;
   EXPECT_THROW(layout(j), InvalidArgument);

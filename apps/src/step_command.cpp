@@ -190,7 +190,7 @@ int run_job(const Options& o, std::ostream& out) {
   }
   const int64_t params = step::parameter_count(job.model);
   const std::vector<int64_t>& layers = r.layout.layer_count;
-  if (job.framework == "megatron") {
+  if (job.framework == step::Framework::kMegatron) {
     out << "step: megatron pp=" << t.pp << " dp=" << t.dp_shard << " cp=" << t.cp << " tp=" << t.tp << " ep=" << t.ep
         << " (" << thousands(world) << " ranks); ";
   } else {

@@ -124,7 +124,7 @@ class MegatronStep final : public StepBuilder {
   // back (combine, probabilities, tokens). Full recomputation runs the forward again first.
   void megatron_layer_backward(int32_t layer, Phase ph) {
     const int64_t h = z_.hidden_bytes;
-    if (ac_ == Ac::kFull) {
+    if (ac_ == Checkpoint::kFull) {
       recomputing_ = true;
       megatron_layer_forward(layer, ph);
       recomputing_ = false;

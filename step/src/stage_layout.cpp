@@ -57,11 +57,6 @@ namespace {
 StageLayout megatron_layout(const Job& job) {
   const Parallel& p = job.parallel;
   const Model& m = job.model;
-  const std::string ac = lower_case(job.activation_checkpoint);
-  if (ac != "selective" && ac != "full" && ac != "none") {
-    throw InvalidArgument("--activation-checkpoint " + quote_input(job.activation_checkpoint) +
-                          " is not none (Megatron's default), selective (core attention: no collectives) or full");
-  }
   if (m.experts > 0 && p.ep < 2) {
     throw InvalidArgument("megatron: an MoE model with ep 1 (experts sharded over expert tp) is not modeled: give ep > 1");
   }
@@ -161,17 +156,7 @@ StageLayout layout(const Job& job) {
                           "): sequence parallel shards each sequence over tp" +
                           (p.cp > 1 ? ", and context parallel's head-tail load balancer in 2 x cp chunks" : ""));
   }
-  if (job.framework == "megatron") return megatron_layout(job);
-  const std::string ac = lower_case(job.activation_checkpoint);
-  if (ac != "selective" && ac != "full" && ac != "none") {
-    throw InvalidArgument("--activation-checkpoint " + quote_input(job.activation_checkpoint) +
-                          " is not selective (torchtitan's default, per op), full or none");
-  }
-  const std::string policy = lower_case(job.reshard_after_forward);
-  if (policy != "default" && policy != "always" && policy != "never") {
-    throw InvalidArgument("Invalid reshard_after_forward_policy: " + quote_input(job.reshard_after_forward) +
-                          ". [torchtitan: always, never or default]");
-  }
+  if (job.framework == Framework::kMegatron) return megatron_layout(job);
   StageLayout l;
   if (p.pp == 1) {
     // torchtitan ignores num_pp_microbatches without pipeline parallelism.
@@ -183,7 +168,7 @@ StageLayout layout(const Job& job) {
                           " ties its embeddings to its output: with pp > 1 the tied unit spans the first and the last "
                           "stage, which meshsim step does not model");
   }
-  if (policy == "always") {
+  if (job.reshard_after_forward == Reshard::kAlways) {
     throw InvalidArgument("reshard_after_forward 'always' with pp > 1: FSDP's gathers between microbatches are not "
                           "modeled; use default or never");
   }

@@ -16,7 +16,7 @@ StepBuilder::StepBuilder(const Job& job, const StageLayout& layout) : job_(job),
     z_.tokens = checked_mul(job.local_batch_size, job.seq_len / p.cp, "the tokens of a microbatch");
     z_.hidden_bytes = checked_mul(checked_mul(z_.tokens, m.dim, "tokens x dim"), 2, "an activation's bytes");
     z_.pp_bytes = z_.hidden_bytes / p.tp;
-    megatron_ = job.framework == "megatron";
+    megatron_ = job.framework == Framework::kMegatron;
     // Megatron's distributed optimizer pads buffers, not parameters: sizes below are unpadded.
     const int64_t f = megatron_ ? 1 : z_.fsdp, t = p.tp;
     const int64_t seq_tokens = checked_mul(job.local_batch_size, job.seq_len, "K's bytes");
@@ -80,8 +80,7 @@ StepBuilder::StepBuilder(const Job& job, const StageLayout& layout) : job_(job),
       output_ = checked_mul(vocab / t, m.dim, "the output layer");  // the final norm is counted with the norms
     }
     if (m.weight_tying) embed_ = checked_add(embed_, padded(m.dim, 1, f), "the tied unit");
-    const std::string ac = lower_case(job.activation_checkpoint);
-    ac_ = ac == "none" ? Ac::kNone : ac == "full" ? Ac::kFull : Ac::kSelective;
+    ac_ = job.activation_checkpoint;
   }
 
 void StepBuilder::run_schedule(int64_t pp_rank) {
@@ -145,7 +144,7 @@ void StepBuilder::run_schedule(int64_t pp_rank) {
   }
 
 std::unique_ptr<StepBuilder> make_builder(const Job& job, const StageLayout& layout) {
-  return job.framework == "megatron" ? make_megatron_step(job, layout) : make_titan_step(job, layout);
+  return job.framework == Framework::kMegatron ? make_megatron_step(job, layout) : make_titan_step(job, layout);
 }
 
 }  // namespace meshsim::step::detail

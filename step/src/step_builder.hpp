@@ -66,7 +66,7 @@ class StepBuilder {
 
   int64_t size(Dim d) const { return dim_size(job_.parallel, d); }
   void emit(Op op, Dim d, DType t, int64_t bytes, Phase ph, const char* what, int32_t layer = -1) {
-    if (recomputing_ && ac_ == Ac::kSelective && op != Op::kAllGather) return;
+    if (recomputing_ && ac_ == Checkpoint::kSelective && op != Op::kAllGather) return;
     Event e;
     e.recompute = recomputing_;
     e.op = op;
@@ -123,7 +123,7 @@ class StepBuilder {
   bool megatron_ = false;
   Sizes z_{};
   int64_t attention_ = 0, dense_ffn_ = 0, moe_dense_ = 0, routed_ = 0, embed_ = 0, output_ = 0;
-  enum class Ac { kNone, kSelective, kFull } ac_ = Ac::kSelective;
+  Checkpoint ac_ = Checkpoint::kSelective;
   bool recomputing_ = false;
   int64_t mb_base_ = 0;  // the first microbatch's number in this accumulation step
   int32_t stage_ = -1, microbatch_ = -1;

@@ -451,8 +451,8 @@ StepRun run_step(const StepSpec& given) {
     const preset::Megatron mg = preset::megatron_spec(spec.preset);
     layout = megatron_parallel(mg, spec.world_size);  // every order the preset accepts
     t = preset::Torchtitan{mg.pp, 1, layout.dp_shard, mg.cp, mg.tp, mg.ep};
-    job.framework = "megatron";
-    job.activation_checkpoint = "none";
+    job.framework = Framework::kMegatron;
+    job.activation_checkpoint = Checkpoint::kNone;
   } else {
     std::optional<JobFile> file;
     if (!spec.job.empty()) file = read_job_file(spec.job);
@@ -474,9 +474,11 @@ StepRun run_step(const StepSpec& given) {
   job.local_batch_size = *spec.local_batch_size;
   job.microbatches = spec.microbatches.value_or(1);
   job.lowering = parse_lowering(spec.lowering);
-  job.reshard_after_forward = spec.reshard_after_forward.empty() ? "default" : spec.reshard_after_forward;
-  if (!spec.activation_checkpoint.empty() && (!megatron || spec.activation_checkpoint != "selective")) {
-    job.activation_checkpoint = spec.activation_checkpoint;
+  if (!spec.reshard_after_forward.empty()) job.reshard_after_forward = parse_reshard(spec.reshard_after_forward);
+  if (!spec.activation_checkpoint.empty()) {
+    const Checkpoint ac = parse_checkpoint(spec.activation_checkpoint, job.framework);
+    // Megatron's selective recomputes core attention only: no collective is issued again.
+    if (!megatron || ac != Checkpoint::kSelective) job.activation_checkpoint = ac;
   }
   job.log_metrics = spec.log_metrics;
   if (spec.loss_chunks) {
@@ -560,8 +562,8 @@ nlohmann::json step_json(const StepRun& run) {
                    {"by_dim", by_dim},
                    {"model", {{"name", run.job.model.name}, {"parameters", parameter_count(run.job.model)},
                               {"layers", run.job.model.layers}}},
-                   {"framework", run.job.framework},
-                   {"parallel", run.job.framework == "megatron"
+                   {"framework", framework_name(run.job.framework)},
+                   {"parallel", run.job.framework == Framework::kMegatron
                                     ? nlohmann::json{{"pp", t.pp}, {"dp", t.dp_shard}, {"cp", t.cp}, {"tp", t.tp}, {"ep", t.ep}, {"etp", 1}}
                                     : nlohmann::json{{"pp", t.pp}, {"dp_replicate", t.dp_replicate}, {"dp_shard", t.dp_shard},
                                                      {"cp", t.cp}, {"tp", t.tp}, {"ep", t.ep}}},
@@ -575,7 +577,7 @@ nlohmann::json step_json(const StepRun& run) {
                    {"notes", run.notes},
                    {"send_semantics", send_semantics_name(run.options.semantics)},
                    {"lowering", pp ? nlohmann::json(r.layout.lowering) : nlohmann::json(nullptr)},
-                   {"activation_checkpoint", run.job.activation_checkpoint},
+                   {"activation_checkpoint", checkpoint_name(run.job.activation_checkpoint)},
                    {"events", r.program.size()},
                    {"programs", r.programs},
                    {"groups_checked", r.groups_checked},

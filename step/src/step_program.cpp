@@ -29,8 +29,34 @@ constexpr std::array<std::string_view, kDims> kDimNames = {"pp",    "dp_replicat
 
 std::string_view dim_name(Dim d) { return kDimNames[static_cast<int>(d)]; }
 
+std::string_view framework_name(Framework f) { return f == Framework::kMegatron ? "megatron" : "torchtitan"; }
+std::string_view reshard_name(Reshard r) {
+  return r == Reshard::kAlways ? "always" : r == Reshard::kNever ? "never" : "default";
+}
+std::string_view checkpoint_name(Checkpoint c) {
+  return c == Checkpoint::kFull ? "full" : c == Checkpoint::kNone ? "none" : "selective";
+}
+
+Reshard parse_reshard(std::string_view text) {
+  const std::string policy = lower_case(std::string(text));
+  if (policy == "default") return Reshard::kDefault;
+  if (policy == "always") return Reshard::kAlways;
+  if (policy == "never") return Reshard::kNever;
+  throw InvalidArgument("Invalid reshard_after_forward_policy: " + quote_input(text) + ". [torchtitan: always, never or default]");
+}
+
+Checkpoint parse_checkpoint(std::string_view text, Framework f) {
+  const std::string ac = lower_case(std::string(text));
+  if (ac == "selective") return Checkpoint::kSelective;
+  if (ac == "full") return Checkpoint::kFull;
+  if (ac == "none") return Checkpoint::kNone;
+  throw InvalidArgument("--activation-checkpoint " + quote_input(text) +
+                        (f == Framework::kMegatron ? " is not none (Megatron's default), selective (core attention: no collectives) or full"
+                                                   : " is not selective (torchtitan's default, per op), full or none"));
+}
+
 std::string_view dim_label(const Job& job, Dim d) {
-  if (job.framework == "megatron") {
+  if (job.framework == Framework::kMegatron) {
     switch (d) {
       case Dim::kFsdp: return "dp_cp";
       case Dim::kBatch: return "dp";

@@ -21,9 +21,9 @@ class TitanStep final : public StepBuilder {
   TitanStep(const Job& job, const StageLayout& layout) : StepBuilder(job, layout) {
     const Parallel& p = job.parallel;
     const Model& m = job.model;
-    const std::string policy = lower_case(job.reshard_after_forward);
-    reshard_blocks_ = policy == "always" || (policy == "default" && p.pp == 1);
-    reshard_output_ = policy == "always";
+    const Reshard policy = job.reshard_after_forward;
+    reshard_blocks_ = policy == Reshard::kAlways || (policy == Reshard::kDefault && p.pp == 1);
+    reshard_output_ = policy == Reshard::kAlways;
     const int64_t f = z_.fsdp, t = p.tp;
     lm_head_ = padded(m.vocab / t, m.dim, f);
     norm_ = padded(m.dim, 1, f);
@@ -210,7 +210,7 @@ class TitanStep final : public StepBuilder {
   // and all-to-alls (its comm_ops save list) but not of all-gathers, so those are issued again;
   // full AC issues every forward collective again.
   void recompute(int32_t layer) {
-    if (ac_ == Ac::kNone) return;
+    if (ac_ == Checkpoint::kNone) return;
     recomputing_ = true;
     block_forward(layer, Phase::kBwd);
     recomputing_ = false;

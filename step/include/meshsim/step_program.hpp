@@ -133,6 +133,24 @@ struct Event {
 };
 std::string describe(const Event& e);  // "all_gather bf16 33554432 B (fwd stage 0 layer 3 microbatch 1 attention)"
 
+// Framework: whose step is built (torchtitan's, or Megatron-core's: megatron_step.cpp).
+// Reshard: torchtitan's FSDP reshard_after_forward policy. Checkpoint: the activation
+// checkpointing mode (Megatron's selective recomputes core attention: no collectives, so its
+// step holds it as none). Each read once at the edge (run_step) by parse_*, case folded as
+// torchtitan reads them; *_name is the one spelling the reports print.
+enum class Framework { kTorchtitan, kMegatron };
+enum class Reshard { kDefault, kAlways, kNever };
+enum class Checkpoint { kSelective, kFull, kNone };
+std::string_view framework_name(Framework f);
+std::string_view reshard_name(Reshard r);
+std::string_view checkpoint_name(Checkpoint c);
+// parse_reshard: default, always or never (torchtitan's own error otherwise: "Invalid
+// reshard_after_forward_policy: 'X'. [torchtitan: always, never or default]").
+Reshard parse_reshard(std::string_view text);
+// parse_checkpoint: selective, full or none, as --activation-checkpoint (InvalidArgument naming
+// the framework's default otherwise).
+Checkpoint parse_checkpoint(std::string_view text, Framework f);
+
 // Job is one torchtitan configuration's step.
 struct Job {
   Parallel parallel;
@@ -146,18 +164,18 @@ struct Job {
   bool override_as_written = true;            // schedule_override held its sends and receives (else lowered `lowering`)
   int64_t stages_per_rank = 0;     // 0: torchtitan's default (1 for single-stage schedules, else 2)
   int64_t first_stage_less_layers = 1, last_stage_less_layers = 1;
-  std::string reshard_after_forward = "default";  // always, never, default (not with pp)
-  std::string activation_checkpoint = "selective";  // torchtitan's default; full or none
+  Reshard reshard_after_forward = Reshard::kDefault;  // always with pp is refused
+  Checkpoint activation_checkpoint = Checkpoint::kSelective;  // torchtitan's default
   bool log_metrics = true;         // a logged step (torchtitan logs step 1)
   // torchtitan 0.3.0's ChunkedLossWrapper with loss.num_chunks chunks (0: no wrapper, the loss
   // whole, as torchtitan's TOML-era trainer): the lm_head and the loss run per sequence chunk
   // inside the last stage's forward, the lm_head's gradients reduced at the last chunk and its
   // FSDP unit resharded, so gathered again (titan_step.cpp).
   int64_t loss_chunks = 0;
-  // "torchtitan", or "megatron": Megatron-core's step (megatron_step.cpp: the distributed
-  // optimizer's buckets, TP with sequence parallel, the alltoall MoE dispatcher, its pipeline
-  // schedules); megatron_parity false turns off the interleaved schedule's even/odd p2p rule.
-  std::string framework = "torchtitan";
+  // Megatron-core's step: the distributed optimizer's buckets, TP with sequence parallel, the
+  // alltoall MoE dispatcher, its pipeline schedules; megatron_parity false turns off the
+  // interleaved schedule's even/odd p2p rule.
+  Framework framework = Framework::kTorchtitan;
   bool megatron_parity = true;
   // Megatron-LM's --bf16 step: the gradient buffers (and so the reduce-scatters and the
   // sequence-parallel norms' all-reduce) are fp32 unless --grad-reduce-in-bf16 (arguments.py
