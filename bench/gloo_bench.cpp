@@ -17,6 +17,7 @@
 #include <chrono>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "meshsim/gloo_backend.hpp"
 #include "meshsim/spmd.hpp"
 
@@ -38,17 +39,7 @@ SpmdOptions options(int64_t ranks, int backend) {
 // barrier before the first timed call to a barrier after the last.
 template <typename Op>
 double per_call(int64_t ranks, int backend, int64_t iters, Op op) {
-  double seconds = 0;
-  RunReport rep = run_spmd(options(ranks, backend), [&](RankContext& ctx) {
-    op(ctx);  // warm-up
-    ctx.world().barrier();
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < iters; ++i) op(ctx);
-    ctx.world().barrier();
-    if (ctx.rank() == 0) seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  });
-  if (!rep.ok) throw std::runtime_error(rep.summary());
-  return seconds / static_cast<double>(iters);
+  return bench::on_every_rank(run_spmd, options(ranks, backend), iters, op) / static_cast<double>(iters);
 }
 
 void small(RankContext& ctx) {
@@ -71,13 +62,7 @@ void AllReduceLatency(benchmark::State& state) {
   const int64_t ranks = state.range(1);
   const int64_t iters = backend == 0 ? 2000 : 200;
   const double base = backend == 0 ? 0 : per_call(ranks, 0, 2000, small);
-  double total = 0;
-  for (auto _ : state) {
-    const double s = per_call(ranks, backend, iters, small);
-    state.SetIterationTime(s);
-    total += s;
-  }
-  const double mean = total / static_cast<double>(state.iterations());
+  const double mean = bench::mean_time(state, [&] { return per_call(ranks, backend, iters, small); });
   state.counters["ranks"] = static_cast<double>(ranks);
   state.counters["us"] = mean * 1e6;
   if (backend != 0) {
@@ -92,13 +77,7 @@ void AllReduceBandwidth(benchmark::State& state) {
   const int64_t iters = 3;
   auto gbps = [&](double s) { return static_cast<double>(ranks) * static_cast<double>(kBytes) / s / 1e9; };
   const double base = backend == 0 ? 0 : per_call(ranks, 0, iters, big);
-  double total = 0;
-  for (auto _ : state) {
-    const double s = per_call(ranks, backend, iters, big);
-    state.SetIterationTime(s);
-    total += s;
-  }
-  const double mean = total / static_cast<double>(state.iterations());
+  const double mean = bench::mean_time(state, [&] { return per_call(ranks, backend, iters, big); });
   state.counters["ranks"] = static_cast<double>(ranks);
   state.counters["algbw_GBps"] = gbps(mean);
   if (backend != 0) {

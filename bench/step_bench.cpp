@@ -7,19 +7,16 @@
 //   StepExact/N    --ranks all: every rank simulated, every group compared (to 2^14)
 // docs/performance.md reports the times as ratios to StepByClass/10 of the same run.
 #include <benchmark/benchmark.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 
+#include "bench_support.hpp"
 #include "meshsim/preset.hpp"
 #include "meshsim/step_job.hpp"
 #include "meshsim/step_program.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using namespace meshsim::step;
 
 Job job_of(int log2) {
@@ -33,36 +30,6 @@ Job job_of(int log2) {
   return j;
 }
 
-// in_child checks the step once in a forked child: {seconds, peak MB}, or {-1, -1} on failure.
-std::pair<double, double> in_child(const Job& job, const Options& o) {
-  int fd[2];
-  if (pipe(fd) != 0) return {-1, -1};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fd[0]);
-    const auto t0 = Clock::now();
-    bool ok = false;
-    try {
-      ok = check_step(job, o).ok;
-    } catch (...) {
-    }
-    double r[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), -1};
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    r[1] = static_cast<double>(ru.ru_maxrss) / 1024.0;
-    if (!ok) r[0] = r[1] = -1;
-    (void)!write(fd[1], r, sizeof r);
-    _exit(0);
-  }
-  close(fd[1]);
-  double r[2] = {-1, -1};
-  if (read(fd[0], r, sizeof r) != static_cast<ssize_t>(sizeof r)) r[0] = r[1] = -1;
-  close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return {r[0], r[1]};
-}
-
 void run(benchmark::State& state, bool exact) {
   const int log2 = static_cast<int>(state.range(0));
   const Job job = job_of(log2);
@@ -71,7 +38,7 @@ void run(benchmark::State& state, bool exact) {
   o.all_ranks = exact;
   double peak = 0;
   for (auto _ : state) {
-    auto [s, mb] = in_child(job, o);
+    auto [s, mb] = meshsim::bench::in_child([&] { return check_step(job, o).ok; });
     if (s < 0) {
       state.SkipWithError("the step check failed");
       break;

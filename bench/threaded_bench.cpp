@@ -35,10 +35,8 @@
 #include <thread>
 #include <vector>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include "bench_support.hpp"
 #include "meshsim/run.hpp"
 #include "meshsim/spmd.hpp"
 
@@ -54,28 +52,12 @@ SpmdOptions world_of(int64_t n) {
   return o;
 }
 
-// time_on_ranks runs `iters` calls of `op` on every rank; returns rank 0's seconds from a
-// barrier before the first call to a barrier after the last.
-template <typename Op>
-double time_on_ranks(int64_t ranks, int64_t iters, Op op) {
-  double seconds = 0;
-  RunReport rep = run_spmd(world_of(ranks), [&](RankContext& ctx) {
-    op(ctx);  // warm-up: first-touch of buffers and the group's scratch
-    ctx.world().barrier();
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < iters; ++i) op(ctx);
-    ctx.world().barrier();
-    if (ctx.rank() == 0) seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  });
-  if (!rep.ok) throw std::runtime_error(rep.summary());
-  return seconds;
-}
 
 void AllReduceLatency(benchmark::State& state) {
   const int64_t ranks = state.range(0);
   const int64_t iters = 2000;
   for (auto _ : state) {
-    const double s = time_on_ranks(ranks, iters, [](RankContext& ctx) {
+    const double s = bench::on_every_rank(run_spmd, world_of(ranks), iters, [](RankContext& ctx) {
       int64_t v = ctx.rank();
       ctx.world().all_reduce(std::span<int64_t>(&v, 1), ReduceOp::kSum);
       benchmark::DoNotOptimize(v);
@@ -149,7 +131,7 @@ void AllReduceBandwidth(benchmark::State& state) {
   double total = 0;
   for (auto _ : state) {
     RankBuffers buffers(ranks, aligned);
-    const double s = time_on_ranks(ranks, iters, [&buffers, first = std::make_shared<std::vector<char>>(ranks, 1)](RankContext& ctx) {
+    const double s = bench::on_every_rank(run_spmd, world_of(ranks), iters, [&buffers, first = std::make_shared<std::vector<char>>(ranks, 1)](RankContext& ctx) {
       const std::span<float> buf = buffers.of(ctx.rank());
       char& fresh = (*first)[static_cast<std::size_t>(ctx.rank())];
       if (fresh) {  // the untimed warm-up call: the rank touches its own buffer first
@@ -208,41 +190,16 @@ run::Options job_of(int log2, const std::string& backend) {
   return o;
 }
 
-// in_child runs the job once in a forked child; returns {seconds, peak resident MB}, or
-// {-1, -1} when the job failed.
-std::pair<double, double> in_child(const run::Options& o) {
-  int fd[2];
-  if (pipe(fd) != 0) return {-1, -1};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fd[0]);
-    std::ostringstream out;
-    const auto t0 = Clock::now();
-    const int code = run::run(o, out);
-    double r[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), -1};
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    r[1] = code == 0 ? static_cast<double>(ru.ru_maxrss) / 1024.0 : -1;
-    if (code != 0) r[0] = -1;
-    (void)!write(fd[1], r, sizeof r);
-    _exit(0);
-  }
-  close(fd[1]);
-  double r[2] = {-1, -1};
-  if (read(fd[0], r, sizeof r) != static_cast<ssize_t>(sizeof r)) r[0] = r[1] = -1;
-  close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return {r[0], r[1]};
-}
-
 void run_job(benchmark::State& state, const std::string& backend) {
   const int log2 = static_cast<int>(state.range(0));
   const int64_t world = int64_t{1} << log2;
   const run::Options o = job_of(log2, backend);
   double peak = 0, seconds = 0;
   for (auto _ : state) {
-    auto [s, mb] = in_child(o);
+    auto [s, mb] = bench::in_child([&] {
+      std::ostringstream out;
+      return run::run(o, out) == 0;
+    });
     if (s < 0) {
       state.SkipWithError(("meshsim run --backend " + backend + " failed").c_str());
       break;
