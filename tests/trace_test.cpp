@@ -392,12 +392,12 @@ TEST(FlightRecorder, DirectoriesPrefixesAndDuplicatesAreClearErrors) {
 }
 
 TEST(FlightRecorder, FormatRanks) {
-  EXPECT_EQ(format_ranks({0, 1, 2, 3, 5, 7, 8}), "0-3,5,7-8");
-  EXPECT_EQ(format_ranks({5, 13, 21, 29, 37, 45}), "5,13,...,45 (6 ranks, stride 8)");
-  EXPECT_EQ(format_ranks({5, 13, 21, 29}), "5,13,21,29");
-  EXPECT_EQ(format_ranks({1, 3, 5}), "1,3,5");
-  EXPECT_EQ(format_ranks({0, 2, 3, 5, 6, 9}, 2), "0,2-3,... (6 ranks)");
-  EXPECT_EQ(format_ranks({}), "");
+  EXPECT_EQ(format_rank_runs({0, 1, 2, 3, 5, 7, 8}), "0-3,5,7-8");
+  EXPECT_EQ(format_rank_runs({5, 13, 21, 29, 37, 45}), "5,13,...,45 (6 ranks, stride 8)");
+  EXPECT_EQ(format_rank_runs({5, 13, 21, 29}), "5,13,21,29");
+  EXPECT_EQ(format_rank_runs({1, 3, 5}), "1,3,5");
+  EXPECT_EQ(format_rank_runs({0, 2, 3, 5, 6, 9}, 2), "0,2-3,... (6 ranks)");
+  EXPECT_EQ(format_rank_runs({}), "");
 }
 
 TEST(FlightRecorder, TheToolExitsByTheVerdict) {
@@ -705,7 +705,7 @@ TEST(HostileDumps, AHugeGroupCostsItsRecordsNotItsMembersTimesItsSequenceIds) {
   const auto j = nlohmann::json::parse(js);
   ASSERT_EQ(j["group_list"].size(), 1u);
   EXPECT_EQ(j["group_list"][0]["size"], ranks.size());
-  EXPECT_EQ(j["group_list"][0]["ranks"], format_ranks(ranks, SIZE_MAX));
+  EXPECT_EQ(j["group_list"][0]["ranks"], format_rank_runs(ranks, SIZE_MAX));
   EXPECT_NE(t.find("members without dumps"), std::string::npos);
 }
 

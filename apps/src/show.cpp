@@ -127,12 +127,7 @@ void print_views(const MeshRecipe& recipe, const BuiltMeshes& built, const std::
 // print_creation_plan lists rank `me`'s process-group calls in order, step by step: at most
 // `max_calls` calls per dim (the rest counted), each group cut to kMaxRowValues ranks.
 void print_creation_plan(const CreationPlan& plan, int64_t me, int64_t max_calls, std::ostream& out) {
-  auto ranks_text = [](std::span<const int64_t> r) {
-    std::string t = "[";
-    for (std::size_t i = 0; i < r.size() && i < static_cast<std::size_t>(kMaxRowValues); ++i) t += (i ? ", " : "") + std::to_string(r[i]);
-    if (r.size() > static_cast<std::size_t>(kMaxRowValues)) t += ", ... (" + std::to_string(r.size()) + " ranks)";
-    return t + "]";
-  };
+  auto ranks_text = [](std::span<const int64_t> r) { return format_ranks(r, static_cast<std::size_t>(kMaxRowValues)); };
   out << "creation plan of rank " << me << " (default backend " << plan.default_backend << ", "
       << (plan.accelerator ? "an accelerator" : "no accelerator") << "; bound_device "
       << (plan.options.bound_device ? "true" : "false") << ", new_group_use_split_group "

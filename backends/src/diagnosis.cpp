@@ -32,15 +32,6 @@ std::optional<DiagnosisKind> diagnosis_kind(std::string_view name) {
   return std::nullopt;
 }
 
-std::string format_ranks(std::span<const int64_t> ranks, std::size_t limit, std::optional<int64_t> total) {
-  const int64_t n = std::max(total.value_or(0), static_cast<int64_t>(ranks.size()));
-  std::string s = "[";
-  std::size_t shown = 0;
-  for (; shown < ranks.size() && shown < limit; ++shown) s += (shown ? ", " : "") + std::to_string(ranks[shown]);
-  if (n > static_cast<int64_t>(shown)) s += ", ... (" + std::to_string(n) + " ranks)";
-  return s + "]";
-}
-
 std::string collective_label(const std::string& call, uint64_t number) { return call + " #" + std::to_string(number); }
 
 std::string collective_label(const CollectiveDesc& d, uint64_t number) { return collective_label(d.to_string(), number); }

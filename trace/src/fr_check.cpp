@@ -43,7 +43,7 @@ CheckReport Checker::run() {
 std::string Checker::group_text(int g) const {
   const Group& G = groups_[g];
   return "group '" + G.name.substr(0, 60) + "'" + (G.desc.empty() || G.desc == "undefined" ? "" : " (" + G.desc.substr(0, 60) + ")") +
-         " ranks [" + format_ranks(G.ranks, 8) + "]";
+         " ranks [" + format_rank_runs(G.ranks, 8) + "]";
 }
 
 void Checker::add(Problem p, int g) {
@@ -147,7 +147,7 @@ void Checker::check_membership() {
       p.ranks = H.claimers;
       p.ranks.insert(p.ranks.end(), G.claimers.begin(), G.claimers.end());
       p.message = "group '" + G.name.substr(0, 60) + "': " + who(H.claimers) + " " + verb(H.claimers, "list") + " its ranks as [" +
-                  format_ranks(H.ranks, 16) + "] but " + who(G.claimers) + " as [" + format_ranks(G.ranks, 16) +
+                  format_rank_runs(H.ranks, 16) + "] but " + who(G.claimers) + " as [" + format_rank_runs(G.ranks, 16) +
                   "]; both include rank " + std::to_string(m) + " (neither group's records are matched)";
       conflicted_.insert(static_cast<int>(g));
       conflicted_.insert(it->second);

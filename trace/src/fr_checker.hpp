@@ -51,12 +51,12 @@ inline std::string entry_text(const Entry& e) {
 
 // who: "rank 5" or "ranks 5,7".
 inline std::string who(const std::vector<int64_t>& ranks, std::size_t max_runs = 64) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + format_ranks(ranks, max_runs);
+  return (ranks.size() == 1 ? "rank " : "ranks ") + format_rank_runs(ranks, max_runs);
 }
 
 // counted: "1 rank (5)" or "7 ranks (0-4,6-7)".
 inline std::string counted(const std::vector<int64_t>& ranks, std::size_t max_runs) {
-  return std::to_string(ranks.size()) + (ranks.size() == 1 ? " rank (" : " ranks (") + format_ranks(ranks, max_runs) + ")";
+  return std::to_string(ranks.size()) + (ranks.size() == 1 ? " rank (" : " ranks (") + format_rank_runs(ranks, max_runs) + ")";
 }
 
 // verb: "waits" for one rank, "wait" for more.

@@ -248,7 +248,7 @@ void Checker::follow_waits() {
     if (auto pseudo = missing_group.find(root); pseudo != missing_group.end()) {
       const auto& missing = missing_of_[pseudo->second];
       report_.notes.push_back(group_text(pseudo->second) + ": " + counted(rs, 8) + " " + verb(rs, "wait") + " on its " +
-                              std::to_string(missing.size()) + " members without dumps (" + format_ranks(missing, 8) +
+                              std::to_string(missing.size()) + " members without dumps (" + format_rank_runs(missing, 8) +
                               "); each may be the one that holds them up");
       continue;
     }

@@ -27,35 +27,6 @@ std::optional<ProblemKind> parse_problem_kind(std::string_view name) {
   return std::nullopt;
 }
 
-std::string format_ranks(const std::vector<int64_t>& r, std::size_t max_runs) {
-  // A strided group (a DP group of a TP x DP mesh, say): its ends and its stride.
-  if (r.size() >= 6 && r[1] - r[0] > 1) {
-    const int64_t step = r[1] - r[0];
-    bool even = true;
-    for (std::size_t k = 2; k < r.size() && even; ++k) even = r[k] - r[k - 1] == step;
-    if (even) {
-      return std::to_string(r[0]) + "," + std::to_string(r[1]) + ",...," + std::to_string(r.back()) + " (" +
-             std::to_string(r.size()) + " ranks, stride " + std::to_string(step) + ")";
-    }
-  }
-  std::string out;
-  std::size_t runs = 0;
-  for (std::size_t i = 0; i < r.size();) {
-    std::size_t j = i;
-    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
-    if (runs == max_runs) {
-      out += ",... (" + std::to_string(r.size()) + " ranks)";
-      return out;
-    }
-    if (!out.empty()) out += ',';
-    out += std::to_string(r[i]);
-    if (j > i) out += "-" + std::to_string(r[j]);
-    ++runs;
-    i = j + 1;
-  }
-  return out;
-}
-
 std::string report_text(const CheckReport& r, const DumpSet& set) {
   std::ostringstream out;
   std::string formats, versions;
@@ -107,10 +78,10 @@ nlohmann::json report_json(const CheckReport& r, const DumpSet& set) {
       q["group"] = p.group;
       q["desc"] = p.desc;
       q["group_size"] = p.group_ranks->size();
-      q["group_ranks"] = format_ranks(*p.group_ranks, 64);
+      q["group_ranks"] = format_rank_runs(*p.group_ranks, 64);
       if (listed.emplace(p.group_ranks.get(), lists.size()).second) {
         lists.push_back({{"group", p.group}, {"desc", p.desc}, {"size", p.group_ranks->size()},
-                         {"ranks", format_ranks(*p.group_ranks, SIZE_MAX)}});
+                         {"ranks", format_rank_runs(*p.group_ranks, SIZE_MAX)}});
       }
       q["group_list_index"] = listed.at(p.group_ranks.get());
     }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "meshsim/communicator.hpp"
+#include "meshsim/rank_text.hpp"
 
 namespace meshsim {
 
@@ -104,8 +105,7 @@ struct WaitInfo {
 // - A collective is named with its arguments and its number in its group: `#0` is the group's
 //   first collective, counted by every member alike (point-to-point messages are not counted).
 //   collective_label(desc, 2) == "all_reduce(sum, int64, count=1) #2".
-// - format_ranks: "[0, 1, 2, 3]", with at most `limit` ranks listed ("[0, 1, ... (64 ranks)]");
-//   `total`, when given, is the group's size where `ranks` holds only its first members.
+// - format_ranks (rank_text.hpp): "[0, 1, 2, 3]", at most `limit` ranks listed.
 // - departed_diagnosis: members that ended their program without joining a collective the others
 //   wait in: "rank 3 ended its program without joining all_reduce(sum, int64, count=1) #2 of group
 //   [0, 1, 2, 3] (ranks [0, 1, 2] wait for it)" (the waiting ranks: the group's other members,
@@ -116,7 +116,6 @@ struct WaitInfo {
 //   "collective mismatch at #0 of group [0, 1, 2, 3]: ranks [0, 1, 2] called all_reduce(sum,
 //   int64, count=2); rank 3 called all_reduce(sum, int64, count=3)". The first 16 calls are
 //   listed, the others counted ("... and 24 more different calls").
-std::string format_ranks(std::span<const int64_t> ranks, std::size_t limit = 16, std::optional<int64_t> total = {});
 std::string collective_label(const std::string& call, uint64_t number);
 std::string collective_label(const CollectiveDesc& d, uint64_t number);
 // message_label names the n-th message (counted from 0) from global rank src to dst:
