@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "meshsim/decimal.hpp"
 #include "meshsim/error.hpp"
+#include "meshsim/rank_text.hpp"
 #include "meshsim/text_fields.hpp"
 
 namespace meshsim::text {
@@ -101,6 +105,54 @@ TEST(TextFields, RankListReadsRanksAndRangesAscendingAndUnique) {
   EXPECT_THROW(rank_list("0-4611686018427387904", kMax, "--ranks", 100), ResourceExhausted);
   EXPECT_THROW(rank_list("0-50,51-100", 1000, "--ranks", 100), ResourceExhausted);
   EXPECT_EQ(rank_list("0-49,50-99", 1000, "--ranks", 100).size(), 100u);
+}
+
+// The one decimal reader under every number read from text: against a brute-force reading of
+// random texts of digits and a few other characters, the int64 edges and overflow told apart.
+TEST(TextFields, ReadDecimalIsTheWholeTextOrNothing) {
+  std::mt19937_64 rng(20261128);
+  const std::string alphabet = "0123456789-+ x";
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string t;
+    const int n = static_cast<int>(rng() % 22);
+    for (int i = 0; i < n; ++i) t += alphabet[rng() % (trial % 2 ? 10 : alphabet.size())];
+    // brute force: '-'? digits+, the value accumulated in 128 bits
+    std::size_t at = !t.empty() && t[0] == '-' ? 1 : 0;
+    bool digits = at < t.size();
+    __int128 v = 0;
+    for (std::size_t i = at; i < t.size(); ++i) {
+      if (t[i] < '0' || t[i] > '9') digits = false;
+      else if (v <= (__int128{1} << 70)) v = v * 10 + (t[i] - '0');
+    }
+    if (at == 1) v = -v;
+    const bool fits = digits && v >= kMin && v <= kMax;
+    bool overflow = true;
+    const std::optional<int64_t> got = read_decimal(t, &overflow);
+    ASSERT_EQ(got.has_value(), fits) << "'" << t << "'";
+    if (fits) EXPECT_EQ(*got, static_cast<int64_t>(v)) << t;
+    EXPECT_EQ(overflow, digits && !fits) << "'" << t << "'";
+  }
+  EXPECT_EQ(read_decimal("9223372036854775807"), kMax);
+  EXPECT_EQ(read_decimal("-9223372036854775808"), kMin);
+  bool over = false;
+  EXPECT_FALSE(read_decimal("-9223372036854775809", &over));
+  EXPECT_TRUE(over);
+  EXPECT_FALSE(read_decimal("+1"));
+  EXPECT_FALSE(read_decimal(" 1"));
+  // The flag reader built on it takes one '+', as CLI11 does, and names what it read.
+  EXPECT_EQ(parse_int("+12", "--x"), 12);
+  EXPECT_THROW(parse_int("+-12", "--x"), InvalidArgument);
+  EXPECT_THROW(parse_int("92233720368547758070", "--x"), OverflowError);
+}
+
+// Rank sets written from one home: the list form and the runs form.
+TEST(TextFields, RankSetsAreWrittenInTheirTwoForms) {
+  const std::vector<int64_t> first{0, 1, 2, 3};
+  EXPECT_EQ(format_ranks(first), "[0, 1, 2, 3]");
+  EXPECT_EQ(format_ranks(first, 2), "[0, 1, ... (4 ranks)]");
+  EXPECT_EQ(format_ranks(first, 16, 1024), "[0, 1, 2, 3, ... (1024 ranks)]");
+  EXPECT_EQ(format_rank_runs({0, 1, 2, 3, 5, 7, 8}), "0-3,5,7-8");
+  EXPECT_EQ(format_rank_runs({5, 13, 21, 29, 37, 45}), "5,13,...,45 (6 ranks, stride 8)");
 }
 
 TEST(TextFields, FormatIsTextOrJson) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "meshsim/decimal.hpp"
 #include "meshsim/check_meshes.hpp"
 #include "meshsim/error.hpp"
 
@@ -47,12 +48,11 @@ void add_placement(CLI::App* sub, placement::Flags& f) {
 void guard_integers(CLI::App& app) {
   static const CLI::Validator fits_int64(
       [](std::string& value) -> std::string {
-        const char* first = value.data();
-        const char* last = value.data() + value.size();
-        if (first != last && *first == '+') ++first;
-        int64_t v = 0;
-        const auto [end, ec] = std::from_chars(first, last, v);
-        if (ec == std::errc::result_out_of_range) return value + " does not fit in a 64-bit signed integer";
+        std::string_view digits = value;
+        if (!digits.empty() && digits[0] == '+') digits.remove_prefix(1);
+        bool overflow = false;
+        read_decimal(digits, &overflow);
+        if (overflow) return value + " does not fit in a 64-bit signed integer";
         return "";  // anything else: CLI11's own conversion says what is wrong
       },
       "", "INT64");

@@ -1,3 +1,4 @@
+#include "meshsim/decimal.hpp"
 #include "rank_registry.hpp"
 
 #include <unistd.h>
@@ -34,11 +35,9 @@ std::optional<Diagnosis> decode_diagnosis(const std::string& text) {
   while (i < ranks.size()) {
     std::size_t j = ranks.find(',', i);
     if (j == std::string::npos) j = ranks.size();
-    try {
-      d.ranks.push_back(std::stoll(ranks.substr(i, j - i)));
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
+    const std::optional<int64_t> r = read_decimal(std::string_view(ranks).substr(i, j - i));
+    if (!r) return std::nullopt;
+    d.ranks.push_back(*r);
     i = j + 1;
   }
   d.message = text.substr(b + 1);

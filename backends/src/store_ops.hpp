@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "meshsim/decimal.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim::detail {
@@ -16,8 +17,9 @@ inline int64_t add_to(std::map<std::string, std::string>& kv, const std::string&
   auto it = kv.find(key);
   if (it != kv.end()) {
     const std::string& v = it->second;
-    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cur);
-    if (ec != std::errc() || end != v.data() + v.size() || v.empty()) {
+    const std::optional<int64_t> read = read_decimal(v);
+    if (read) cur = *read;
+    if (!read) {
       throw InvalidArgument("store add: the value of '" + key + "' is not a decimal int64 (" +
                             std::to_string(v.size()) + " bytes)");
     }

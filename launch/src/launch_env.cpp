@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "meshsim/decimal.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/host.hpp"
 
@@ -16,11 +17,9 @@ namespace {
 
 int64_t parse_int(const char* name, const char* value, int64_t lo, int64_t hi) {
   const std::string v(value);
-  int64_t out = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
-    throw InvalidArgument(std::string(name) + "='" + v + "' is not a decimal integer");
-  }
+  const std::optional<int64_t> read = read_decimal(v);
+  if (!read) throw InvalidArgument(std::string(name) + "='" + v + "' is not a decimal integer");
+  const int64_t out = *read;
   if (out < lo || out > hi) {
     throw InvalidArgument(std::string(name) + "=" + v + " is out of range [" + std::to_string(lo) +
                           ", " + std::to_string(hi) + "]");

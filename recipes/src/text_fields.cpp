@@ -4,6 +4,7 @@
 #include <cctype>
 #include <sstream>
 
+#include "meshsim/decimal.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim::text {
@@ -18,19 +19,13 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 int64_t parse_int(const std::string& s, const std::string& what) {
-  std::size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::out_of_range&) {
-    throw OverflowError(what + ": " + quote_input(s) + " does not fit in a 64-bit signed integer");
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (s.empty() || used != s.size() || std::isspace(static_cast<unsigned char>(s[0]))) {
-    throw InvalidArgument(what + ": " + quote_input(s) + " is not an integer");
-  }
-  return v;
+  // One leading '+' is taken, as CLI11 takes it in a flag's value.
+  const std::string_view digits = s.size() > 1 && s[0] == '+' && s[1] != '-' ? std::string_view(s).substr(1) : std::string_view(s);
+  bool overflow = false;
+  const std::optional<int64_t> v = read_decimal(digits, &overflow);
+  if (overflow) throw OverflowError(what + ": " + quote_input(s) + " does not fit in a 64-bit signed integer");
+  if (!v) throw InvalidArgument(what + ": " + quote_input(s) + " is not an integer");
+  return *v;
 }
 
 std::string lower_case(std::string_view s) {

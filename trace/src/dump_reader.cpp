@@ -7,6 +7,7 @@
 #include <regex>
 #include <unordered_map>
 
+#include "meshsim/decimal.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/dump_reader.hpp"
 #include "meshsim/json_codec.hpp"
@@ -172,12 +173,9 @@ std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::strin
     while (!s.empty()) {
       const std::size_t comma = s.find(',');
       const std::string_view item = trim(s.substr(0, comma));
-      int64_t r = 0;
-      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), r);
-      if (item.empty() || ec != std::errc() || p != item.data() + item.size()) {
-        w.fail(path, "'" + std::string(item.substr(0, 30)) + "' is not a rank");
-      }
-      add(r);
+      const std::optional<int64_t> r = read_decimal(item);
+      if (!r) w.fail(path, "'" + std::string(item.substr(0, 30)) + "' is not a rank");
+      add(*r);
       if (comma == std::string_view::npos) break;
       s = s.substr(comma + 1);
     }
@@ -202,9 +200,8 @@ void parse_op(const Walk& w, Entry& e, const std::string& path) {
   const std::string arrow = e.op == "send" ? "->" : "<-";
   const std::size_t a = meta.find(arrow);
   auto number = [&](std::string_view t) {
-    int64_t v = -1;
-    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (t.empty() || ec != std::errc() || p != t.data() + t.size() || v < 0) {
+    const int64_t v = read_decimal(t).value_or(-1);
+    if (v < 0) {
       w.fail(path, "'" + name.substr(0, 60) + "' is not '" + (e.op == "send" ? "nccl:send SRC->DST" : "nccl:recv DST<-SRC") + "'");
     }
     return v;
@@ -408,7 +405,7 @@ DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& 
     if (at == std::string::npos) continue;
     const std::string digits = name.substr(at + set.prefix.size());
     if (digits.empty() || digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    const int64_t rank = std::stoll(digits);
+    const int64_t rank = *read_decimal(digits);  // at most 10 digits
     if (rank > INT32_MAX) continue;
     if (auto [pos, fresh] = seen.emplace(rank, f.string()); !fresh) {
       throw InvalidArgument("two dumps of rank " + std::to_string(rank) + ": '" + pos->second + "' and '" + f.string() + "'");

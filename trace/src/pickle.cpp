@@ -5,6 +5,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "meshsim/decimal.hpp"
 #include "meshsim/error.hpp"
 
 namespace meshsim::trace {
@@ -206,14 +207,14 @@ class Machine {
       fail(at, std::string(opname) + " argument '" + std::string(s.substr(0, 40)) + "' is not a decimal integer");
     }
     if (s[0] == '+') s.remove_prefix(1);
-    int64_t v = 0;
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec == std::errc::result_out_of_range) {
+    bool overflow = false;
+    const std::optional<int64_t> v = read_decimal(s, &overflow);
+    if (overflow) {
       throw OverflowError(what_ + ": offset " + std::to_string(at) + ": integer " + std::string(s.substr(0, 40)) +
                           " does not fit in int64");
     }
-    if (ec != std::errc() || p != s.data() + s.size()) fail(at, std::string(opname) + " argument is not an integer");
-    return v;
+    if (!v) fail(at, std::string(opname) + " argument is not an integer");
+    return *v;
   }
   // long_bytes: a little-endian two's-complement integer of n bytes (LONG1, LONG4).
   int64_t long_bytes(std::size_t n, std::size_t at) {
