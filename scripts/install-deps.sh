@@ -6,6 +6,7 @@
 #     pinned: torch==2.13.0, torchtitan, megatron-core, pytest, hypothesis. Reinstalled only
 #     when requirements.txt changes. The build finds it (CMakeLists.txt): the Python module is
 #     built for its interpreter and the `python` label runs there.
+#  2b. .venv-torch214: the same pins with torch==2.14.1 instead (MESHSIM_NO_TORCH214=1 leaves it out).
 #  3. Where the CUDA toolkit has no nccl.h: NCCL's headers and library from PyPI's nvidia-nccl
 #     wheel for the toolkit's CUDA major, into .venv (the `nccl` preset looks there).
 # MESHSIM_NO_LAUNCHERS=1 leaves out the launchers (python3-torch, MPI, Slurm); MESHSIM_NO_VENV=1
@@ -66,19 +67,39 @@ if [ -x "$nvcc" ] && [ ! -f "$(dirname "$(dirname "$(readlink -f "$nvcc")")")/in
   nccl=$(sed -n "s/^# nccl: \(nvidia-nccl-cu${major}==.*\)/\1/p" requirements.txt)
   [ -n "$nccl" ] || say "CUDA ${major:-?} has no nvidia-nccl line in requirements.txt: the nccl preset needs NCCL_HOME"
 fi
-stamp=".venv/.meshsim-installed"
-want="$("$py" -c 'import sys; print(sys.version)') $(sha256sum requirements.txt | cut -c1-64) ${nccl}"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/python ]; then
-  say ".venv is up to date ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"
-  exit 0
+# make_venv DIR TORCH_PIN CHECK: a venv on $py holding requirements.txt with torch pinned to
+# TORCH_PIN (the other pins as they are), rebuilt only when requirements.txt, the interpreter or
+# the pin changes (DIR/.meshsim-installed).
+make_venv() {
+  local dir=$1 torch_pin=$2 release=$3 extra=${4:-}
+  local stamp="$dir/.meshsim-installed"
+  local want
+  want="$("$py" -c 'import sys; print(sys.version)') $(sha256sum requirements.txt | cut -c1-64) ${torch_pin} ${extra}"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$dir/bin/python" ]; then
+    say "$dir is up to date ($("$dir/bin/python" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null))"
+    return 0
+  fi
+  local start=$SECONDS
+  say "creating $dir on $py ($("$py" --version)) with $torch_pin"
+  if [ -d "$dir" ] && ! is311 "$dir/bin/python"; then rm -rf "$dir"; fi
+  "$py" -m venv "$dir"
+  local pip=("$dir/bin/python" -m pip --disable-pip-version-check install -q --no-input)
+  "${pip[@]}" "$torch_pin" -r <(grep -v '^torch==' requirements.txt)
+  [ -z "$extra" ] || "${pip[@]}" "$extra"
+  local check
+  check=$("$dir/bin/python" -c "import torch, torchtitan, megatron.core; assert torch.__version__.split('+')[0] == '$release', torch.__version__" 2>&1) ||
+    { echo "$check"; say "$dir does not import torch $release, torchtitan and megatron.core"; exit 1; }
+  echo "$want" > "$stamp"
+  say "$dir ready in $((SECONDS - start)) s: $("$dir/bin/python" -c 'import torch; print("torch", torch.__version__)')${extra:+, $extra}"
+}
+# .venv: torch 2.13.0 (the CPU wheel on this kind of machine's disk), the project's main environment.
+make_venv .venv "$(grep '^torch==' requirements.txt)" 2.13.0 "$nccl"
+# .venv-torch214: the same pins beside torch 2.14.1 (the CUDA build on the machine's local
+# mirror, ~5.5 GB, runs on the CPU), for the torch214 tests (docs/testing.md). Every other pin of
+# requirements.txt installs beside it. MESHSIM_NO_TORCH214=1 leaves it out (those tests skip,
+# saying so).
+if [ "${MESHSIM_NO_TORCH214:-0}" = 1 ]; then
+  say "MESHSIM_NO_TORCH214=1: .venv-torch214 left out"
+else
+  make_venv .venv-torch214 "torch==2.14.1" 2.14.1
 fi
-say "creating .venv on $py ($("$py" --version))"
-if [ -d .venv ] && ! is311 .venv/bin/python; then rm -rf .venv; fi
-"$py" -m venv .venv
-pip=(.venv/bin/python -m pip --disable-pip-version-check install -q --no-input)
-"${pip[@]}" -r requirements.txt
-[ -z "$nccl" ] || "${pip[@]}" "$nccl"
-check=$(.venv/bin/python -c 'import torch, torchtitan, megatron.core; assert torch.__version__.startswith("2.13.0"), torch.__version__' 2>&1) ||
-  { echo "$check"; say ".venv does not import torch 2.13.0, torchtitan and megatron.core"; exit 1; }
-echo "$want" > "$stamp"
-say ".venv ready: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')${nccl:+, $nccl}"

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshsim/group_names.hpp"
 #include "meshsim/store.hpp"
 
 namespace {
@@ -198,12 +199,19 @@ TEST(Cli, ShowPrintsTheCreationPlanCallByCall) {
   Result r = run("show --mesh dp=2,tp=4 --rank-map 8..15 --world-size 16 --creation-plan");
   ASSERT_EQ(r.status, 0);
   EXPECT_TRUE(has_line(r, "  root (DeviceMesh): creates 6 groups, reuses 0"));  // a rank map: DeviceMesh(mesh)
-  EXPECT_TRUE(has_line(r, "    dp: new_group(ranks=[8, 12], backend='gloo', group_desc='mesh_dp')"));
-  EXPECT_TRUE(has_line(r, "    tp: new_group(ranks=[12, 13, 14, 15], backend='gloo', group_desc='mesh_tp')"));
+  // Rank 0 is outside the mesh: every new_group hands it GroupMember.NON_GROUP_MEMBER.
+  EXPECT_TRUE(has_line(r, "    dp: new_group(ranks=[8, 12], backend='gloo', group_desc='mesh_dp') -> NON_GROUP_MEMBER"));
+  EXPECT_TRUE(has_line(r, "    tp: new_group(ranks=[12, 13, 14, 15], backend='gloo', group_desc='mesh_tp') -> NON_GROUP_MEMBER"));
+  // Rank 9 is in dp group [9, 13] (the second new_group after the default group "0": "2") and in
+  // tp group [8..11] (the first tp call: 1 + 4 dp calls).
+  Result nine = run("show --mesh dp=2,tp=4 --rank-map 8..15 --world-size 16 --creation-plan --rank 9");
+  EXPECT_TRUE(has_line(nine, "    dp: new_group(ranks=[9, 13], backend='gloo', group_desc='mesh_dp') -> '2'"));
+  EXPECT_TRUE(has_line(nine, "    tp: new_group(ranks=[8, 9, 10, 11], backend='gloo', group_desc='mesh_tp') -> '5'"));
   Result split = run("show --mesh dp=2,tp=4 --creation-plan --device-type cuda --bound-device true");
   ASSERT_EQ(split.status, 0);
+  // Rank 0's split of dp is [0, 4], hashed with the counter (2.14, the default): 1.
   EXPECT_TRUE(has_line(split, "    dp: split_group(parent=default, split_ranks=[[0, 4], [1, 5], [2, 6], [3, 7]], "
-                              "backend='nccl', group_desc='mesh_dp')"));
+                              "backend='nccl', group_desc='mesh_dp') -> '" + meshsim::hashed_group_name({0, 4}, 1) + "'"));
   // --max-rows bounds the calls listed per dim; the rest are counted.
   Result few = run("show --mesh dp=8,tp=2 --creation-plan --max-rows 3");
   EXPECT_TRUE(has_line(few, "    tp: ... 5 more new_group calls (raise --max-rows)"));
@@ -232,7 +240,11 @@ TEST(Cli, ShowPrintsTheCreationPlanCallByCall) {
   const Json plan = Json::parse(text)["creation_plan"];
   EXPECT_EQ(plan["calls"].size(), 4u);
   EXPECT_EQ(plan["calls"][3], Json::parse(R"({"call": "new_group", "dim": "tp", "view": "root", "ranks": [2, 3],
-      "backend": "gloo", "group_desc": "mesh_tp", "use_local_synchronization": false, "new_group_use_split_group": false})"));
+      "backend": "gloo", "group_desc": "mesh_tp", "use_local_synchronization": false, "new_group_use_split_group": false,
+      "group_name": null, "result": "NON_GROUP_MEMBER"})"));
+  EXPECT_EQ(plan["calls"][2]["group_name"], "3");  // [0, 1]: after "0" (default) and dp's "1", "2"
+  EXPECT_EQ(plan["torch_version"], "2.14");
+  EXPECT_EQ(plan["problems"], Json::array());
   EXPECT_EQ(plan["steps"][1], Json::parse(R"({"op": "slice", "view": "ops[0]", "created": 0, "reused": 2,
       "created_again": 0, "pytorch": true})"));
 }

@@ -133,6 +133,10 @@ int main(int argc, char** argv) {
   show->add_option("--use-torchcomms", so.use_torchcomms, "with --creation-plan: torch.distributed.config.use_torchcomms (true/false)");
   show->add_option("--default-backend", so.default_backend, "init_process_group's backend (gloo, nccl, ...)");
   show->add_option("--device-type", so.device_type, "the mesh's device type (cpu, cuda, ...)");
+  show->add_option("--torch-version", so.torch_version,
+                   "the PyTorch release to answer as: 2.13 or 2.14 (default: the newest modelled)");
+  show->add_option("--process-groups", so.process_groups,
+                   "with --creation-plan: the program's own new_group / split_group calls, a JSON list or @FILE");
   show->add_option("--max-elements", so.max_elements, "element budget of the JSON answer (ranks, values and keys)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   show->add_option("--color-dim", so.color_dim, "with --svg: the dim whose groups are coloured (default: the last)");

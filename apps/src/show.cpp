@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshsim/creation_plan.hpp"
+#include "meshsim/group_names.hpp"
 #include "meshsim/json_codec.hpp"
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/error.hpp"
@@ -126,25 +127,55 @@ void print_views(const MeshRecipe& recipe, const BuiltMeshes& built, const std::
 
 // print_creation_plan lists rank `me`'s process-group calls in order, step by step: at most
 // `max_calls` calls per dim (the rest counted), each group cut to kMaxRowValues ranks.
-void print_creation_plan(const CreationPlan& plan, int64_t me, int64_t max_calls, std::ostream& out) {
+// Each call shows the group's name on that rank (" -> '3'") or what a non-member gets back;
+// returns whether the ranks disagree on a name (each disagreement printed as "FAILED group
+// names: ...").
+bool print_creation_plan(const CreationPlan& plan, int64_t me, int64_t max_calls, std::ostream& out) {
   auto ranks_text = [](std::span<const int64_t> r) { return format_ranks(r, static_cast<std::size_t>(kMaxRowValues)); };
-  out << "creation plan of rank " << me << " (default backend " << plan.default_backend << ", "
+  const GroupNames named = name_groups(plan, me);
+  const std::vector<ProgramItem> items = group_program_items(plan);
+  std::vector<std::size_t> item_of_batch(plan.batches.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].user) item_of_batch[items[i].index] = i;
+  }
+  auto gets = [&](std::size_t item, std::size_t k, bool split_or_local) {
+    const auto& names = named.items[item].names;
+    if (k < names.size() && names[k]) return " -> '" + *names[k] + "'";
+    return " -> " + std::string(non_member_result(plan.torch_version, split_or_local));
+  };
+  int64_t total = 0;
+  auto user_calls = [&](std::size_t from, std::size_t to, const char* where) {
+    if (from >= to) return;
+    out << "  process_groups (" << where << "):\n";
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].user || items[i].index < from || items[i].index >= to) continue;
+      const GroupCallSpec& c = plan.program[items[i].index];
+      out << "    " << describe_call(c, items[i].index)
+          << gets(i, 0, c.kind == GroupCallSpec::Kind::kSplitGroup || c.local_sync) << "\n";
+      ++total;
+    }
+  };
+  out << "creation plan of rank " << me << " as PyTorch " << torch_version_name(plan.torch_version)
+      << " makes it (default backend " << plan.default_backend << ", "
       << (plan.accelerator ? "an accelerator" : "no accelerator") << "; bound_device "
       << (plan.options.bound_device ? "true" : "false") << ", new_group_use_split_group "
       << (plan.options.new_group_use_split_group ? "true" : "false") << ", use_torchcomms "
       << (plan.options.use_torchcomms ? "true" : "false") << "):\n";
-  int64_t total = 0;
+  const std::size_t at = std::min(plan.mesh_at, plan.program.size());
+  user_calls(0, at, "before the mesh");
   for (std::size_t k = 0; k < plan.steps.size(); ++k) {
     const CreationStep& st = plan.steps[k];
     out << "  " << st.view << " (" << st.op << (st.pytorch ? "" : ", meshsim's own") << "): creates " << st.created
         << (st.created == 1 ? " group" : " groups") << ", reuses " << st.reused;
     if (st.created_again) out << "; " << st.created_again << " of them exist already (PyTorch creates them again)";
     out << "\n";
-    for (const CreationBatch& b : plan.batches) {
+    for (std::size_t bi = 0; bi < plan.batches.size(); ++bi) {
+      const CreationBatch& b = plan.batches[bi];
+      const std::size_t item = item_of_batch[bi];
       if (b.step != k) continue;
       const std::string tail = ", backend='" + b.backend + "', group_desc='" + b.group_desc + "')";
       if (b.kind == CreationBatch::Kind::kDefault) {
-        out << "    " << b.dim << ": the default group (no call)\n";
+        out << "    " << b.dim << ": the default group (no call) -> '0'\n";
         continue;
       }
       if (b.kind == CreationBatch::Kind::kSplitGroup) {
@@ -152,12 +183,12 @@ void print_creation_plan(const CreationPlan& plan, int64_t me, int64_t max_calls
         out << "    " << b.dim << ": split_group(parent=default, split_ranks=[";
         for (int64_t g = 0; g < t.count && g < 8; ++g) out << (g ? ", " : "") << ranks_text(t.row(g));
         if (t.count > 8) out << ", ... (" << t.count << " groups)";
-        out << "]" << tail << "\n";
+        out << "]" << tail << gets(item, 0, true) << "\n";
         ++total;
         continue;
       }
       if (b.group_desc == "mesh_default") {
-        out << "    " << b.dim << ": new_group(ranks=range(" << plan.world << ")" << tail << "\n";
+        out << "    " << b.dim << ": new_group(ranks=range(" << plan.world << ")" << tail << gets(item, 0, false) << "\n";
         ++total;
         continue;
       }
@@ -169,14 +200,35 @@ void print_creation_plan(const CreationPlan& plan, int64_t me, int64_t max_calls
         if (shown++ >= max_calls) continue;
         out << "    " << b.dim << ": new_group(ranks=" << ranks_text(t.row(g));
         if (b.local_sync) out << ", use_local_synchronization=True";
-        out << tail << (b.via_split ? " (a split of the default group: new_group_use_split_group)" : "") << "\n";
+        out << tail << (b.via_split ? " (a split of the default group: new_group_use_split_group)" : "")
+            << gets(item, static_cast<std::size_t>(mine - 1), b.local_sync) << "\n";
       }
       if (shown > max_calls) out << "    " << b.dim << ": ... " << (shown - max_calls) << " more new_group calls (raise --max-rows)\n";
       total += mine;
     }
   }
-  out << total << (total == 1 ? " call" : " calls") << " on every rank, in this order (a rank that makes them in "
+  user_calls(at, plan.program.size(), at == 0 && plan.batches.empty() ? "the program" : "after the mesh");
+  out << total << (total == 1 ? " call" : " calls") << " on rank " << me << ", in this order (a rank that makes them in "
       << "another order hangs in them)\n";
+  for (const NameProblem& p : named.problems) out << "FAILED group names: " << p.message << "\n";
+  if (named.problem_count > static_cast<int64_t>(named.problems.size())) {
+    out << "FAILED group names: ... and " << (named.problem_count - static_cast<int64_t>(named.problems.size()))
+        << " more\n";
+  }
+  return named.problem_count > 0;
+}
+
+// read_process_groups takes --process-groups (JSON, or @FILE) into the recipe.
+void read_process_groups(const std::string& flag, MeshRecipe& recipe, const BuiltMeshes& built) {
+  std::string text = flag;
+  if (text[0] == '@') text = read_text_file(text.substr(1), kMaxRecipeFileBytes, "--process-groups");
+  if (json::max_nesting(text) > 64) throw ParseError("--process-groups: the JSON nests deeper than 64 levels");
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw ParseError("--process-groups " + quote_input(flag) + " is not valid JSON");
+  const int64_t world = recipe.world_size > 0 ? recipe.world_size : built.root.world_size().value_or(built.root.rank_map_size());
+  GroupProgram g = process_groups_from_json(j, world, recipe.root.torch_version);
+  recipe.process_groups = std::move(g.calls);
+  recipe.mesh_at = g.mesh_at;
 }
 
 }  // namespace
@@ -197,7 +249,12 @@ int run(const Options& o, std::ostream& out) {
   if (o.use_torchcomms) recipe.root.creation.use_torchcomms = *o.use_torchcomms;
   if (o.default_backend) recipe.root.default_backend = *o.default_backend;
   if (o.device_type) recipe.root.device_type = *o.device_type;
+  if (o.torch_version) recipe.root.torch_version = parse_torch_version(*o.torch_version);
   BuiltMeshes built = apply_flags(recipe, o.recipe);
+  if (!o.process_groups.empty()) {
+    if (!o.creation_plan) throw InvalidArgument("--process-groups applies to --creation-plan");
+    read_process_groups(o.process_groups, recipe, built);
+  }
   if (o.color_dim && o.svg_file.empty()) throw InvalidArgument("--color-dim needs --svg FILE");
   // Warnings go to stderr (the JSON answer carries them too), so stdout stays the answer.
   for (const std::string& w : shown_warnings(built.warnings)) std::cerr << "meshsim show: warning: " << w << "\n";
@@ -224,10 +281,9 @@ int run(const Options& o, std::ostream& out) {
         out << "  " << json::output_text(Json(k)) << ": " << json::short_dump(v, SIZE_MAX) << (++i < result.size() ? ",\n" : "\n");
       }
       out << "}\n";
-    } else {
-      print_creation_plan(creation_plan(recipe, built), recipe.rank.value_or(0), o.max_rows, out);
+      return result["creation_plan"]["problem_count"].get<int64_t>() > 0 ? 1 : 0;
     }
-    return 0;
+    return print_creation_plan(creation_plan(recipe, built), recipe.rank.value_or(0), o.max_rows, out) ? 1 : 0;
   }
   const DeviceMesh& m = built.result;
   if (o.format == "text" && m.rank_map_size() > kMaxEnumeration) {

@@ -194,6 +194,7 @@ std::shared_ptr<const GroupRecord> DeviceMesh::group_record(int dim,
 
 bool DeviceMesh::init_backend() const { return u_->init_backend; }
 const std::string& DeviceMesh::default_backend() const { return u_->default_backend; }
+TorchVersion DeviceMesh::torch_version() const { return u_->torch_version; }
 
 GroupHandle DeviceMesh::get_group(int64_t rank) const {
   if (!u_->init_backend) throw FailedPrecondition("DeviceMesh process groups not initialized!");

@@ -93,7 +93,8 @@ DeviceMesh DeviceMesh::make_root(const char* what, std::span<const int64_t> shap
       handed_groups(options.group_names, options.group_descs, layout, configs, names, handed_root);
   auto u = std::make_shared<const Universe>(options.device_type, options.world_size, std::move(map),
                                             layout, names, configs, options.init_backend,
-                                            std::move(options.default_backend), std::move(handed));
+                                            std::move(options.default_backend), std::move(handed),
+                                            options.torch_version);
   u->record(GroupCreationEvent::Op::kRoot, what, options.init_backend && !handed_root, 0,
             options.init_backend && !handed_root ? layout.rank() : 0, layout, names, configs);
   return DeviceMesh(std::move(u), layout, std::move(names), true, configs);

@@ -329,7 +329,9 @@ DeviceMesh DeviceMesh::concatenate(std::span<const DeviceMesh> meshes) {
   check_dims(total_dims, "concatenate");
   for (const DeviceMesh& m : meshes) {
     if (m.u_ != first.u_) {
-      throw InvalidArgument("Cannot concatenate DeviceMeshes derived from different device meshs: " +
+      // PyTorch's RuntimeError; 2.14 corrected the spelling of its words ("meshs" in 2.13).
+      throw FailedPrecondition(std::string("Cannot concatenate DeviceMeshes derived from different device ") +
+                            (first.torch_version() == TorchVersion::k2_13 ? "meshs: " : "meshes: ") +
                             first.to_string() + " (universe " + std::to_string(first.u_->id) +
                             ") and " + m.to_string() + " (universe " + std::to_string(m.u_->id) +
                             ")");

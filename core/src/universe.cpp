@@ -17,7 +17,8 @@ uint64_t next_id() {
 
 Universe::Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks,
                    Layout root_layout, MeshNames root_names, std::vector<BackendConfig> root_configs,
-                   bool init_backend, std::string default_backend, std::vector<HandedGroup> handed)
+                   bool init_backend, std::string default_backend, std::vector<HandedGroup> handed,
+                   TorchVersion torch_version)
     : id(next_id()),
       device_type(std::move(device_type)),
       world_size(world),
@@ -27,7 +28,8 @@ Universe::Universe(std::string device_type, std::optional<int64_t> world, RankMa
       root_configs(std::move(root_configs)),
       init_backend(init_backend),
       default_backend(std::move(default_backend)),
-      handed(std::move(handed)) {}
+      handed(std::move(handed)),
+      torch_version(torch_version) {}
 
 std::optional<std::string> Universe::handed_name(const Layout& canonical, const BackendConfig& config) const {
   for (const HandedGroup& h : handed) {

@@ -12,6 +12,7 @@
 
 #include "meshsim/backend_config.hpp"
 #include "meshsim/group_record.hpp"
+#include "meshsim/torch_version.hpp"
 #include "meshsim/layout.hpp"
 #include "rank_map.hpp"
 
@@ -34,7 +35,8 @@ class Universe {
   };
   Universe(std::string device_type, std::optional<int64_t> world, RankMap ranks, Layout root_layout,
            MeshNames root_names, std::vector<BackendConfig> root_configs, bool init_backend = true,
-           std::string default_backend = {}, std::vector<HandedGroup> handed = {});
+           std::string default_backend = {}, std::vector<HandedGroup> handed = {},
+           TorchVersion torch_version = kNewestTorch);
 
   const uint64_t id;  // unique within the process
   const std::string device_type;
@@ -46,6 +48,7 @@ class Universe {
   const bool init_backend;             // PyTorch's _init_backend: false means no process groups
   const std::string default_backend;   // the world's default backend ("" = the run's own)
   const std::vector<HandedGroup> handed;  // root dims handed by name (from_group), in dim order
+  const TorchVersion torch_version;     // the PyTorch release the universe answers as
 
   // handed_name is the name the root was handed for (canonical dim layout, config), if any (the
   // first such dim's).

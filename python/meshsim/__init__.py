@@ -24,42 +24,43 @@ __all__ = [
 
 
 def init_device_mesh(shape, mesh_dim_names=None, device_type="cpu", world_size=None, *, backend_override=None,
-                     default_backend=None):
+                     default_backend=None, torch_version=None):
     """PyTorch's init_device_mesh: a row-major mesh of `shape` over ranks 0..n-1.
 
     backend_override is PyTorch's: {dim index or name: backend}, a backend being a name
     ("gloo"), a (name, options) tuple, an options dict ({"timeout_ms": 600000, ...}) or a dict
     {"backend": ..., "timeout_ms": ..., "options": {...}}. default_backend is the backend
     init_process_group chose (the one every group without an override uses). get_group hands
-    both back."""
+    both back. torch_version ("2.13", "2.14"; default the newest modelled) is the PyTorch release
+    the mesh answers as where releases differ (refusals' words, the creation plan's group names)."""
     shape = _listed(shape, "shape")
     names = None if mesh_dim_names is None else _names(mesh_dim_names, "mesh_dim_names")
     if world_size is not None:
         world_size = _int(world_size, "world_size")
-    if backend_override is None and default_backend is None:
+    if backend_override is None and default_backend is None and torch_version is None:
         return DeviceMesh.init(shape, names, device_type, world_size)
     body = {"mesh_shape": shape, "device_type": device_type}
     return _build("init_device_mesh", body, names, backend_override, default_backend,
-                  world_size if world_size is not None else _product(shape))
+                  world_size if world_size is not None else _product(shape), torch_version=torch_version)
 
 
 def _from_ranks(shape, ranks, mesh_dim_names=None, *, device_type="cpu", backend_override=None,
-                default_backend=None, world_size=None):
+                default_backend=None, world_size=None, torch_version=None):
     """PyTorch's DeviceMesh(device_type, mesh): `ranks` are the global ranks of an array of
     `shape`, row-major (any distinct non-negative integers)."""
     names = None if mesh_dim_names is None else _names(mesh_dim_names, "mesh_dim_names")
     shape, ranks = _listed(shape, "shape"), _listed(ranks, "ranks")
-    if (backend_override is None and default_backend is None and device_type == "cpu" and world_size is None) \
-            or _product(shape) != len(ranks):
+    if (backend_override is None and default_backend is None and device_type == "cpu" and world_size is None
+            and torch_version is None) or _product(shape) != len(ranks):
         return DeviceMesh._from_ranks(shape, ranks, names)  # (a shape that does not hold the ranks raises)
     ranks = [_int(r, "ranks") for r in ranks]
     body = {"mesh": _nest(list(shape), ranks), "device_type": device_type}
     return _build("DeviceMesh", body, names, backend_override, default_backend,
-                  world_size if world_size is not None else max(ranks, default=-1) + 1)
+                  world_size if world_size is not None else max(ranks, default=-1) + 1, torch_version=torch_version)
 
 
 def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, rank=None, backend_override=None,
-                default_backend=None, world_size=None):
+                default_backend=None, world_size=None, torch_version=None):
     """PyTorch's DeviceMesh.from_group(group | [groups], device_type, mesh, mesh_dim_names): a
     group is a list of ranks. One group gives a 1-D mesh over its ranks; a list of groups (one
     per dim, as `rank` sees them; default: the one rank they all hold) needs `mesh` and
@@ -76,7 +77,7 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
                                                                         for g in group))
     names = None if mesh_dim_names is None else _names(mesh_dim_names, "mesh_dim_names")
     if not named and not is_list and mesh is None and rank is None and backend_override is None \
-            and default_backend is None and device_type == "cpu" and world_size is None:
+            and default_backend is None and device_type == "cpu" and world_size is None and torch_version is None:
         return DeviceMesh._from_group(group, names)
     body = {"device_type": device_type}
     if is_list:
@@ -88,7 +89,7 @@ def _from_group(group, device_type="cpu", mesh=None, mesh_dim_names=None, *, ran
     if world_size is None:
         every = [r for g in body.get("groups", [body.get("group", [])]) for r in (g["ranks"] if isinstance(g, dict) else g)]
         world_size = max(every + _flat(mesh), default=-1) + 1
-    return _build("from_group", body, names, backend_override, default_backend, world_size, rank)
+    return _build("from_group", body, names, backend_override, default_backend, world_size, rank, torch_version)
 
 
 def _group_json(g):
@@ -260,7 +261,7 @@ DeviceMesh.flatten = _flatten
 DeviceMesh.unflatten = _unflatten
 
 
-def _build(kind, body, names, backend_override, default_backend, world_size, rank=None):
+def _build(kind, body, names, backend_override, default_backend, world_size, rank=None, torch_version=None):
     # Builds with options go through meshsim's recipe reader, PyTorch's checks and errors included.
     if names is not None:
         body["mesh_dim_names"] = names
@@ -268,6 +269,10 @@ def _build(kind, body, names, backend_override, default_backend, world_size, ran
         body["backend_override"] = _overrides_json(backend_override)
     if default_backend is not None:
         body["default_backend"] = default_backend
+    if torch_version is not None:
+        if not isinstance(torch_version, str):
+            raise errors.ArgumentTypeError("torch_version is a release as text ('2.14'), got " + repr(torch_version))
+        body["torch_version"] = torch_version
     program = {"world_size": max(_int(world_size, "world_size"), 1), "build": {kind: body}}
     if rank is not None:
         program["rank"] = _int(rank, "rank")

@@ -16,6 +16,7 @@
 
 #include "meshsim/check_meshes.hpp"
 #include "meshsim/creation_plan.hpp"
+#include "meshsim/group_names.hpp"
 #include "meshsim/mesh_program.hpp"
 #include "meshsim/cli_flags.hpp"
 #include "meshsim/device_mesh.hpp"
@@ -472,14 +473,23 @@ void bind_device_mesh(py::module_& m) {
          "What to use instead of slicing a flattened dim from the root, which PyTorch deprecates.")
       // The Python package wraps these two as flatten/unflatten: backends arrive as recipe JSON.
       .def("creation_plan", [](const DeviceMesh& self, int64_t rank, bool bound_device, bool new_group_use_split_group,
-                               bool use_torchcomms, std::optional<int64_t> world_size) {
+                               bool use_torchcomms, std::optional<int64_t> world_size,
+                               std::optional<std::string> torch_version, const py::object& process_groups) {
         // The calls PyTorch's DeviceMesh makes for every root, flatten and unflatten of this
         // mesh's root so far, in call order (creation_plan.hpp).
         const meshsim::CreationOptions o{bound_device, new_group_use_split_group, use_torchcomms};
         if (world_size && *world_size < 1) {
           throw meshsim::InvalidArgument("creation_plan: world_size " + std::to_string(*world_size) + " is not >= 1");
         }
-        const meshsim::CreationPlan plan = meshsim::creation_plan(self, o, world_size.value_or(0));
+        meshsim::CreationPlan plan = meshsim::creation_plan(self, o, world_size.value_or(0));
+        // The PyTorch answered as: the root's, unless named here; the program's own calls beside the mesh's.
+        if (torch_version) plan.torch_version = meshsim::parse_torch_version(*torch_version);
+        if (!process_groups.is_none()) {
+          meshsim::GroupProgram g = meshsim::process_groups_from_json(tree_of(process_groups, "process_groups"),
+                                                                      plan.world, plan.torch_version);
+          plan.program = std::move(g.calls);
+          plan.mesh_at = g.mesh_at;
+        }
         if (rank < 0 || rank >= plan.world) {
           throw meshsim::OutOfRange("creation_plan: rank " + std::to_string(rank) + " is out of range [0, " +
                                     std::to_string(plan.world) + ")");
@@ -494,12 +504,18 @@ void bind_device_mesh(py::module_& m) {
           left -= keys * per;
         }));
       }, py::kw_only(), py::arg("rank") = 0, py::arg("bound_device") = false, py::arg("new_group_use_split_group") = false,
-         py::arg("use_torchcomms") = false, py::arg("world_size") = py::none(),
+         py::arg("use_torchcomms") = false, py::arg("world_size") = py::none(), py::arg("torch_version") = py::none(),
+         py::arg("process_groups") = py::none(),
          "The process-group calls PyTorch's DeviceMesh makes, in order, on `rank`, for every root, _flatten and\n"
          "_unflatten call on this mesh's root so far (a dict: rank, options, steps, calls; one call a dict\n"
          "{'call': 'new_group'|'split_group'|'default', 'dim', 'ranks' | 'split_ranks', ...}). bound_device:\n"
          "init_process_group(device_id=...) bound the default group; new_group_use_split_group and\n"
-         "use_torchcomms: torch.distributed.config's. FailedPreconditionError where the default backend cannot split.")
+         "use_torchcomms: torch.distributed.config's. FailedPreconditionError where the default backend cannot split.\n"
+         "Each call carries 'group_name' (the name that PyTorch release gives the group on `rank`, or None) and\n"
+         "'result' ('ProcessGroup', or what a non-member gets: 'None' or 'NON_GROUP_MEMBER'); 'problems' lists the\n"
+         "groups whose members name them differently and the names two groups share, on any rank.\n"
+         "torch_version: '2.13' or '2.14' (default: the root's); process_groups: the program's own calls, as\n"
+         "`process_groups` of a mesh.program request ({'new_group': {...}}, {'split_group': {...}}, 'mesh').")
       .def("_flatten_impl", [](const DeviceMesh& self, std::optional<std::string> name, const py::object& backend) {
         std::optional<meshsim::BackendConfig> config;
         if (!backend.is_none()) config = meshsim::backend_config_from_json(tree_of(backend, "backend_override"), "backend_override");

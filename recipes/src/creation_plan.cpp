@@ -7,6 +7,7 @@
 
 #include "meshsim/digest.hpp"
 #include "meshsim/error.hpp"
+#include "meshsim/group_names.hpp"
 
 namespace meshsim {
 
@@ -23,6 +24,7 @@ struct Planner {
     plan.accelerator = root.device_type() != "cpu" && root.device_type() != "meta";
     plan.default_backend = !root.default_backend().empty() ? root.default_backend() : plan.accelerator ? "nccl" : "gloo";
     plan.world = world;
+    plan.torch_version = root.torch_version();
   }
 
   static int64_t groups_of(const DeviceMesh& m, int d) { return m.rank_map_size() / m.size(d); }
@@ -207,6 +209,8 @@ int64_t CreationBatch::calls() const {
 CreationPlan creation_plan(const MeshRecipe& recipe, const BuiltMeshes& built) {
   Planner p;
   RecipeWalk{recipe, built, p, {}, {}}.run();
+  p.plan.program = recipe.process_groups;
+  p.plan.mesh_at = std::min(recipe.mesh_at, recipe.process_groups.size());
   return std::move(p.plan);
 }
 
@@ -299,42 +303,78 @@ using Json = nlohmann::json;
 // creation_plan_json is the recipe's creation plan as `me` makes it: the options that decide
 // it, each step's counts, and the rank's calls in order, one object a call.
 Json creation_plan_json(const CreationPlan& plan, int64_t me, const Charge& budget) {
+  const GroupNames named = name_groups(plan, me);
+  const std::vector<ProgramItem> items = group_program_items(plan);
+  const TorchVersion v = plan.torch_version;
+  // named_call adds what rank `me`'s PyTorch gets back from the call: the group's name, or the
+  // non-member's result.
+  auto named_call = [v](Json& c, const std::optional<std::string>& name, bool split_or_local) {
+    c["group_name"] = name ? Json(*name) : Json(nullptr);
+    c["result"] = name ? std::string("ProcessGroup") : std::string(non_member_result(v, split_or_local));
+  };
   Json calls = Json::array();
-  for (const CreationBatch& b : plan.batches) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::vector<std::optional<std::string>>& names = named.items[i].names;
+    if (items[i].user) {
+      const GroupCallSpec& u = plan.program[items[i].index];
+      const bool split = u.kind == GroupCallSpec::Kind::kSplitGroup;
+      int64_t members = 0;
+      for (const auto& row : u.split_ranks) members += static_cast<int64_t>(row.size());
+      budget(1, split ? members : u.ranks ? static_cast<int64_t>(u.ranks->size()) : 0, 9);
+      Json c{{"call", split ? "split_group" : "new_group"}, {"source", "process_groups[" + std::to_string(items[i].index) + "]"},
+             {"group_desc", u.group_desc ? Json(*u.group_desc) : Json("undefined")}};
+      if (split) {
+        c["parent"] = "default";
+        c["split_ranks"] = u.split_ranks;
+      } else {
+        c["ranks"] = u.ranks ? Json(*u.ranks) : Json(nullptr);
+        c["use_local_synchronization"] = u.local_sync;
+      }
+      named_call(c, names.empty() ? std::nullopt : names.front(), split || u.local_sync);
+      calls.push_back(std::move(c));
+      continue;
+    }
+    const CreationBatch& b = plan.batches[items[i].index];
     const std::string& view = plan.steps[b.step].view;
     Json base{{"call", std::string(kind_name(b.kind))}, {"dim", b.dim}, {"view", view}, {"group_desc", b.group_desc}};
     if (b.kind == CreationBatch::Kind::kDefault) {
       budget(1, 0, 5);
+      base["group_name"] = "0";  // init_process_group's default group
       calls.push_back(std::move(base));
       continue;
     }
     base["backend"] = b.backend;
     if (b.kind == CreationBatch::Kind::kSplitGroup) {
-      budget(b.groups, meshsim::size(b.record->layout), 1);
+      budget(b.groups, meshsim::size(b.record->layout), 3);
       const GroupTable& t = b.record->table();
       Json rows = Json::array();
       for (int64_t g = 0; g < t.count; ++g) rows.push_back(std::vector<int64_t>(t.row(g).begin(), t.row(g).end()));
       base["parent"] = "default";
       base["split_ranks"] = std::move(rows);
+      named_call(base, names.empty() ? std::nullopt : names.front(), true);
       calls.push_back(std::move(base));
       continue;
     }
     base["use_local_synchronization"] = b.local_sync;
     base["new_group_use_split_group"] = b.via_split;
     if (b.group_desc == "mesh_default") {
-      budget(1, plan.world, 8);
+      budget(1, plan.world, 10);
       std::vector<int64_t> all(static_cast<std::size_t>(plan.world));
       for (int64_t r = 0; r < plan.world; ++r) all[static_cast<std::size_t>(r)] = r;
       base["ranks"] = std::move(all);
+      named_call(base, names.empty() ? std::nullopt : names.front(), false);
       calls.push_back(std::move(base));
       continue;
     }
     const GroupTable& t = b.record->table();
+    std::size_t k = 0;
     for (int64_t g = 0; g < t.count; ++g) {
       if (!makes_call(b, g, me)) continue;
-      budget(1, t.size, 8);
+      budget(1, t.size, 10);
       Json c = base;
       c["ranks"] = std::vector<int64_t>(t.row(g).begin(), t.row(g).end());
+      named_call(c, k < names.size() ? names[k] : std::nullopt, b.local_sync);
+      ++k;
       calls.push_back(std::move(c));
     }
   }
@@ -344,14 +384,24 @@ Json creation_plan_json(const CreationPlan& plan, int64_t me, const Charge& budg
     steps.push_back(Json{{"op", s.op}, {"view", s.view}, {"created", s.created}, {"reused", s.reused},
                          {"created_again", s.created_again}, {"pytorch", s.pytorch}});
   }
+  Json problems = Json::array();
+  for (const NameProblem& p : named.problems) {
+    budget(1, 0, 3);
+    problems.push_back(Json{{"kind", p.kind == NameProblem::Kind::kMembersDisagree ? "members_disagree" : "name_shared"},
+                            {"call", p.call},
+                            {"message", p.message}});
+  }
   return Json{{"rank", me},
+              {"torch_version", std::string(torch_version_name(v))},
               {"options", {{"bound_device", plan.options.bound_device},
                            {"new_group_use_split_group", plan.options.new_group_use_split_group},
                            {"use_torchcomms", plan.options.use_torchcomms},
                            {"default_backend", plan.default_backend},
                            {"accelerator", plan.accelerator}}},
               {"steps", std::move(steps)},
-              {"calls", std::move(calls)}};
+              {"calls", std::move(calls)},
+              {"problems", std::move(problems)},
+              {"problem_count", named.problem_count}};
 }
 
 std::string describe_batch(const CreationPlan& plan, const CreationBatch& b) {

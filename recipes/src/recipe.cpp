@@ -130,19 +130,19 @@ RootSpec root_from_json(const Json& build) {
   if (kind == "init_device_mesh" || kind == "from_logical") {
     r.kind = kind == "init_device_mesh" ? RootSpec::Kind::kInit : RootSpec::Kind::kLogical;
     check_keys(body, {"mesh_shape", "mesh_dim_names", "device_type", "backend_override", "_init_backend", "default_backend", "bound_device",
-                      "new_group_use_split_group", "use_torchcomms"}, kind);
+                      "new_group_use_split_group", "use_torchcomms", "torch_version"}, kind);
     r.shape = json::to_int_list(need(body, "mesh_shape", kind), "mesh_shape");
   } else if (kind == "DeviceMesh") {
     r.kind = RootSpec::Kind::kRanks;
     check_keys(body, {"mesh", "mesh_dim_names", "device_type", "backend_override", "_init_backend", "default_backend", "bound_device",
-                      "new_group_use_split_group", "use_torchcomms"}, kind);
+                      "new_group_use_split_group", "use_torchcomms", "torch_version"}, kind);
     const Json& mesh = need(body, "mesh", kind);
     if (!mesh.is_array()) throw InvalidArgument("'mesh' must be a (nested) list of ranks");
     read_nested(mesh, 0, r.shape, r.ranks);
   } else if (kind == "from_group") {
     r.kind = RootSpec::Kind::kGroup;
     check_keys(body, {"group", "groups", "mesh", "mesh_dim_names", "device_type", "backend_override", "_init_backend",
-                      "default_backend", "bound_device", "new_group_use_split_group", "use_torchcomms"}, kind);
+                      "default_backend", "bound_device", "new_group_use_split_group", "use_torchcomms", "torch_version"}, kind);
     // PyTorch's from_group(group | [groups], device_type, mesh=None, mesh_dim_names=None).
     if (body.contains("group") == body.contains("groups")) {
       throw InvalidArgument("'from_group' takes exactly one of 'group' (one group's ranks) or 'groups' (a list)");
@@ -211,6 +211,7 @@ RootSpec root_from_json(const Json& build) {
     throw InvalidArgument("from_logical builds no process groups: '_init_backend' cannot be true");
   }
   if (const Json* db = present(body, "default_backend")) r.default_backend = to_str(*db, "default_backend");
+  if (const Json* tv = present(body, "torch_version")) r.torch_version = parse_torch_version(to_str(*tv, "torch_version"));
   // How PyTorch's world was set up decides how DeviceMesh creates its groups (the creation plan).
   for (auto [key, field] : {std::pair{"bound_device", &r.creation.bound_device},
                             std::pair{"new_group_use_split_group", &r.creation.new_group_use_split_group},
@@ -321,6 +322,7 @@ DeviceMesh build_root(const RootSpec& r, int64_t world, std::optional<int64_t> r
   opts.device_type = r.device_type;
   opts.init_backend = r.init_backend.value_or(r.kind != RootSpec::Kind::kLogical);
   opts.default_backend = r.default_backend;
+  opts.torch_version = r.torch_version;
   if (world > 0 && r.kind != RootSpec::Kind::kLogical) opts.world_size = world;
   if (!r.backend_override.empty()) {
     opts.backend_override =
@@ -477,6 +479,110 @@ DeviceMesh with_new_dim_configs(const DeviceMesh& out, int first, const std::vec
   return out.with_backend_configs(std::move(all));
 }
 
+namespace {
+
+// read_ranks is a list of ranks of the user's program: integers in [0, world) without repeats
+// (PyTorch refuses the rest in new_group and split_group; 2.14 refuses a non-integer first, in
+// its own words).
+std::vector<int64_t> read_ranks(const Json& j, const std::string& where, int64_t world, TorchVersion v) {
+  if (!j.is_array()) throw InvalidArgument(where + " must be a list of ranks, got " + json::short_dump(j));
+  for (const Json& x : j) {
+    if (!x.is_number_integer()) {
+      throw InvalidArgument(where + (v == TorchVersion::k2_13 ? " must hold integers" : ": ranks must be a sequence of integers") +
+                            ", got " + json::short_dump(x));
+    }
+  }
+  std::vector<int64_t> ranks = json::to_int_list(j, where);
+  std::vector<int64_t> seen = ranks;
+  std::sort(seen.begin(), seen.end());
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    if (seen[i] < 0 || (world > 0 && seen[i] >= world)) {
+      throw OutOfRange(where + ": Rank " + std::to_string(seen[i]) + " is out of range. Valid ranks are 0 to " +
+                       std::to_string(world - 1) + " (world_size=" + std::to_string(world) + ")");
+    }
+    if (i > 0 && seen[i] == seen[i - 1]) {
+      throw InvalidArgument(where + ": ranks list must not contain duplicate entries, got " + json::short_dump(j));
+    }
+  }
+  return ranks;
+}
+
+}  // namespace
+
+GroupProgram process_groups_from_json(const nlohmann::json& pg, int64_t world, TorchVersion v) {
+  GroupProgram r;
+  const std::string top = "'process_groups'";
+  if (!pg.is_array()) throw InvalidArgument(top + " must be a list of calls, got " + json::short_dump(pg));
+  if (pg.size() > kMaxGroupCalls) {
+    throw ResourceExhausted(top + " holds " + std::to_string(pg.size()) + " calls, over the limit of " +
+                            std::to_string(kMaxGroupCalls));
+  }
+  if (world < 1) throw InvalidArgument(top + " needs the program's world_size");
+  bool marker = false;
+  for (std::size_t i = 0; i < pg.size(); ++i) {
+    const Json& c = pg[i];
+    const std::string where = "process_groups[" + std::to_string(i) + "]";
+    if (c.is_string() && c.get<std::string>() == "mesh") {
+      if (marker) throw InvalidArgument(where + ": \"mesh\" (where the mesh's own calls go) is given twice");
+      marker = true;
+      r.mesh_at = r.calls.size();
+      continue;
+    }
+    need_object(c, where);
+    if (c.size() != 1 || !(c.contains("new_group") || c.contains("split_group"))) {
+      throw InvalidArgument(where + " must be \"mesh\" or hold exactly one of 'new_group' or 'split_group', got " +
+                            json::short_dump(c));
+    }
+    GroupCallSpec call;
+    const bool split = c.contains("split_group");
+    const Json& body = c.begin().value();
+    need_object(body, where);
+    if (const Json* d = present(body, "group_desc")) call.group_desc = to_str(*d, "group_desc");
+    if (split) {
+      call.kind = GroupCallSpec::Kind::kSplitGroup;
+      check_keys(body, {"split_ranks", "group_desc"}, where + ".split_group");
+      const Json& rows = need(body, "split_ranks", where + ".split_group");
+      if (!rows.is_array() || rows.empty()) {
+        throw InvalidArgument(where + ": split_ranks must be a non-empty list of groups, got " + json::short_dump(rows));
+      }
+      std::vector<int64_t> all;
+      for (std::size_t k = 0; k < rows.size(); ++k) {
+        const std::string w = where + ".split_ranks[" + std::to_string(k) + "]";
+        std::vector<int64_t> row = read_ranks(rows[k], w, world, v);
+        if (row.empty()) throw InvalidArgument(w + ": the split group cannot be empty");
+        all.insert(all.end(), row.begin(), row.end());
+        call.split_ranks.push_back(std::move(row));
+      }
+      std::sort(all.begin(), all.end());
+      if (std::adjacent_find(all.begin(), all.end()) != all.end()) {
+        throw InvalidArgument(where + ": rank " + std::to_string(*std::adjacent_find(all.begin(), all.end())) +
+                              " is in two of split_ranks' groups (each rank splits into one)");
+      }
+    } else {
+      check_keys(body, {"ranks", "use_local_synchronization", "group_desc"}, where + ".new_group");
+      if (const Json* rk = present(body, "ranks")) call.ranks = read_ranks(*rk, where + ".ranks", world, v);
+      if (const Json* ls = present(body, "use_local_synchronization")) {
+        if (!ls->is_boolean()) {
+          throw InvalidArgument("'use_local_synchronization' must be a boolean, got " + json::short_dump(*ls));
+        }
+        call.local_sync = ls->get<bool>();
+      }
+      if (call.local_sync && !call.ranks) {
+        // Every rank, hashed: the name joins the whole world's ranks.
+        if (world > kMaxWorldForHashedWorld) {
+          throw ResourceExhausted(where + ": a use_local_synchronization new_group of every rank hashes the world's " +
+                                  std::to_string(world) + " ranks, over the limit of " +
+                                  std::to_string(kMaxWorldForHashedWorld) + "; give its ranks");
+        }
+        call.ranks.emplace(static_cast<std::size_t>(world));
+        for (int64_t k = 0; k < world; ++k) (*call.ranks)[static_cast<std::size_t>(k)] = k;
+      }
+    }
+    r.calls.push_back(std::move(call));
+  }
+  return r;
+}
+
 MeshRecipe recipe_from_json(const Json& req) {
   need_object(req, "program");
   MeshRecipe r;
@@ -507,6 +613,11 @@ MeshRecipe recipe_from_json(const Json& req) {
     for (std::size_t i = 0; i < ops->size(); ++i) r.steps.push_back(step_from_json((*ops)[i], i));
   }
   if (const Json* res = present(req, "result")) r.result = to_str(*res, "handle");
+  if (const Json* pg = present(req, "process_groups")) {
+    GroupProgram g = process_groups_from_json(*pg, r.world_size, r.root.torch_version);
+    r.process_groups = std::move(g.calls);
+    r.mesh_at = g.mesh_at;
+  }
   return r;
 }
 

@@ -628,3 +628,32 @@ def test_known_difference_unflatten_back_to_a_handed_dim():
             assert mine.get_group(n, rank=rank)["name"] == names[n]
     finally:
         dist.destroy_process_group()
+
+
+# --- where releases differ ----------------------------------------------------------------------
+
+def test_concatenating_meshes_of_two_roots_is_refused_in_this_releases_words():
+    # Meshes sliced from roots with different rank maps: PyTorch's RuntimeError, worded as the
+    # release under test words it ("device meshs" on 2.13, "device meshes" on 2.14), and meshsim
+    # asked to answer as that release says the same.
+    import torch_env
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        a = init_device_mesh("cpu", (2, 2), mesh_dim_names=("a", "b"))
+        b = DeviceMesh("cpu", torch.tensor([[0, 2], [1, 3]]), mesh_dim_names=("c", "d"))
+        theirs = _outcome(lambda: DeviceMesh._concatenate([a["a"], b["d"]]))
+    finally:
+        dist.destroy_process_group()
+    ma = meshsim.init_device_mesh((2, 2), ("a", "b"), torch_version=torch_env.MODEL)
+    mb = meshsim.DeviceMesh.from_ranks((2, 2), [0, 2, 1, 3], ("c", "d"), torch_version=torch_env.MODEL)
+    mine = _outcome(lambda: meshsim.concatenate([ma["a"], mb["d"]]))
+    assert theirs[0] == mine[0] == "raises", (theirs, mine)
+    assert isinstance(theirs[1], RuntimeError) and isinstance(mine[1], RuntimeError), (theirs, mine)
+    words = "device meshs" if torch_env.MODEL == "2.13" else "device meshes"
+    assert words in _message(theirs[1]), theirs
+    assert _message(theirs[1]) in " ".join(str(mine[1]).split()), (theirs, mine)
+
+
+def test_the_environment_is_the_release_this_run_is_for():
+    import torch_env
+    torch_env.check()

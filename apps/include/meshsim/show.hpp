@@ -31,12 +31,18 @@ struct Options {
   std::optional<bool> use_torchcomms;             // --use-torchcomms
   std::optional<std::string> default_backend;     // --default-backend
   std::optional<std::string> device_type;         // --device-type
+  // --torch-version: the PyTorch release answered as (torch_version.hpp; default the newest).
+  std::optional<std::string> torch_version;
+  // --process-groups JSON or @FILE: the user's own new_group / split_group calls beside the
+  // mesh's (recipe.hpp, process_groups_from_json); with --creation-plan only.
+  std::string process_groups;
   // --max-elements: the element budget of the JSON answer (as meshsim query's), [1, 2^40].
   int64_t max_elements = 1 << 21;
 };
 
 // run prints the mesh (and, with --gpus-per-host, where its groups land); returns 0, or 1 when a
-// --require is broken (each broken one printed as "FAILED placement: ..."). Throws meshsim::Error
+// --require is broken (each broken one printed as "FAILED placement: ...") or, with
+// --creation-plan, when ranks disagree on a group's name ("FAILED group names: ..."). Throws meshsim::Error
 // on bad options or recipes.
 int run(const Options& o, std::ostream& out);
 

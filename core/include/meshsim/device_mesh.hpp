@@ -44,6 +44,7 @@
 #include "meshsim/group_record.hpp"
 #include "meshsim/layout.hpp"
 #include "meshsim/mesh_layout.hpp"
+#include "meshsim/torch_version.hpp"
 
 namespace meshsim {
 
@@ -81,6 +82,9 @@ struct RootOptions {
   // keeps; new_group's default is "undefined", what a from_group dim without one says): empty,
   // or one per dim, each at most kMaxGroupNameBytes. Only a from_group root takes them.
   std::vector<std::optional<std::string>> group_descs;
+  // torch_version is the PyTorch release the mesh answers as where releases differ
+  // (torch_version.hpp): refusals' words, the creation plan's names and non-member results.
+  TorchVersion torch_version = kNewestTorch;
 };
 
 // kMaxGroupNameBytes bounds a handed group's name.
@@ -262,6 +266,8 @@ class DeviceMesh {
   // init_backend and default_backend are the root's (RootOptions).
   bool init_backend() const;
   const std::string& default_backend() const;
+  // torch_version is the root's (RootOptions).
+  TorchVersion torch_version() const;
   // cache_stats are the universe's group-cache counters (shared by every mesh of the root).
   CacheStats cache_stats() const;
   // flattened_names are the names registered on the root by flatten, in registration order;

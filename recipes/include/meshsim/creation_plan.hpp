@@ -81,6 +81,10 @@ struct CreationPlan {
   int64_t world = 0;
   std::vector<CreationStep> steps;      // the root, then one per recipe step
   std::vector<CreationBatch> batches;   // every rank's calls, in order
+  TorchVersion torch_version = kNewestTorch;  // the root's: how groups are named (group_names.hpp)
+  // program is the user's own process-group calls; the batches come before program[mesh_at].
+  std::vector<GroupCallSpec> program;
+  std::size_t mesh_at = 0;
 };
 
 // creation_plan is the plan of `recipe` as `built` (apply(recipe)) made it.

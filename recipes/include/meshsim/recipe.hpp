@@ -23,6 +23,7 @@
 
 #include "meshsim/backend_config.hpp"
 #include "meshsim/device_mesh.hpp"
+#include "meshsim/torch_version.hpp"
 
 namespace meshsim {
 
@@ -76,6 +77,7 @@ struct RootSpec {
   std::optional<bool> init_backend;          // PyTorch's _init_backend (from_logical: false)
   std::string default_backend;               // init_process_group's backend ("" = the run's)
   CreationOptions creation;                  // build keys bound_device, new_group_use_split_group, use_torchcomms
+  TorchVersion torch_version = kNewestTorch; // build key torch_version: the PyTorch answered as
 };
 
 // StepSpec is one transformation. `on` names the input mesh (a handle; "root" or "_last"),
@@ -100,12 +102,50 @@ struct StepSpec {
 
 // MeshRecipe is the whole request: world size, the optional rank it runs as, root, steps, and
 // the handle of the result (default: the last step's mesh, or the root).
+// GroupCallSpec is one process-group call of the user's own program, beside DeviceMesh's
+// (the creation plan names every group of both as PyTorch would, rank by rank):
+// new_group(ranks, use_local_synchronization=, group_desc=) or split_group(split_ranks=,
+// group_desc=) on the default group. Every rank of the world makes the call, except a
+// non-member of a local-synchronization new_group, which PyTorch lets skip it.
+struct GroupCallSpec {
+  enum class Kind { kNewGroup, kSplitGroup };
+  Kind kind = Kind::kNewGroup;
+  std::optional<std::vector<int64_t>> ranks;      // new_group; nullopt: every rank of the world
+  std::vector<std::vector<int64_t>> split_ranks;  // split_group, as given (a group's order kept)
+  bool local_sync = false;                        // new_group(use_local_synchronization=True)
+  std::optional<std::string> group_desc;          // nullopt: PyTorch's "undefined"
+};
+
+// kMaxGroupCalls bounds a program's process_groups.
+inline constexpr std::size_t kMaxGroupCalls = 4096;
+// kMaxWorldForHashedWorld bounds the world of a use_local_synchronization new_group without ranks.
+inline constexpr int64_t kMaxWorldForHashedWorld = int64_t{1} << 22;
+
+// GroupProgram is the user's calls and where the mesh's own calls go among them: before
+// calls[mesh_at] (0: the mesh first).
+struct GroupProgram {
+  std::vector<GroupCallSpec> calls;
+  std::size_t mesh_at = 0;
+};
+
+// process_groups_from_json reads `process_groups`: a list of {"new_group": {"ranks"?,
+// "use_local_synchronization"?, "group_desc"?}}, {"split_group": {"split_ranks", "group_desc"?}}
+// and at most one "mesh" (where the mesh's calls go), in a world of `world` ranks; ranks are
+// refused as PyTorch `v` refuses them (out of range, repeated, not integers), InvalidArgument or
+// OutOfRange naming the call.
+GroupProgram process_groups_from_json(const nlohmann::json& pg, int64_t world, TorchVersion v);
+
 struct MeshRecipe {
   int64_t world_size = 0;
   std::optional<int64_t> rank;
   RootSpec root;
   std::vector<StepSpec> steps;
   std::optional<std::string> result;
+  // process_groups are the user's own calls (`process_groups` in JSON); the mesh's calls (the
+  // root's, then each step's) come before process_groups[mesh_at] (the "mesh" marker; default
+  // 0: the mesh first).
+  std::vector<GroupCallSpec> process_groups;
+  std::size_t mesh_at = 0;
 };
 
 // RecipeBuilder assembles a recipe in code, step by step (presets build theirs with it; nothing
