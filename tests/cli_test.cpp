@@ -104,6 +104,27 @@ TEST(Cli, QueryReadsStdin) {
   EXPECT_EQ(Json::parse(r.lines[0])["result"], 6);
 }
 
+TEST(Cli, AFifoNothingWritesToIsRefusedAtOnceWhereverAFileIsRead) {
+  // Opening a FIFO without a writer waits for one forever unless asked not to: every input path
+  // (--job, @FILE of --megatron-args and --against, --recipe, --process-groups) must come back.
+  const std::string fifo = ::testing::TempDir() + "meshsim_cli_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(run_shell("mkfifo " + fifo).status, 0);
+  const std::string exe = std::string(MESHSIM_EXE);
+  for (const std::string& args : {"step --job " + fifo, "step --megatron-args @" + fifo, "show --recipe " + fifo,
+                                  "show --mesh w=4 --creation-plan --process-groups @" + fifo}) {
+    const Result r = run_shell("timeout 20 " + exe + " " + args + " 2>&1");
+    EXPECT_EQ(r.status, 2) << args;
+    ASSERT_FALSE(r.lines.empty()) << args;
+    EXPECT_NE(r.lines[0].find("it is a pipe or FIFO and nothing wrote to it"), std::string::npos) << args << ": " << r.lines[0];
+  }
+  // A pipe with a writer (a shell's process substitution) is read as a file.
+  const Result piped = run_shell("bash -c \"" + exe + " show --recipe <(echo '{\\\"world_size\\\": 4, \\\"build\\\": "
+                                 "{\\\"init_device_mesh\\\": {\\\"mesh_shape\\\": [4]}}}')\"");
+  EXPECT_EQ(piped.status, 0);
+  std::remove(fifo.c_str());
+}
+
 TEST(Cli, MissingFileIsANonZeroExit) {
   EXPECT_NE(run("query --file /nonexistent/requests.jsonl").status, 0);
 }

@@ -544,6 +544,33 @@ TEST(PlanCheck, TheToolTakesThePlansFlagsOrAFileOfThem) {
   fs::remove_all(dir);
 }
 
+TEST(PlanCheck, AnEmptyAgainstIsRefusedAndItsWordsAreAShells) {
+  const std::string dir = make_dumps("plan_words", "--dp 2 --tp 2 --steps 1");
+  const std::string tool = std::string(MESHSIM_EXE) + " trace check " + dir;
+  // An unset shell variable ("$PLAN") or blanks: refused (exit 2), never a check without a plan.
+  for (const std::string& empty : {std::string("''"), std::string("'   '")}) {
+    const Shell s = shell(tool + " --against " + empty + " 2>&1");
+    EXPECT_EQ(s.status, 2) << empty << ": " << s.out;
+    EXPECT_NE(s.out.find("holds no flags"), std::string::npos) << s.out;
+  }
+  const std::string file = dir + "_empty.txt";
+  std::ofstream(file) << "\n";
+  Shell s = shell(tool + " --against @" + file + " 2>&1");
+  EXPECT_EQ(s.status, 2) << s.out;
+  EXPECT_NE(s.out.find("holds no flags"), std::string::npos) << s.out;
+  // Quoted values are one word, as in a shell: the refusal is about the job, not the quotes.
+  s = shell(tool + " --against \"--preset torchtitan:tp=2 --megatron-args '--tensor-model-parallel-size 2 --num-layers 4'\" 2>&1");
+  EXPECT_EQ(s.status, 2) << s.out;
+  EXPECT_NE(s.out.find("--megatron-args gives the job; --preset or --job gives it again"), std::string::npos) << s.out;
+  s = shell(tool + " --against \"--preset 'torchtitan:tp=2\" 2>&1");
+  EXPECT_EQ(s.status, 2) << s.out;
+  EXPECT_NE(s.out.find("a ' opened at byte 9 is never closed"), std::string::npos) << s.out;
+  s = shell(tool + " --against '--preset \"torchtitan:tp=2' 2>&1");
+  EXPECT_NE(s.out.find("a \" opened at byte 9 is never closed"), std::string::npos) << s.out;
+  fs::remove(file);
+  fs::remove_all(dir);
+}
+
 // --- hostile dumps: cost in proportion to the bytes ---------------------------------------------
 
 // A pickle assembled opcode by opcode (protocol 4): what no Flight Recorder writes but an

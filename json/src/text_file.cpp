@@ -1,10 +1,13 @@
 #include "meshsim/text_file.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -29,11 +32,15 @@ std::string read_text_file(const std::string& path, std::size_t max_bytes, const
   auto refuse = [&](const std::string& why) { return InvalidArgument(where + " cannot be read: " + why); };
   if (path.empty()) throw refuse("the path is empty");
   if (path.find('\0') != std::string::npos) throw refuse("the path holds a NUL byte");
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY)};
+  // O_NONBLOCK: opening a FIFO no process writes to returns at once instead of waiting for a
+  // writer forever; a pipe or FIFO is then read under a deadline (kInputDeadlineMs).
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)};
   if (f.fd < 0) throw refuse(std::strerror(errno));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw refuse(std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw refuse("it is a directory");
+  const bool stream = !S_ISREG(st.st_mode);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kInputDeadlineMs);
   if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > max_bytes) {
     throw ResourceExhausted(where + " is over " + std::to_string(max_bytes) + " bytes (it holds " +
                             std::to_string(st.st_size) + ")");
@@ -42,16 +49,29 @@ std::string read_text_file(const std::string& path, std::size_t max_bytes, const
   char buf[65536];
   for (;;) {
     const ssize_t n = ::read(f.fd, buf, sizeof buf);
-    if (n == 0) break;
+    if (n == 0) break;  // the end, or a FIFO nothing writes to (then it reads as empty)
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && stream) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        throw DeadlineExceeded(where + " cannot be read: its writer sent " + std::to_string(text.size()) +
+                               " bytes and then nothing for " + std::to_string(kInputDeadlineMs / 1000) +
+                               " s (a pipe or FIFO is read under that deadline)");
+      }
+      pollfd p{f.fd, POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+      continue;
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       throw refuse(std::string(std::strerror(errno)) + " after " + std::to_string(text.size()) + " bytes");
     }
     text.append(buf, static_cast<std::size_t>(n));
+    deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kInputDeadlineMs);
     if (text.size() > max_bytes) {
       throw ResourceExhausted(where + " is over " + std::to_string(max_bytes) + " bytes");
     }
   }
+  if (stream && text.empty()) throw refuse("it is a pipe or FIFO and nothing wrote to it");
   return text;
 }
 

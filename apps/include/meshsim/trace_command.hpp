@@ -19,8 +19,10 @@ struct Options {
   std::optional<std::string> prefix;  // the text before each file's rank (default: inferred)
   std::string format = "text";        // or "json"
   // The plan the dumps are held to: `meshsim step`'s flags that define a step ("--preset
-  // torchtitan:... --model llama3-8b --seq-len 8192 ..."), or "@FILE" holding them.
-  std::string against;
+  // torchtitan:... --model llama3-8b --seq-len 8192 ..."), or "@FILE" holding them; split into
+  // words as a POSIX shell does (quotes and backslashes), so `--megatron-args '...'` reads as one
+  // value. Given but empty (an unset shell variable) is refused, never taken as "no plan".
+  std::optional<std::string> against;
 };
 
 // run prints the report and returns 0 (OK) or 1 (problems found). Unreadable or malformed dumps

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace meshsim {
@@ -19,6 +20,9 @@ namespace meshsim {
 // read_text_file returns the contents of `path`. Errors name `what` and the path:
 // InvalidArgument "<what> '<path>' cannot be read: <reason>" (missing, a directory, no
 // permission, a read error part-way), ResourceExhausted "<what> '<path>' is over N bytes".
+// A pipe or FIFO never blocks past a deadline: one nothing writes to is refused at once, and one
+// whose writer stops sending before the end is DeadlineExceeded after kInputDeadlineMs.
+inline constexpr int64_t kInputDeadlineMs = 30000;
 std::string read_text_file(const std::string& path, std::size_t max_bytes, const std::string& what);
 
 // write_file_whole replaces `path` with `text` whole or not at all: it writes a temporary file
