@@ -125,6 +125,48 @@ TEST(Cli, AFifoNothingWritesToIsRefusedAtOnceWhereverAFileIsRead) {
   std::remove(fifo.c_str());
 }
 
+TEST(Cli, AStepsOutputsNeverReplaceItsInputsOrEachOther) {
+  // Each refusal is checked before anything is written: the inputs stay as they were and no
+  // output appears.
+  const std::string dir = ::testing::TempDir() + "meshsim_cli_outputs/";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string job = dir + "job.toml";
+  const std::string job_text = "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n[training]\nlocal_batch_size = 2\n"
+                               "seq_len = 256\n[parallelism]\ndata_parallel_shard_degree = 2\npipeline_parallel_degree = 2\n"
+                               "pipeline_parallel_microbatch_size = 1\n";
+  std::ofstream(job) << job_text;
+  const std::string step = std::string(MESHSIM_EXE) + " step --job " + job + " ";
+  ASSERT_EQ(run_shell(step + "--dump-schedule " + dir + "s.csv > /dev/null").status, 0);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {step + "--trace " + job, "is the file --job reads"},
+      {step + "--trace " + dir + "../meshsim_cli_outputs/job.toml", "is the file --job reads"},
+      {step + "--trace " + dir + "x.json --dump-schedule " + dir + "x.json", "are one file"},
+      {step + "--trace " + dir + "P.comm_groups.json --chakra " + dir + "P", "are one file"},
+      {step + "--chakra " + dir + "newdir/", "not a directory"},
+      {step + "--chakra " + dir, "not a directory"},
+      {std::string(MESHSIM_EXE) + " step --schedule " + dir + "s.csv --microbatches 2 --dump-schedule " + dir + "s.csv",
+       "is the file --schedule reads"},
+  };
+  for (const auto& [cmd, words] : cases) {
+    const Result r = run_shell(cmd + " 2>&1");
+    EXPECT_EQ(r.status, 2) << cmd;
+    ASSERT_FALSE(r.lines.empty()) << cmd;
+    EXPECT_NE(r.lines[0].find(words), std::string::npos) << cmd << ": " << r.lines[0];
+  }
+  // A directory where the fourth Chakra file goes: refused before the first three are written.
+  std::filesystem::create_directories(dir + "Q.3.et");
+  const Result q = run_shell(step + "--chakra " + dir + "Q 2>&1");
+  EXPECT_EQ(q.status, 2);
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name == "job.toml" || name == "s.csv" || name == "Q.3.et") << name << " was written";
+  }
+  std::ifstream in(job);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), job_text);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, MissingFileIsANonZeroExit) {
   EXPECT_NE(run("query --file /nonexistent/requests.jsonl").status, 0);
 }

@@ -1,6 +1,7 @@
 #include "meshsim/step_command.hpp"
 #include "meshsim/json_codec.hpp"
 
+#include <filesystem>
 #include <algorithm>
 #include <iostream>
 #include <cctype>
@@ -147,6 +148,21 @@ std::string thousands(int64_t v) {
   return out;
 }
 
+// input_files are the files a step's flags read (those that name an existing file).
+std::vector<NamedPath> input_files(const step::StepSpec& s) {
+  std::vector<NamedPath> in;
+  auto file = [&in](const std::string& path, const char* what) {
+    std::error_code ec;
+    if (!path.empty() && std::filesystem::is_regular_file(path, ec)) in.push_back({path, what});
+  };
+  file(s.job, "--job");
+  if (s.preset.rfind("torchtitan:", 0) == 0) file(s.preset.substr(11), "--preset");
+  if (!s.megatron_args.empty() && s.megatron_args[0] == '@') file(s.megatron_args.substr(1), "--megatron-args");
+  file(s.model, "--model");
+  file(s.schedule, "--schedule");
+  return in;
+}
+
 int run_job(const Options& o, std::ostream& out) {
   text::check_format(o.format);
   if (o.pp) throw InvalidArgument("--pp comes from --preset (its pp degree)");
@@ -165,8 +181,21 @@ int run_job(const Options& o, std::ostream& out) {
   const std::string trace_text =
       o.trace.empty() ? "" : json::output_text(step::trace_json(run, step::traced_ranks(run))) + "\n";
   const std::vector<int64_t> chakra_ranks = o.chakra.empty() ? std::vector<int64_t>{} : step::chakra_world(run, o.chakra_world);
-  for (const auto& [path, what] : {std::pair{o.dump_schedule, "--dump-schedule"}, {o.trace, "--trace"}, {o.chakra, "--chakra"}}) {
-    if (!path.empty()) prepare_output(path, what);
+  // No output replaces an input or another output; every output's place is checked first.
+  std::vector<NamedPath> outputs{{o.dump_schedule, "--dump-schedule"}, {o.trace, "--trace"}};
+  if (!o.chakra.empty()) {
+    const std::string base = std::filesystem::path(o.chakra).filename().string();
+    std::error_code ec;
+    if (base.empty() || base == "." || base == ".." || std::filesystem::is_directory(o.chakra, ec)) {
+      throw InvalidArgument("--chakra " + quote_input(o.chakra) + " is the prefix of the files it writes (PREFIX.0.et, "
+                            "..., PREFIX.comm_groups.json), not a directory: give DIR/NAME");
+    }
+    for (std::size_t i = 0; i < chakra_ranks.size(); ++i) outputs.push_back({o.chakra + "." + std::to_string(i) + ".et", "--chakra"});
+    outputs.push_back({o.chakra + ".comm_groups.json", "--chakra"});
+  }
+  check_distinct(input_files(o.spec), outputs);
+  for (const NamedPath& p : outputs) {
+    if (!p.path.empty()) prepare_output(p.path, p.what);
   }
   if (!o.dump_schedule.empty()) write_file_whole(o.dump_schedule, step::write_csv(r.layout.schedule), "--dump-schedule");
   if (!o.trace.empty()) write_file_whole(o.trace, trace_text, "--trace");
@@ -301,6 +330,7 @@ int run(const Options& o, std::ostream& out) {
   const step::Schedule s = schedule_of(o, microbatches, lowering);
   const step::Progress p = step::check_progress(s, sem);
   if (!o.dump_schedule.empty()) {
+    check_distinct(input_files(o.spec), {{o.dump_schedule, "--dump-schedule"}});
     prepare_output(o.dump_schedule, "--dump-schedule");
     write_file_whole(o.dump_schedule, step::write_csv(s), "--dump-schedule");
   }

@@ -75,6 +75,51 @@ std::string read_text_file(const std::string& path, std::size_t max_bytes, const
   return text;
 }
 
+namespace {
+
+// file_key is what identifies a file: "inode DEV:INO" where it exists, else its absolute,
+// normalised path.
+std::string file_key(const std::string& path, bool& special) {
+  struct stat st {};
+  special = false;
+  if (::stat(path.c_str(), &st) == 0) {
+    special = !S_ISREG(st.st_mode);
+    return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  }
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  return "path " + (ec ? path : p.string());
+}
+
+}  // namespace
+
+void check_distinct(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
+  std::vector<std::pair<std::string, const NamedPath*>> seen;
+  for (const NamedPath& in : inputs) {
+    if (in.path.empty()) continue;
+    bool special = false;
+    seen.push_back({file_key(in.path, special), &in});
+  }
+  const std::size_t n_inputs = seen.size();
+  for (const NamedPath& out : outputs) {
+    if (out.path.empty()) continue;
+    bool special = false;
+    const std::string key = file_key(out.path, special);
+    if (special) continue;
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      if (seen[i].first != key) continue;
+      const NamedPath& other = *seen[i].second;
+      if (i < n_inputs) {
+        throw InvalidArgument(out.what + " " + quote_input(out.path) + " is the file " + other.what + " reads (" +
+                              quote_input(other.path) + "): an output never replaces an input; write it elsewhere");
+      }
+      throw InvalidArgument(out.what + " " + quote_input(out.path) + " and " + other.what + " " + quote_input(other.path) +
+                            " are one file: each output needs its own");
+    }
+    seen.push_back({key, &out});
+  }
+}
+
 void prepare_output(const std::string& path, const std::string& what) {
   const std::string where = what + " " + quote_input(path);
   auto refuse = [&](const std::string& why) { return InvalidArgument(where + " cannot be written: " + why); };

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace meshsim {
 
@@ -24,6 +25,18 @@ namespace meshsim {
 // whose writer stops sending before the end is DeadlineExceeded after kInputDeadlineMs.
 inline constexpr int64_t kInputDeadlineMs = 30000;
 std::string read_text_file(const std::string& path, std::size_t max_bytes, const std::string& what);
+
+// NamedPath is a path and the flag that names it ("--trace").
+struct NamedPath {
+  std::string path;
+  std::string what;
+};
+
+// check_distinct refuses (InvalidArgument, naming both flags and the path) an output that is one
+// of the inputs or another output: the same file by device and inode where it exists, by its
+// absolute, normalised path where it does not yet. An output that exists and is not a regular
+// file (/dev/null, a pipe) is written in place and compared with nothing.
+void check_distinct(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs);
 
 // write_file_whole replaces `path` with `text` whole or not at all: it writes a temporary file
 // beside it and renames it over the path, so a failed write (a full disk, a refused directory)
