@@ -217,6 +217,60 @@ TEST(JobFile, TorchtitansSavedConfigIsRead) {
   EXPECT_EQ(none.job.activation_checkpoint, Checkpoint::kNone);
 }
 
+// A saved config's keys, nulls and non-finite floats as torchtitan 0.3.0's own config types read
+// them (trainer.py's Trainer.Config, the policies of activation_checkpoint.py): a misspelled key
+// at any level is refused by name, null only where the field is Optional, a policy told by its
+// fields, and Python's Infinity / NaN read.
+TEST(JobFile, ASavedConfigIsHeldToTorchtitansOwnFields) {
+  const std::string base = R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
+    "training": {"local_batch_size": 2, "seq_len": 512, "max_norm": 1.0},
+    "parallelism": {"data_parallel_shard_degree": 2, "pipeline_parallel_layers_per_stage": null},
+    "activation_checkpoint": {"preserve_rng_state": true, "force_recompute_mm_shapes_by_fqns": []},
+    "loss": {"num_chunks": 1}})";
+  EXPECT_EQ(run_job(write("base.json", base)).job.seq_len, 512);
+  auto refusal = [&](const std::string& from, const std::string& to) -> std::string {
+    std::string text = base;
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    try {
+      run_job(write("mutated.json", text));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> cases{
+      {{"\"num_chunks\": 1", "\"num_chunk\": 4"}, "unknown key loss.'num_chunk'"},
+      {{"\"flavor\": \"debugmodel\"", "\"flavour\": \"8B\""}, "unknown key model_spec.'flavour'"},
+      {{"\"loss\":", "\"los\":"}, "unknown key 'los'"},
+      {{"\"seq_len\": 512", "\"seq_len\": null"}, "training.seq_len is null"},
+      {{"\"local_batch_size\": 2", "\"local_batch_size\": 2, \"max_context_length\": 512"}, "two generations"},
+      {{"\"force_recompute_mm_shapes_by_fqns\": []", "\"memory_budget\": 0.5"}, "MemoryBudgetAC"},
+      {{"\"preserve_rng_state\": true, \"force_recompute_mm_shapes_by_fqns\": []", "\"mode\": \"none\""},
+       "unknown key activation_checkpoint.'mode'"},
+      {{"\"preserve_rng_state\": true", "\"preserve_rng_stat\": true"}, "activation_checkpoint.'preserve_rng_stat'"},
+      {{"\"force_recompute_mm_shapes_by_fqns\": []", "\"force_recompute_mm_shapes_by_fqns\": [], \"memory_budget\": 0.5"},
+       "two policies"},
+      {{"\"seq_len\": 512", "\"seq_len\": 18446744073709551617"}, "does not fit in 64 bits"},
+  };
+  for (const auto& [edit, words] : cases) {
+    const std::string got = refusal(edit.first, edit.second);
+    EXPECT_NE(got.find(words), std::string::npos) << edit.second << ": " << got;
+  }
+  // Accepted: an Optional field's null, a FullAC table (no SelectiveAC field), Python's
+  // non-finite floats outside strings and the words inside them.
+  EXPECT_EQ(refusal("\"force_recompute_mm_shapes_by_fqns\": []", "\"debug\": false"), "(accepted)");
+  EXPECT_EQ(refusal("\"max_norm\": 1.0", "\"max_norm\": Infinity, \"dataset\": \"NaN Infinity\""), "(accepted)");
+  EXPECT_EQ(refusal("\"max_norm\": 1.0", "\"max_norm\": -Infinity, \"gc_freq\": NaN"), "(accepted)");
+  EXPECT_EQ(run_job(write("ctx.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
+    "training": {"max_context_length": 1024, "num_tokens_per_microbatch_per_dp_rank": 2048},
+    "parallelism": {"data_parallel_shard_degree": 2}})")).job.seq_len, 2048);  // a microbatch's tokens
+  // max_context_length alone is the token-budget generation: its default microbatch, 16,384 tokens.
+  EXPECT_EQ(run_job(write("ctx1.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
+    "training": {"max_context_length": 1024}, "parallelism": {"data_parallel_shard_degree": 2}})")).job.seq_len, 16384);
+}
+
 // --loss-chunks (torchtitan 0.3.0's loss.num_chunks): a flag beside the file overrides it and says
 // so; a count below 1, one that does not divide the sequence (up to 2^63 - 1), and Megatron's step
 // are refused by name, never wrapped.

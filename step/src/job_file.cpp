@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -41,6 +42,37 @@ const std::vector<std::string>& ac_keys() {
   return k;
 }
 
+// torchtitan 0.3.0's Trainer.Config fields (the top level of the config it saves), its loss
+// config's and its ModelSpec's as saved, the fields each activation-checkpointing policy's
+// config holds, and the parallelism fields it types Optional (the only ones a saved config
+// may hold as null). Read from torchtitan 0.3.0's trainer.py, protocols/model_spec.py,
+// components/loss.py and distributed/activation_checkpoint.py.
+const std::vector<std::string>& saved_top_keys() {
+  static const std::vector<std::string> k{"model_spec", "hf_assets_path", "dump_folder", "profiler", "metrics",
+                                          "tokenizer", "dataloader", "optimizer", "lr_scheduler", "training",
+                                          "parallelism", "checkpoint", "activation_checkpoint", "compile", "comm",
+                                          "validator", "debug", "override", "loss"};
+  return k;
+}
+const std::vector<std::string>& saved_loss_keys() {
+  static const std::vector<std::string> k{"num_chunks", "loss_fn"};
+  return k;
+}
+const std::vector<std::string>& saved_model_spec_keys() {
+  static const std::vector<std::string> k{"name", "flavor", "model", "parallelize_fn", "pipelining_fn",
+                                          "post_optimizer_build_fn", "state_dict_adapter"};
+  return k;
+}
+const std::vector<std::string>& saved_nullable_parallelism() {
+  static const std::vector<std::string> k{"module_fqns_per_model_part", "pipeline_parallel_layers_per_stage",
+                                          "pipeline_parallel_schedule_csv", "context_parallel_load_balancer",
+                                          "context_parallel_ptrr_mask_key"};
+  return k;
+}
+const std::vector<std::string> kAcCommon{"preserve_rng_state", "determinism_check", "debug"};
+const std::vector<std::string> kAcSelective{"force_recompute_mm_shapes_by_fqns"};
+const std::vector<std::string> kAcMemoryBudget{"memory_budget", "visualize_memory_budget_pareto"};
+
 using text::lower_case;
 
 const char* kind_of(const nlohmann::json& v) {
@@ -56,13 +88,21 @@ const char* kind_of(const nlohmann::json& v) {
 // Section reads one table of the job, whichever form it came in.
 class Section {
  public:
-  Section(std::string where, std::string name, const nlohmann::json* obj) : where_(std::move(where)), name_(std::move(name)), obj_(obj) {}
+  Section(std::string where, std::string name, const nlohmann::json* obj, std::vector<std::string> nullable = {})
+      : where_(std::move(where)), name_(std::move(name)), obj_(obj), nullable_(std::move(nullable)) {}
 
   bool present() const { return obj_ != nullptr; }
   const nlohmann::json* raw(const std::string& key) const {
     if (!obj_) return nullptr;
     const auto it = obj_->find(key);
-    return it == obj_->end() || it->is_null() ? nullptr : &*it;
+    if (it == obj_->end()) return nullptr;
+    if (it->is_null()) {
+      // null is None: only a field torchtitan types Optional holds it.
+      if (std::find(nullable_.begin(), nullable_.end(), key) != nullable_.end()) return nullptr;
+      throw InvalidArgument(where_ + ": " + name_ + "." + key + " is null, and torchtitan's " + name_ + "." + key +
+                            " is not optional: give a value or leave the key out");
+    }
+    return &*it;
   }
   void check_keys(const std::vector<std::string>& known) const {
     if (!obj_) return;
@@ -76,6 +116,11 @@ class Section {
   std::optional<Keyed<int64_t>> integer(const std::string& key) const {
     const nlohmann::json* v = raw(key);
     if (!v) return std::nullopt;
+    if (v->is_number_float() && std::abs(v->get<double>()) >= 9223372036854775808.0 &&
+        v->get<double>() == std::floor(v->get<double>())) {
+      // JSON's reader keeps an integer past 2^64 as a float: it is an integer too large.
+      throw OutOfRange(where_ + ": " + name_ + "." + key + " = " + v->dump() + " does not fit in 64 bits");
+    }
     if (!v->is_number_integer()) throw InvalidArgument(where_ + ": " + name_ + "." + key + " is " + kind_of(*v) + ", not an integer");
     if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
       throw OutOfRange(where_ + ": " + name_ + "." + key + " = " + v->dump() + " does not fit in 64 bits");
@@ -106,6 +151,7 @@ class Section {
  private:
   std::string where_, name_;
   const nlohmann::json* obj_;
+  std::vector<std::string> nullable_;
 };
 
 // toml_section is one TOML table as JSON (its scalars; an array or table as an empty one of its
@@ -133,6 +179,70 @@ void read_degrees_json(const Section& s, preset::Torchtitan& t) {
   if (auto b = s.string("spmd_backend")) t.spmd_backend = b->value;
 }
 
+// python_constants is `text` with the constants Python's json module writes for floats that are
+// not finite (Infinity, -Infinity, NaN: torchtitan's saved config holds them where a float
+// field is inf) made JSON numbers: the largest double for Infinity and null for NaN (no field meshsim
+// reads is a float). Strings are left as they are.
+std::string python_constants(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (text.compare(i, 8, "Infinity") == 0) {
+      out += "1.7976931348623157e308";
+      i += 7;
+    } else if (text.compare(i, 3, "NaN") == 0) {
+      out += "null";
+      i += 2;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// saved_policy tells which policy a saved activation_checkpoint table is by its fields (0.3.0
+// writes a policy's config without its class): FullAC's alone, SelectiveAC's (with
+// force_recompute_mm_shapes_by_fqns), or MemoryBudgetAC's (memory_budget, the compiler's
+// partitioner, which meshsim step does not model). A key of no policy, or of two, is refused.
+Keyed<std::string> saved_policy(const nlohmann::json& ac, const std::string& where) {
+  std::vector<std::string> all = kAcCommon;
+  all.insert(all.end(), kAcSelective.begin(), kAcSelective.end());
+  all.insert(all.end(), kAcMemoryBudget.begin(), kAcMemoryBudget.end());
+  bool selective = false, budget = false;
+  for (const auto& [k, _] : ac.items()) {
+    if (std::find(all.begin(), all.end(), k) == all.end()) {
+      throw InvalidArgument(where + ": unknown key activation_checkpoint." + quote_input(k) +
+                            ": no activation-checkpointing policy of torchtitan 0.3.0 (FullAC, SelectiveAC, "
+                            "MemoryBudgetAC) has it" + preset::did_you_mean(k, all) +
+                            (k == "mode" ? " (mode is the TOML era's key; a saved config holds the policy's fields)" : ""));
+    }
+    selective |= std::find(kAcSelective.begin(), kAcSelective.end(), k) != kAcSelective.end();
+    budget |= std::find(kAcMemoryBudget.begin(), kAcMemoryBudget.end(), k) != kAcMemoryBudget.end();
+  }
+  if (selective && budget) {
+    throw InvalidArgument(where + ": activation_checkpoint holds fields of two policies (SelectiveAC's "
+                          "force_recompute_mm_shapes_by_fqns and MemoryBudgetAC's memory budget): no config is both");
+  }
+  if (budget) {
+    throw InvalidArgument(where + ": activation_checkpoint is MemoryBudgetAC (memory_budget): the compiler's partitioner "
+                          "decides what is recomputed, which meshsim step does not model (none, selective and full are)");
+  }
+  if (selective) return {"selective", "activation_checkpoint (SelectiveAC)"};
+  return {"full", "activation_checkpoint (FullAC)"};
+}
+
 }  // namespace
 
 JobFile read_job_file(const std::string& path) {
@@ -148,7 +258,7 @@ JobFile read_job_file(const std::string& path) {
     if (json::max_nesting(text) > kMaxJobNesting) {
       throw InvalidArgument(where + " nests deeper than " + std::to_string(kMaxJobNesting) + " levels");
     }
-    doc = nlohmann::json::parse(text, nullptr, false);
+    doc = nlohmann::json::parse(python_constants(text), nullptr, false);
     if (doc.is_discarded()) throw ParseError(where + " is not JSON (torchtitan's saved config is)");
     if (!doc.is_object() || !doc.contains("model_spec") || !doc.contains("parallelism") || !doc.contains("training")) {
       throw InvalidArgument(where + " is not a torchtitan config: it has no model_spec, training and parallelism "
@@ -169,11 +279,19 @@ JobFile read_job_file(const std::string& path) {
   };
   const Section model(where, json ? "model_spec" : "model", json ? object("model_spec") : model_t ? &*model_t : nullptr);
   const Section training(where, "training", json ? object("training") : training_t ? &*training_t : nullptr);
-  const Section par(where, "parallelism", json ? object("parallelism") : parallelism_t ? &*parallelism_t : nullptr);
+  const Section par(where, "parallelism", json ? object("parallelism") : parallelism_t ? &*parallelism_t : nullptr,
+                    saved_nullable_parallelism());
   const Section ac(where, "activation_checkpoint", json ? object("activation_checkpoint") : ac_t ? &*ac_t : nullptr);
   training.check_keys(training_keys());
   par.check_keys(preset::titan_parallelism_keys());
   if (json) {
+    for (const auto& [k, _] : doc.items()) {
+      if (std::find(saved_top_keys().begin(), saved_top_keys().end(), k) == saved_top_keys().end()) {
+        throw InvalidArgument(where + ": unknown key " + quote_input(k) + ": torchtitan 0.3.0's config has no such key" +
+                              preset::did_you_mean(k, saved_top_keys()));
+      }
+    }
+    model.check_keys(saved_model_spec_keys());
     read_degrees_json(par, f.degrees);
   } else {
     model.check_keys(model_keys());
@@ -200,12 +318,12 @@ JobFile read_job_file(const std::string& path) {
   f.tokens_per_microbatch = training.positive("num_tokens_per_microbatch_per_dp_rank");
   f.tokens_per_step = training.integer("num_tokens_per_train_step");
   f.pp_microbatches = par.positive("num_pp_microbatches");
-  if (auto ctx = training.positive("max_context_length")) {
-    if (f.seq_len) {
-      throw InvalidArgument(where + ": training.seq_len and training.max_context_length are two generations' spellings "
-                            "of one setting: keep one");
-    }
+  const auto ctx = training.positive("max_context_length");
+  if (ctx && f.seq_len) {
+    throw InvalidArgument(where + ": training.seq_len and training.max_context_length are two generations' spellings "
+                          "of one setting: keep one");
   }
+  f.max_context_length = ctx;  // the token-budget generation's document bound: that generation
   const std::optional<std::string> sequences = f.local_batch_size ? f.local_batch_size->key
                                                : f.global_batch_size ? f.global_batch_size->key
                                                : f.microbatch_size ? f.microbatch_size->key
@@ -213,7 +331,8 @@ JobFile read_job_file(const std::string& path) {
   const std::optional<std::string> tokens = f.tokens_per_microbatch ? f.tokens_per_microbatch->key
                                             : f.tokens_per_step ? f.tokens_per_step->key
                                             : f.pp_microbatches ? f.pp_microbatches->key
-                                                                : std::optional<std::string>{};
+                                            : ctx ? ctx->key
+                                                  : std::optional<std::string>{};
   // torchtitan 0.3.0's saved config holds every key of its generation; a JSON of the newer
   // generation none of the older. A file that mixes them means one thing to one reader.
   if (sequences && tokens) {
@@ -260,11 +379,14 @@ JobFile read_job_file(const std::string& path) {
   if (json) {
     if (!doc.contains("activation_checkpoint")) {
       // torchtitan's default, SelectiveAC: left to run_step's default
-    } else if (!ac.present()) f.activation_checkpoint = Keyed<std::string>{"none", "activation_checkpoint (null)"};
-    else if (ac.raw("force_recompute_mm_shapes_by_fqns")) f.activation_checkpoint = Keyed<std::string>{"selective", "activation_checkpoint (SelectiveAC)"};
-    else f.activation_checkpoint = Keyed<std::string>{"full", "activation_checkpoint (FullAC)"};
+    } else if (!ac.present()) {
+      f.activation_checkpoint = Keyed<std::string>{"none", "activation_checkpoint (null)"};
+    } else {
+      f.activation_checkpoint = saved_policy(*object("activation_checkpoint"), where);
+    }
     if (const nlohmann::json* loss = object("loss")) {
       const Section l(where, "loss", loss);
+      l.check_keys(saved_loss_keys());
       f.loss_chunks = l.positive("num_chunks");
     }
   } else if (auto mode = ac.string("mode")) {

@@ -74,7 +74,7 @@ void from_job_file(const JobFile& f, const preset::Torchtitan& t, StepSpec& s, J
   const int64_t dp = checked_mul(t.dp_replicate, t.dp_shard, "the data-parallel degree");
   int64_t seq = 0, per_microbatch = 0, microbatches = 1, accum = 1;
   std::string seq_key, batch_key, microbatches_key;
-  if (f.tokens_per_microbatch || f.tokens_per_step || f.pp_microbatches) {
+  if (f.tokens_per_microbatch || f.tokens_per_step || f.pp_microbatches || f.max_context_length) {
     // The token budget (torchtitan's configs since 73aed7f6c): a microbatch is T tokens of packed
     // documents per dp rank, so one sequence of T tokens is what its collectives move.
     seq = f.tokens_per_microbatch ? f.tokens_per_microbatch->value : 16384;

@@ -34,11 +34,12 @@ struct JobFile {
   std::string format;           // "toml" or "json"
   preset::Torchtitan degrees;   // [parallelism]'s degrees (torchtitan's defaults where absent)
   std::optional<Keyed<std::string>> model;  // a built-in name: "<name>-<flavor>", lower case
-  std::optional<Keyed<int64_t>> seq_len;            // training.seq_len or training.max_context_length
+  std::optional<Keyed<int64_t>> seq_len;            // training.seq_len
   std::optional<Keyed<int64_t>> local_batch_size;   // sequences per dp rank per accumulation step
   std::optional<Keyed<int64_t>> global_batch_size;  // sequences per step (-1: local * dp)
   std::optional<Keyed<int64_t>> microbatch_size;    // sequences per pipeline microbatch
   std::optional<Keyed<int64_t>> tokens_per_microbatch;  // per dp rank (the token-budget form)
+  std::optional<Keyed<int64_t>> max_context_length;     // training.max_context_length (the token-budget generation)
   std::optional<Keyed<int64_t>> tokens_per_step;        // the token-budget form (-1: one accumulation step)
   std::optional<Keyed<int64_t>> pp_microbatches;        // the token-budget form's num_pp_microbatches
   std::optional<Keyed<std::string>> schedule;       // pipeline_parallel_schedule
