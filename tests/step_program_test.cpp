@@ -736,6 +736,14 @@ TEST(MegatronArgs, WhatMegatronRefusesOrMeshsimDoesNotModelIsNamed) {
       {base + " --num-layers-per-virtual-pipeline-stage 2 --num-virtual-stages-per-pipeline-rank 2", "mutually exclusive"},
       {base + " 'unclosed", "unclosed"},
       {base + " stray", "is not a flag"},
+      {base + " --bogus-flag 3", "is not a flag of Megatron-LM"},
+      // TransformerConfig.__post_init__'s recomputation rules, in its words.
+      {base + " --recompute-granularity full", "recompute_method must be \"block\" or \"uniform\""},
+      {base + " --recompute-granularity full --recompute-method uniform", "recompute_num_layers must be between 1"},
+      {base + " --recompute-granularity selective --recompute-num-layers 1", "recompute_num_layers must be None"},
+      {base + " --recompute-granularity selective --recompute-method bogus", "recompute_method: bogus must be"},
+      {base + " --recompute-granularity full --recompute-method block --recompute-num-layers 1",
+       "recomputes 1 of the 6 layers"},
       {base + " --hidden-size 99999999999 --num-layers 2 --num-attention-heads 2 --vocab-size 8", "over 2^32"},
   };
   for (const auto& [args, says] : cases) {
@@ -750,6 +758,45 @@ TEST(MegatronArgs, WhatMegatronRefusesOrMeshsimDoesNotModelIsNamed) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << args << "\n" << e.what();
     }
   }
+  // Flags Megatron-LM's parser defines are never near misses of others: noted as not read, with
+  // every value they take (--recompute-modules takes several).
+  StepSpec real;
+  real.megatron_args = base + " --num-workers 2 --vocab-file v.json --ckpt-format torch_dist --recompute-modules core_attn mlp "
+                              "--moe-router-dtype fp32 --mtp-num-layers 1 --fp8-param-gather --encoder-num-layers 2";
+  real.world_size = 8;
+  real.model = "llama3-debugmodel";
+  const StepRun read = run_step(real);
+  ASSERT_EQ(read.notes.size(), 1u);
+  for (const char* f : {"--num-workers", "--vocab-file", "--ckpt-format", "--recompute-modules", "--moe-router-dtype",
+                        "--mtp-num-layers", "--fp8-param-gather", "--encoder-num-layers"}) {
+    EXPECT_NE(read.notes[0].find(f), std::string::npos) << f << ": " << read.notes[0];
+  }
+  EXPECT_EQ(read.notes[0].find("mlp"), std::string::npos) << read.notes[0];  // a value, not a flag
+  // Full recomputation of every layer: uniform with 1, or block with every layer of the rank.
+  StepSpec every = real;
+  every.megatron_args = base + " --recompute-granularity full --recompute-method block --recompute-num-layers 6";
+  EXPECT_EQ(run_step(every).job.activation_checkpoint, Checkpoint::kFull);
+  // --activation-checkpoint beside Megatron's own recomputation says it overrides it.
+  every.activation_checkpoint = "none";
+  const StepRun over = run_step(every);
+  EXPECT_EQ(over.job.activation_checkpoint, Checkpoint::kNone);
+  ASSERT_FALSE(over.notes.empty());
+  EXPECT_NE(over.notes[0].find("--activation-checkpoint none overrides the recomputation of --megatron-args (full)"),
+            std::string::npos) << over.notes[0];
+  // --make-vocab-size-divisible-by pads the vocabulary (2,048) to a multiple of it x tp (2): 1
+  // and 128 leave it as it is, 3 pads it to 2,052 rows, which the parameter gather moves.
+  auto gathered = [&](const std::string& extra) {
+    StepSpec v = real;
+    v.megatron_args = base + extra;
+    return bytes(run_step(v).report, "dp_cp", "all_gather");
+  };
+  const int64_t at128 = gathered("");
+  EXPECT_EQ(gathered(" --make-vocab-size-divisible-by 1"), at128);
+  EXPECT_GT(gathered(" --make-vocab-size-divisible-by 3"), at128);
+  // FSDP's reshard choice means nothing to a Megatron step: refused, not ignored.
+  StepSpec reshard = real;
+  reshard.reshard_after_forward = "always";
+  EXPECT_THROW((void)run_step(reshard), InvalidArgument);
   StepSpec no_world;
   no_world.megatron_args = base;
   no_world.model = "llama3-debugmodel";

@@ -169,5 +169,36 @@ TEST(TextFields, FormatIsTextOrJson) {
   }
 }
 
+// shell_words: the words a POSIX shell makes of a line (as `sh -c 'printf "[%s]" ...'` prints
+// them), for the flags that take a command line's words (--against, --megatron-args).
+TEST(ShellWords, SplitsAsAPosixShellDoesWithoutExpansions) {
+  using W = std::vector<std::string>;
+  const std::vector<std::pair<std::string, W>> cases{
+      {"", W{}},
+      {"  \t\n ", W{}},
+      {"--a 1  --b\t2\n", W{"--a", "1", "--b", "2"}},
+      {"--megatron-args '--tp 2 --pp 4'", W{"--megatron-args", "--tp 2 --pp 4"}},
+      {"x\"a b\"y", W{"xa by"}},
+      {R"("a \"b\" \\ \$ \x")", W{R"(a "b" \ $ \x)"}},
+      {R"('a \n b')", W{R"(a \n b)"}},
+      {R"(a\ b c)", W{"a b", "c"}},
+      {"--a 1 \\\n --b 2", W{"--a", "1", "--b", "2"}},
+      {"--a 1 # a comment\n--b 2", W{"--a", "1", "--b", "2"}},
+      {"a#b", W{"a#b"}},
+      {"''", W{""}},
+      {"\"\"x", W{"x"}},
+  };
+  for (const auto& [line, want] : cases) EXPECT_EQ(shell_words(line, "--flag", 100), want) << line;
+  for (const std::string& bad : {std::string("'open"), std::string("\"open"), std::string("a 'b")}) {
+    try {
+      shell_words(bad, "--flag", 100);
+      ADD_FAILURE() << bad << " was split";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("--flag: an unclosed"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(shell_words("a b c", "--flag", 2), ResourceExhausted);
+}
+
 }  // namespace
 }  // namespace meshsim::text

@@ -564,9 +564,9 @@ TEST(PlanCheck, AnEmptyAgainstIsRefusedAndItsWordsAreAShells) {
   EXPECT_NE(s.out.find("--megatron-args gives the job; --preset or --job gives it again"), std::string::npos) << s.out;
   s = shell(tool + " --against \"--preset 'torchtitan:tp=2\" 2>&1");
   EXPECT_EQ(s.status, 2) << s.out;
-  EXPECT_NE(s.out.find("a ' opened at byte 9 is never closed"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("an unclosed ' quote, opened at byte 9"), std::string::npos) << s.out;
   s = shell(tool + " --against '--preset \"torchtitan:tp=2' 2>&1");
-  EXPECT_NE(s.out.find("a \" opened at byte 9 is never closed"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("an unclosed \" quote, opened at byte 9"), std::string::npos) << s.out;
   fs::remove(file);
   fs::remove_all(dir);
 }

@@ -18,51 +18,11 @@ namespace meshsim::trace_command {
 
 namespace {
 
-// shell_words splits `text` into words as a POSIX shell does, without expansions: blanks
-// separate words; '...' keeps everything literally; "..." keeps everything but a backslash
-// before " \ $ ` or a newline; an unquoted backslash keeps the next character. An unclosed
-// quote is refused.
-std::vector<std::string> shell_words(const std::string& text) {
-  std::vector<std::string> words;
-  std::string w;
-  bool in_word = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-      if (in_word) words.push_back(std::move(w));
-      w.clear();
-      in_word = false;
-      continue;
-    }
-    in_word = true;
-    if (c == '\'') {
-      const std::size_t end = text.find('\'', i + 1);
-      if (end == std::string::npos) throw InvalidArgument("--against: a ' opened at byte " + std::to_string(i) + " is never closed");
-      w.append(text, i + 1, end - i - 1);
-      i = end;
-    } else if (c == '"') {
-      std::size_t j = i + 1;
-      for (; j < text.size() && text[j] != '"'; ++j) {
-        if (text[j] == '\\' && j + 1 < text.size() && std::string_view("\"\\$`\n").find(text[j + 1]) != std::string_view::npos) ++j;
-        w += text[j];
-      }
-      if (j >= text.size()) throw InvalidArgument("--against: a \" opened at byte " + std::to_string(i) + " is never closed");
-      i = j;
-    } else if (c == '\\') {
-      if (i + 1 < text.size()) w += text[++i];
-    } else {
-      w += c;
-    }
-  }
-  if (in_word) words.push_back(std::move(w));
-  return words;
-}
-
 // plan_spec reads `meshsim step`'s flags that define a step.
 step::StepSpec plan_spec(const std::string& against) {
   std::string text = against;
   if (!text.empty() && text[0] == '@') text = read_text_file(text.substr(1), 1 << 16, "--against");
-  const std::vector<std::string> words = shell_words(text);
+  const std::vector<std::string> words = text::shell_words(text, "--against", std::size_t{1} << 14);
   if (words.empty()) {
     throw InvalidArgument("--against " + quote_input(against) + " holds" +
                           " no flags: give the step's flags (--preset or --job, ...), or leave --against out to "

@@ -169,10 +169,12 @@ def _str(value, what):
 
 
 def _path(value, what):
-    """A file or directory: a str or an os.PathLike (bytes paths decoded as the file system does)."""
+    """A file or directory: a str, bytes or an os.PathLike, handed on as the file system's bytes
+    (os.fsencode), so a name that is not UTF-8 (b"j\\xff.json", or the str os.fsdecode makes of
+    it) reaches the file as the tool's argv would."""
     if not isinstance(value, (str, bytes, _os.PathLike)):
-        raise errors.ArgumentTypeError(what + " must be a path (str or os.PathLike), got " + repr(value)[:200])
-    return _os.fsdecode(value)
+        raise errors.ArgumentTypeError(what + " must be a path (str, bytes or os.PathLike), got " + repr(value)[:200])
+    return _os.fsencode(value)
 
 
 def _names(value, what):
@@ -244,7 +246,7 @@ def _typed_arguments(fn, qualname):
 
 for _name in ("__getitem__", "_flatten_impl", "_unflatten_impl", "transpose", "reshape", "size", "mesh_for",
               "get_coordinate", "get_local_rank", "groups", "group_table", "group_of", "get_group", "get_all_groups",
-              "find_flattened"):
+              "find_flattened", "creation_plan"):
     setattr(DeviceMesh, _name, _typed_arguments(DeviceMesh.__dict__[_name],
                                                 "DeviceMesh." + _name.replace("_impl", "").strip("_")))
 for _name in ("init", "_from_ranks", "_from_group", "from_logical"):

@@ -329,9 +329,21 @@ std::vector<std::string> names_of(const py::object& o, const char* what = "mesh[
 // the reader judged before is judged the same now.
 constexpr int kMaxValueDepth = 990;
 
+// set_error raises `cls` with `message`, bytes that are not UTF-8 (a file name the user gave)
+// kept as backslash escapes instead of failing the raise with a UnicodeDecodeError.
+void set_error(const py::object& cls, const std::string& message) {
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
+  if (text == nullptr) {
+    PyErr_Clear();
+    PyErr_SetString(cls.ptr(), "(an error whose message could not be decoded)");
+    return;
+  }
+  PyErr_SetObject(cls.ptr(), text);
+  Py_DECREF(text);
+}
+
 [[noreturn]] void type_error(const std::string& message) {
-  py::object cls = py::module_::import("meshsim.errors").attr("ArgumentTypeError");
-  PyErr_SetString(cls.ptr(), message.c_str());
+  set_error(py::module_::import("meshsim.errors").attr("ArgumentTypeError"), message);
   throw py::error_already_set();
 }
 
@@ -392,7 +404,7 @@ void bind_errors() {
     } catch (const meshsim::Error& e) {
       py::object errors = py::module_::import("meshsim.errors");
       py::object cls = py::hasattr(errors, e.type_name()) ? errors.attr(e.type_name()) : errors.attr("Error");
-      PyErr_SetString(cls.ptr(), e.what());
+      set_error(cls, e.what());
     }
   });
 }

@@ -801,3 +801,27 @@ def test_step_keywords_are_the_typed_specs_fields():
     assert tool.returncode == 0 and json.loads(tool.stdout) == direct
     with pytest.raises(meshsim.errors.ArgumentTypeError):
         _meshsim.step(preset="torchtitan:dp_shard=2", model=3)
+
+
+def test_a_job_path_that_is_not_utf8_reaches_the_file_as_bytes(tmp_path):
+    # A bytes path (or the str os.fsdecode makes of it) is the file system's name, as the tool's argv.
+    name = os.fsencode(str(tmp_path)) + b"/j\xff.toml"
+    with open(name, "w") as f:
+        f.write('[model]\nname = "llama3"\nflavor = "debugmodel"\n[training]\nlocal_batch_size = 2\nseq_len = 256\n'
+                '[parallelism]\ndata_parallel_shard_degree = 2\n')
+    for job in (name, os.fsdecode(name)):
+        assert meshsim.step(job=job)["world_size"] == 2
+    with pytest.raises(meshsim.InvalidArgument, match="cannot be read"):
+        meshsim.step(job=os.fsencode(str(tmp_path)) + b"/missing\xfe.toml")
+
+
+def test_creation_plans_arguments_are_typed():
+    mesh = meshsim.init_device_mesh((2, 2), ("dp", "tp"))
+    for bad in ({"rank": 1.0}, {"rank": "1"}, {"torch_version": 2.14}):
+        with pytest.raises(meshsim.ArgumentTypeError):
+            mesh.creation_plan(**bad)
+    with pytest.raises(meshsim.InvalidArgument, match="2.13 \\(read from 2.13.0\\), 2.14 \\(read from 2.14.1\\)"):
+        mesh.creation_plan(torch_version="2.12")
+    plan = mesh.creation_plan(rank=3, torch_version="2.13",
+                              process_groups=[{"new_group": {"ranks": [0, 3], "use_local_synchronization": True}}])
+    assert plan["torch_version"] == "2.13" and plan["calls"][-1]["group_name"] is not None

@@ -9,6 +9,62 @@
 
 namespace meshsim::text {
 
+std::vector<std::string> shell_words(const std::string& text, const std::string& flag, std::size_t max_words) {
+  std::vector<std::string> words;
+  std::string w;
+  bool in_word = false;
+  auto end_word = [&] {
+    if (!in_word) return;
+    if (words.size() >= max_words) {
+      throw ResourceExhausted(flag + " holds over " + std::to_string(max_words) + " words");
+    }
+    words.push_back(std::move(w));
+    w.clear();
+    in_word = false;
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') {
+      end_word();
+      continue;
+    }
+    if (c == '#' && !in_word) {
+      while (i < text.size() && text[i] != '\n') ++i;
+      continue;
+    }
+    if (c == '\'') {
+      const std::size_t end = text.find('\'', i + 1);
+      if (end == std::string::npos) throw InvalidArgument(flag + ": an unclosed ' quote, opened at byte " + std::to_string(i));
+      w.append(text, i + 1, end - i - 1);
+      in_word = true;
+      i = end;
+    } else if (c == '"') {
+      std::size_t j = i + 1;
+      for (; j < text.size() && text[j] != '"'; ++j) {
+        if (text[j] == '\\' && j + 1 < text.size() && std::string_view("\"\\$`\n").find(text[j + 1]) != std::string_view::npos) {
+          if (text[++j] == '\n') continue;
+        }
+        w += text[j];
+      }
+      if (j >= text.size()) throw InvalidArgument(flag + ": an unclosed \" quote, opened at byte " + std::to_string(i));
+      in_word = true;
+      i = j;
+    } else if (c == '\\') {
+      if (i + 1 < text.size() && text[i + 1] == '\n') {
+        ++i;  // a line continued
+        continue;
+      }
+      if (i + 1 < text.size()) w += text[++i];
+      in_word = true;
+    } else {
+      w += c;
+      in_word = true;
+    }
+  }
+  end_word();
+  return words;
+}
+
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::string cur;

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "megatron_lm_flags.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/preset.hpp"
 #include "meshsim/text_fields.hpp"
@@ -17,46 +18,10 @@ namespace {
 constexpr std::size_t kMaxArgsBytes = std::size_t{1} << 20;
 constexpr std::size_t kMaxArgs = 1 << 14;
 
-// words splits an argument list as a shell would for plain flags: whitespace, '...' and "..."
-// quotes, '#' comments to the end of a line, backslash-newline joined.
-std::vector<std::string> words(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool in_word = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '\\' && i + 1 < text.size() && text[i + 1] == '\n') {
-      ++i;
-      continue;
-    }
-    if (c == '\'' || c == '"') {
-      const std::size_t end = text.find(c, i + 1);
-      if (end == std::string::npos) throw InvalidArgument("--megatron-args: an unclosed " + std::string(1, c) + " quote");
-      cur += text.substr(i + 1, end - i - 1);
-      in_word = true;
-      i = end;
-      continue;
-    }
-    if (c == '#' && !in_word) {
-      while (i < text.size() && text[i] != '\n') ++i;
-      continue;
-    }
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      if (in_word) out.push_back(std::move(cur)), cur.clear(), in_word = false;
-      continue;
-    }
-    cur += c;
-    in_word = true;
-    if (out.size() > kMaxArgs) throw ResourceExhausted("--megatron-args holds over 16,384 words");
-  }
-  if (in_word) out.push_back(std::move(cur));
-  return out;
-}
-
 // The flags that take an integer, and where each goes.
 enum class Flag {
   kTp, kPp, kCp, kEp, kEtp, kVirtual, kLayersPerVirtual, kMbs, kGbs, kSeq, kLayers, kHidden, kFfn, kHeads,
-  kGroups, kVocab, kExperts, kTopk, kMoeFfn, kSharedFfn
+  kGroups, kVocab, kExperts, kTopk, kMoeFfn, kSharedFfn, kVocabDivisible
 };
 const std::map<std::string, Flag>& int_flags() {
   static const std::map<std::string, Flag> m{
@@ -68,7 +33,8 @@ const std::map<std::string, Flag>& int_flags() {
       {"--hidden-size", Flag::kHidden}, {"--ffn-hidden-size", Flag::kFfn}, {"--num-attention-heads", Flag::kHeads},
       {"--num-query-groups", Flag::kGroups}, {"--vocab-size", Flag::kVocab}, {"--num-experts", Flag::kExperts},
       {"--moe-router-topk", Flag::kTopk}, {"--moe-ffn-hidden-size", Flag::kMoeFfn},
-      {"--moe-shared-expert-intermediate-size", Flag::kSharedFfn}};
+      {"--moe-shared-expert-intermediate-size", Flag::kSharedFfn},
+      {"--make-vocab-size-divisible-by", Flag::kVocabDivisible}};
   return m;
 }
 const std::set<std::string>& bool_flags() {
@@ -120,7 +86,7 @@ MegatronArgs parse_megatron_args(const std::string& text_or_file) {
   std::string text = text_or_file;
   if (!text.empty() && text[0] == '@') text = read_text_file(text.substr(1), kMaxArgsBytes, "--megatron-args");
   if (text.size() > kMaxArgsBytes) throw ResourceExhausted("--megatron-args is over 1 MiB");
-  const std::vector<std::string> w = words(text);
+  const std::vector<std::string> w = text::shell_words(text, "--megatron-args", kMaxArgs);
   MegatronArgs a;
   std::map<Flag, int64_t> ints;
   std::map<std::string, std::string> strs;
@@ -166,12 +132,18 @@ MegatronArgs parse_megatron_args(const std::string& text_or_file) {
       else strs[flag] = "true";
     } else if (string_flags().count(flag)) {
       strs[flag] = take_value();
-    } else {
-      const std::string near = preset::did_you_mean(flag, known);
-      if (!near.empty()) throw InvalidArgument("--megatron-args: " + quote_input(flag) + " is not a flag meshsim reads" + near);
-      // A flag of Megatron's that moves no collective meshsim models; its value, if any, with it.
-      if (!has_value && i + 1 < w.size() && w[i + 1].rfind("--", 0) != 0) ++i;
+    } else if (is_megatron_lm_flag(flag)) {
+      // A flag of Megatron-LM's that moves no collective meshsim models: noted as not read, with
+      // its values (Megatron-LM takes no positional arguments: every word up to the next flag).
+      if (!has_value) {
+        while (i + 1 < w.size() && w[i + 1].rfind("--", 0) != 0) ++i;
+      }
       a.ignored.push_back(flag);
+    } else {
+      // Not Megatron-LM's: a misspelling of one meshsim reads, or a flag Megatron-LM refuses.
+      const std::string near = preset::did_you_mean(flag, known);
+      throw InvalidArgument("--megatron-args: " + quote_input(flag) + " is not a flag of Megatron-LM (core_v0.16.1's "
+                            "argument parser defines " + std::to_string(megatron_lm_flag_count()) + ")" + near);
     }
   }
   auto get = [&](Flag f) -> std::optional<int64_t> {
@@ -183,6 +155,7 @@ MegatronArgs parse_megatron_args(const std::string& text_or_file) {
   a.cp = get(Flag::kCp).value_or(1);
   a.ep = get(Flag::kEp).value_or(1);
   a.etp = get(Flag::kEtp);
+  a.vocab_divisible = get(Flag::kVocabDivisible).value_or(128);
   a.virtual_stages = get(Flag::kVirtual);
   a.layers_per_virtual_stage = get(Flag::kLayersPerVirtual);
   a.micro_batch_size = get(Flag::kMbs);
@@ -217,11 +190,38 @@ MegatronArgs parse_megatron_args(const std::string& text_or_file) {
       throw InvalidArgument("--megatron-args: --recompute-granularity " + quote_input(it->second) +
                             ": invalid choice (choose from full, selective)  [Megatron]");
     }
-    if (it->second == "full" && strs.count("--recompute-num-layers") && strs["--recompute-num-layers"] != "1") {
-      throw InvalidArgument("--megatron-args: --recompute-num-layers " + strs["--recompute-num-layers"] +
-                            ": meshsim models full recomputation of every layer (uniform, 1 layer per checkpoint)");
+    // TransformerConfig.__post_init__'s rules (megatron-core 0.16.1), in its words.
+    const bool full = it->second == "full";
+    const auto method = strs.find("--recompute-method");
+    const auto count = strs.find("--recompute-num-layers");
+    if (method != strs.end() && method->second != "block" && method->second != "uniform") {
+      throw InvalidArgument("--megatron-args: recompute_method: " + method->second + " must be \"block\" or \"uniform\".  [Megatron]");
+    }
+    if (method == strs.end() && full) {
+      throw InvalidArgument("--megatron-args: Using recompute_granularity: full so recompute_method must be \"block\" or "
+                            "\"uniform\"  [Megatron]");
+    }
+    if (full && count == strs.end()) {
+      throw InvalidArgument("--megatron-args: When using recompute_granularity: full recompute_num_layers must be between 1 "
+                            "and num_layers_per_pipeline_rank  [Megatron]");
+    }
+    if (!full && count != strs.end()) {
+      throw InvalidArgument("--megatron-args: When using recompute_granularity: selective recompute_num_layers must be "
+                            "None.  [Megatron]");
+    }
+    if (full) {
+      a.recompute_method = method->second;
+      a.recompute_layers = text::parse_int(count->second, "--megatron-args: --recompute-num-layers");
+      if (a.recompute_layers < 1) {
+        throw InvalidArgument("--megatron-args: --recompute-num-layers " + count->second + " is not a positive integer");
+      }
+      if (a.recompute_method == "uniform" && a.recompute_layers != 1) {
+        throw InvalidArgument("--megatron-args: --recompute-method uniform --recompute-num-layers " + count->second +
+                              ": meshsim models full recomputation of every layer (uniform, 1 layer per checkpoint)");
+      }
     }
     a.recompute = it->second;
+    a.recompute_given = true;
   }
   // The model's shape, when given (else `--model` names one).
   const auto layers = get(Flag::kLayers), hidden = get(Flag::kHidden), heads = get(Flag::kHeads);

@@ -73,8 +73,8 @@ StepBuilder::StepBuilder(const Job& job, const StageLayout& layout) : job_(job),
     embed_ = padded(m.vocab / t, m.dim, f);
     output_ = checked_add(padded(m.dim, 1, f), padded(m.vocab / t, m.dim, f), "the output unit");
     if (megatron_) {
-      // Megatron pads the vocabulary to a multiple of 128 x tp (make_vocab_size_divisible_by).
-      const int64_t unit = checked_mul(128, t, "the vocabulary's padding");
+      // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x tp.
+      const int64_t unit = checked_mul(job.megatron_vocab_divisible, t, "the vocabulary's padding");
       const int64_t vocab = checked_mul((m.vocab + unit - 1) / unit, unit, "the padded vocabulary");
       embed_ = checked_mul(vocab / t, m.dim, "the embeddings");
       output_ = checked_mul(vocab / t, m.dim, "the output layer");  // the final norm is counted with the norms

@@ -227,8 +227,26 @@ void from_megatron_args(const MegatronArgs& a, StepSpec& s, Job& job, StepRun& r
     stages = checked_mul(a.pp, *a.virtual_stages, "the virtual stages");
   }
   if (stages && *stages > a.pp) fill(s.stages, "--stages", *stages, "the virtual pipeline stages");
-  if (s.activation_checkpoint.empty()) s.activation_checkpoint = a.recompute;
+  if (a.recompute_method == "block" && a.recompute_layers < layers / a.pp) {
+    // Megatron's block method recomputes the first N layers of each pipeline rank and keeps the
+    // rest's activations: not every layer, which is what meshsim models.
+    throw InvalidArgument("--megatron-args: --recompute-method block --recompute-num-layers " +
+                          std::to_string(a.recompute_layers) + " recomputes " + std::to_string(a.recompute_layers) +
+                          " of the " + std::to_string(layers / a.pp) + " layers of each pipeline rank: meshsim models "
+                          "full recomputation of every layer (uniform with 1, or block with every layer of the rank)");
+  }
+  if (s.activation_checkpoint.empty()) {
+    s.activation_checkpoint = a.recompute;
+  } else if (a.recompute_given && text::lower_case(s.activation_checkpoint) != a.recompute) {
+    run.notes.push_back("--activation-checkpoint " + s.activation_checkpoint + " overrides the recomputation of "
+                        "--megatron-args (" + a.recompute + ")");
+  }
+  if (!s.reshard_after_forward.empty()) {
+    throw InvalidArgument("--reshard-after-forward " + quote_input(s.reshard_after_forward) + " is FSDP's (torchtitan's) "
+                          "setting; a Megatron step shards with its distributed optimizer and has no such choice");
+  }
   job.megatron_grad_reduce_in_bf16 = a.grad_reduce_in_bf16;
+  job.megatron_vocab_divisible = a.vocab_divisible;
   job.megatron_rerun_validate = a.rerun_mode == "validate_results";
   if (!a.ignored.empty()) {
     std::string list;

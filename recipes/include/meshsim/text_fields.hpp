@@ -13,6 +13,14 @@ namespace meshsim::text {
 // split cuts `s` at every `sep` (a trailing separator gives a last empty part).
 std::vector<std::string> split(const std::string& s, char sep);
 
+// shell_words splits `text` into words as a POSIX shell does, without expansions: blanks
+// separate words; '...' keeps everything literally; "..." keeps everything but a backslash
+// before " \ $ ` or a newline; an unquoted backslash keeps the next character, and a
+// backslash-newline joins lines; a '#' that starts a word comments out the rest of its line.
+// InvalidArgument naming `flag` for an unclosed quote (and its byte); ResourceExhausted past
+// `max_words` words.
+std::vector<std::string> shell_words(const std::string& text, const std::string& flag, std::size_t max_words);
+
 // parse_int reads a whole decimal int64: InvalidArgument "<what>: 'S' is not an integer", or
 // OverflowError when it does not fit.
 int64_t parse_int(const std::string& s, const std::string& what);

@@ -34,8 +34,12 @@ struct MegatronArgs {
   std::optional<int64_t> layers_per_virtual_stage;
   std::optional<int64_t> micro_batch_size, global_batch_size, seq_length;
   bool bf16 = false, grad_reduce_in_bf16 = false, sequence_parallel = false, distributed_optimizer = false;
+  int64_t vocab_divisible = 128;  // --make-vocab-size-divisible-by (Megatron-LM's default 128)
   std::string rerun_mode = "validate_results";
   std::string recompute = "none";          // none, selective or full (--recompute-granularity)
+  bool recompute_given = false;            // --recompute-granularity was given
+  std::string recompute_method;            // full: "uniform" or "block" (--recompute-method)
+  int64_t recompute_layers = 0;            // full: --recompute-num-layers
   std::optional<Model> model;              // when the shape flags are given
   std::vector<std::string> ignored;        // flags read and left alone (no collective of the step)
 };

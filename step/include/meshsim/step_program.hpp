@@ -183,6 +183,8 @@ struct Job {
   // default, all-reduces one int32 over the world after the forward-backward
   // (rerun_state_machine.py should_run_forward_backward).
   bool megatron_grad_reduce_in_bf16 = false;
+  // Megatron-LM pads the vocabulary to a multiple of this x tp (--make-vocab-size-divisible-by).
+  int64_t megatron_vocab_divisible = 128;
   bool megatron_rerun_validate = true;
 };
 
