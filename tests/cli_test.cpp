@@ -167,6 +167,26 @@ TEST(Cli, AStepsOutputsNeverReplaceItsInputsOrEachOther) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Cli, AStepsRefusalBlamesWhatTheUserGave) {
+  const std::string dir = ::testing::TempDir() + "meshsim_cli_blame/";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "big.toml") << "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n[training]\n"
+                                     "seq_len = 9223372036854775807\n[parallelism]\ndata_parallel_shard_degree = 2\n";
+  // The file's key, not a --seq-len that was never given.
+  Result r = run_shell(std::string(MESHSIM_EXE) + " step --job " + dir + "big.toml 2>&1");
+  EXPECT_EQ(r.status, 2);
+  ASSERT_FALSE(r.lines.empty());
+  EXPECT_NE(r.lines[0].find("training.seq_len = 9223372036854775807 is out of range"), std::string::npos) << r.lines[0];
+  EXPECT_EQ(r.lines[0].find("--seq-len"), std::string::npos) << r.lines[0];
+  // An unknown schedule name is not "a missing file" alone: the names meshsim builds are listed.
+  r = run_shell(std::string(MESHSIM_EXE) + " step --preset torchtitan:pp=2,dp_shard=2 --model llama3-debugmodel "
+                "--seq-len 256 --local-batch-size 1 --microbatches 2 --schedule Interleaved1F1b2 2>&1");
+  EXPECT_EQ(r.status, 2);
+  ASSERT_FALSE(r.lines.empty());
+  EXPECT_NE(r.lines[0].find("is neither a schedule meshsim builds (GPipe, 1F1B"), std::string::npos) << r.lines[0];
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, MissingFileIsANonZeroExit) {
   EXPECT_NE(run("query --file /nonexistent/requests.jsonl").status, 0);
 }

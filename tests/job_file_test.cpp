@@ -194,7 +194,7 @@ TEST(JobFile, TorchtitansSavedConfigIsRead) {
   const StepRun r = run_job(write("saved.json", R"({
     "model_spec": {"name": "llama3", "flavor": "debugmodel", "model": {"dim": 256}},
     "training": {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048, "mixed_precision_param": "bfloat16",
-                 "mixed_precision_reduce": "float32"},
+                 "mixed_precision_reduce": "float32", "disable_cuda_graphs": true},
     "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 2, "tensor_parallel_degree": 2,
                     "pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "Interleaved1F1B",
                     "pipeline_parallel_schedule_csv": "", "pipeline_parallel_microbatch_size": 1,
@@ -253,6 +253,12 @@ TEST(JobFile, ASavedConfigIsHeldToTorchtitansOwnFields) {
       {{"\"force_recompute_mm_shapes_by_fqns\": []", "\"force_recompute_mm_shapes_by_fqns\": [], \"memory_budget\": 0.5"},
        "two policies"},
       {{"\"seq_len\": 512", "\"seq_len\": 18446744073709551617"}, "does not fit in 64 bits"},
+      // What torchtitan's own configs refuse as they are built.
+      {{"\"loss\":", "\"debug\": {\"batch_invariant\": true}, \"loss\":"}, "Batch-invariant mode is not supported"},
+      {{"\"data_parallel_shard_degree\": 2", "\"data_parallel_shard_degree\": 1, \"pipeline_parallel_degree\": 2"},
+       "CUDA graphs do not support pipeline parallelism yet"},
+      {{"\"data_parallel_shard_degree\": 2", "\"data_parallel_shard_degree\": 2, \"context_parallel_load_balancer\": \"\""},
+       "context_parallel_load_balancer cannot be an empty string"},
   };
   for (const auto& [edit, words] : cases) {
     const std::string got = refusal(edit.first, edit.second);
@@ -263,6 +269,15 @@ TEST(JobFile, ASavedConfigIsHeldToTorchtitansOwnFields) {
   EXPECT_EQ(refusal("\"force_recompute_mm_shapes_by_fqns\": []", "\"debug\": false"), "(accepted)");
   EXPECT_EQ(refusal("\"max_norm\": 1.0", "\"max_norm\": Infinity, \"dataset\": \"NaN Infinity\""), "(accepted)");
   EXPECT_EQ(refusal("\"max_norm\": 1.0", "\"max_norm\": -Infinity, \"gc_freq\": NaN"), "(accepted)");
+  try {
+    run_job(write("spmd.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
+      "training": {"local_batch_size": 2, "disable_cuda_graphs": true},
+      "parallelism": {"pipeline_parallel_degree": 2, "spmd_backend": "spmd_types"}, "debug": {"spmd_typechecking": true}})"));
+    ADD_FAILURE() << "SPMD typechecking under pipeline parallelism was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("SPMD typechecking is not supported with pipeline parallelism"), std::string::npos)
+        << e.what();
+  }
   EXPECT_EQ(run_job(write("ctx.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
     "training": {"max_context_length": 1024, "num_tokens_per_microbatch_per_dp_rank": 2048},
     "parallelism": {"data_parallel_shard_degree": 2}})")).job.seq_len, 2048);  // a microbatch's tokens

@@ -293,6 +293,26 @@ JobFile read_job_file(const std::string& path) {
     }
     model.check_keys(saved_model_spec_keys());
     read_degrees_json(par, f.degrees);
+    // What torchtitan 0.3.0's own configs refuse as they are built (Trainer.Config and
+    // ParallelismConfig.__post_init__), in their words.
+    const Section debug(where, "debug", object("debug"));
+    const std::string refused = where + ": torchtitan refuses this config: ";
+    if (debug.boolean("batch_invariant") == true) {
+      throw InvalidArgument(refused + "Batch-invariant mode is not supported in pre-training. (debug.batch_invariant)");
+    }
+    if (f.degrees.pp > 1 && training.boolean("disable_cuda_graphs") != true) {
+      throw InvalidArgument(refused + "CUDA graphs do not support pipeline parallelism yet. Set "
+                            "--training.disable_cuda_graphs. (training.disable_cuda_graphs is false, its default, with "
+                            "pipeline_parallel_degree " + std::to_string(f.degrees.pp) + ")");
+    }
+    if (f.degrees.pp > 1 && f.degrees.spmd_backend == "spmd_types" && debug.boolean("spmd_typechecking") == true) {
+      throw InvalidArgument(refused + "SPMD typechecking is not supported with pipeline parallelism. (debug.spmd_typechecking "
+                            "with parallelism.spmd_backend spmd_types)");
+    }
+    if (auto lb = par.string("context_parallel_load_balancer"); lb && lb->value.empty()) {
+      throw InvalidArgument(refused + "context_parallel_load_balancer cannot be an empty string. Use None to disable load "
+                            "balancing.");
+    }
   } else {
     model.check_keys(model_keys());
     ac.check_keys(ac_keys());

@@ -1,5 +1,6 @@
 #include "meshsim/step_job.hpp"
 
+#include <filesystem>
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -46,8 +47,17 @@ void from_job_file(const JobFile& f, const preset::Torchtitan& t, StepSpec& s, J
     if (given != file_value) run.notes.push_back(flag + " " + given + " overrides " + key + " = " + file_value + of);
   };
   auto fill_int = [&](std::optional<int64_t>& flag_value, const char* flag, int64_t file_value, const std::string& key) {
-    if (flag_value) overrides(flag, std::to_string(*flag_value), std::to_string(file_value), key);
-    else flag_value = file_value;
+    if (flag_value) {
+      overrides(flag, std::to_string(*flag_value), std::to_string(file_value), key);
+      return;
+    }
+    // A file's sequence length and batch are checked here, where their key is known, so a bad
+    // one is blamed on the file's key, never on a flag the user did not give.
+    const std::string_view name(flag);
+    if ((name == "--seq-len" || name == "--local-batch-size") && (file_value < 1 || file_value > (int64_t{1} << 32))) {
+      throw InvalidArgument(key + " = " + std::to_string(file_value) + " is out of range [1, 2^32]" + of);
+    }
+    flag_value = file_value;
   };
   auto fill_str = [&](std::string& flag_value, const char* flag, const std::optional<Keyed<std::string>>& v) {
     if (!v) return;
@@ -525,6 +535,11 @@ StepRun run_step(const StepSpec& given) {
     }
   } else if (t.pp > 1) {
     if (job.microbatches < 1) throw InvalidArgument("--microbatches " + std::to_string(job.microbatches) + " is not >= 1");
+    std::error_code ec;
+    if (!std::filesystem::exists(spec.schedule, ec)) {
+      throw NotFound("--schedule " + quote_input(spec.schedule) + " is neither a schedule meshsim builds (" +
+                     schedule_names() + ") nor a CSV file (there is no such file)");
+    }
     job.schedule = spec.schedule;
     job.schedule_override =
         read_schedule_file(spec.schedule, t.pp, spec.stages, job.microbatches, "--schedule " + quote_input(spec.schedule),
