@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
@@ -872,6 +873,114 @@ TEST(HostileDumps, APrefixRefusalNamesAFewPrefixesNotAll) {
 }
 
 // A problem's kind is an enum with one wording each, the reports' word; every name reads back.
+// A world of dumps whose groups each rank lists as `groups(r)` (name, ranks, desc), every record
+// completed (as the fake backend's under meshsim record): one all_reduce per group it lists.
+std::vector<Dump> named_groups(int world, const std::function<std::vector<GroupConfig>(int)>& groups) {
+  std::vector<Dump> out;
+  for (int r = 0; r < world; ++r) {
+    Dump d;
+    d.rank = r;
+    d.path = "rank" + std::to_string(r);
+    d.format = "pickle";
+    d.version = "2.10";
+    d.groups = groups(r);
+    for (const auto& g : d.groups) {
+      Entry e;
+      e.record_id = static_cast<int64_t>(d.entries.size());
+      e.group = g.name;
+      e.desc = g.desc;
+      e.collective_seq_id = 1;
+      e.profiling_name = "nccl:all_reduce";
+      e.op = "all_reduce";
+      e.input_sizes = e.output_sizes = {{4}};
+      e.input_dtypes = e.output_dtypes = {"Float"};
+      e.state = EntryState::kCompleted;
+      d.entries.push_back(e);
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+TEST(GroupNames, OneGroupNamedDifferentlyByItsMembersIsNamedFirstWithBothSides) {
+  // A world of n ranks; a group of ranks [0, n) that ranks below `split` call "2" and the others
+  // "1" (PyTorch 2.14's counter after a local-sync group of the first ranks): one group-name
+  // problem, before any other, naming both sides; the same world named alike passes.
+  for (int n : {2, 3, 4, 8, 64}) {
+    for (int split = 1; split < n; split += std::max(1, n / 4)) {
+      std::vector<int64_t> all(n);
+      std::iota(all.begin(), all.end(), 0);
+      const auto dumps = named_groups(n, [&](int r) {
+        return std::vector<GroupConfig>{{"0", "default_pg", all}, {r < split ? "2" : "1", "undefined", all}};
+      });
+      const CheckReport rep = check_dumps(dumps);
+      ASSERT_FALSE(rep.ok);
+      ASSERT_EQ(problem_kind_name(rep.problems.front().kind), "group-name") << rep.problems.front().message;
+      int names = 0;
+      for (const auto& p : rep.problems) names += p.kind == ProblemKind::kGroupName;
+      EXPECT_EQ(names, 1) << n << " " << split;
+      const std::string& m = rep.problems.front().message;
+      const std::string low = split == 1 ? "rank 0" : "ranks 0-" + std::to_string(split - 1);
+      const std::string high = split == n - 1 ? "rank " + std::to_string(n - 1) : "ranks " + std::to_string(split) + "-" + std::to_string(n - 1);
+      EXPECT_NE(m.find(low + " as '2', " + high + " as '1'"), std::string::npos) << m;
+      EXPECT_EQ(rep.problems.front().ranks, all);
+      const auto alike = named_groups(n, [&](int) { return std::vector<GroupConfig>{{"0", "default_pg", all}, {"1", "undefined", all}}; });
+      EXPECT_TRUE(check_dumps(alike).ok);
+    }
+  }
+}
+
+TEST(GroupNames, ChainedLocalGroupsAndAMemberThatListsNoneAreNamed) {
+  // Ranks 0 and 3 hash their [0, 3] group differently (each its own count of groups held):
+  // named with both sides; the other ranks are not in it and not named.
+  const std::vector<int64_t> all{0, 1, 2, 3};
+  auto dumps = named_groups(4, [&](int r) {
+    std::vector<GroupConfig> g{{"0", "default_pg", all}};
+    if (r < 2) g.push_back({"h01", "undefined", {0, 1}});
+    if (r == 0) g.push_back({"h03-after-two", "undefined", {0, 3}});
+    if (r == 3) g.push_back({"h03-after-one", "undefined", {0, 3}});
+    return g;
+  });
+  CheckReport rep = check_dumps(dumps);
+  ASSERT_FALSE(rep.ok);
+  EXPECT_EQ(rep.problems.front().kind, ProblemKind::kGroupName);
+  EXPECT_EQ(rep.problems.front().ranks, (std::vector<int64_t>{0, 3}));
+  EXPECT_NE(rep.problems.front().message.find("rank 0 as 'h03-after-two', rank 3 as 'h03-after-one'"), std::string::npos)
+      << rep.problems.front().message;
+  // A member that lists no group of these ranks at all: a membership problem naming it.
+  dumps = named_groups(4, [&](int r) {
+    std::vector<GroupConfig> g{{"0", "default_pg", all}};
+    if (r != 2) g.push_back({"5", "mesh_tp", {0, 1, 2}});
+    return g;
+  });
+  rep = check_dumps(dumps);
+  ASSERT_FALSE(rep.ok);
+  EXPECT_EQ(rep.problems.front().kind, ProblemKind::kMembership);
+  EXPECT_NE(rep.problems.front().message.find("rank 2, a member, lists no group of these ranks"), std::string::npos)
+      << rep.problems.front().message;
+}
+
+TEST(GroupNames, CompletedWithoutOneMemberAndDescribedInAnotherOrderNameTheRank) {
+  // Every record completed (the fake backend completes alone): a rank that never issued a
+  // collective the others completed is the culprit, as is the rank whose groups' descriptions
+  // are another dim order's (its mesh built ("tp", "dp") where the others built ("dp", "tp")).
+  const std::vector<int64_t> all{0, 1, 2, 3};
+  for (int odd = 0; odd < 4; ++odd) {
+    auto dumps = named_groups(4, [&](int) { return std::vector<GroupConfig>{{"0", "default_pg", all}}; });
+    dumps[odd].entries.clear();
+    CheckReport rep = check_dumps(dumps);
+    EXPECT_EQ(culprits(rep), std::set<int64_t>{odd}) << odd;
+    // 2x2 mesh: dp groups {0,2},{1,3} named "1"; tp groups {0,1},{2,3} named "2".
+    dumps = named_groups(4, [&](int r) {
+      const std::vector<int64_t> dp{r % 2, r % 2 + 2}, tp{r / 2 * 2, r / 2 * 2 + 1};
+      if (r == odd) return std::vector<GroupConfig>{{"0", "default_pg", all}, {"1", "mesh_tp", dp}, {"2", "mesh_dp", tp}};
+      return std::vector<GroupConfig>{{"0", "default_pg", all}, {"1", "mesh_dp", dp}, {"2", "mesh_tp", tp}};
+    });
+    rep = check_dumps(dumps);
+    EXPECT_EQ(culprits(rep), std::set<int64_t>{odd}) << odd;
+  }
+}
+
 TEST(ProblemKinds, EachKindHasOneWordingThatReadsBack) {
   std::set<std::string> names;
   for (int k = 0; k < kProblemKinds; ++k) {
@@ -883,7 +992,7 @@ TEST(ProblemKinds, EachKindHasOneWordingThatReadsBack) {
     EXPECT_EQ(*parse_problem_kind(name), kind) << name;
   }
   EXPECT_EQ(names, (std::set<std::string>{"membership", "missing-dump", "unknown-group", "never-issued", "absent", "type",
-                                          "size", "dtype", "state", "p2p", "unmatched-p2p", "wait-cycle"}));
+                                          "size", "dtype", "state", "p2p", "unmatched-p2p", "wait-cycle", "group-name"}));
   for (const char* unknown : {"stuck", "", "Size", "size "}) EXPECT_FALSE(parse_problem_kind(unknown).has_value()) << unknown;
 }
 

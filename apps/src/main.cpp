@@ -27,6 +27,7 @@
 #include "meshsim/run.hpp"
 #include "meshsim/show.hpp"
 #include "meshsim/step_command.hpp"
+#include "meshsim/record_command.hpp"
 #include "meshsim/trace_command.hpp"
 #include "meshsim/store_command.hpp"
 
@@ -215,6 +216,19 @@ int main(int argc, char** argv) {
   trace_check->add_option("--against", tco.against,
                           "hold the dumps to the step these `meshsim step` flags plan (\"--preset torchtitan:... --model ...\"), or @FILE holding them");
 
+  auto* record = app.add_subcommand("record", "run a Python program once per rank over PyTorch's fake backend, record each rank's "
+                                               "process groups and collectives as Flight Recorder dumps, and check them across ranks");
+  meshsim::record_command::Options rco;
+  record->add_option("-n,--nprocs", rco.nprocs, "the world size: ranks the program is run as")->required();
+  record->add_option("--ranks", rco.ranks, "record only these ranks (0-3,7; default every rank)");
+  record->add_option("--jobs", rco.jobs, "ranks run at once (default: this machine's cores)");
+  record->add_option("--out", rco.out, "the directory for the dumps and each rank's output (new or empty; default: a new one under $TMPDIR)");
+  record->add_option("--timeout", rco.timeout_seconds, "each rank's deadline in seconds (default 300)");
+  record->add_option("--nproc-per-node", rco.nproc_per_node, "LOCAL_WORLD_SIZE: ranks per node (default: the world, one node)");
+  record->add_option("--preload", rco.preload, "a module imported before the ranks are forked (repeatable)");
+  record->add_option("--format", rco.format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  record->add_option("program", rco.program, "python SCRIPT ARGS... (after --)")->expected(-1)->required();
+
   meshsim::cli::guard_integers(app);
   try {
     app.parse(argc, argv);
@@ -261,6 +275,7 @@ int main(int argc, char** argv) {
   if (*launch) return guarded("launch", false, [&] { return meshsim::launch::run(lo, std::cout, std::cerr); });
   if (*rendezvous) return guarded("rendezvous", true, [&] { return meshsim::rendezvous::run(rdv, std::cout); });
   if (*step) return guarded("step", false, [&] { return flushed(meshsim::step_command::run(sto_step, out), out); });
+  if (*record) return guarded("record", true, [&] { return flushed(meshsim::record_command::run(rco, out, std::cerr), out); });
   if (*trace_check) return guarded("trace check", false, [&] { return flushed(meshsim::trace_command::run(tco, out), out); });
   if (*ops) {
     for (const auto& name : meshsim::query::ops()) std::cout << name << '\n';

@@ -20,6 +20,7 @@ from .errors import *  # noqa: F401,F403 - the error classes are part of the API
 __all__ = [
     "DeviceMesh", "GroupTable", "Layout", "init_device_mesh", "concatenate", "equivalent", "save", "load",
     "preset", "recipe", "run", "backends", "query", "errors", "step", "trace_check",
+    "record", "RecordResult",
 ] + errors.__all__
 
 
@@ -434,6 +435,147 @@ def trace_check(dir, *, prefix=None):
     "groups", "records", "problems" [{"kind", "ranks", "message", ...}], "culprits" [{"rank",
     "why"}], "notes", ...); unreadable or malformed dumps raise, naming the file."""
     return _meshsim.trace_check(_path(dir, "dir"), None if prefix is None else _str(prefix, "prefix"))
+
+
+class RecordResult:
+    """What meshsim.record found: `ok`, `dir` (the dumps and each rank's output), `ranks` (each
+    rank's ending: {"rank", "status" ("ok", "raised", "exit", "signal", "timeout"), "error",
+    "where", "records", "groups", "init_calls", "stdout", "stderr", ...}), `dumps` (rank -> the
+    pickled Flight Recorder dump's object, as PyTorch's pickle.load reads it), `check` (the
+    cross-rank check's report, as trace_check returns it; None when no rank called
+    init_process_group), `findings` (one line per rank that did not end well), `torch` (the
+    release recorded) and `text` (the report as the tool prints it)."""
+
+    def __init__(self, summary, dir, check, findings, text):
+        self.summary, self.dir, self.check, self.findings, self.text = summary, dir, check, findings, text
+        self.ranks = summary["ranks"]
+        self.torch = summary["torch"]
+        self.ok = not findings and check is not None and check["ok"]
+        self._dumps = None
+
+    @property
+    def dumps(self):
+        if self._dumps is None:
+            import pickle
+            self._dumps = {}
+            for r in self.ranks:
+                if r.get("dump"):
+                    with open(_os.path.join(self.dir, r["dump"]), "rb") as f:
+                        self._dumps[r["rank"]] = pickle.load(f)
+        return self._dumps
+
+    def __repr__(self):
+        return "<meshsim.RecordResult %s: %d ranks, torch %s, %s>" % ("ok" if self.ok else "FAILED", len(self.ranks),
+                                                                      self.torch, self.dir)
+
+
+def _rank_finding(r, dir):
+    why = r.get("error") or ""
+    if r.get("status") == "ok" and not r.get("init_calls"):
+        why = "never called init_process_group (it ended with status 0)"
+    where = r.get("where")
+    line = "rank %d: %s" % (r["rank"], why[:400])
+    if where and r.get("status") != "timeout":
+        line += " at " + where[:200]
+    return line + " (after %.1f s, %d records; its stderr: %s)" % (r.get("seconds", 0.0), r.get("records", 0),
+                                                                    _os.path.join(dir, r.get("stderr", "")))
+
+
+def record(program, world_size, *, ranks=None, jobs=None, out=None, timeout=300.0, nproc_per_node=None, preload=(),
+           check=True):
+    """`meshsim record` in Python: `program` run once per rank of `world_size` over PyTorch's fake
+    backend, each rank a process forked from this interpreter (torch already imported), with the
+    environment torchrun gives it (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
+    MASTER_ADDR/PORT); its init_process_group is answered by `fake` whatever backend it asks for.
+    `program` is a callable (run as each rank; it calls init_process_group itself) or an argv
+    list (["train.py", "--steps", "1"], ["-m", "pkg.train"], a leading "python..." word dropped).
+    Each rank's process groups (under the names its PyTorch gave them) and collectives are written
+    as a Flight Recorder dump into `out` (a new or empty directory; default a new one under
+    $TMPDIR) and checked across ranks. `ranks` records only those ("0-3,7" or a list), `jobs`
+    ranks run at once (default: the machine's cores), each within `timeout` seconds.
+    Returns a RecordResult; when `check` and a rank did not end well or the check found
+    problems, raises meshsim.CheckFailed with the report (its `.result` the RecordResult)."""
+    import tempfile
+    from . import _record
+    world = _int(world_size, "world_size")
+    if not 1 <= world <= 1 << 16:
+        raise errors.InvalidArgument("world_size %d is out of range [1, 65536]" % world)
+    if ranks is None:
+        chosen = list(range(world))
+    elif isinstance(ranks, str):
+        try:
+            chosen = _record._parse_ranks(ranks, world)
+        except ValueError as e:
+            raise errors.InvalidArgument(str(e).replace("--ranks", "ranks")) from None
+    else:
+        chosen = sorted({_int(r, "ranks") for r in _listed(ranks, "ranks")})
+        if not chosen or chosen[0] < 0 or chosen[-1] >= world:
+            raise errors.InvalidArgument("ranks %s are not within 0-%d (world_size %d)" % (chosen[:8], world - 1, world))
+    jobs = (_os.cpu_count() or 1) if jobs is None else _int(jobs, "jobs")
+    if not 1 <= jobs <= 4096:
+        raise errors.InvalidArgument("jobs %d is out of range [1, 4096]" % jobs)
+    timeout = _seconds(timeout)
+    if not 0 < timeout <= 1e6:
+        raise errors.InvalidArgument("timeout %r is not a number of seconds in (0, 1e6]" % timeout)
+    per_node = world if nproc_per_node is None else _int(nproc_per_node, "nproc_per_node")
+    if not 1 <= per_node <= world:
+        raise errors.InvalidArgument("nproc_per_node %d is not in [1, world_size %d]" % (per_node, world))
+    preload = [_str(m, "preload") for m in _listed(preload, "preload")]
+    if callable(program):
+        target = program
+        shown = getattr(program, "__qualname__", repr(program))
+    else:
+        argv = [_str(a, "program") for a in _listed(program, "program")]
+        if argv and _os.path.basename(argv[0]).startswith("python"):
+            argv = argv[1:]
+        try:
+            target = _record._program(argv)
+        except ValueError as e:
+            raise errors.InvalidArgument("program: " + str(e)) from None
+        shown = " ".join(argv)
+    if out is None:
+        out = tempfile.mkdtemp(prefix="meshsim-record-")
+    else:
+        out = _os.fsdecode(_path(out, "out"))
+        if _os.path.exists(out) and (not _os.path.isdir(out) or _os.listdir(out)):
+            raise errors.InvalidArgument("out '%s' is not a new or empty directory (its dumps would mix with what is there)" % out)
+    summary = _record.record(target, world, chosen, jobs, out, timeout, per_node, preload)
+    findings = [_rank_finding(r, out) for r in summary["ranks"]
+                if r.get("status") != "ok" or not r.get("init_calls")]
+    report = None
+    if any(r.get("init_calls") for r in summary["ranks"]):
+        report = _meshsim.trace_check(_os.fsencode(out), _record.DUMP_PREFIX)
+        if len(chosen) < world:
+            kept = []
+            for p in report["problems"]:
+                if p["kind"] == "missing-dump":
+                    p["ranks"] = [r for r in p["ranks"] if r in set(chosen)]
+                    if not p["ranks"]:
+                        continue
+                kept.append(p)
+            report["problems"] = kept
+            report["ok"] = not kept
+            report["notes"].insert(0, "%d ranks were not recorded (ranks=): what they issue is not known, and not checked"
+                                   % (world - len(chosen)))
+    lines = ["meshsim record: %d of %d ranks of %s on torch %s, %d at a time, in %.1f s; dumps in '%s'"
+             % (len(chosen), world, shown[:200], summary["torch"], jobs, summary["seconds"], out)]
+    lines += ["FAILED " + f for f in findings]
+    if report is None:
+        lines.append("FAILED: no rank called init_process_group: nothing distributed was recorded")
+    else:
+        lines += ["FAILED %s: %s" % (p["kind"], p["message"]) for p in report["problems"]]
+        lines += ["culprit: rank %d: %s" % (c["rank"], c["why"]) for c in report["culprits"]]
+        lines += ["note: " + n for n in report["notes"]]
+    result = RecordResult(summary, out, report, findings, "")
+    if result.ok:
+        lines.append("OK")
+    else:
+        n = len(report["problems"]) if report else 0
+        lines.append("FAILED: %d problems, %d ranks did not end as the program should" % (n, len(findings)))
+    result.text = "\n".join(lines) + "\n"
+    if check and not result.ok:
+        raise errors.CheckFailed(result.text, result)
+    return result
 
 
 def _convention(name):

@@ -1,8 +1,8 @@
 from os import PathLike
-from typing import Any, Iterable, Literal, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Union
 
 from . import errors as errors
-from .errors import (Aborted as Aborted, AlreadyExists as AlreadyExists, ArgumentTypeError as ArgumentTypeError, DeadlineExceeded as DeadlineExceeded,
+from .errors import (Aborted as Aborted, CheckFailed as CheckFailed, AlreadyExists as AlreadyExists, ArgumentTypeError as ArgumentTypeError, DeadlineExceeded as DeadlineExceeded,
                      Error as Error, FailedPrecondition as FailedPrecondition, Internal as Internal,
                      InvalidArgument as InvalidArgument, MismatchError as MismatchError, NotFound as NotFound,
                      OutOfRange as OutOfRange, OverflowError as OverflowError, ParseError as ParseError,
@@ -119,6 +119,20 @@ def step(preset: str, model: Union[str, PathLike[str]], *, seq_len: int, local_b
          reshard_after_forward: str = ..., log_metrics: bool = ..., world_size: Optional[int] = ...,
          trace: bool = ..., activation_checkpoint: str = ..., lowering: str = ...) -> dict[str, Any]: ...
 def trace_check(dir: Union[str, PathLike[str]], *, prefix: Optional[str] = ...) -> dict[str, Any]: ...
+class RecordResult:
+    ok: bool
+    dir: str
+    torch: str
+    ranks: list[dict[str, Any]]
+    check: Optional[dict[str, Any]]
+    findings: list[str]
+    text: str
+    summary: dict[str, Any]
+    @property
+    def dumps(self) -> dict[int, dict[str, Any]]: ...
+def record(program: Union[Callable[[], Any], Sequence[str]], world_size: int, *, ranks: Optional[Union[str, Iterable[int]]] = ...,
+           jobs: Optional[int] = ..., out: Optional[Union[str, PathLike[str]]] = ..., timeout: float = ...,
+           nproc_per_node: Optional[int] = ..., preload: Iterable[str] = ..., check: bool = ...) -> RecordResult: ...
 def run(job: Optional[Union[str, Sequence[str]]] = ..., *, recipe: Optional[Union[str, PathLike[str]]] = ..., preset: Optional[str] = ...,
         world_size: Optional[int] = ..., backend: str = ..., faults: Iterable[str] = ...,
         timeout: float = ..., max_elements: Optional[int] = ...) -> dict[str, Any]: ...

@@ -65,8 +65,18 @@ class Internal(Error, RuntimeError):
     """A bug in meshsim."""
 
 
+class CheckFailed(Error, AssertionError):
+    """A check of a program found problems (meshsim.record: a rank that did not end well, or
+    dumps that disagree across ranks); `.result` is the whole answer. Python's own class: the
+    C++ tool says the same with exit status 1."""
+
+    def __init__(self, message, result=None):
+        super().__init__(message)
+        self.result = result
+
+
 __all__ = [
     "Error", "InvalidArgument", "ParseError", "MismatchError", "ArgumentTypeError", "OutOfRange", "OverflowError",
     "FailedPrecondition", "NotFound", "AlreadyExists", "ResourceExhausted", "DeadlineExceeded",
-    "Aborted", "Unavailable", "Internal",
+    "Aborted", "Unavailable", "Internal", "CheckFailed",
 ]

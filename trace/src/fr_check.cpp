@@ -28,6 +28,7 @@ Checker::Checker(const std::vector<Dump>& dumps) {
 
 CheckReport Checker::run() {
   build_groups();
+  check_group_names();
   check_membership();
   check_missing_dumps();
   assign_entries();
@@ -130,11 +131,65 @@ void Checker::infer_unlisted_groups(bool unnamed) {
   }
 }
 
+void Checker::check_group_names() {
+  // A group some dumped member does not list (by its name, with its ranks) is incomplete; incomplete groups of the
+  // same ranks are one group its members name differently (2.14's local-sync counter, say).
+  std::map<std::vector<int64_t>, std::vector<int>> clusters;  // ranks -> incomplete groups
+  std::vector<int> first_of;                                  // clusters in the groups' order
+  std::map<int, std::vector<int64_t>> unnamed;                // group -> its dumped members without its name
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const Group& G = groups_[g];
+    std::vector<int64_t> without;
+    for (int64_t m : G.ranks) {
+      auto it = ranks_.find(m);
+      if (it == ranks_.end()) continue;
+      auto named = it->second.gid_of.find(G.name);
+      if (named == it->second.gid_of.end() || named->second != static_cast<int>(g)) without.push_back(m);
+    }
+    if (without.empty()) continue;
+    unnamed[static_cast<int>(g)] = std::move(without);
+    auto& c = clusters[G.ranks];
+    if (c.empty()) first_of.push_back(static_cast<int>(g));
+    c.push_back(static_cast<int>(g));
+  }
+  for (int first : first_of) {
+    const std::vector<int>& cluster = clusters.at(groups_[first].ranks);
+    std::set<int64_t> named, without;
+    std::string parts;
+    for (int g : cluster) {
+      const Group& G = groups_[g];
+      named.insert(G.claimers.begin(), G.claimers.end());
+      without.insert(unnamed[g].begin(), unnamed[g].end());
+      parts += std::string(parts.empty() ? "" : ", ") + who(G.claimers, 16) + " as '" + G.name.substr(0, 60) + "'";
+    }
+    std::vector<int64_t> none;
+    for (int64_t m : without) {
+      if (!named.count(m)) none.push_back(m);
+    }
+    Problem p;
+    p.kind = ProblemKind::kGroupName;
+    p.ranks.assign(named.begin(), named.end());
+    p.ranks.insert(p.ranks.end(), none.begin(), none.end());
+    if (cluster.size() > 1) {
+      p.message = group_text(first) + ": its members know it by different names: " + parts +
+                  (none.empty() ? "" : ", and " + who(none, 16) + " by none") +
+                  ": members that name one group differently rendezvous under different store prefixes and wait for each other forever";
+    } else {
+      // No member knows these ranks by another name: the lists disagree (a membership problem).
+      p.kind = ProblemKind::kMembership;
+      p.message = group_text(first) + ": " + who(groups_[first].claimers, 16) + " " + verb(groups_[first].claimers, "list") + " it but " +
+                  who(none, 16) + ", " + (none.size() == 1 ? "a member, lists" : "members, list") + " no group of these ranks";
+    }
+    add(std::move(p), first);
+  }
+}
+
 void Checker::check_membership() {
   // Groups of one name must not share a rank (split groups share a name, never a member);
   // one group's ranks must agree on its description; a rank must be in the groups it lists.
   std::map<std::string, std::unordered_map<int64_t, int>> owner;
   std::set<std::pair<int, int>> reported;
+  std::map<int64_t, int> odd_desc;  // rank -> how odd its descriptions are
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const Group& G = groups_[g];
     auto& own = owner[G.name];
@@ -158,6 +213,15 @@ void Checker::check_membership() {
       add(std::move(p), static_cast<int>(g));
     }
     if (G.descs.size() > 1) {
+      // Who is odd: a rank on a smaller side scores 2, one on a tied side 1 (summed over groups).
+      std::size_t most = 0, at_most = 0;
+      for (const auto& [desc, rs] : G.descs) most = std::max(most, rs.size());
+      for (const auto& [desc, rs] : G.descs) at_most += rs.size() == most;
+      for (const auto& [desc, rs] : G.descs) {
+        if (rs.size() < most || at_most > 1) {
+          for (int64_t r : rs) odd_desc[r] += rs.size() < most ? 2 : 1;
+        }
+      }
       Problem p;
       p.kind = ProblemKind::kMembership;
       std::string parts;
@@ -179,6 +243,15 @@ void Checker::check_membership() {
       p.message = group_text(static_cast<int>(g)) + ": " + who(outside) + " " + verb(outside, "list") + " it but " + (outside.size() == 1 ? "is" : "are") + " not among its ranks";
       for (int64_t r : outside) blame(r, "lists " + group_text(static_cast<int>(g)) + " without being a member");
       add(std::move(p), static_cast<int>(g));
+    }
+  }
+  // The ranks most often on the odd side of a description disagreement (a rank that built its
+  // mesh with another dim order calls every group it is in by another dim's name).
+  int best = 0;
+  for (const auto& [r, n] : odd_desc) best = std::max(best, n);
+  if (best >= 2) {
+    for (const auto& [r, n] : odd_desc) {
+      if (n == best) blame(r, "it describes its groups unlike their other members (another mesh, or the mesh's dims in another order?)");
     }
   }
 }

@@ -174,6 +174,9 @@ class Checker {
   // the largest); each said in a note. Without an unnamed pg_config entry they stay
   // "unknown-group" problems (a dump that lost its pg_config).
   void infer_unlisted_groups(bool unnamed);
+  // check_group_names: every dumped member of a group lists it under the group's name; a member
+  // that lists no group of that name knows it by another (or not at all).
+  void check_group_names();
   void check_membership();
   void check_missing_dumps();
   void assign_entries();

@@ -185,6 +185,14 @@ void Checker::check_collectives(int g) {
                                    : counted(pending, 16) + " " + verb(pending, "wait") + " in it");
       add(std::move(p), g);
       for (int64_t r : never) never_[{g, s}].push_back(r);
+      // Completed by the members that issued it, never issued by fewer others: no wait leads to
+      // them (a backend that completes alone, as `fake` under meshsim record, or retired
+      // records), so they are blamed here, as the odd ones out.
+      if (pending.empty() && never.size() < done.size()) {
+        for (int64_t r : never) {
+          blame(r, "never issued " + group_text(g) + " #" + std::to_string(s) + ", which " + counted(done, 16) + " completed");
+        }
+      }
     }
     if (!absent.empty()) {
       Problem p;

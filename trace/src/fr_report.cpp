@@ -14,7 +14,8 @@ namespace {
 
 constexpr std::string_view kProblemKindNames[kProblemKinds] = {
     "membership", "missing-dump", "unknown-group", "never-issued", "absent",        "type",
-    "size",       "dtype",        "state",         "p2p",          "unmatched-p2p", "wait-cycle"};
+    "size",       "dtype",        "state",         "p2p",          "unmatched-p2p", "wait-cycle",
+    "group-name"};
 
 }  // namespace
 

@@ -15,6 +15,9 @@
 namespace meshsim::trace {
 
 // ProblemKind: what a problem is, each with one wording (problem_kind_name, the reports' word):
+//   group-name     the members of one group know it under different names (or one rank
+//                  lists it and another member lists no group of that name): they rendezvous
+//                  under different store prefixes, and every one of them waits forever
 //   membership     members list a group differently (ranks or description)
 //   missing-dump   a group's member left no dump
 //   unknown-group  a record names a group its dump's pg_config does not list
@@ -26,9 +29,10 @@ namespace meshsim::trace {
 //   unmatched-p2p  a send or receive its peer never met
 //   wait-cycle     ranks wait for each other in a cycle
 enum class ProblemKind {
-  kMembership, kMissingDump, kUnknownGroup, kNeverIssued, kAbsent, kType, kSize, kDtype, kState, kP2p, kUnmatchedP2p, kWaitCycle
+  kMembership, kMissingDump, kUnknownGroup, kNeverIssued, kAbsent, kType, kSize, kDtype, kState, kP2p, kUnmatchedP2p, kWaitCycle,
+  kGroupName
 };
-inline constexpr int kProblemKinds = 12;
+inline constexpr int kProblemKinds = 13;
 std::string_view problem_kind_name(ProblemKind k);
 // parse_problem_kind: the kind a name words, nullopt for none.
 std::optional<ProblemKind> parse_problem_kind(std::string_view name);

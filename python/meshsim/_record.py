@@ -1,0 +1,603 @@
+"""meshsim record's runner: a Python program run once per rank over PyTorch's `fake` backend, each
+rank's process groups and collectives written as a Flight Recorder dump.
+
+One interpreter imports torch (and what --preload names), then forks one process per rank, --jobs
+at a time. Each rank sees the environment torchrun gives it (RANK, LOCAL_RANK, WORLD_SIZE, ...),
+its `init_process_group` is answered by the `fake` backend whatever it asks for, and a
+TorchDispatchMode notes every c10d and functional collective it issues (the group, the sizes and
+dtypes of its tensors, the Python frames that issued it). At the rank's end its dump is written
+(`trace_rank_<r>` in the output directory, the pickle Flight Recorder writes) with every group its
+PyTorch created, under the name PyTorch gave it; `record.json` says how each rank ended.
+
+This file is the `meshsim record` tool's runner (the tool runs it with the program's own Python,
+which need not have meshsim installed: it imports nothing of meshsim) and `meshsim.record`'s.
+"""
+import json
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+
+DUMP_PREFIX = "trace_rank_"
+FORMAT_VERSION = "2.10"  # the Flight Recorder dump version whose fields these are
+MAX_FRAMES = 256
+
+# The rank's own state, set in the child after the fork.
+_rank = {"on": False}
+
+
+def _dtype_name(dt):
+    """c10's ScalarType name ("Float", "BFloat16"), as Flight Recorder writes dtypes."""
+    import torch
+    names = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+             torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+             torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+    if dt in names:
+        return names[dt]
+    s = str(dt).replace("torch.", "")
+    return s[:1].upper() + s[1:]
+
+
+def _tensors(x):
+    """The tensors in an argument (a tensor, a list of them, a list of lists), in order."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        out = []
+        for y in x:
+            out.extend(_tensors(y))
+        return out
+    return []
+
+
+# What each collective is called in a Flight Recorder record, as ProcessGroupNCCL names its work
+# ("nccl:" + this; the names PyTorch's analyzer, torch.distributed.flight_recorder, knows).
+_C10D_NAMES = {
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "allreduce_coalesced", "allgather_": "all_gather",
+    "_allgather_base_": "_all_gather_base", "allgather_coalesced_": "ALLGATHER_coalesced",
+    "allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced", "reduce_scatter_": "reduce_scatter",
+    "_reduce_scatter_base_": "_reduce_scatter_base", "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
+    "broadcast_": "broadcast", "reduce_": "reduce", "gather_": "gather", "scatter_": "scatter", "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all", "barrier": "barrier", "send": "send", "recv_": "recv", "recv_any_source_": "recv",
+}
+# Functional collectives (torch.distributed._functional_collectives): their group is an argument.
+_FUNCTIONAL_NAMES = {
+    "all_reduce": "all_reduce", "all_reduce_": "all_reduce", "all_reduce_coalesced": "allreduce_coalesced",
+    "all_reduce_coalesced_": "allreduce_coalesced", "all_gather_into_tensor": "_all_gather_base",
+    "all_gather_into_tensor_out": "_all_gather_base", "all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor": "_reduce_scatter_base", "reduce_scatter_tensor_out": "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "all_to_all_single": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
+}
+# The communication libraries whose names a record may carry (PyTorch's analyzer knows these).
+_LIBRARIES = ("nccl", "ncclx", "xccl", "gloo", "rccl", "rcclx", "mccl", "hccl")
+
+
+def _library(asked):
+    """The library a record names for the backend the program asked for: nccl for "nccl" or
+    "cpu:gloo,cuda:nccl", gloo for "gloo", PyTorch's default (nccl with CUDA, else gloo) for none."""
+    import torch
+    text = (asked or "").lower()
+    for lib in _LIBRARIES:
+        if lib in text.replace("ncclx", "").replace("rcclx", "") or text == lib:
+            return lib
+    if not text or text in ("default", "undefined"):
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return "nccl"
+
+
+class _Rank:
+    """One rank's records and groups."""
+
+    def __init__(self, rank, world, out):
+        self.rank, self.world, self.out = rank, world, out
+        self.entries = []
+        self.groups = {}  # name -> pg_config entry, in creation order
+        self.seq = {}  # name -> [collective_seq_id, p2p_seq_id, pg_id]
+        self.op_id = 0
+        self.backend = None  # what the program asked init_process_group for
+        self.init_calls = 0
+        self.notes = []
+        self.runner_file = os.path.abspath(__file__) if "__file__" in globals() else "<meshsim record>"
+
+    def snapshot(self):
+        """Every group this rank's PyTorch holds, under the name PyTorch gave it."""
+        try:
+            from torch.distributed.distributed_c10d import _world
+        except Exception:
+            return
+        import torch.distributed as dist
+        for pg, ranks in list(_world.pg_group_ranks.items()):
+            if isinstance(pg, dist.ProcessGroup):
+                self.group(pg, ranks)
+
+    def group(self, pg, ranks=None):
+        name = pg.group_name
+        if name in self.groups:
+            return name
+        if ranks is None:
+            from torch.distributed.distributed_c10d import _world
+            ranks = _world.pg_group_ranks.get(pg, {})
+        members = sorted(int(r) for r in ranks)
+        self.groups[name] = {"name": name, "desc": getattr(pg, "group_desc", "undefined"),
+                             "ranks": "[" + ", ".join(str(r) for r in members) + "]",
+                             "backend": self.backend or "fake"}
+        return name
+
+    def frames(self):
+        out = []
+        for f in reversed(traceback.extract_stack()[:-3]):
+            if f.filename == self.runner_file:
+                continue
+            out.append({"name": f.name, "filename": f.filename, "line": f.lineno})
+            if len(out) == MAX_FRAMES:
+                break
+        return out
+
+    def note(self, func, args, kwargs, result):
+        import torch
+        import torch.distributed as dist
+        ns, base = func.namespace, func._schema.name.split("::")[-1]
+        if ns == "c10d":
+            op = _C10D_NAMES.get(base)
+        else:
+            op = _FUNCTIONAL_NAMES.get(base)
+        if op is None:
+            return
+        schema = func._schema.arguments
+        values = list(args) + [kwargs[a.name] for a in schema[len(args):] if a.name in kwargs]
+        pg, inputs, outputs, peer = None, [], [], None
+        for a, v in zip(schema, values):
+            if isinstance(v, torch.ScriptObject):
+                try:
+                    pg = dist.ProcessGroup.unbox(v)
+                except Exception:
+                    pass
+            elif a.name == "group_name":
+                if isinstance(v, str):
+                    pg = torch._C._distributed_c10d._resolve_process_group(v)
+                else:
+                    pg = v
+            elif a.name in ("tensors", "tensor"):
+                inputs += _tensors(v)
+                outputs += _tensors(v)
+            elif "output" in a.name and "split" not in a.name:
+                outputs += _tensors(v)
+            elif "input" in a.name and "split" not in a.name:
+                inputs += _tensors(v)
+            elif a.name in ("dst", "src", "dstRank", "srcRank") and ns == "c10d":
+                peer = int(v)
+        if ns != "c10d":
+            outputs = _tensors(result)
+        if pg is None:
+            return
+        if op == "barrier":
+            inputs, outputs = [], []
+        name = self.group(pg)
+        desc = self.groups[name]["desc"]
+        seq = self.seq.setdefault(name, [0, 0, len(self.seq)])
+        me = pg.rank()
+        p2p = op in ("send", "recv", "recv_any_source")
+        if p2p:
+            seq[1] += 1
+        else:
+            seq[0] += 1
+        self.op_id += 1
+        prefix = _library(self.backend)
+        if op == "barrier" and prefix != "gloo":
+            op = "all_reduce_barrier"  # ProcessGroupNCCL's barrier is an all_reduce it names so
+        if op == "send":
+            profiling = "%s:send %d->%d" % (prefix, me, peer)
+        elif op == "recv":
+            profiling = "%s:recv %d<-%d" % (prefix, me, peer)
+        else:
+            profiling = prefix + ":" + op
+        now = time.time_ns()
+        self.entries.append({
+            "record_id": len(self.entries), "pg_id": seq[2], "process_group": (name, desc),
+            "collective_seq_id": seq[0], "p2p_seq_id": seq[1], "op_id": self.op_id, "profiling_name": profiling,
+            "time_created_ns": now, "duration_ms": None,
+            "input_sizes": [list(t.shape) for t in inputs], "input_dtypes": [_dtype_name(t.dtype) for t in inputs],
+            "output_sizes": [list(t.shape) for t in outputs], "output_dtypes": [_dtype_name(t.dtype) for t in outputs],
+            "state": "completed", "time_discovered_started_ns": now, "time_discovered_completed_ns": now,
+            "retired": True, "timeout_ms": 600000, "is_p2p": p2p, "frames": self.frames(),
+        })
+
+    def dump(self, torch_version):
+        self.snapshot()
+        status = {n: {"last_enqueued_collective": s[0], "last_started_collective": s[0], "last_completed_collective": s[0]}
+                  for n, s in self.seq.items()}
+        d = {"version": FORMAT_VERSION, "pg_config": self.groups, "pg_status": status, "entries": self.entries,
+             "meshsim_record": {"torch": torch_version, "rank": self.rank, "world_size": self.world,
+                                "backend_asked": self.backend, "notes": self.notes}}
+        path = os.path.join(self.out, DUMP_PREFIX + str(self.rank))
+        with open(path + ".tmp", "wb") as f:
+            pickle.dump(d, f, protocol=2)
+        os.replace(path + ".tmp", path)
+        return path
+
+
+def _install(torch_module_names):
+    """Patches made once in the forking interpreter, before the program or --preload import
+    anything: init_process_group answered by `fake`, destroy_process_group noting the groups
+    first. Each reads the rank's state, set after the fork."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the fake backend
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if _rank.get("recorder") is not None:
+        return _rank["recorder"]
+    real_init, real_destroy = c10d.init_process_group, c10d.destroy_process_group
+
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                           group_name="", pg_options=None, device_id=None, **kw):
+        me = _rank.get("state")
+        if me is None:
+            return real_init(backend, init_method, timeout, world_size, rank, store, group_name, pg_options, device_id, **kw)
+        me.init_calls += 1
+        me.backend = str(backend) if backend is not None else None
+        if world_size not in (-1, None) and int(world_size) != me.world:
+            me.notes.append("init_process_group(world_size=%s) beside WORLD_SIZE=%d" % (world_size, me.world))
+        if rank not in (-1, None) and int(rank) != me.rank:
+            me.notes.append("init_process_group(rank=%s) beside RANK=%d" % (rank, me.rank))
+        if device_id is not None:
+            me.notes.append("device_id=%s not bound (the fake backend stands in for every device)" % (device_id,))
+        args = {"backend": "fake", "store": FakeStore(), "rank": int(rank) if rank not in (-1, None) else me.rank,
+                "world_size": int(world_size) if world_size not in (-1, None) else me.world}
+        if timeout is not None:
+            args["timeout"] = timeout
+        if group_name:
+            args["group_name"] = group_name
+        out = real_init(**args)
+        me.snapshot()
+        return out
+
+    def destroy_process_group(group=None):
+        me = _rank.get("state")
+        if me is not None:
+            me.snapshot()
+        return real_destroy(group)
+
+    for mod in (dist, c10d):
+        mod.init_process_group = init_process_group
+        mod.destroy_process_group = destroy_process_group
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            result = func(*args, **kwargs)
+            ns = func.namespace
+            if ns == "c10d" or ns == "_c10d_functional" or ns == "_c10d_functional_autograd":
+                me = _rank.get("state")
+                if me is not None:
+                    try:
+                        me.note(func, args, kwargs, result)
+                    except Exception as e:  # the program goes on; the record says what it missed
+                        me.notes.append("%s not recorded: %s: %s" % (func, type(e).__name__, e))
+            return result
+
+    _rank["recorder"] = Recorder
+    return Recorder
+
+
+def _env_for(rank, world, per_node, master_port):
+    node, local = divmod(rank, per_node)
+    nodes = (world + per_node - 1) // per_node
+    local_world = min(per_node, world - node * per_node)
+    return {
+        "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(local_world),
+        "GROUP_RANK": str(node), "GROUP_WORLD_SIZE": str(nodes), "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(world),
+        "ROLE_NAME": "default", "NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+        "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "meshsim-record",
+        "TORCHELASTIC_USE_AGENT_STORE": "False", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+
+
+def _where(tb_exc):
+    """The innermost frame of a traceback outside torch and this runner: 'file.py:12 in f'."""
+    here = os.path.abspath(__file__) if "__file__" in globals() else ""
+    import torch
+    lib = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    best = inner = None
+    for f in tb_exc.stack:
+        if f.filename == here or "<frozen runpy>" in f.filename or f.filename.endswith("runpy.py"):
+            continue
+        inner = f
+        if not os.path.abspath(f.filename).startswith(lib):
+            best = f
+    best = best or inner
+    if best is None:
+        return ""
+    return "%s:%d in %s" % (best.filename, best.lineno, best.name)
+
+
+def _run_rank(rank, opts, recorder, torch_version, target):
+    """The child: the rank's environment, its outputs, the program, its dump. Never returns."""
+    out = opts["out"]
+    logs = os.path.join(out, "ranks")
+    fd_out = os.open(os.path.join(logs, "rank-%d.out" % rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd_err = os.open(os.path.join(logs, "rank-%d.err" % rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd_out, 1)
+    os.dup2(fd_err, 2)
+    os.close(fd_out)
+    os.close(fd_err)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.environ.update(_env_for(rank, opts["world"], opts["per_node"], opts["master_port"]))
+    state = _Rank(rank, opts["world"], out)
+    _rank["state"] = state
+    result = {"rank": rank, "status": "ok", "exit_code": 0}
+    stopping = {"now": False}
+
+    def on_term(signum, frame):
+        stopping["now"] = True
+        raise KeyboardInterrupt("meshsim record: past the rank's deadline")
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    code = 0
+    try:
+        import torch
+        torch.set_num_threads(1)
+        with recorder():
+            target()
+    except SystemExit as e:
+        c = e.code
+        if c is None or c == 0:
+            code = 0
+        elif isinstance(c, int):
+            code = c & 0xFF or 1
+            result.update(status="exit", exit_code=code, error="exited with status %d (SystemExit)" % c)
+        else:
+            code = 1
+            sys.stderr.write(str(c) + "\n")
+            result.update(status="exit", exit_code=1, error="exited: %s" % (str(c)[:300],))
+    except BaseException as e:  # noqa: B902 - a rank's every ending is a finding
+        te = traceback.TracebackException.from_exception(e)
+        sys.stderr.write("".join(te.format()))
+        code = 1
+        if stopping["now"]:
+            result.update(status="timeout", exit_code=code, error="ran past its deadline", where=_where(te))
+        else:
+            msg = "".join(te.format_exception_only()).strip().splitlines()
+            result.update(status="raised", exit_code=code, error=(msg[-1] if msg else type(e).__name__)[:500], where=_where(te))
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: B902
+        pass
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _rank["state"] = None
+    result["init_calls"] = state.init_calls
+    result["records"] = len(state.entries)
+    result["groups"] = len(state.groups)
+    result["backend_asked"] = state.backend
+    result["notes"] = state.notes
+    try:
+        if state.init_calls:
+            result["dump"] = os.path.basename(state.dump(torch_version))
+    except BaseException as e:  # noqa: B902
+        result.update(status="raised", exit_code=1, error="its dump could not be written: %r" % (e,))
+        code = 1
+    try:
+        with open(os.path.join(logs, "rank-%d.result" % rank), "w") as f:
+            json.dump(result, f)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _program(argv):
+    """The callable that runs `argv` (SCRIPT ARGS..., -m MODULE ARGS..., or -c CODE ARGS...) as
+    `python argv` would, as __main__."""
+    import runpy
+    if not argv:
+        raise ValueError("no program: give SCRIPT [ARGS...] or -m MODULE [ARGS...]")
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            raise ValueError("-m names no module")
+
+        def target():
+            sys.argv = [argv[1]] + list(argv[2:])
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return target
+    if argv[0] == "-c":
+        if len(argv) < 2:
+            raise ValueError("-c gives no code")
+
+        def target():
+            sys.argv = ["-c"] + list(argv[2:])
+            sys.path.insert(0, "")
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+        return target
+    script = argv[0]
+    if not os.path.isfile(script):
+        raise ValueError("program '%s' is not a file" % script)
+
+    def target():
+        sys.argv = list(argv)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        runpy.run_path(script, run_name="__main__")
+    return target
+
+
+def record(target, world, ranks, jobs, out, timeout, per_node, preload=(), master_port=29500, on_rank=None):
+    """Runs `target` (a callable) once per rank in `ranks`, forked from this interpreter, `jobs` at
+    a time, each with `timeout` seconds; writes the dumps and record.json into `out`; returns
+    record.json's object. `on_rank(result)` is called as each rank ends."""
+    import importlib
+    import torch
+    recorder = _install(())
+    for m in preload:
+        importlib.import_module(m)
+    os.makedirs(os.path.join(out, "ranks"), exist_ok=True)
+    opts = {"out": out, "world": world, "per_node": per_node, "master_port": master_port}
+    torch_version = str(torch.__version__)
+    pending = list(ranks)
+    running = {}  # pid -> (rank, started, deadline, terminated_at)
+    results = {}
+    started_all = time.monotonic()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                rank = pending.pop(0)
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        _run_rank(rank, opts, recorder, torch_version, target)
+                    finally:
+                        os._exit(70)
+                now = time.monotonic()
+                running[pid] = [rank, now, now + timeout, None]
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                now = time.monotonic()
+                for p, r in running.items():
+                    if r[3] is None and now > r[2]:
+                        os.kill(p, signal.SIGTERM)
+                        r[3] = now
+                    elif r[3] is not None and now > r[3] + 5:
+                        os.kill(p, signal.SIGKILL)
+                time.sleep(0.005)
+                continue
+            if pid not in running:
+                continue
+            rank, t0, deadline, term = running.pop(pid)
+            res = _collect(out, rank, status, time.monotonic() - t0, term is not None, timeout)
+            results[rank] = res
+            if on_rank:
+                on_rank(res)
+    except BaseException:
+        for p in running:
+            try:
+                os.kill(p, signal.SIGKILL)
+                os.waitpid(p, 0)
+            except OSError:
+                pass
+        raise
+    summary = {"torch": torch_version, "python": sys.version.split()[0], "world_size": world, "ranks_recorded": list(ranks),
+               "jobs": jobs, "timeout_s": timeout, "nproc_per_node": per_node, "seconds": time.monotonic() - started_all,
+               "dump_prefix": DUMP_PREFIX, "ranks": [results[r] for r in sorted(results)]}
+    with open(os.path.join(out, "record.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def _collect(out, rank, status, seconds, terminated, timeout):
+    """How a rank ended: its own report, else what its exit status says."""
+    path = os.path.join(out, "ranks", "rank-%d.result" % rank)
+    res = None
+    try:
+        with open(path) as f:
+            res = json.load(f)
+    except (OSError, ValueError):
+        res = None
+    if res is None:
+        res = {"rank": rank, "records": 0, "groups": 0, "init_calls": 0}
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            if terminated:
+                res.update(status="timeout", exit_code=-sig, error="ran past its deadline of %g s and was killed" % timeout)
+            else:
+                try:
+                    signame = signal.Signals(sig).name
+                except ValueError:
+                    signame = str(sig)
+                res.update(status="signal", exit_code=-sig, error="killed by %s" % signame)
+        else:
+            code = os.WEXITSTATUS(status)
+            res.update(status="exit", exit_code=code, error="exited with status %d before its end was noted (os._exit)" % code)
+        dump = os.path.join(out, DUMP_PREFIX + str(rank))
+        if os.path.exists(dump):
+            res["dump"] = os.path.basename(dump)
+    elif terminated and res.get("status") == "ok":
+        res.update(status="timeout", error="ran past its deadline of %g s" % timeout)
+    if res.get("status") == "timeout":
+        res["error"] = "ran past its deadline of %g s" % timeout + (" (at %s)" % res["where"] if res.get("where") else "")
+    res["seconds"] = round(seconds, 3)
+    res["stdout"] = os.path.join("ranks", "rank-%d.out" % rank)
+    res["stderr"] = os.path.join("ranks", "rank-%d.err" % rank)
+    return res
+
+
+def _parse_ranks(text, world):
+    out = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            raise ValueError("--ranks '%s': an empty item" % text)
+        lo, _, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi) if hi else int(lo)
+        except ValueError:
+            raise ValueError("--ranks '%s': '%s' is not a rank or a range a-b" % (text, part)) from None
+        if a < 0 or b >= world or a > b:
+            raise ValueError("--ranks '%s': '%s' is not within ranks 0-%d" % (text, part, world - 1))
+        out.update(range(a, b + 1))
+    return sorted(out)
+
+
+def main(argv):
+    """The tool's entry: --world N --out DIR --jobs J --timeout S --per-node K [--ranks SET]
+    [--preload M]... -- PROGRAM ARGS... Exit 0 when every rank was run (what each did is in
+    record.json), 2 on a usage error, 3 when the program could not be started."""
+    opts = {"ranks": None, "preload": [], "jobs": os.cpu_count() or 1, "timeout": 300.0, "per_node": None}
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        k = argv[i]
+        if i + 1 >= len(argv):
+            sys.stderr.write("meshsim record runner: %s needs a value\n" % k)
+            return 2
+        v = argv[i + 1]
+        if k == "--world":
+            opts["world"] = int(v)
+        elif k == "--out":
+            opts["out"] = v
+        elif k == "--jobs":
+            opts["jobs"] = int(v)
+        elif k == "--timeout":
+            opts["timeout"] = float(v)
+        elif k == "--per-node":
+            opts["per_node"] = int(v)
+        elif k == "--ranks":
+            opts["ranks"] = v
+        elif k == "--preload":
+            opts["preload"].append(v)
+        else:
+            sys.stderr.write("meshsim record runner: unknown option %s\n" % k)
+            return 2
+        i += 2
+    program = argv[i + 1:]
+    world = opts["world"]
+    ranks = _parse_ranks(opts["ranks"], world) if opts["ranks"] else list(range(world))
+    try:
+        target = _program(program)
+    except ValueError as e:
+        sys.stderr.write("meshsim record: %s\n" % e)
+        return 3
+    try:
+        import torch  # noqa: F401
+        import torch.distributed  # noqa: F401
+    except ImportError as e:
+        sys.stderr.write("meshsim record: this Python (%s) cannot import torch: %s\n" % (sys.executable, e))
+        return 3
+    try:
+        record(target, world, ranks, opts["jobs"], opts["out"], opts["timeout"], opts["per_node"] or world, opts["preload"])
+    except ImportError as e:
+        sys.stderr.write("meshsim record: --preload: %s\n" % e)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
