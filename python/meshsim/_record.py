@@ -24,6 +24,10 @@ DUMP_PREFIX = "trace_rank_"
 FORMAT_VERSION = "2.10"  # the Flight Recorder dump version whose fields these are
 MAX_FRAMES = 256
 
+# Imported before the fork (each costs every rank its import otherwise).
+_WARM = ("torch._dynamo", "torch.distributed.device_mesh", "torch.distributed.tensor", "torch.distributed._functional_collectives",
+         "torch.distributed.fsdp", "torch.distributed.pipelining", "torch.nn.parallel")
+
 # The rank's own state, set in the child after the fork.
 _rank = {"on": False}
 
@@ -146,6 +150,8 @@ class _Rank:
         else:
             op = _FUNCTIONAL_NAMES.get(base)
         if op is None:
+            if os.environ.get("MESHSIM_RECORD_DEBUG"):
+                sys.stderr.write("meshsim record: not a collective: %s\n" % func)
             return
         schema = func._schema.arguments
         values = list(args) + [kwargs[a.name] for a in schema[len(args):] if a.name in kwargs]
@@ -205,6 +211,15 @@ class _Rank:
             "state": "completed", "time_discovered_started_ns": now, "time_discovered_completed_ns": now,
             "retired": True, "timeout_ms": 600000, "is_p2p": p2p, "frames": self.frames(),
         })
+
+    def dump_object(self, torch_version):
+        """The rank's dump so far, as Flight Recorder's _dump_fr_trace gives it."""
+        self.snapshot()
+        status = {n: {"last_enqueued_collective": s[0], "last_started_collective": s[0], "last_completed_collective": s[0]}
+                  for n, s in self.seq.items()}
+        return {"version": FORMAT_VERSION, "pg_config": dict(self.groups), "pg_status": status, "entries": list(self.entries),
+                "meshsim_record": {"torch": torch_version, "rank": self.rank, "world_size": self.world,
+                                   "backend_asked": self.backend, "notes": list(self.notes)}}
 
     def dump(self, torch_version):
         self.snapshot()
@@ -267,19 +282,132 @@ def _install(torch_module_names):
         mod.init_process_group = init_process_group
         mod.destroy_process_group = destroy_process_group
 
+    # Collectives of Python objects send their pickles' sizes first: over the fake backend a
+    # receiver would read another rank's size as garbage (and try to allocate it). The receiving
+    # side stops, naming the call; the sending side goes on (its records are what it issued).
+    def object_collective(name, fn, receives):
+        def guarded(*args, **kwargs):
+            me = _rank.get("state")
+            if me is not None and receives(*args, **kwargs):
+                raise RuntimeError(
+                    "meshsim record: torch.distributed.%s on rank %d receives Python objects other ranks send, which the "
+                    "fake backend does not carry (the ranks run apart): not recordable (a pipeline schedule's shape "
+                    "inference, an all_gather_object of sizes)" % (name, me.rank))
+            return fn(*args, **kwargs)
+        guarded.__name__ = guarded.__qualname__ = name
+        guarded.__doc__ = fn.__doc__
+        return guarded
+
+    def me_rank():
+        return dist.get_rank() if dist.is_initialized() else -1
+
+    def is_not(key, pos):
+        def check(*args, **kwargs):
+            v = kwargs.get(key, args[pos] if len(args) > pos else 0)
+            group = kwargs.get("group")
+            gkey = {"src": "group_src", "dst": "group_dst"}.get(key)
+            if v is None and gkey and kwargs.get(gkey) is not None and group is not None:
+                v = dist.get_global_rank(group, kwargs[gkey])
+            return (0 if v is None else v) != me_rank()
+        return check
+
+    receiving = {
+        "recv_object_list": lambda *a, **k: True,
+        "all_gather_object": lambda *a, **k: dist.get_world_size(k.get("group", a[2] if len(a) > 2 else None)) > 1,
+        "broadcast_object_list": is_not("src", 1),
+        "scatter_object_list": is_not("src", 2),
+        "gather_object": lambda *a, **k: not is_not("dst", 2)(*a, **k),
+    }
+    for name, receives in receiving.items():
+        fn = getattr(c10d, name, None)
+        if fn is None:
+            continue
+        wrapped = object_collective(name, fn, receives)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is fn:
+            setattr(dist, name, wrapped)
+
+    # A program that dumps Flight Recorder itself (torch._C._distributed_c10d._dump_fr_trace,
+    # as a job's own timeout handler or test does) gets the rank's records so far.
+    import torch._C._distributed_c10d as c10d_c
+    real_dump, real_dump_json = getattr(c10d_c, "_dump_fr_trace", None), getattr(c10d_c, "_dump_fr_trace_json", None)
+
+    def dump_fr_trace(includeCollectives=True, includeStackTraces=True, onlyActive=False):
+        me = _rank.get("state")
+        if me is None:
+            return real_dump(includeCollectives, includeStackTraces, onlyActive)
+        d = me.dump_object(str(torch.__version__))
+        if not includeCollectives:
+            d["entries"] = []
+        elif not includeStackTraces:
+            d["entries"] = [dict(e, frames=[]) for e in d["entries"]]
+        return pickle.dumps(d, protocol=2)
+
+    def dump_fr_trace_json(includeCollectives=True, onlyActive=False):
+        me = _rank.get("state")
+        if me is None:
+            return real_dump_json(includeCollectives, onlyActive)
+        d = me.dump_object(str(torch.__version__))
+        if not includeCollectives:
+            d["entries"] = []
+        return json.dumps(d)
+
+    if real_dump is not None:
+        c10d_c._dump_fr_trace = dump_fr_trace
+    if real_dump_json is not None:
+        c10d_c._dump_fr_trace_json = dump_fr_trace_json
+
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            result = func(*args, **kwargs)
             ns = func.namespace
-            if ns == "c10d" or ns == "_c10d_functional" or ns == "_c10d_functional_autograd":
-                me = _rank.get("state")
-                if me is not None:
-                    try:
-                        me.note(func, args, kwargs, result)
-                    except Exception as e:  # the program goes on; the record says what it missed
-                        me.notes.append("%s not recorded: %s: %s" % (func, type(e).__name__, e))
+            if ns != "c10d" and ns != "_c10d_functional" and ns != "_c10d_functional_autograd":
+                return func(*args, **kwargs)
+            _rank["handling"] = _rank.get("handling", 0) + 1  # the op's own call is not noted twice
+            try:
+                result = func(*args, **kwargs)
+            finally:
+                _rank["handling"] -= 1
+            me = _rank.get("state")
+            if me is not None:
+                try:
+                    me.note(func, args, kwargs, result)
+                except Exception as e:  # noqa: BLE001 - the program goes on; the record says what it missed
+                    me.notes.append("%s not recorded: %s: %s" % (func, type(e).__name__, e))
             return result
+
+    # A collective issued inside another op's dispatch (DTensor redistributing its inputs within
+    # an aten op's __torch_dispatch__, where the mode stack is popped) never reaches the mode:
+    # those are noted where Python calls the op (torch.ops.c10d / _c10d_functional), when the
+    # mode is not on the stack to see them.
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    def wrap(overload, call):
+        def recorded(*args, **kwargs):
+            me = _rank.get("state")
+            if me is None or _rank.get("handling") or any(isinstance(m, Recorder) for m in _get_current_dispatch_mode_stack()):
+                return call(*args, **kwargs)
+            result = call(*args, **kwargs)
+            try:
+                me.note(overload, args, kwargs, result)
+            except Exception as e:  # noqa: BLE001 - the program goes on; the record says what it missed
+                me.notes.append("%s not recorded: %s: %s" % (overload, type(e).__name__, e))
+            return result
+        return recorded
+
+    for qualified in torch._C._dispatch_get_all_op_names():
+        ns, _, name = qualified.partition("::")
+        if ns not in ("c10d", "_c10d_functional", "_c10d_functional_autograd"):
+            continue
+        try:
+            packet = getattr(getattr(torch.ops, ns), name)
+        except (AttributeError, RuntimeError):
+            continue
+        for overload_name in packet.overloads():
+            overload = getattr(packet, overload_name)
+            overload._op = wrap(overload, overload._op)
+        if "default" in packet.overloads():
+            packet._op = wrap(packet.default, packet._op)
 
     _rank["recorder"] = Recorder
     return Recorder
@@ -436,6 +564,13 @@ def record(target, world, ranks, jobs, out, timeout, per_node, preload=(), maste
     import importlib
     import torch
     recorder = _install(())
+    # What a distributed program's first collective imports lazily (torch._dynamo behind every
+    # c10d call's compile guard, DeviceMesh, DTensor, FSDP2): imported once here, not per rank.
+    for m in _WARM:
+        try:
+            importlib.import_module(m)
+        except Exception:  # noqa: BLE001 - a module this PyTorch lacks is imported by no rank either
+            pass
     for m in preload:
         importlib.import_module(m)
     os.makedirs(os.path.join(out, "ranks"), exist_ok=True)

@@ -264,3 +264,32 @@ def test_bad_flags_are_refused_by_name(tmp_path):
 def test_a_program_that_never_calls_init_anywhere_is_said_so(tmp_path):
     code, so, se = tool("-n", "2", "--", sys.executable, script(tmp_path, "print('hello')\n"))
     assert code == 1 and "no rank called init_process_group" in so, so + se
+
+
+def test_collectives_issued_inside_another_ops_dispatch_and_the_programs_own_dumps_are_recorded(tmp_path):
+    # DTensor reduces a stack of partial norms inside aten.linalg_vector_norm's dispatch, where
+    # the mode stack is popped: the two all_reduces (one per mesh dim) are still recorded, once.
+    # The program's own _dump_fr_trace() gets its records so far, in the same format.
+    prog = script(tmp_path, """
+        import pickle, sys, torch, torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import distribute_tensor, Shard
+        dist.init_process_group("nccl")
+        m = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+        g = [distribute_tensor(torch.randn(8, 8), m, [Shard(0), Shard(1)]) for _ in range(3)]
+        before = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(g, 2.0)), 2.0)
+        assert all(p.is_replicate() for p in norm.placements), norm.placements
+        after = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+        print(len(before["entries"]), len(after["entries"]), after["version"])
+    """)
+    r = meshsim.record(["python", prog], 4, out=str(tmp_path / "rec"))
+    assert r.ok, r.text
+    for rank in range(4):
+        es = r.dumps[rank]["entries"]
+        scatters = [e for e in es if e["profiling_name"] == "nccl:scatter"]
+        reduces = [(e["process_group"][1], e["input_sizes"]) for e in es if e["profiling_name"] == "nccl:all_reduce"]
+        assert len(scatters) == 6, [e["profiling_name"] for e in es]  # 3 tensors x 2 mesh dims, each once
+        assert reduces == [("mesh_fsdp", [[3]]), ("mesh_tp", [[3]])], reduces
+        seen = (tmp_path / "rec" / "ranks" / f"rank-{rank}.out").read_text().split()
+        assert seen == [str(len(es) - 2), str(len(es)), "2.10"], seen
