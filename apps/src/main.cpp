@@ -226,6 +226,9 @@ int main(int argc, char** argv) {
   record->add_option("--timeout", rco.timeout_seconds, "each rank's deadline in seconds (default 300)");
   record->add_option("--nproc-per-node", rco.nproc_per_node, "LOCAL_WORLD_SIZE: ranks per node (default: the world, one node)");
   record->add_option("--preload", rco.preload, "a module imported before the ranks are forked (repeatable)");
+  record->add_flag("--fake-tensors", rco.fake_tensors,
+                   "run the program under PyTorch's FakeTensorMode: tensors have shapes and dtypes but no storage, so a model's "
+                   "size costs neither memory nor compute (a value read back, .item(), stops the rank naming the call)");
   record->add_option("--format", rco.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   record->add_option("program", rco.program, "python SCRIPT ARGS... (after --)")->expected(-1)->required();
 

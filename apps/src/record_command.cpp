@@ -233,6 +233,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   argv.insert(argv.end(), {"--timeout", t, "--per-node", std::to_string(o.nproc_per_node.value_or(o.nprocs))});
   if (o.ranks) argv.insert(argv.end(), {"--ranks", *o.ranks});
   for (const auto& m : o.preload) argv.insert(argv.end(), {"--preload", m});
+  if (o.fake_tensors) argv.push_back("--fake-tensors");
   argv.push_back("--");
   argv.insert(argv.end(), o.program.begin() + 1, o.program.end());
   const int64_t waves = (recorded + jobs - 1) / jobs;
@@ -309,7 +310,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   out << "meshsim record: " << recorded << " of " << o.nprocs << " ranks of '" << program << "' on torch "
       << summary.value("torch", std::string("?")) << " (the fake backend answering init_process_group"
       << (backend.empty() ? std::string() : " for '" + backend.substr(0, 40) + "'") << "), " << jobs << " at a time, in " << secs
-      << " s; dumps in '" << dir << "'\n";
+      << " s" << (o.fake_tensors ? ", under FakeTensorMode" : "") << "; dumps in '" << dir << "'\n";
   for (const auto& f : findings) out << "FAILED " << f << "\n";
   if (with_init == 0) {
     out << "FAILED: no rank called init_process_group: nothing distributed was recorded\n";

@@ -482,7 +482,7 @@ def _rank_finding(r, dir):
 
 
 def record(program, world_size, *, ranks=None, jobs=None, out=None, timeout=300.0, nproc_per_node=None, preload=(),
-           check=True):
+           fake_tensors=False, check=True):
     """`meshsim record` in Python: `program` run once per rank of `world_size` over PyTorch's fake
     backend, each rank a process forked from this interpreter (torch already imported), with the
     environment torchrun gives it (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
@@ -492,7 +492,8 @@ def record(program, world_size, *, ranks=None, jobs=None, out=None, timeout=300.
     Each rank's process groups (under the names its PyTorch gave them) and collectives are written
     as a Flight Recorder dump into `out` (a new or empty directory; default a new one under
     $TMPDIR) and checked across ranks. `ranks` records only those ("0-3,7" or a list), `jobs`
-    ranks run at once (default: the machine's cores), each within `timeout` seconds.
+    ranks run at once (default: the machine's cores), each within `timeout` seconds;
+    `fake_tensors` runs the program under PyTorch's FakeTensorMode (shapes without storage).
     Returns a RecordResult; when `check` and a rank did not end well or the check found
     problems, raises meshsim.CheckFailed with the report (its `.result` the RecordResult)."""
     import tempfile
@@ -539,7 +540,8 @@ def record(program, world_size, *, ranks=None, jobs=None, out=None, timeout=300.
         out = _os.fsdecode(_path(out, "out"))
         if _os.path.exists(out) and (not _os.path.isdir(out) or _os.listdir(out)):
             raise errors.InvalidArgument("out '%s' is not a new or empty directory (its dumps would mix with what is there)" % out)
-    summary = _record.record(target, world, chosen, jobs, out, timeout, per_node, preload)
+    summary = _record.record(target, world, chosen, jobs, out, timeout, per_node, preload,
+                             fake_tensors=_bool(fake_tensors, "fake_tensors"))
     findings = [_rank_finding(r, out) for r in summary["ranks"]
                 if r.get("status") != "ok" or not r.get("init_calls")]
     report = None

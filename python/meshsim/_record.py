@@ -104,6 +104,7 @@ class _Rank:
         self.op_id = 0
         self.backend = None  # what the program asked init_process_group for
         self.init_calls = 0
+        self.read_back = False
         self.notes = []
         self.runner_file = os.path.abspath(__file__) if "__file__" in globals() else "<meshsim record>"
 
@@ -376,6 +377,40 @@ def _install(torch_module_names):
                     me.notes.append("%s not recorded: %s: %s" % (func, type(e).__name__, e))
             return result
 
+    # Under --fake-tensors, DeviceMesh's bookkeeping (its rank map, read with .tolist()) is made
+    # of real tensors: its methods and properties run with FakeTensorMode set aside, as PyTorch's
+    # FSDP2 memory tracker builds its mesh outside the mode.
+    import torch.distributed.device_mesh as dm
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def real_tensors(fn):
+        def run(*args, **kwargs):
+            if not _rank.get("fake_tensors") or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None:
+                return fn(*args, **kwargs)
+            with unset_fake_temporarily():
+                return fn(*args, **kwargs)
+        run.__name__, run.__qualname__, run.__doc__ = fn.__name__, getattr(fn, "__qualname__", fn.__name__), fn.__doc__
+        run.__wrapped__ = fn
+        return run
+
+    mesh_class = getattr(dm, "DeviceMesh", None)
+    if isinstance(mesh_class, type):
+        for name, value in list(vars(mesh_class).items()):
+            if name.startswith("__") and name != "__init__" and name != "__getitem__":
+                continue
+            if isinstance(value, (staticmethod, classmethod)):
+                setattr(mesh_class, name, type(value)(real_tensors(value.__func__)))
+            elif isinstance(value, property):
+                setattr(mesh_class, name, property(real_tensors(value.fget) if value.fget else None,
+                                                   real_tensors(value.fset) if value.fset else None,
+                                                   value.fdel, value.__doc__))
+            elif callable(value) and not isinstance(value, type):
+                setattr(mesh_class, name, real_tensors(value))
+    for holder in (dm, dist):
+        if getattr(holder, "init_device_mesh", None) is not None:
+            holder.init_device_mesh = real_tensors(dm.init_device_mesh.__wrapped__ if hasattr(dm.init_device_mesh, "__wrapped__")
+                                                   else dm.init_device_mesh)
+
     # A collective issued inside another op's dispatch (DTensor redistributing its inputs within
     # an aten op's __torch_dispatch__, where the mode stack is popped) never reaches the mode:
     # those are noted where Python calls the op (torch.ops.c10d / _c10d_functional), when the
@@ -408,6 +443,39 @@ def _install(torch_module_names):
             overload._op = wrap(overload, overload._op)
         if "default" in packet.overloads():
             packet._op = wrap(packet.default, packet._op)
+
+    def read_back(t):
+        me = _rank.get("state")
+        if me is not None and not me.read_back:
+            lib = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+            stack = [f for f in traceback.extract_stack()[:-2] if f.filename != me.runner_file and "<frozen" not in f.filename]
+            frame = next((f for f in reversed(stack) if not os.path.abspath(f.filename).startswith(lib)), stack[-1] if stack else None)
+            me.read_back = True
+            me.notes.append("--fake-tensors: values read back from tensors (.item() and the like) are answered 1 "
+                            "(True, 1.0): first at %s" % ("%s:%d in %s" % (frame.filename, frame.lineno, frame.name) if frame else "?"))
+        if t.dtype == torch.bool:
+            return True
+        return 1.0 if t.dtype.is_floating_point or t.dtype.is_complex else 1
+
+    # A value read back from a FakeTensor (.item(), int(t), a seed broadcast, a token count) has
+    # none: under --fake-tensors 1 (True, 1.0) stands in, said once in the record's notes. It is
+    # answered in FakeTensorMode's own table, so DTensor's ops (inside whose dispatch the mode
+    # stack is popped) get the same answer.
+    try:
+        from torch._subclasses import fake_impls
+        table = fake_impls.op_implementations_dict
+        for op in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
+            real_impl = table.get(op)
+            if real_impl is None:
+                continue
+
+            def answered(fake_mode, func, arg, _real=real_impl):
+                if not _rank.get("fake_tensors") or fake_mode.shape_env is not None:
+                    return _real(fake_mode, func, arg)
+                return read_back(arg)
+            table[op] = answered
+    except (ImportError, AttributeError):
+        pass
 
     _rank["recorder"] = Recorder
     return Recorder
@@ -457,6 +525,11 @@ def _run_rank(rank, opts, recorder, torch_version, target):
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
+    # The rank's own streams on those descriptors (the forking interpreter's may be something
+    # else: pytest's capture, a notebook's).
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", buffering=1, closefd=False, encoding="utf-8", errors="backslashreplace")
+    sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="backslashreplace")
     os.environ.update(_env_for(rank, opts["world"], opts["per_node"], opts["master_port"]))
     state = _Rank(rank, opts["world"], out)
     _rank["state"] = state
@@ -473,8 +546,17 @@ def _run_rank(rank, opts, recorder, torch_version, target):
     try:
         import torch
         torch.set_num_threads(1)
-        with recorder():
-            target()
+        if opts.get("fake_tensors"):
+            # Every tensor the program makes is a FakeTensor (shapes, dtypes, devices; no
+            # storage): a model's size costs neither memory nor compute. The recorder is entered
+            # last, on top, so it sees each collective before FakeTensorMode answers it.
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            _rank["fake_tensors"] = True
+            with FakeTensorMode(allow_non_fake_inputs=True), recorder():
+                target()
+        else:
+            with recorder():
+                target()
     except SystemExit as e:
         c = e.code
         if c is None or c == 0:
@@ -557,7 +639,8 @@ def _program(argv):
     return target
 
 
-def record(target, world, ranks, jobs, out, timeout, per_node, preload=(), master_port=29500, on_rank=None):
+def record(target, world, ranks, jobs, out, timeout, per_node, preload=(), master_port=29500, on_rank=None,
+           fake_tensors=False):
     """Runs `target` (a callable) once per rank in `ranks`, forked from this interpreter, `jobs` at
     a time, each with `timeout` seconds; writes the dumps and record.json into `out`; returns
     record.json's object. `on_rank(result)` is called as each rank ends."""
@@ -574,7 +657,7 @@ def record(target, world, ranks, jobs, out, timeout, per_node, preload=(), maste
     for m in preload:
         importlib.import_module(m)
     os.makedirs(os.path.join(out, "ranks"), exist_ok=True)
-    opts = {"out": out, "world": world, "per_node": per_node, "master_port": master_port}
+    opts = {"out": out, "world": world, "per_node": per_node, "master_port": master_port, "fake_tensors": fake_tensors}
     torch_version = str(torch.__version__)
     pending = list(ranks)
     running = {}  # pid -> (rank, started, deadline, terminated_at)
@@ -686,10 +769,14 @@ def main(argv):
     """The tool's entry: --world N --out DIR --jobs J --timeout S --per-node K [--ranks SET]
     [--preload M]... -- PROGRAM ARGS... Exit 0 when every rank was run (what each did is in
     record.json), 2 on a usage error, 3 when the program could not be started."""
-    opts = {"ranks": None, "preload": [], "jobs": os.cpu_count() or 1, "timeout": 300.0, "per_node": None}
+    opts = {"ranks": None, "preload": [], "jobs": os.cpu_count() or 1, "timeout": 300.0, "per_node": None, "fake_tensors": False}
     i = 0
     while i < len(argv) and argv[i] != "--":
         k = argv[i]
+        if k == "--fake-tensors":
+            opts["fake_tensors"] = True
+            i += 1
+            continue
         if i + 1 >= len(argv):
             sys.stderr.write("meshsim record runner: %s needs a value\n" % k)
             return 2
@@ -727,7 +814,8 @@ def main(argv):
         sys.stderr.write("meshsim record: this Python (%s) cannot import torch: %s\n" % (sys.executable, e))
         return 3
     try:
-        record(target, world, ranks, opts["jobs"], opts["out"], opts["timeout"], opts["per_node"] or world, opts["preload"])
+        record(target, world, ranks, opts["jobs"], opts["out"], opts["timeout"], opts["per_node"] or world, opts["preload"],
+               fake_tensors=opts["fake_tensors"])
     except ImportError as e:
         sys.stderr.write("meshsim record: --preload: %s\n" % e)
         return 3

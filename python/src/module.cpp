@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "meshsim/stop.hpp"
 #include "meshsim/check_meshes.hpp"
 #include "meshsim/creation_plan.hpp"
 #include "meshsim/group_names.hpp"
@@ -227,8 +228,9 @@ py::tuple run_job(meshsim::run::Options o) {
 // run_released runs `work` (which touches no Python object) on a thread of its own with the
 // GIL released, while this thread, Python's, looks at its signals every 100 ms: on Ctrl-C (or
 // any handler that raises) the handler's exception (KeyboardInterrupt) is raised here at once.
-// The work cannot be stopped midway (a step or a trace check holds no rank to abort), so it is
-// left to finish on its thread, holding only what it owns, and its result is dropped.
+// The work is then asked to stop (meshsim/stop.hpp: a step's simulation looks at the flag at its
+// loops' heads and ends within milliseconds); until it has, it holds only what it owns, and its
+// result is dropped.
 // Works left running after an interrupt, awaited when the interpreter exits (atexit): none may
 // still run while the process tears down what they use.
 struct Orphans {
@@ -254,6 +256,7 @@ nlohmann::json run_released(std::function<nlohmann::json()> work) {
     bool done = false;
     nlohmann::json out;
     std::exception_ptr failed;
+    std::atomic<bool> stop{false};  // set on Ctrl-C: the work stops at its next check_stop()
   };
   auto shared = std::make_shared<Shared>();
   std::optional<py::error_already_set> raised;
@@ -267,6 +270,7 @@ nlohmann::json run_released(std::function<nlohmann::json()> work) {
       nlohmann::json out;
       std::exception_ptr failed;
       try {
+        const meshsim::StopScope scope(&shared->stop);
         out = work();
       } catch (...) {
         failed = std::current_exception();
@@ -289,7 +293,10 @@ nlohmann::json run_released(std::function<nlohmann::json()> work) {
         py::gil_scoped_acquire acquire;
         if (PyErr_CheckSignals() != 0) raised.emplace();
       }
-      if (raised) break;
+      if (raised) {
+        shared->stop = true;
+        break;
+      }
       lk.lock();
     }
   }
@@ -799,4 +806,9 @@ PYBIND11_MODULE(_meshsim, m) {
   bind_run(m);
   bind_step(m);
   bind_trace(m);
+  // How many works left behind by Ctrl-C still run (each stops at its next check).
+  m.def("_works_running", [] {
+    std::lock_guard lk(orphans().mu);
+    return orphans().running;
+  });
 }

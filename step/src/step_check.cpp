@@ -6,6 +6,7 @@
 #include <string>
 
 #include "meshsim/error.hpp"
+#include "meshsim/stop.hpp"
 #include "step_builder.hpp"
 
 namespace meshsim::step::detail {
@@ -170,7 +171,10 @@ void Checker::simulate(Report& r) {
   index.reserve(n * 2);
   for (std::size_t i = 0; i < n; ++i) index.emplace(set[i], i);
   sim.prog.resize(n);
-  for (std::size_t i = 0; i < n; ++i) sim.prog[i] = &program_of(set[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    if ((i & 255) == 0) check_stop();
+    sim.prog[i] = &program_of(set[i]);
+  }
   auto& pc = sim.pc;
   pc.assign(n, 0);
   auto& arrived = sim.arrived;
@@ -216,6 +220,7 @@ void Checker::simulate(Report& r) {
     return true;
   };
   while (!ready.empty() && r.ok) {
+    check_stop();
     const std::size_t i = ready.front();
     ready.pop_front();
     while (r.ok) {

@@ -293,3 +293,40 @@ def test_collectives_issued_inside_another_ops_dispatch_and_the_programs_own_dum
         assert reduces == [("mesh_fsdp", [[3]]), ("mesh_tp", [[3]])], reduces
         seen = (tmp_path / "rec" / "ranks" / f"rank-{rank}.out").read_text().split()
         assert seen == [str(len(es) - 2), str(len(es)), "2.10"], seen
+
+
+def test_fake_tensors_record_a_model_this_machine_could_not_hold(tmp_path):
+    # 64 layers of 8192 x 8192 in fp32: 17 GB of weights (and as much again for their gradients),
+    # sharded by FSDP2 over 4 ranks. Under --fake-tensors no rank holds a byte of them: every
+    # rank's all-gathers and reduce-scatters are recorded with the real shapes. A value read back
+    # (.item()) is answered 1 and noted.
+    prog = script(tmp_path, """
+        import torch, torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        dist.init_process_group("nccl")
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("fsdp",))
+        model = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192) for _ in range(64)])
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        loss = model(torch.randn(4, 8192)).sum()
+        loss.backward()
+        total = torch.tensor(float(loss.item()))
+        dist.all_reduce(total)
+    """)
+    out = tmp_path / "rec"
+    code, so, se = tool("-n", "4", "--fake-tensors", "--out", str(out), "--", sys.executable, prog, timeout=600)
+    assert code == 0, so + se
+    assert "under FakeTensorMode" in so, so
+    shard = (8192 * 8192 + 8192) // 4
+    for r in range(4):
+        d = pickle.loads((out / f"trace_rank_{r}").read_bytes())
+        names = [e["profiling_name"] for e in d["entries"]]
+        gathers = [e for e in d["entries"] if e["profiling_name"] == "nccl:_all_gather_base"]
+        scatters = [e for e in d["entries"] if e["profiling_name"] == "nccl:_reduce_scatter_base"]
+        assert len(gathers) >= 64 and len(scatters) == 64, names[:10]
+        assert gathers[0]["input_sizes"] == [[shard]] and gathers[0]["output_sizes"] == [[4 * shard]], gathers[0]
+        assert names[-1] == "nccl:all_reduce"
+        notes = d["meshsim_record"]["notes"]
+        assert any("answered 1" in n and prog in n for n in notes), notes

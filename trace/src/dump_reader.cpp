@@ -12,6 +12,7 @@
 #include "meshsim/dump_reader.hpp"
 #include "meshsim/json_codec.hpp"
 #include "meshsim/pickle.hpp"
+#include "meshsim/stop.hpp"
 #include "meshsim/text_file.hpp"
 
 namespace meshsim::trace {
@@ -411,6 +412,7 @@ DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& 
       throw InvalidArgument("two dumps of rank " + std::to_string(rank) + ": '" + pos->second + "' and '" + f.string() + "'");
     }
     const std::string bytes = read_text_file(f.string(), limits.max_file_bytes, "dump");
+    check_stop();
     set.dumps.push_back(parse_dump(bytes, rank, f.string(), limits));
   }
   if (set.dumps.empty()) {

@@ -12,6 +12,7 @@
 
 #include "fr_checker.hpp"
 #include "meshsim/error.hpp"
+#include "meshsim/stop.hpp"
 
 namespace meshsim::trace {
 namespace detail {
@@ -33,6 +34,7 @@ CheckReport Checker::run() {
   check_missing_dumps();
   assign_entries();
   for (std::size_t g = 0; g < groups_.size(); ++g) {
+    check_stop();
     check_collectives(static_cast<int>(g));
     check_p2p(static_cast<int>(g));
   }

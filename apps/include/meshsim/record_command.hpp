@@ -23,6 +23,7 @@ struct Options {
   double timeout_seconds = 300;             // each rank's deadline
   std::optional<int64_t> nproc_per_node;    // LOCAL_WORLD_SIZE (default: the world, one node)
   std::vector<std::string> preload;         // modules imported before the fork
+  bool fake_tensors = false;                // run the program under FakeTensorMode
   std::string format = "text";              // or "json"
   std::vector<std::string> program;         // python SCRIPT ARGS... (or python -m MODULE ...)
 };
