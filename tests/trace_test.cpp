@@ -996,5 +996,70 @@ TEST(ProblemKinds, EachKindHasOneWordingThatReadsBack) {
   for (const char* unknown : {"stuck", "", "Size", "size "}) EXPECT_FALSE(parse_problem_kind(unknown).has_value()) << unknown;
 }
 
+// The dumps read on any number of threads are the dumps read on one: the same report, byte
+// for byte, in both forms, with frames and planted faults.
+TEST(ParallelRead, EveryJobCountReadsTheSameDumpsAndTheSameReport) {
+  for (const std::string form : {"--format pickle", "--format json"}) {
+    const std::string dir = make_dumps("par", "--pp 2 --dp 4 --tp 4 --steps 3 --frames 8 --plant hang@9 --plant dtype@20 " + form);
+    const DumpSet one = read_dump_dir(dir, std::nullopt, {}, 1);
+    ASSERT_EQ(one.dumps.size(), 32u);
+    const std::string want = text(check_dumps(one.dumps), one);
+    EXPECT_NE(want.find("FAILED"), std::string::npos) << want;
+    for (unsigned jobs : {2u, 3u, 8u, 64u}) {
+      const DumpSet many = read_dump_dir(dir, std::nullopt, {}, jobs);
+      ASSERT_EQ(many.dumps.size(), one.dumps.size());
+      for (std::size_t k = 0; k < one.dumps.size(); ++k) {
+        EXPECT_EQ(many.dumps[k].rank, one.dumps[k].rank);
+        ASSERT_EQ(many.dumps[k].entries.size(), one.dumps[k].entries.size()) << k;
+        for (std::size_t e = 0; e < one.dumps[k].entries.size(); ++e) {
+          EXPECT_EQ(many.dumps[k].entries[e].profiling_name, one.dumps[k].entries[e].profiling_name);
+          EXPECT_EQ(many.dumps[k].entries[e].input_sizes, one.dumps[k].entries[e].input_sizes);
+        }
+      }
+      EXPECT_EQ(text(check_dumps(many.dumps), many), want) << form << " jobs " << jobs;
+    }
+    fs::remove_all(dir);
+  }
+}
+
+// Two bad files: whatever the threads, the error is the one a reader going file by file meets
+// first (file order is the names' order: rank_11 before rank_3).
+TEST(ParallelRead, TheErrorIsTheFirstFilesInOrderWhateverTheJobs) {
+  const std::string dir = make_dumps("parerr", "--pp 2 --dp 2 --tp 4 --steps 2");
+  for (const char* bad : {"rank_3", "rank_11"}) {
+    std::ofstream(fs::path(dir) / bad, std::ios::trunc) << "\x80\x02garbage";
+  }
+  for (unsigned jobs : {1u, 2u, 5u, 16u}) {
+    try {
+      read_dump_dir(dir, std::nullopt, {}, jobs);
+      ADD_FAILURE() << "jobs " << jobs << ": no error";
+    } catch (const ParseError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank_11'"), std::string::npos) << "jobs " << jobs << ": " << e.what();
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// The reader keeps the rank lists it read from long strings (the default group's, in every
+// dump): a rank whose long list differs in one rank is still read as written.
+TEST(ParallelRead, ALongRankListThatDiffersInOneRankIsReadAsWritten) {
+  const std::string dir = make_dumps("parlong", "--pp 2 --dp 8 --tp 8 --steps 2");  // 128 ranks: "[0, ..., 127]"
+  const Shell s = shell("python3 -c 'import pickle,sys; p=sys.argv[1]; d=pickle.load(open(p,\"rb\")); "
+                        "r=d[\"pg_config\"][\"0\"]; r[\"ranks\"]=r[\"ranks\"].replace(\", 77,\", \",\"); "
+                        "pickle.dump(d, open(p, \"wb\"))' " + dir + "/rank_100");
+  ASSERT_EQ(s.status, 0) << s.out;
+  for (unsigned jobs : {1u, 2u}) {
+    const DumpSet set = read_dump_dir(dir, std::nullopt, {}, jobs);
+    for (const Dump& d : set.dumps) {
+      const GroupConfig& world = *std::find_if(d.groups.begin(), d.groups.end(), [](const GroupConfig& g) { return g.name == "0"; });
+      EXPECT_EQ(world.ranks.size(), d.rank == 100 ? 127u : 128u) << d.rank;
+    }
+    const CheckReport r = check_dumps(set.dumps);
+    EXPECT_FALSE(r.ok);
+    EXPECT_TRUE(kinds(r).count("membership")) << text(r, set);
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace meshsim::trace

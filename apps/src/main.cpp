@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
   trace_check->add_option("--format", tco.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   trace_check->add_option("--against", tco.against,
                           "hold the dumps to the step these `meshsim step` flags plan (\"--preset torchtitan:... --model ...\"), or @FILE holding them");
+  trace_check->add_option("--jobs", tco.jobs, "threads that read and decode the dumps (default: this machine's cores; the report is the same)");
 
   auto* record = app.add_subcommand("record", "run a Python program once per rank over PyTorch's fake backend, record each rank's "
                                                "process groups and collectives as Flight Recorder dumps, and check them across ranks");

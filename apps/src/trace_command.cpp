@@ -62,6 +62,10 @@ step::StepSpec plan_spec(const std::string& against) {
 
 int run(const Options& o, std::ostream& out) {
   text::check_format(o.format);
+  if (o.jobs && (*o.jobs < 1 || *o.jobs > 4096)) {
+    throw InvalidArgument("trace check: --jobs " + std::to_string(*o.jobs) + " is out of range [1, 4096]");
+  }
+  const unsigned jobs = o.jobs ? static_cast<unsigned>(*o.jobs) : 0;
   std::optional<step::StepRun> plan;
   std::optional<trace::DumpSet> early;
   std::string world_note;
@@ -73,7 +77,7 @@ int run(const Options& o, std::ostream& out) {
       // A job that leaves dp_shard to the world size (torchtitan's -1, a saved config's
       // default): the world is the ranks the dumps know of.
       if (spec.world_size || std::string(e.what()).find("dp_shard=-1") == std::string::npos) throw;
-      early = trace::read_dump_dir(o.dir, o.prefix);
+      early = trace::read_dump_dir(o.dir, o.prefix, {}, jobs);
       int64_t world = 0;
       for (const auto& d : early->dumps) world = std::max(world, d.rank + 1);
       spec.world_size = world;
@@ -82,7 +86,7 @@ int run(const Options& o, std::ostream& out) {
                    " is the ranks the dumps know of (the job leaves dp_shard to it; --world-size in --against sets it)";
     }
   }
-  const trace::DumpSet set = early ? std::move(*early) : trace::read_dump_dir(o.dir, o.prefix);
+  const trace::DumpSet set = early ? std::move(*early) : trace::read_dump_dir(o.dir, o.prefix, {}, jobs);
   trace::CheckReport r = trace::check_dumps(set.dumps);
   std::optional<trace::PlanReport> p;
   if (plan) {

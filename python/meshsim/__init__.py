@@ -428,13 +428,19 @@ def step(preset=None, model=None, *, seq_len=None, local_batch_size=None, microb
                          loss_chunks=opt(loss_chunks, "loss_chunks"))
 
 
-def trace_check(dir, *, prefix=None):
+def trace_check(dir, *, prefix=None, jobs=None):
     """`meshsim trace check DIR --format json` in this process: every rank's PyTorch Flight Recorder
     dump in `dir` (pickle or JSON; `prefix` the text before each file's rank, default the one all
-    files share) read and checked across ranks. Returns the report as a dict ("ok", "dumps",
-    "groups", "records", "problems" [{"kind", "ranks", "message", ...}], "culprits" [{"rank",
-    "why"}], "notes", ...); unreadable or malformed dumps raise, naming the file."""
-    return _meshsim.trace_check(_path(dir, "dir"), None if prefix is None else _str(prefix, "prefix"))
+    files share) read and checked across ranks, the files read and decoded on `jobs` threads
+    (default: one per core; the report is the same for any number). Returns the report as a dict
+    ("ok", "dumps", "groups", "records", "problems" [{"kind", "ranks", "message", ...}],
+    "culprits" [{"rank", "why"}], "notes", ...); unreadable or malformed dumps raise, naming the
+    file."""
+    if jobs is not None:
+        jobs = _int(jobs, "jobs")
+        if not 1 <= jobs <= 4096:
+            raise errors.InvalidArgument("trace_check: jobs " + str(jobs) + " is out of range [1, 4096]")
+    return _meshsim.trace_check(_path(dir, "dir"), None if prefix is None else _str(prefix, "prefix"), jobs or 0)
 
 
 class RecordResult:
@@ -546,7 +552,7 @@ def record(program, world_size, *, ranks=None, jobs=None, out=None, timeout=300.
                 if r.get("status") != "ok" or not r.get("init_calls")]
     report = None
     if any(r.get("init_calls") for r in summary["ranks"]):
-        report = _meshsim.trace_check(_os.fsencode(out), _record.DUMP_PREFIX)
+        report = _meshsim.trace_check(_os.fsencode(out), _record.DUMP_PREFIX, 0)
         if len(chosen) < world:
             kept = []
             for p in report["problems"]:

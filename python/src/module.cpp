@@ -784,9 +784,9 @@ void bind_step(py::module_& m) {
 // `meshsim trace check`.
 void bind_trace(py::module_& m) {
   // trace_check is `meshsim trace check DIR --format json` in this process.
-  m.def("trace_check", [](const std::string& dir, std::optional<std::string> prefix) {
-    return py_of_json(run_released([dir, prefix] {
-      const meshsim::trace::DumpSet set = meshsim::trace::read_dump_dir(dir, prefix);
+  m.def("trace_check", [](const std::string& dir, std::optional<std::string> prefix, unsigned jobs) {
+    return py_of_json(run_released([dir, prefix, jobs] {
+      const meshsim::trace::DumpSet set = meshsim::trace::read_dump_dir(dir, prefix, {}, jobs);
       return meshsim::trace::report_json(meshsim::trace::check_dumps(set.dumps), set);
     }));
   });

@@ -700,6 +700,23 @@ def test_trace_check_reads_flight_recorder_dumps_as_the_tool_does(tmp_path):
         meshsim.trace_check(tmp_path)
 
 
+def test_trace_check_reads_on_any_number_of_threads_to_the_same_report(tmp_path):
+    gen = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "traces", "make_fr_dumps.py")
+    subprocess.run([sys.executable, gen, str(tmp_path), "--pp", "2", "--dp", "4", "--tp", "4", "--steps", "3",
+                    "--frames", "4", "--plant", "size@13"], check=True, timeout=60)
+    one = meshsim.trace_check(tmp_path, jobs=1)
+    assert not one["ok"] and [c["rank"] for c in one["culprits"]] == [13]
+    for jobs in (2, 7, 4096):
+        assert meshsim.trace_check(tmp_path, jobs=jobs) == one
+    for bad in (0, -1, 4097):
+        with pytest.raises(meshsim.errors.InvalidArgument, match="jobs " + str(bad) + " is out of range"):
+            meshsim.trace_check(tmp_path, jobs=bad)
+    with pytest.raises(meshsim.errors.ArgumentTypeError, match="jobs must be an integer"):
+        meshsim.trace_check(tmp_path, jobs=2.0)
+    tool = subprocess.run([EXE, "trace", "check", str(tmp_path), "--jobs", "0"], capture_output=True, text=True, timeout=60)
+    assert tool.returncode == 2 and "--jobs 0 is out of range [1, 4096]" in tool.stderr
+
+
 def test_step_checks_a_megatron_step_as_the_tool_does():
     job = dict(seq_len=1024, local_batch_size=1, microbatches=6, stages=6)
     report = meshsim.step("megatron:tp=2,pp=3,dp=2", "llama3-debugmodel", **job)

@@ -70,6 +70,8 @@ def main():
     ap.add_argument("--pp-allreduce", action="store_true", help="an all_reduce on the PP group after each step's pipeline sends")
     ap.add_argument("--ring-exchange", action="store_true", help="a batched ring exchange on a cp group each step")
     ap.add_argument("--from-trace")
+    ap.add_argument("--frames", type=int, default=1,
+                    help="Python frames per record (PyTorch writes the stack where the collective was called, often 20-40)")
     a = ap.parse_args()
     if a.from_trace:
         return from_trace(a)
@@ -137,6 +139,16 @@ def main():
     def rs(ranks):
         return "[" + ", ".join(str(x) for x in ranks) + "]"
 
+    # Each record's frames, as c10d's pickler writes a CapturedTraceback: fresh dicts per record
+    # whose strings repeat (its pickler shares repeated strings through the memo, as Python's
+    # does for these, not the dicts).
+    names = [("train_step", "train.py", 42)] + [
+        ("forward_%d" % k, "/usr/lib/python3/site-packages/torch/nn/modules/module_%d.py" % k, 100 + k)
+        for k in range(1, max(a.frames, 1))]
+
+    def stack():
+        return [{"name": n, "filename": f, "line": l} for n, f, l in names[:a.frames]]
+
     os.makedirs(a.out, exist_ok=True)
     for r in range(world):
         mine = plants.get(r, set())
@@ -174,7 +186,7 @@ def main():
             clock[0] += 1000
             done = state == "completed"
             e = {
-                "frames": [{"name": "train_step", "filename": "train.py", "line": 42}],
+                "frames": stack(),
                 "record_id": len(entries),
                 "pg_id": pg_ids[name],
                 "process_group": (name, groups[name][0]),
@@ -309,6 +321,16 @@ def from_trace(a):
         if ranks not in names:
             names[ranks] = str(len(names) + 1)
         return names[ranks], "mesh_" + dim, list(ranks)
+
+    # Each record's frames, as c10d's pickler writes a CapturedTraceback: fresh dicts per record
+    # whose strings repeat (its pickler shares repeated strings through the memo, as Python's
+    # does for these, not the dicts).
+    names = [("train_step", "train.py", 42)] + [
+        ("forward_%d" % k, "/usr/lib/python3/site-packages/torch/nn/modules/module_%d.py" % k, 100 + k)
+        for k in range(1, max(a.frames, 1))]
+
+    def stack():
+        return [{"name": n, "filename": f, "line": l} for n, f, l in names[:a.frames]]
 
     os.makedirs(a.out, exist_ok=True)
     for r in range(world):

@@ -1,11 +1,17 @@
 // Reading Flight Recorder dumps: bytes (pickle or JSON) into a Dump, and a directory of them.
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <regex>
 #include <unordered_map>
+
+#include <rapidjson/error/en.h>
+#include <rapidjson/reader.h>
 
 #include "meshsim/decimal.hpp"
 #include "meshsim/error.hpp"
@@ -31,62 +37,134 @@ namespace {
 using K = PyData::Kind;
 constexpr int kMaxJsonDepth = 64;
 
-// from_json builds the pickle reader's object model from JSON, so one schema reader serves both.
-uint32_t from_json(PyData& d, const nlohmann::json& j, int depth, const std::string& what) {
-  if (depth > kMaxJsonDepth) throw InvalidArgument(what + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth));
-  PyData::Node n;
-  switch (j.type()) {
-    case nlohmann::json::value_t::null: n.kind = K::kNone; break;
-    case nlohmann::json::value_t::boolean: n.kind = K::kBool; n.i = j.get<bool>(); break;
-    case nlohmann::json::value_t::number_integer: n.kind = K::kInt; n.i = j.get<int64_t>(); break;
-    case nlohmann::json::value_t::number_unsigned: {
-      const uint64_t u = j.get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX)) throw OverflowError(what + ": integer " + std::to_string(u) + " does not fit in int64");
-      n.kind = K::kInt;
-      n.i = static_cast<int64_t>(u);
-      break;
+// JsonToTape is RapidJSON's SAX handler that writes a dump's JSON onto the pickle reader's tape
+// (strings read in place in the tape's copy of the text), so one schema reader serves both forms.
+struct JsonToTape {
+  PickleTape& t;
+  std::size_t max_nodes;
+  std::vector<uint32_t> stack;   // values of the open containers, innermost last
+  std::vector<std::size_t> open;  // where each open container's values start on `stack`
+  bool overflow = false, too_many = false;
+  uint64_t big = 0;
+
+  bool value(const PickleTape::Node& n) {
+    if (t.nodes() >= max_nodes) {
+      too_many = true;
+      return false;
     }
-    case nlohmann::json::value_t::number_float: n.kind = K::kFloat; n.f = j.get<double>(); break;
-    case nlohmann::json::value_t::string: n.kind = K::kStr; n.s = j.get<std::string>(); break;
-    case nlohmann::json::value_t::array:
-    case nlohmann::json::value_t::object: {
-      n.kind = j.is_array() ? K::kList : K::kDict;
-      std::vector<uint32_t> items;
-      for (auto it = j.begin(); it != j.end(); ++it) {
-        if (j.is_object()) {
-          PyData::Node key;
-          key.kind = K::kStr;
-          key.s = it.key();
-          d.nodes.push_back(std::move(key));
-          items.push_back(static_cast<uint32_t>(d.nodes.size() - 1));
-        }
-        items.push_back(from_json(d, *it, depth + 1, what));
-      }
-      n.items = std::move(items);
-      break;
-    }
-    default: throw InvalidArgument(what + ": a JSON value of an unexpected kind");
+    stack.push_back(t.add(n));
+    return true;
   }
-  d.nodes.push_back(std::move(n));
-  return static_cast<uint32_t>(d.nodes.size() - 1);
+  bool scalar(K k, int64_t i) {
+    PickleTape::Node n;
+    n.kind = k;
+    n.i = i;
+    return value(n);
+  }
+  bool Null() { return scalar(K::kNone, 0); }
+  bool Bool(bool b) { return scalar(K::kBool, b); }
+  bool Int(int v) { return scalar(K::kInt, v); }
+  bool Uint(unsigned v) { return scalar(K::kInt, v); }
+  bool Int64(int64_t v) { return scalar(K::kInt, v); }
+  bool Uint64(uint64_t v) {
+    if (v > static_cast<uint64_t>(INT64_MAX)) {
+      overflow = true;
+      big = v;
+      return false;
+    }
+    return scalar(K::kInt, static_cast<int64_t>(v));
+  }
+  bool Double(double d) {
+    PickleTape::Node n;
+    n.kind = K::kFloat;
+    n.f = d;
+    return value(n);
+  }
+  bool RawNumber(const char*, rapidjson::SizeType, bool) { return false; }
+  bool String(const char* s, rapidjson::SizeType len, bool) {
+    PickleTape::Node n;
+    n.kind = K::kStr;
+    n.own = true;
+    n.n = len;
+    n.at = static_cast<uint64_t>(s - t.text().data());
+    return value(n);
+  }
+  bool Key(const char* s, rapidjson::SizeType len, bool copy) { return String(s, len, copy); }
+  bool StartObject() {
+    open.push_back(stack.size());
+    return true;
+  }
+  bool StartArray() { return StartObject(); }
+  bool end(K k) {
+    const std::size_t from = open.back();
+    open.pop_back();
+    if (t.nodes() >= max_nodes) {
+      too_many = true;
+      return false;
+    }
+    const uint32_t v = t.add_container(k, stack.data() + from, stack.size() - from);
+    stack.resize(from);
+    stack.push_back(v);
+    return true;
+  }
+  bool EndObject(rapidjson::SizeType) { return end(K::kDict); }
+  bool EndArray(rapidjson::SizeType) { return end(K::kList); }
+};
+
+void read_json_tape(std::string_view bytes, const std::string& what, PickleTape& t) {
+  t.clear();
+  // Refuse absurd nesting before the JSON parser sees it.
+  const int best = json::max_nesting(bytes);
+  if (best > kMaxJsonDepth) throw InvalidArgument(what + ": JSON nested " + std::to_string(best) + " deep, over " + std::to_string(kMaxJsonDepth));
+  // RapidJSON reads in place in the tape's copy of the text; the copy is padded with zeros (the
+  // first ends the text for it; its SSE scans may load up to 15 bytes past that).
+  std::string& text = t.text();
+  text.assign(bytes);
+  text.append(16, '\0');
+  JsonToTape h{t, PickleLimits{}.max_nodes, {}, {}};
+  rapidjson::InsituStringStream in(text.data());
+  rapidjson::Reader reader;
+  constexpr unsigned kFlags = rapidjson::kParseInsituFlag | rapidjson::kParseNanAndInfFlag | rapidjson::kParseStopWhenDoneFlag;
+  const rapidjson::ParseResult r = reader.Parse<kFlags>(in, h);
+  if (h.overflow) throw OverflowError(what + ": integer " + std::to_string(h.big) + " does not fit in int64");
+  if (h.too_many) {
+    throw ResourceExhausted(what + ": more than " + std::to_string(PickleLimits{}.max_nodes) + " JSON values");
+  }
+  if (r.IsError()) {
+    throw ParseError(what + " is not valid JSON: " + rapidjson::GetParseError_En(r.Code()) + " at offset " +
+                     std::to_string(r.Offset()));
+  }
+  // After the value only whitespace (and the padding) may follow, as json.load wants.
+  for (std::size_t k = in.Tell(); k < bytes.size(); ++k) {
+    const char c = bytes[k];
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
+      throw ParseError(what + " is not valid JSON: text after the top-level value at offset " + std::to_string(k));
+    }
+  }
+  if (h.stack.size() != 1) throw ParseError(what + " is not valid JSON: no value");
+  t.set_root(h.stack.back());
 }
 
-// Schema walks over PyData with errors that name the file and the field's path.
+// Schema walks over a tape with errors that name the file and the field's path. Paths are
+// callables that make the text only when an error needs it (a dump of 10^5 records would
+// otherwise build a million strings that no one reads).
 class Walk {
  public:
-  Walk(const PyData& d, const std::string& what, std::size_t budget) : d_(d), what_(what), left_(budget), budget_(budget) {}
+  Walk(const PickleTape& t, const std::string& what, std::size_t budget) : t_(t), what_(what), left_(budget), budget_(budget) {}
 
   // charge: `bytes` more of decoded records, refused past the dump's budget.
-  void charge(std::size_t bytes, const std::string& path) const {
+  template <class P>
+  void charge(std::size_t bytes, const P& path) const {
     if (bytes > left_) {
-      throw ResourceExhausted(what_ + ": at " + path + " its records decode to more than " + std::to_string(budget_) +
+      throw ResourceExhausted(what_ + ": at " + path() + " its records decode to more than " + std::to_string(budget_) +
                               " bytes (32 per input byte, and 64 MiB more): a pickle whose memo names one big value " +
                               "many times, which no Flight Recorder writes");
     }
     left_ -= bytes;
   }
-  const std::string& charged_str(uint32_t i, const std::string& path) const {
-    const std::string& s = str(i, path);
+  template <class P>
+  std::string_view charged_str(uint32_t i, const P& path) const {
+    const std::string_view s = str(i, path);
     charge(32 + s.size(), path);
     return s;
   }
@@ -94,61 +172,98 @@ class Walk {
   [[noreturn]] void fail(const std::string& path, const std::string& why) const {
     throw InvalidArgument(what_ + ": " + path + " " + why);
   }
-  const PyData::Node& node(uint32_t i) const { return d_.node(i); }
-  const PyData::Node& expect(uint32_t i, K k, const std::string& path) const {
-    const auto& n = d_.node(i);
-    if (n.kind != k && !(k == K::kList && n.kind == K::kTuple)) {
-      fail(path, std::string("is a ") + kind_name(n.kind) + ", not a " + kind_name(k));
-    }
-    return n;
+  const PickleTape& tape() const { return t_; }
+  template <class P>
+  void expect(uint32_t i, K k, const P& path) const {
+    const K has = t_.kind(i);
+    if (has != k && !(k == K::kList && has == K::kTuple)) fail(path(), std::string("is a ") + kind_name(has) + ", not a " + kind_name(k));
   }
-  std::optional<uint32_t> field(uint32_t dict, std::string_view key) const { return d_.get(dict, key); }
-  uint32_t need(uint32_t dict, std::string_view key, const std::string& path) const {
-    auto v = d_.get(dict, key);
-    if (!v) fail(path, "has no field '" + std::string(key) + "'");
+  // field: the value under the str key `key` of dict `dict` (the last, as Python keeps).
+  std::optional<uint32_t> field(uint32_t dict, std::string_view key) const {
+    const uint32_t* it = t_.items(dict);
+    for (uint32_t k = t_.size(dict); k >= 2; k -= 2) {
+      if (t_.kind(it[k - 2]) == K::kStr && t_.str(it[k - 2]) == key) return it[k - 1];
+    }
+    return std::nullopt;
+  }
+  template <class P>
+  uint32_t need(uint32_t dict, std::string_view key, const P& path) const {
+    auto v = field(dict, key);
+    if (!v) fail(path(), "has no field '" + std::string(key) + "'");
     return *v;
   }
-  int64_t integer(uint32_t i, const std::string& path) const {
-    const auto& n = d_.node(i);
-    if (n.kind != K::kInt) fail(path, std::string("is a ") + kind_name(n.kind) + ", not an int");
-    return n.i;
+  template <class P>
+  int64_t integer(uint32_t i, const P& path) const {
+    const K has = t_.kind(i);
+    if (has != K::kInt) fail(path(), std::string("is a ") + kind_name(has) + ", not an int");
+    return t_.node(i).i;
   }
-  const std::string& str(uint32_t i, const std::string& path) const { return expect(i, K::kStr, path).s; }
-  std::vector<std::string> strs(uint32_t i, const std::string& path) const {
-    std::vector<std::string> out;
-    const auto& l = expect(i, K::kList, path);
+  template <class P>
+  std::string_view str(uint32_t i, const P& path) const {
+    expect(i, K::kStr, path);
+    return t_.str(i);
+  }
+  template <class P>
+  std::vector<std::string> strs(uint32_t i, const P& path) const {
+    expect(i, K::kList, path);
     charge(24, path);
-    for (std::size_t k = 0; k < l.items.size(); ++k) out.push_back(charged_str(l.items[k], path + "[" + std::to_string(k) + "]"));
+    const uint32_t n = t_.size(i);
+    const uint32_t* it = t_.items(i);
+    std::vector<std::string> out;
+    out.reserve(n);
+    for (uint32_t k = 0; k < n; ++k) {
+      out.emplace_back(charged_str(it[k], [&] { return path() + "[" + std::to_string(k) + "]"; }));
+    }
     return out;
   }
-  std::vector<std::vector<int64_t>> sizes(uint32_t i, const std::string& path) const {
-    std::vector<std::vector<int64_t>> out;
-    const auto& l = expect(i, K::kList, path);
+  template <class P>
+  std::vector<std::vector<int64_t>> sizes(uint32_t i, const P& path) const {
+    expect(i, K::kList, path);
     charge(24, path);
-    for (std::size_t k = 0; k < l.items.size(); ++k) {
-      const std::string p = path + "[" + std::to_string(k) + "]";
-      const auto& inner = expect(l.items[k], K::kList, p);
-      charge(24 + 8 * inner.items.size(), p);
-      std::vector<int64_t> dims;
-      for (std::size_t m = 0; m < inner.items.size(); ++m) {
-        const int64_t v = integer(inner.items[m], p + "[" + std::to_string(m) + "]");
-        if (v < 0) fail(p + "[" + std::to_string(m) + "]", "is " + std::to_string(v) + ", not a size >= 0");
-        dims.push_back(v);
+    const uint32_t n = t_.size(i);
+    const uint32_t* it = t_.items(i);
+    std::vector<std::vector<int64_t>> out(n);
+    for (uint32_t k = 0; k < n; ++k) {
+      auto p = [&] { return path() + "[" + std::to_string(k) + "]"; };
+      expect(it[k], K::kList, p);
+      const uint32_t m = t_.size(it[k]);
+      const uint32_t* dims = t_.items(it[k]);
+      charge(24 + 8 * std::size_t{m}, p);
+      std::vector<int64_t>& d = out[k];
+      d.resize(m);
+      for (uint32_t j = 0; j < m; ++j) {
+        const PickleTape::Node& x = t_.node(dims[j]);
+        if (x.kind != K::kInt || x.i < 0) {
+          auto pj = [&] { return p() + "[" + std::to_string(j) + "]"; };
+          const int64_t v = integer(dims[j], pj);
+          fail(pj(), "is " + std::to_string(v) + ", not a size >= 0");
+        }
+        d[j] = x.i;
       }
-      out.push_back(std::move(dims));
     }
     return out;
   }
 
  private:
-  const PyData& d_;
+  const PickleTape& t_;
   const std::string& what_;
   mutable std::size_t left_;
   std::size_t budget_;
 };
 
+// RankCache keeps the rank lists already read from long strings: every rank's dump lists the
+// default group's and its wide groups' ranks in the same words, so a reader of many dumps reads
+// each such string once and copies it after.
+struct RankCache {
+  static constexpr std::size_t kMinBytes = 256;  // shorter strings are read as fast as looked up
+  static constexpr std::size_t kMaxLists = 256;  // then it starts over: bounded by 256 lists' bytes
+  std::unordered_map<std::string, std::vector<int64_t>> lists;
+};
+
 // parse_rank_list reads pg_config's ranks: the string "[0, 1, 2]" c10d writes (or a list).
-std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::string& path, const DumpLimits& limits) {
+std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::string& path, const DumpLimits& limits,
+                                     RankCache& cache) {
+  const PickleTape& t = w.tape();
   std::vector<int64_t> ranks;
   auto add = [&](int64_t r) {
     if (r < 0 || r > INT32_MAX) w.fail(path, "names rank " + std::to_string(r) + ", not in [0, 2^31)");
@@ -157,59 +272,96 @@ std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::strin
     }
     ranks.push_back(r);
   };
-  const auto& n = w.node(v);
-  w.charge(24 + 8 * (n.kind == K::kStr ? n.s.size() / 2 : n.items.size()), path);
-  if (n.kind == K::kList || n.kind == K::kTuple) {
-    for (std::size_t k = 0; k < n.items.size(); ++k) add(w.integer(n.items[k], path + "[" + std::to_string(k) + "]"));
-  } else if (n.kind == K::kStr) {
-    std::string_view s = n.s;
-    auto trim = [](std::string_view t) {
-      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-      return t;
+  const K kind = t.kind(v);
+  auto p = [&] { return path; };
+  w.charge(24 + 8 * (kind == K::kStr ? t.str(v).size() / 2 : t.size(v)), p);
+  if (kind == K::kList || kind == K::kTuple) {
+    for (uint32_t k = 0; k < t.size(v); ++k) add(w.integer(t.items(v)[k], [&] { return path + "[" + std::to_string(k) + "]"; }));
+  } else if (kind == K::kStr) {
+    std::string_view s = t.str(v);
+    const bool cached = s.size() >= RankCache::kMinBytes;
+    if (cached) {
+      if (auto it = cache.lists.find(std::string(s)); it != cache.lists.end()) return it->second;
+    }
+    const std::string_view key = s;
+    auto trim = [](std::string_view x) {
+      while (!x.empty() && (x.front() == ' ' || x.front() == '\t')) x.remove_prefix(1);
+      while (!x.empty() && (x.back() == ' ' || x.back() == '\t')) x.remove_suffix(1);
+      return x;
     };
     s = trim(s);
-    if (s.size() < 2 || s.front() != '[' || s.back() != ']') w.fail(path, "'" + n.s.substr(0, 60) + "' is not a list of ranks \"[0, 1]\"");
-    s = trim(s.substr(1, s.size() - 2));
-    while (!s.empty()) {
-      const std::size_t comma = s.find(',');
-      const std::string_view item = trim(s.substr(0, comma));
-      const std::optional<int64_t> r = read_decimal(item);
-      if (!r) w.fail(path, "'" + std::string(item.substr(0, 30)) + "' is not a rank");
-      add(*r);
-      if (comma == std::string_view::npos) break;
-      s = s.substr(comma + 1);
+    if (s.size() < 2 || s.front() != '[' || s.back() != ']') {
+      w.fail(path, "'" + std::string(t.str(v).substr(0, 60)) + "' is not a list of ranks \"[0, 1]\"");
     }
+    s = trim(s.substr(1, s.size() - 2));
+    ranks.reserve(s.size() / 2 + 1);
+    // One pass over "0, 1, 2": a rank of up to 9 digits is read here; anything else (a sign,
+    // more digits, a stray character) goes to read_decimal, which words the refusal.
+    std::size_t k = 0;
+    while (k < s.size()) {
+      const std::size_t begin = k;
+      int64_t r = 0;
+      for (; k < s.size(); ++k) {
+        const unsigned d = static_cast<unsigned char>(s[k]) - '0';
+        if (d > 9) break;
+        r = r * 10 + d;
+      }
+      const std::size_t stop = k;  // the digits' end; blanks, then a comma or the end, may follow
+      while (k < s.size() && (s[k] == ' ' || s[k] == '\t')) ++k;
+      const bool plain = stop > begin && stop - begin <= 9 && (k == s.size() || s[k] == ',');
+      if (!plain) {
+        const std::size_t comma = s.find(',', begin);
+        const std::string_view item = trim(s.substr(begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin));
+        const std::optional<int64_t> x = read_decimal(item);
+        if (!x) w.fail(path, "'" + std::string(item.substr(0, 30)) + "' is not a rank");
+        r = *x;
+        k = comma == std::string_view::npos ? s.size() : comma;
+      }
+      add(r);
+      if (k == s.size()) break;
+      ++k;  // the comma
+      while (k < s.size() && (s[k] == ' ' || s[k] == '\t')) ++k;
+      if (k == s.size()) w.fail(path, "'' is not a rank");  // "[0, ]", as read_decimal would refuse it
+    }
+    if (!std::is_sorted(ranks.begin(), ranks.end())) std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    if (cached) {  // read whole and accepted: kept for the next dump
+      if (cache.lists.size() >= RankCache::kMaxLists) cache.lists.clear();
+      cache.lists.emplace(std::string(key), ranks);
+    }
+    return ranks;
   } else {
-    w.fail(path, std::string("is a ") + kind_name(n.kind) + ", not a list of ranks");
+    w.fail(path, std::string("is a ") + kind_name(kind) + ", not a list of ranks");
   }
-  std::sort(ranks.begin(), ranks.end());
+  if (!std::is_sorted(ranks.begin(), ranks.end())) std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   return ranks;
 }
 
 // parse_op splits "nccl:send 0->1" into the operation and, for send/recv, the group ranks.
-void parse_op(const Walk& w, Entry& e, const std::string& path) {
-  const std::string& name = e.profiling_name;
+template <class P>
+void parse_op(const Walk& w, Entry& e, const P& path) {
+  const std::string_view name = e.profiling_name;
   const std::size_t colon = name.find(':');
-  std::string rest = colon == std::string::npos ? name : name.substr(colon + 1);
+  const std::string_view rest = colon == std::string_view::npos ? name : name.substr(colon + 1);
   const std::size_t space = rest.find(' ');
   e.op = rest.substr(0, space);
-  if (e.op.empty()) w.fail(path, "'" + name.substr(0, 60) + "' names no operation");
+  if (e.op.empty()) w.fail(path(), "'" + std::string(name.substr(0, 60)) + "' names no operation");
   if (e.op != "send" && e.op != "recv") return;
-  const std::string meta = space == std::string::npos ? "" : rest.substr(space + 1);
-  const std::string arrow = e.op == "send" ? "->" : "<-";
+  const std::string_view meta = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+  const std::string_view arrow = e.op == "send" ? "->" : "<-";
   const std::size_t a = meta.find(arrow);
-  auto number = [&](std::string_view t) {
-    const int64_t v = read_decimal(t).value_or(-1);
+  auto number = [&](std::string_view x) {
+    const int64_t v = read_decimal(x).value_or(-1);
     if (v < 0) {
-      w.fail(path, "'" + name.substr(0, 60) + "' is not '" + (e.op == "send" ? "nccl:send SRC->DST" : "nccl:recv DST<-SRC") + "'");
+      w.fail(path(), "'" + std::string(name.substr(0, 60)) + "' is not '" +
+                         (e.op == "send" ? "nccl:send SRC->DST" : "nccl:recv DST<-SRC") + "'");
     }
     return v;
   };
-  if (a == std::string::npos) number("");
-  const int64_t first = number(std::string_view(meta).substr(0, a));
-  const int64_t second = number(std::string_view(meta).substr(a + 2));
+  if (a == std::string_view::npos) number("");
+  const int64_t first = number(meta.substr(0, a));
+  const int64_t second = number(meta.substr(a + 2));
   if (e.op == "send") {
     e.src = first;
     e.dst = second;
@@ -219,8 +371,41 @@ void parse_op(const Walk& w, Entry& e, const std::string& path) {
   }
 }
 
-Dump decode(const PyData& d, int64_t rank, const std::string& path, const std::string& format, const DumpLimits& limits,
-            std::size_t input_bytes) {
+// The fields of a record that are read, found in one pass over its dict (the last of a repeated
+// key wins, as Python keeps it).
+enum Field : int {
+  kRecordId, kPgId, kProcessGroup, kCollectiveSeq, kP2pSeq, kOpId, kProfilingName, kInputSizes,
+  kOutputSizes, kInputDtypes, kOutputDtypes, kState, kRetired, kIsP2p, kFields
+};
+
+int field_of(std::string_view k) {
+  switch (k.size()) {
+    case 5:
+      if (k == "pg_id") return kPgId;
+      if (k == "op_id") return kOpId;
+      if (k == "state") return kState;
+      return -1;
+    case 6: return k == "is_p2p" ? kIsP2p : -1;
+    case 7: return k == "retired" ? kRetired : -1;
+    case 9: return k == "record_id" ? kRecordId : -1;
+    case 10: return k == "p2p_seq_id" ? kP2pSeq : -1;
+    case 11: return k == "input_sizes" ? kInputSizes : -1;
+    case 12:
+      if (k == "output_sizes") return kOutputSizes;
+      if (k == "input_dtypes") return kInputDtypes;
+      return -1;
+    case 13:
+      if (k == "process_group") return kProcessGroup;
+      if (k == "output_dtypes") return kOutputDtypes;
+      return -1;
+    case 14: return k == "profiling_name" ? kProfilingName : -1;
+    case 17: return k == "collective_seq_id" ? kCollectiveSeq : -1;
+    default: return -1;
+  }
+}
+
+Dump decode(const PickleTape& d, int64_t rank, const std::string& path, const std::string& format, const DumpLimits& limits,
+            std::size_t input_bytes, RankCache& cache) {
   const std::string what = "dump '" + path + "'";
   std::size_t budget = limits.decoded_bytes_floor;
   if (input_bytes > (SIZE_MAX - budget) / std::max<std::size_t>(limits.decoded_bytes_per_input_byte, 1)) {
@@ -229,114 +414,152 @@ Dump decode(const PyData& d, int64_t rank, const std::string& path, const std::s
     budget += input_bytes * limits.decoded_bytes_per_input_byte;
   }
   Walk w(d, what, budget);
+  auto top = [] { return std::string("the top level"); };
   Dump dump;
   dump.rank = rank;
   dump.path = path;
   dump.format = format;
-  w.expect(d.root, K::kDict, "the top level");
-  dump.version = w.str(w.need(d.root, "version", "the top level"), "version");
+  w.expect(d.root(), K::kDict, top);
+  dump.version = w.str(w.need(d.root(), "version", top), [] { return std::string("version"); });
   if (dump.version.rfind("2.", 0) != 0) w.fail("version", "'" + dump.version.substr(0, 40) + "' is not 2.x (the Flight Recorder format this reads)");
-  const uint32_t pgc = w.need(d.root, "pg_config", "the top level");
-  const auto& pg = w.expect(pgc, K::kDict, "pg_config");
-  std::unordered_map<std::string, std::size_t> group_at;  // name -> index in dump.groups
-  for (std::size_t k = 0; k + 1 < pg.items.size(); k += 2) {
-    const std::string key = w.charged_str(pg.items[k], "pg_config's key");
-    const std::string p = "pg_config['" + key.substr(0, 60) + "']";
-    const uint32_t g = pg.items[k + 1];
-    w.expect(g, K::kDict, p);
+  const uint32_t pgc = w.need(d.root(), "pg_config", top);
+  w.expect(pgc, K::kDict, [] { return std::string("pg_config"); });
+  std::unordered_map<std::string_view, std::size_t> group_at;  // name -> index in dump.groups
+  for (uint32_t k = 0; k + 1 < d.size(pgc); k += 2) {
+    const uint32_t* pg = d.items(pgc);
+    const std::string_view key = w.charged_str(pg[k], [] { return std::string("pg_config's key"); });
+    const std::string p = "pg_config['" + std::string(key.substr(0, 60)) + "']";
+    auto pp = [&] { return p; };
+    const uint32_t g = pg[k + 1];
+    w.expect(g, K::kDict, pp);
     GroupConfig c;
     c.name = key;
-    if (auto desc = w.field(g, "desc")) c.desc = w.charged_str(*desc, p + ".desc");
-    c.ranks = parse_rank_list(w, w.need(g, "ranks", p), p + ".ranks", limits);
-    if (auto [at, fresh] = group_at.emplace(c.name, dump.groups.size()); !fresh) {
+    if (auto desc = w.field(g, "desc")) c.desc = w.charged_str(*desc, [&] { return p + ".desc"; });
+    c.ranks = parse_rank_list(w, w.need(g, "ranks", pp), p + ".ranks", limits, cache);
+    if (auto [at, fresh] = group_at.emplace(key, dump.groups.size()); !fresh) {
       dump.groups[at->second] = std::move(c);  // a dict's later key wins
     } else {
       dump.groups.push_back(std::move(c));
     }
   }
-  auto entries = w.field(d.root, "entries");  // the JSON form omits it when empty
+  auto entries = w.field(d.root(), "entries");  // the JSON form omits it when empty
   if (!entries) return dump;
-  const auto& list = w.expect(*entries, K::kList, "entries");
-  if (list.items.size() > limits.max_entries) {
-    throw ResourceExhausted(what + ": " + std::to_string(list.items.size()) + " entries, over " + std::to_string(limits.max_entries));
+  w.expect(*entries, K::kList, [] { return std::string("entries"); });
+  const uint32_t count = d.size(*entries);
+  if (count > limits.max_entries) {
+    throw ResourceExhausted(what + ": " + std::to_string(count) + " entries, over " + std::to_string(limits.max_entries));
   }
-  dump.entries.reserve(list.items.size());
-  for (std::size_t k = 0; k < list.items.size(); ++k) {
-    const std::string p = "entries[" + std::to_string(k) + "]";
-    const uint32_t v = list.items[k];
+  dump.entries.resize(count);
+  const uint32_t* list = d.items(*entries);
+  // A pickle names each key once and refers back to it (the memo), so the records' keys are the
+  // same few nodes: which field a key node is, remembered by node (direct-mapped; JSON's keys,
+  // each a node of its own, just miss).
+  constexpr uint32_t kSeen = 256;
+  uint32_t seen_node[kSeen];
+  int8_t seen_field[kSeen];
+  std::fill(seen_node, seen_node + kSeen, UINT32_MAX);
+  for (uint32_t k = 0; k < count; ++k) {
+    auto p = [&] { return "entries[" + std::to_string(k) + "]"; };
+    auto at = [&](const char* f) { return [&p, f] { return p() + f; }; };
+    const uint32_t v = list[k];
     w.expect(v, K::kDict, p);
-    Entry e;
-    e.record_id = w.integer(w.need(v, "record_id", p), p + ".record_id");
-    if (auto id = w.field(v, "pg_id")) e.pg_id = w.integer(*id, p + ".pg_id");
-    const uint32_t pgn = w.need(v, "process_group", p);
-    const auto& t = w.expect(pgn, K::kList, p + ".process_group");
-    if (t.items.size() != 2) w.fail(p + ".process_group", "has " + std::to_string(t.items.size()) + " items, not (name, desc)");
+    uint32_t found[kFields];
+    std::fill(found, found + kFields, UINT32_MAX);
+    {
+      const uint32_t* it = d.items(v);
+      for (uint32_t j = 0; j + 1 < d.size(v); j += 2) {
+        const uint32_t key = it[j];
+        int f;
+        if (seen_node[key % kSeen] == key) {
+          f = seen_field[key % kSeen];
+        } else {
+          if (d.kind(key) != K::kStr) continue;
+          f = field_of(d.str(key));
+          seen_node[key % kSeen] = key;
+          seen_field[key % kSeen] = static_cast<int8_t>(f);
+        }
+        if (f >= 0) found[f] = it[j + 1];
+      }
+    }
+    auto need = [&](Field f, const char* name) {
+      if (found[f] == UINT32_MAX) w.fail(p(), "has no field '" + std::string(name) + "'");
+      return found[f];
+    };
+    Entry& e = dump.entries[k];
+    e.record_id = w.integer(need(kRecordId, "record_id"), at(".record_id"));
+    if (found[kPgId] != UINT32_MAX) e.pg_id = w.integer(found[kPgId], at(".pg_id"));
+    const uint32_t pgn = need(kProcessGroup, "process_group");
+    w.expect(pgn, K::kList, at(".process_group"));
+    if (d.size(pgn) != 2) w.fail(p() + ".process_group", "has " + std::to_string(d.size(pgn)) + " items, not (name, desc)");
     w.charge(sizeof(Entry), p);
-    e.group = w.charged_str(t.items[0], p + ".process_group[0]");
-    e.desc = w.charged_str(t.items[1], p + ".process_group[1]");
-    e.collective_seq_id = w.integer(w.need(v, "collective_seq_id", p), p + ".collective_seq_id");
-    e.p2p_seq_id = w.integer(w.need(v, "p2p_seq_id", p), p + ".p2p_seq_id");
-    if (auto id = w.field(v, "op_id")) e.op_id = w.integer(*id, p + ".op_id");
-    e.profiling_name = w.charged_str(w.need(v, "profiling_name", p), p + ".profiling_name");
-    w.charge(e.profiling_name.size(), p + ".profiling_name");  // its operation's copy
-    parse_op(w, e, p + ".profiling_name");
-    e.input_sizes = w.sizes(w.need(v, "input_sizes", p), p + ".input_sizes");
-    e.output_sizes = w.sizes(w.need(v, "output_sizes", p), p + ".output_sizes");
-    e.input_dtypes = w.strs(w.need(v, "input_dtypes", p), p + ".input_dtypes");
-    e.output_dtypes = w.strs(w.need(v, "output_dtypes", p), p + ".output_dtypes");
-    const std::string& st = w.str(w.need(v, "state", p), p + ".state");
+    e.group = w.charged_str(d.items(pgn)[0], at(".process_group[0]"));
+    e.desc = w.charged_str(d.items(pgn)[1], at(".process_group[1]"));
+    e.collective_seq_id = w.integer(need(kCollectiveSeq, "collective_seq_id"), at(".collective_seq_id"));
+    e.p2p_seq_id = w.integer(need(kP2pSeq, "p2p_seq_id"), at(".p2p_seq_id"));
+    if (found[kOpId] != UINT32_MAX) e.op_id = w.integer(found[kOpId], at(".op_id"));
+    e.profiling_name = w.charged_str(need(kProfilingName, "profiling_name"), at(".profiling_name"));
+    w.charge(e.profiling_name.size(), at(".profiling_name"));  // its operation's copy
+    parse_op(w, e, at(".profiling_name"));
+    e.input_sizes = w.sizes(need(kInputSizes, "input_sizes"), at(".input_sizes"));
+    e.output_sizes = w.sizes(need(kOutputSizes, "output_sizes"), at(".output_sizes"));
+    e.input_dtypes = w.strs(need(kInputDtypes, "input_dtypes"), at(".input_dtypes"));
+    e.output_dtypes = w.strs(need(kOutputDtypes, "output_dtypes"), at(".output_dtypes"));
+    const std::string_view st = w.str(need(kState, "state"), at(".state"));
     if (st == "scheduled") e.state = EntryState::kScheduled;
     else if (st == "started") e.state = EntryState::kStarted;
     else if (st == "completed") e.state = EntryState::kCompleted;
-    else w.fail(p + ".state", "'" + st.substr(0, 40) + "' is not scheduled, started or completed");
+    else w.fail(p() + ".state", "'" + std::string(st.substr(0, 40)) + "' is not scheduled, started or completed");
     // c10d retires a record once its work is done; Gloo's records never leave "scheduled" (no
     // events to query), so a retired record counts as completed.
-    if (auto rt = w.field(v, "retired")) {
-      const auto& b = w.node(*rt);
-      if (b.kind != K::kBool && b.kind != K::kInt) w.fail(p + ".retired", std::string("is a ") + kind_name(b.kind) + ", not a bool");
+    if (found[kRetired] != UINT32_MAX) {
+      const auto& b = d.node(found[kRetired]);
+      if (b.kind != K::kBool && b.kind != K::kInt) w.fail(p() + ".retired", std::string("is a ") + kind_name(b.kind) + ", not a bool");
       if (b.i != 0) e.state = EntryState::kCompleted;
     }
     e.is_p2p = e.op == "send" || e.op == "recv";
-    if (auto ip = w.field(v, "is_p2p")) {
-      const auto& b = w.node(*ip);
-      if (b.kind != K::kBool && b.kind != K::kInt) w.fail(p + ".is_p2p", std::string("is a ") + kind_name(b.kind) + ", not a bool");
+    if (found[kIsP2p] != UINT32_MAX) {
+      const auto& b = d.node(found[kIsP2p]);
+      if (b.kind != K::kBool && b.kind != K::kInt) w.fail(p() + ".is_p2p", std::string("is a ") + kind_name(b.kind) + ", not a bool");
       e.is_p2p = e.is_p2p || b.i != 0;
     }
-    dump.entries.push_back(std::move(e));
   }
   return dump;
 }
 
-}  // namespace
+// Scratch is what a reader keeps from dump to dump: its tape and the rank lists read.
+struct Scratch {
+  PickleTape tape;
+  RankCache ranks;
+};
 
-Dump parse_dump(std::string_view bytes, int64_t rank, const std::string& path, const DumpLimits& limits) {
+// parse_into is parse_dump with the caller's scratch.
+Dump parse_into(std::string_view bytes, int64_t rank, const std::string& path, const DumpLimits& limits, Scratch& scratch) {
+  PickleTape& tape = scratch.tape;
   const std::string what = "dump '" + path + "'";
   if (bytes.size() > limits.max_file_bytes) {
     throw ResourceExhausted(what + " is over " + std::to_string(limits.max_file_bytes) + " bytes");
   }
   if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80) {
-    return decode(read_pickle(bytes, what), rank, path, "pickle", limits, bytes.size());
+    read_pickle_tape(bytes, what, tape);
+    return decode(tape, rank, path, "pickle", limits, bytes.size(), scratch.ranks);
   }
   std::size_t first = bytes.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos || bytes[first] != '{') {
     throw ParseError(what + " is neither a pickle (it does not start with the PROTO opcode 0x80) nor a JSON object");
   }
-  // Refuse absurd nesting before the JSON parser sees it.
-  const int best = json::max_nesting(bytes);
-  if (best > kMaxJsonDepth) throw InvalidArgument(what + ": JSON nested " + std::to_string(best) + " deep, over " + std::to_string(kMaxJsonDepth));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(bytes.begin(), bytes.end());
-  } catch (const nlohmann::json::exception& e) {
-    throw ParseError(what + " is not valid JSON: " + e.what());
-  }
-  PyData d;
-  d.root = from_json(d, j, 0, what);
-  d.index_dicts();
-  return decode(d, rank, path, "json", limits, bytes.size());
+  read_json_tape(bytes, what, tape);
+  return decode(tape, rank, path, "json", limits, bytes.size(), scratch.ranks);
 }
 
-DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& prefix, const DumpLimits& limits) {
+}  // namespace
+
+Dump parse_dump(std::string_view bytes, int64_t rank, const std::string& path, const DumpLimits& limits) {
+  Scratch scratch;
+  return parse_into(bytes, rank, path, limits, scratch);
+}
+
+DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& prefix, const DumpLimits& limits,
+                      unsigned workers) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -399,6 +622,14 @@ DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& 
     }
     set.prefix = prefixes.begin()->first;
   }
+  // The dumps to read, in file order; a second file of one rank ends the list there (an error
+  // once every file before it has been read, as a reader going file by file would meet it).
+  struct Job {
+    std::string path;
+    int64_t rank;
+  };
+  std::vector<Job> jobs;
+  std::optional<InvalidArgument> duplicate;
   std::map<int64_t, std::string> seen;
   for (const auto& f : files) {
     const std::string name = strip_ext(f.filename().string());
@@ -409,12 +640,49 @@ DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& 
     const int64_t rank = *read_decimal(digits);  // at most 10 digits
     if (rank > INT32_MAX) continue;
     if (auto [pos, fresh] = seen.emplace(rank, f.string()); !fresh) {
-      throw InvalidArgument("two dumps of rank " + std::to_string(rank) + ": '" + pos->second + "' and '" + f.string() + "'");
+      duplicate.emplace("two dumps of rank " + std::to_string(rank) + ": '" + pos->second + "' and '" + f.string() + "'");
+      break;
     }
-    const std::string bytes = read_text_file(f.string(), limits.max_file_bytes, "dump");
-    check_stop();
-    set.dumps.push_back(parse_dump(bytes, rank, f.string(), limits));
+    jobs.push_back({f.string(), rank});
   }
+  // Read and decode on `threads` threads, each with its own tape, taking the next file as it
+  // finishes one; dumps land at their file's index, so the result (and the error, the first in
+  // file order) is the same whatever the threads.
+  const std::size_t threads = std::min<std::size_t>(
+      jobs.size(), workers ? workers : std::max<unsigned>(1, std::thread::hardware_concurrency()));
+  std::vector<Dump> dumps(jobs.size());
+  std::vector<std::exception_ptr> errors(jobs.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> first_error{jobs.size()};
+  const std::atomic<bool>* stop = detail::stop_flag;
+  auto work = [&] {
+    StopScope scope(stop);
+    Scratch scratch;
+    for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      if (i > first_error.load()) break;  // an earlier file failed: this one is never reported
+      try {
+        check_stop();
+        const std::string bytes = read_text_file(jobs[i].path, limits.max_file_bytes, "dump");
+        dumps[i] = parse_into(bytes, jobs[i].rank, jobs[i].path, limits, scratch);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        for (std::size_t e = first_error.load(); i < e && !first_error.compare_exchange_weak(e, i);) {
+        }
+      }
+    }
+  };
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    pool.reserve(threads - 1);
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+  }
+  if (first_error.load() < jobs.size()) std::rethrow_exception(errors[first_error.load()]);
+  if (duplicate) throw *duplicate;
+  set.dumps = std::move(dumps);
   if (set.dumps.empty()) {
     throw InvalidArgument("no dump in '" + dir + "' is named '" + set.prefix + "<rank>'");
   }

@@ -100,6 +100,28 @@ inline std::string signature(const std::vector<const Entry*>& bundle) {
   return s;
 }
 
+// same_signature: whether two bundles' signatures are equal, decided on the fields (no text made):
+// true only where signature() would give the same text, so a caller that falls back to the text
+// when this says no gets the same answer, the common case (every member agrees) at a fraction of
+// the cost.
+inline bool same_signature(const std::vector<const Entry*>& a, const std::vector<const Entry*>& b) {
+  if (a.size() != b.size()) return false;
+  auto same_dtypes = [](const std::vector<std::string>& x, const std::vector<std::string>& y) {
+    return x == y || dtypes_text(x) == dtypes_text(y);
+  };
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    const Entry& x = *a[k];
+    const Entry& y = *b[k];
+    if (x.op != y.op) return false;
+    const bool a2a = x.op.rfind("all_to_all", 0) == 0 || x.op.rfind("alltoall", 0) == 0;
+    if (!a2a && x.op != "scatter" && x.input_sizes != y.input_sizes) return false;
+    if (!a2a && x.op != "gather" && x.output_sizes != y.output_sizes) return false;
+    if (x.op != "scatter" && x.op != "broadcast" && !same_dtypes(x.input_dtypes, y.input_dtypes)) return false;
+    if (x.op != "gather" && !same_dtypes(x.output_dtypes, y.output_dtypes)) return false;
+  }
+  return true;
+}
+
 // own_rule: the entry's own size or dtype rule it breaks for a group of n ranks, and how (nullopt: none).
 inline std::optional<std::pair<ProblemKind, std::string>> own_rule(const Entry& e, int64_t n) {
   const int64_t in = numel(e.input_sizes), out = numel(e.output_sizes);

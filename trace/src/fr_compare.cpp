@@ -90,7 +90,15 @@ void Checker::check_collectives(int g) {
     const Entry& ref = *present.front().second->front();
     // Agreement: the ranks against the majority.
     std::map<std::string, std::vector<std::size_t>> variants;
-    for (std::size_t k = 0; k < present.size(); ++k) variants[signature(*present[k].second)].push_back(k);
+    bool agree = true;  // the common case, found without making each member's text
+    for (std::size_t k = 1; agree && k < present.size(); ++k) agree = same_signature(*present[k].second, *present[0].second);
+    if (agree) {
+      auto& all = variants[signature(*present[0].second)];
+      all.resize(present.size());
+      for (std::size_t k = 0; k < present.size(); ++k) all[k] = k;
+    } else {
+      for (std::size_t k = 0; k < present.size(); ++k) variants[signature(*present[k].second)].push_back(k);
+    }
     if (variants.size() > 1) mismatch(g, s, present, variants);
     // Each variant's own rules (once per variant, naming its ranks).
     for (const auto& [sig, idx] : variants) {

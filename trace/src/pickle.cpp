@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <unordered_map>
 
 #include "meshsim/decimal.hpp"
@@ -82,10 +83,12 @@ const char* refused_name(unsigned char op) {
 
 class Machine {
  public:
-  Machine(std::string_view in, const std::string& what, const PickleLimits& limits)
-      : in_(in), what_(what), limits_(limits) {}
+  Machine(std::string_view in, const std::string& what, const PickleLimits& limits, PickleTape& tape)
+      : in_(in), what_(what), limits_(limits), t_(tape) {}
 
-  PyData run() {
+  void run() {
+    t_.clear();
+    t_.set_input(in_);
     while (true) {
       if (pos_ >= in_.size()) fail(pos_, "the pickle ends before its STOP opcode");
       const std::size_t at = pos_;
@@ -94,17 +97,17 @@ class Machine {
     }
     if (!marks_.empty()) fail(pos_ - 1, "STOP with an open MARK");
     if (stack_.size() != 1) fail(pos_ - 1, "STOP with " + std::to_string(stack_.size()) + " values on the stack, not 1");
-    data_.root = static_cast<uint32_t>(stack_.back());
-    data_.index_dicts();
-    return std::move(data_);
+    t_.set_root(stack_.back());
   }
 
  private:
-  [[noreturn]] void fail(std::size_t at, const std::string& why) const {
+  using Node = PickleTape::Node;
+
+  [[noreturn, gnu::cold, gnu::noinline]] void fail(std::size_t at, const std::string& why) const {
     throw ParseError(what_ + ": offset " + std::to_string(at) + ": " + why);
   }
 
-  std::string_view take(std::size_t n, std::size_t at) {
+  [[gnu::always_inline]] std::string_view take(std::size_t n, std::size_t at) {
     if (n > in_.size() - pos_) {
       fail(at, "the pickle ends inside an opcode's argument (" + std::to_string(n) + " bytes wanted, " +
                    std::to_string(in_.size() - pos_) + " left)");
@@ -113,10 +116,12 @@ class Machine {
     pos_ += n;
     return s;
   }
-  uint64_t le(std::size_t n, std::size_t at) {
-    const std::string_view s = take(n, at);
+  [[gnu::always_inline]] uint64_t le(std::size_t n, std::size_t at) {
+    if (n > in_.size() - pos_) take(n, at);  // fails, naming the shortfall
+    const auto* p = reinterpret_cast<const unsigned char*>(in_.data() + pos_);
     uint64_t v = 0;
-    for (std::size_t k = 0; k < n; ++k) v |= uint64_t(static_cast<unsigned char>(s[k])) << (8 * k);
+    for (std::size_t k = 0; k < n; ++k) v |= uint64_t(p[k]) << (8 * k);
+    pos_ += n;
     return v;
   }
   std::string_view line(std::size_t at) {
@@ -127,76 +132,131 @@ class Machine {
     return s;
   }
 
-  uint32_t make(PyData::Node n, std::size_t at) {
-    if (data_.nodes.size() >= limits_.max_nodes) {
-      throw ResourceExhausted(what_ + ": offset " + std::to_string(at) + ": more than " +
-                              std::to_string(limits_.max_nodes) + " objects");
-    }
-    data_.nodes.push_back(std::move(n));
-    return static_cast<uint32_t>(data_.nodes.size() - 1);
+  // The refusals, out of the hot paths' way.
+  [[noreturn, gnu::cold, gnu::noinline]] void too_many_nodes(std::size_t at) const {
+    throw ResourceExhausted(what_ + ": offset " + std::to_string(at) + ": more than " +
+                            std::to_string(limits_.max_nodes) + " objects");
   }
-  void push(uint32_t v, std::size_t at) {
-    if (stack_.size() >= limits_.max_stack) {
-      throw ResourceExhausted(what_ + ": offset " + std::to_string(at) + ": the stack is over " +
-                              std::to_string(limits_.max_stack) + " values");
-    }
-    stack_.push_back(v);
+  [[noreturn, gnu::cold, gnu::noinline]] void too_deep(std::size_t at) const {
+    throw ResourceExhausted(what_ + ": offset " + std::to_string(at) + ": the stack is over " +
+                            std::to_string(limits_.max_stack) + " values");
   }
-  uint32_t pop(std::size_t at) {
-    if (stack_.empty() || (!marks_.empty() && marks_.back() == stack_.size())) fail(at, "the stack is empty");
+  [[gnu::always_inline]] void room(std::size_t at) {
+    if (t_.nodes() >= limits_.max_nodes) [[unlikely]] too_many_nodes(at);
+  }
+  [[gnu::always_inline]] void push(uint32_t v, std::size_t at) {
+    if (stack_.size() >= limits_.max_stack) [[unlikely]] too_deep(at);
+    *stack_.grow_by(1) = v;
+  }
+  [[gnu::always_inline]] bool top_is_value() const { return !stack_.empty() && (marks_.empty() || marks_.back() != stack_.size()); }
+  [[gnu::always_inline]] uint32_t pop(std::size_t at) {
+    if (!top_is_value()) fail(at, "the stack is empty");
     const uint32_t v = stack_.back();
     stack_.pop_back();
     return v;
   }
-  uint32_t top(std::size_t at) const {
-    if (stack_.empty() || (!marks_.empty() && marks_.back() == stack_.size())) fail(at, "the stack is empty");
+  [[gnu::always_inline]] uint32_t top(std::size_t at) const {
+    if (!top_is_value()) fail(at, "the stack is empty");
     return stack_.back();
   }
-  // pop_mark: the values above the topmost MARK, oldest first; the MARK goes.
-  std::vector<uint32_t> pop_mark(std::size_t at) {
+  // pop_mark: the values above the topmost MARK start at the index returned; the MARK goes (the
+  // caller takes them from stack_ and then cuts the stack there).
+  [[gnu::always_inline]] std::size_t pop_mark(std::size_t at) {
     if (marks_.empty()) fail(at, "no MARK on the stack");
     const std::size_t m = marks_.back();
     marks_.pop_back();
-    std::vector<uint32_t> v(stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
-    stack_.resize(m);
-    return v;
+    return m;
   }
-  void push_new(PyData::Kind k, std::size_t at, int64_t i = 0) {
-    PyData::Node n;
+  [[gnu::always_inline]] void push_scalar(PyData::Kind k, std::size_t at, int64_t i = 0) {
+    room(at);
+    Node n;
     n.kind = k;
     n.i = i;
-    push(make(std::move(n), at), at);
+    push(t_.add(n), at);
   }
-  void push_str(std::string s, std::size_t at) {
-    PyData::Node n;
+  void push_float(double f, std::size_t at) {
+    room(at);
+    Node n;
+    n.kind = PyData::Kind::kFloat;
+    n.f = f;
+    push(t_.add(n), at);
+  }
+  // push_input_str: a str whose UTF-8 bytes are the `len` bytes of the input from `from`.
+  [[gnu::always_inline]] void push_input_str(std::size_t from, std::size_t len, std::size_t at) {
+    room(at);
+    if (len > UINT32_MAX) fail(at, "a str of " + std::to_string(len) + " bytes is over 4 GiB");
+    Node n;
     n.kind = PyData::Kind::kStr;
-    n.s = std::move(s);
-    push(make(std::move(n), at), at);
+    n.n = static_cast<uint32_t>(len);
+    n.at = from;
+    push(t_.add(n), at);
   }
-  void push_container(PyData::Kind k, std::vector<uint32_t> items, std::size_t at) {
-    PyData::Node n;
-    n.kind = k;
-    n.items = std::move(items);
-    push(make(std::move(n), at), at);
+  [[gnu::always_inline]] void push_container(PyData::Kind k, std::size_t from, std::size_t at) {
+    room(at);
+    const std::size_t count = stack_.size() - from;
+    const uint32_t v = t_.add_container(k, stack_.data() + from, count);
+    stack_.resize_uninit(from);
+    push(v, at);
   }
-  PyData::Node& container(uint32_t v, PyData::Kind k, const char* opname, std::size_t at) {
-    PyData::Node& n = data_.nodes[v];
-    if (n.kind != k) {
-      fail(at, std::string(opname) + " onto a " + kind_name(n.kind) + ", not a " + kind_name(k));
+  [[gnu::always_inline]] uint32_t container(uint32_t v, PyData::Kind k, const char* opname, std::size_t at) const {
+    const PyData::Kind has = t_.node(v).kind;
+    if (has != k) fail(at, std::string(opname) + " onto a " + kind_name(has) + ", not a " + kind_name(k));
+    return v;
+  }
+  [[gnu::always_inline]] void append_items(uint32_t c, const uint32_t* items, std::size_t count, std::size_t at) {
+    if (count > UINT32_MAX - t_.size(c)) {
+      throw ResourceExhausted(what_ + ": offset " + std::to_string(at) + ": a container of over 2^32 items");
     }
-    return n;
+    t_.append(c, items, count);
   }
+  // append: the values from `from` to the stack's top onto container c; they leave the stack.
+  [[gnu::always_inline]] void append(uint32_t c, std::size_t from, std::size_t at) {
+    append_items(c, stack_.data() + from, stack_.size() - from, at);
+    stack_.resize_uninit(from);
+  }
+  // The memo: slots as Python numbers them (BINPUT/MEMOIZE count up from 0) in a vector; a slot
+  // far past the others (LONG_BINPUT can name any of 2^32) in a map, so no slot costs memory
+  // beyond the slots stored.
+  static constexpr uint32_t kUnset = UINT32_MAX;
   void put(uint64_t slot, std::size_t at) {
     const uint32_t v = top(at);
-    if (memo_.size() >= limits_.max_memo && !memo_.count(slot)) {
+    if (slot == memo_.size() && stored_ < limits_.max_memo) [[likely]] {  // the next slot, as picklers write them
+      *memo_.grow_by(1) = v;
+      ++stored_;
+      return;
+    }
+    uint32_t* cell = nullptr;
+    if (slot < memo_.size()) {
+      cell = &memo_[slot];
+    } else if (slot <= 2 * memo_.size() + 4096) {
+      memo_.resize(slot + 1, kUnset);
+      cell = &memo_[slot];
+    } else if (auto it = far_.find(slot); it != far_.end()) {
+      it->second = v;
+      return;
+    }
+    if (cell && *cell != kUnset) {
+      *cell = v;
+      return;
+    }
+    if (stored_ >= limits_.max_memo) {
       throw ResourceExhausted(what_ + ": offset " + std::to_string(at) + ": more than " +
                               std::to_string(limits_.max_memo) + " memo slots");
     }
-    memo_[slot] = v;
+    ++stored_;
+    if (cell) {
+      *cell = v;
+    } else {
+      far_.emplace(slot, v);
+    }
   }
-  void get(uint64_t slot, std::size_t at) {
-    auto it = memo_.find(slot);
-    if (it == memo_.end()) fail(at, "memo slot " + std::to_string(slot) + " was never stored");
+  [[gnu::always_inline]] void get(uint64_t slot, std::size_t at) {
+    if (slot < memo_.size() && memo_[slot] != kUnset) {
+      push(memo_[slot], at);
+      return;
+    }
+    auto it = far_.find(slot);
+    if (it == far_.end()) fail(at, "memo slot " + std::to_string(slot) + " was never stored");
     push(it->second, at);
   }
   int64_t decimal(std::string_view s, std::size_t at, const char* opname) {
@@ -280,7 +340,7 @@ class Machine {
   }
 
   // step runs one opcode; true at STOP.
-  bool step(unsigned char op, std::size_t at) {
+  [[gnu::always_inline]] bool step(unsigned char op, std::size_t at) {
     using K = PyData::Kind;
     switch (op) {
       case 0x80: {  // PROTO
@@ -300,31 +360,31 @@ class Machine {
       case '0': pop(at); return false;                          // POP
       case '1': pop_mark(at); return false;                     // POP_MARK
       case '2': push(top(at), at); return false;                // DUP
-      case 'N': push_new(K::kNone, at); return false;
-      case 0x88: push_new(K::kBool, at, 1); return false;  // NEWTRUE
-      case 0x89: push_new(K::kBool, at, 0); return false;  // NEWFALSE
+      case 'N': push_scalar(K::kNone, at); return false;
+      case 0x88: push_scalar(K::kBool, at, 1); return false;  // NEWTRUE
+      case 0x89: push_scalar(K::kBool, at, 0); return false;  // NEWFALSE
       case 'I': {  // INT (protocol 0): "01"/"00" are True/False
         const std::string_view s = line(at);
         if (s == "01" || s == "00") {
-          push_new(K::kBool, at, s == "01");
+          push_scalar(K::kBool, at, s == "01");
         } else {
-          push_new(K::kInt, at, decimal(s, at, "INT"));
+          push_scalar(K::kInt, at, decimal(s, at, "INT"));
         }
         return false;
       }
-      case 'L': push_new(K::kInt, at, decimal(line(at), at, "LONG")); return false;
+      case 'L': push_scalar(K::kInt, at, decimal(line(at), at, "LONG")); return false;
       case 'J': {  // BININT: 4 bytes signed
         const auto v = static_cast<uint32_t>(le(4, at));
         int32_t s;
         std::memcpy(&s, &v, sizeof s);
-        push_new(K::kInt, at, s);
+        push_scalar(K::kInt, at, s);
         return false;
       }
-      case 'K': push_new(K::kInt, at, static_cast<int64_t>(le(1, at))); return false;  // BININT1
-      case 'M': push_new(K::kInt, at, static_cast<int64_t>(le(2, at))); return false;  // BININT2
+      case 'K': push_scalar(K::kInt, at, static_cast<int64_t>(le(1, at))); return false;  // BININT1
+      case 'M': push_scalar(K::kInt, at, static_cast<int64_t>(le(2, at))); return false;  // BININT2
       case 0x8a: {  // LONG1
         const std::size_t n = le(1, at);
-        push_new(K::kInt, at, long_bytes(n, at));
+        push_scalar(K::kInt, at, long_bytes(n, at));
         return false;
       }
       case 0x8b: {  // LONG4
@@ -333,7 +393,7 @@ class Machine {
           throw OverflowError(what_ + ": offset " + std::to_string(at) + ": a " + std::to_string(n) +
                               "-byte integer does not fit in int64");
         }
-        push_new(K::kInt, at, long_bytes(n, at));
+        push_scalar(K::kInt, at, long_bytes(n, at));
         return false;
       }
       case 'F': {  // FLOAT (text)
@@ -341,73 +401,86 @@ class Machine {
         char* end = nullptr;
         const double d = std::strtod(s.c_str(), &end);
         if (s.empty() || end != s.c_str() + s.size()) fail(at, "FLOAT argument '" + s.substr(0, 40) + "' is not a number");
-        PyData::Node n;
-        n.kind = K::kFloat;
-        n.f = d;
-        push(make(std::move(n), at), at);
+        push_float(d, at);
         return false;
       }
       case 'G': {  // BINFLOAT: 8 bytes big-endian
         const std::string_view b = take(8, at);
         uint64_t v = 0;
         for (int k = 0; k < 8; ++k) v = (v << 8) | static_cast<unsigned char>(b[k]);
-        PyData::Node n;
-        n.kind = K::kFloat;
-        std::memcpy(&n.f, &v, sizeof v);
-        push(make(std::move(n), at), at);
+        double d;
+        std::memcpy(&d, &v, sizeof v);
+        push_float(d, at);
         return false;
       }
-      case 'X': { const std::size_t n = le(4, at); push_str(std::string(take(n, at)), at); return false; }
-      case 0x8c: { const std::size_t n = le(1, at); push_str(std::string(take(n, at)), at); return false; }
-      case 0x8d: {
+      case 'X': {  // BINUNICODE
+        const std::size_t n = le(4, at);
+        const std::size_t from = pos_;
+        take(n, at);
+        push_input_str(from, n, at);
+        return false;
+      }
+      case 0x8c: {  // SHORT_BINUNICODE
+        const std::size_t n = le(1, at);
+        const std::size_t from = pos_;
+        take(n, at);
+        push_input_str(from, n, at);
+        return false;
+      }
+      case 0x8d: {  // BINUNICODE8
         const uint64_t n = le(8, at);
         if (n > in_.size()) fail(at, "a str of " + std::to_string(n) + " bytes is longer than the input");
-        push_str(std::string(take(static_cast<std::size_t>(n), at)), at);
+        const std::size_t from = pos_;
+        take(static_cast<std::size_t>(n), at);
+        push_input_str(from, static_cast<std::size_t>(n), at);
         return false;
       }
-      case 'V': push_str(raw_unicode_escape(line(at), at), at); return false;
-      case ']': push_container(K::kList, {}, at); return false;   // EMPTY_LIST
-      case 'l': push_container(K::kList, pop_mark(at), at); return false;  // LIST
-      case ')': push_container(K::kTuple, {}, at); return false;  // EMPTY_TUPLE
-      case 't': push_container(K::kTuple, pop_mark(at), at); return false;  // TUPLE
+      case 'V': {  // UNICODE (protocol 0): decoded into the tape's own buffer
+        const std::string s = raw_unicode_escape(line(at), at);
+        room(at);
+        push(t_.add_own_str(s), at);
+        return false;
+      }
+      case ']': push_container(K::kList, stack_.size(), at); return false;   // EMPTY_LIST
+      case 'l': push_container(K::kList, pop_mark(at), at); return false;    // LIST
+      case ')': push_container(K::kTuple, stack_.size(), at); return false;  // EMPTY_TUPLE
+      case 't': push_container(K::kTuple, pop_mark(at), at); return false;   // TUPLE
       case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
         const std::size_t n = op - 0x84u;
-        std::vector<uint32_t> v(n);
-        for (std::size_t k = n; k-- > 0;) v[k] = pop(at);
-        push_container(K::kTuple, std::move(v), at);
+        if (stack_.size() - (marks_.empty() ? 0 : marks_.back()) < n) fail(at, "the stack is empty");
+        push_container(K::kTuple, stack_.size() - n, at);
         return false;
       }
-      case '}': push_container(K::kDict, {}, at); return false;  // EMPTY_DICT
+      case '}': push_container(K::kDict, stack_.size(), at); return false;  // EMPTY_DICT
       case 'd': {  // DICT
-        std::vector<uint32_t> v = pop_mark(at);
-        if (v.size() % 2) fail(at, "DICT with an odd number of items");
-        push_container(K::kDict, std::move(v), at);
+        const std::size_t from = pop_mark(at);
+        if ((stack_.size() - from) % 2) fail(at, "DICT with an odd number of items");
+        push_container(K::kDict, from, at);
         return false;
       }
       case 'a': {  // APPEND
         const uint32_t v = pop(at);
-        container(top(at), K::kList, "APPEND", at).items.push_back(v);
+        append_items(container(top(at), K::kList, "APPEND", at), &v, 1, at);
         return false;
       }
       case 'e': {  // APPENDS
-        std::vector<uint32_t> v = pop_mark(at);
-        auto& items = container(top(at), K::kList, "APPENDS", at).items;
-        items.insert(items.end(), v.begin(), v.end());
+        const std::size_t from = pop_mark(at);
+        if (from == 0 || (!marks_.empty() && marks_.back() >= from)) fail(at, "the stack is empty");
+        append(container(stack_[from - 1], K::kList, "APPENDS", at), from, at);
         return false;
       }
       case 's': {  // SETITEM
-        const uint32_t value = pop(at);
-        const uint32_t key = pop(at);
-        auto& items = container(top(at), K::kDict, "SETITEM", at).items;
-        items.push_back(key);
-        items.push_back(value);
+        uint32_t kv[2];
+        kv[1] = pop(at);
+        kv[0] = pop(at);
+        append_items(container(top(at), K::kDict, "SETITEM", at), kv, 2, at);
         return false;
       }
       case 'u': {  // SETITEMS
-        std::vector<uint32_t> v = pop_mark(at);
-        if (v.size() % 2) fail(at, "SETITEMS with an odd number of items");
-        auto& items = container(top(at), K::kDict, "SETITEMS", at).items;
-        items.insert(items.end(), v.begin(), v.end());
+        const std::size_t from = pop_mark(at);
+        if ((stack_.size() - from) % 2) fail(at, "SETITEMS with an odd number of items");
+        if (from == 0 || (!marks_.empty() && marks_.back() >= from)) fail(at, "the stack is empty");
+        append(container(stack_[from - 1], K::kDict, "SETITEMS", at), from, at);
         return false;
       }
       case 'p': {  // PUT (text)
@@ -418,7 +491,7 @@ class Machine {
       }
       case 'q': put(le(1, at), at); return false;  // BINPUT
       case 'r': put(le(4, at), at); return false;  // LONG_BINPUT
-      case 0x94: put(memo_.size(), at); return false;  // MEMOIZE
+      case 0x94: put(stored_, at); return false;  // MEMOIZE: the slot is the memo's length
       case 'g': {  // GET (text)
         const int64_t slot = decimal(line(at), at, "GET");
         if (slot < 0) fail(at, "GET of a negative memo slot");
@@ -442,17 +515,97 @@ class Machine {
   std::string_view in_;
   const std::string& what_;
   PickleLimits limits_;
+  PickleTape& t_;
   std::size_t pos_ = 0;
-  PyData data_;
-  std::vector<uint32_t> stack_;
+  detail::InlineVector<uint32_t, 256> stack_;
   std::vector<std::size_t> marks_;
-  std::unordered_map<uint64_t, uint32_t> memo_;
+  detail::InlineVector<uint32_t, 256> memo_;    // slot -> node, kUnset where none
+  std::unordered_map<uint64_t, uint32_t> far_;  // the slots past memo_
+  std::size_t stored_ = 0;                      // slots stored (len(memo))
 };
 
 }  // namespace
 
+void read_pickle_tape(std::string_view bytes, const std::string& what, PickleTape& tape, const PickleLimits& limits) {
+  Machine(bytes, what, limits, tape).run();
+}
+
 PyData read_pickle(std::string_view bytes, const std::string& what, const PickleLimits& limits) {
-  return Machine(bytes, what, limits).run();
+  PickleTape t;
+  read_pickle_tape(bytes, what, t, limits);
+  // The owning form, node for node (shared objects stay one node).
+  PyData d;
+  d.nodes.resize(t.nodes());
+  for (uint32_t v = 0; v < t.nodes(); ++v) {
+    const PickleTape::Node& n = t.node(v);
+    PyData::Node& o = d.nodes[v];
+    o.kind = n.kind;
+    switch (n.kind) {
+      case PyData::Kind::kBool:
+      case PyData::Kind::kInt: o.i = n.i; break;
+      case PyData::Kind::kFloat: o.f = n.f; break;
+      case PyData::Kind::kStr: o.s = std::string(t.str(v)); break;
+      case PyData::Kind::kList:
+      case PyData::Kind::kTuple:
+      case PyData::Kind::kDict: o.items.assign(t.items(v), t.items(v) + n.n); break;
+      case PyData::Kind::kNone: break;
+    }
+  }
+  d.root = t.root();
+  d.index_dicts();
+  return d;
+}
+
+void PickleTape::clear() {
+  nodes_.clear();
+  pool_.clear();
+  text_.clear();
+  input_ = {};
+  root_ = 0;
+}
+
+uint32_t PickleTape::add_container(Kind k, const uint32_t* items, std::size_t count) {
+  Node n;
+  n.kind = k;
+  n.n = static_cast<uint32_t>(count);
+  n.cap = n.n;
+  n.at = pool_.size();
+  if (count) {
+    pool_.resize_uninit(n.at + count);
+    std::memcpy(pool_.data() + n.at, items, sizeof(uint32_t) * count);
+  }
+  return add(n);
+}
+
+void PickleTape::append(uint32_t container, const uint32_t* items, std::size_t count) {
+  Node& c = nodes_[container];
+  if (c.n + count > c.cap) {
+    // The items move to the pool's end with room to grow: twice what they need, so appending
+    // one at a time costs amortized O(1) and the pool holds at most about three times the items.
+    // A container at the pool's end grows in place; a first fill takes just what it needs.
+    const std::size_t want = c.n == 0 ? count : 2 * (c.n + count);
+    if (c.at + c.cap == pool_.size()) {
+      pool_.resize_uninit(c.at + want);
+    } else {
+      const std::size_t to = pool_.size();
+      pool_.resize_uninit(to + want);
+      if (c.n) std::memcpy(pool_.data() + to, pool_.data() + c.at, sizeof(uint32_t) * c.n);
+      c.at = to;
+    }
+    c.cap = static_cast<uint32_t>(std::min<std::size_t>(want, UINT32_MAX));
+  }
+  std::memcpy(pool_.data() + c.at + c.n, items, sizeof(uint32_t) * count);
+  c.n += static_cast<uint32_t>(count);
+}
+
+uint32_t PickleTape::add_own_str(std::string_view s) {
+  Node n;
+  n.kind = Kind::kStr;
+  n.own = true;
+  n.n = static_cast<uint32_t>(s.size());
+  n.at = text_.size();
+  text_.append(s);
+  return add(n);
 }
 
 }  // namespace meshsim::trace

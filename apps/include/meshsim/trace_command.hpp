@@ -4,10 +4,11 @@
 // culprits a hang's waits lead to.
 //
 //   meshsim trace check comm_traces --prefix rank_
-//   meshsim trace check comm_traces --format json
+//   meshsim trace check comm_traces --format json --jobs 8
 //   meshsim trace check comm_traces --against "--preset torchtitan:pp=4,dp_shard=8 --model llama3-8b --seq-len 8192 --local-batch-size 1"
 #pragma once
 
+#include <cstdint>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -23,6 +24,9 @@ struct Options {
   // words as a POSIX shell does (quotes and backslashes), so `--megatron-args '...'` reads as one
   // value. Given but empty (an unset shell variable) is refused, never taken as "no plan".
   std::optional<std::string> against;
+  // Threads that read and decode the dumps (default: one per core; the report is the same for
+  // any number).
+  std::optional<int64_t> jobs;
 };
 
 // run prints the report and returns 0 (OK) or 1 (problems found). Unreadable or malformed dumps

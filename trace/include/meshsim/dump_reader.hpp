@@ -38,6 +38,9 @@ struct DumpSet {
 // ".pkl" or ".pickle" after the rank). Without a prefix, the one prefix that every file named
 // `<letters><digits>` shares is used, as fr_trace infers it; more than one is an error asking
 // for --prefix. Two files of one rank, an unreadable file or none at all are InvalidArgument.
-DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& prefix, const DumpLimits& limits = {});
+// The files are read and decoded on `workers` threads (0: one per core); the dumps, and the
+// error when one fails (the first in file order), are the same for any number.
+DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& prefix, const DumpLimits& limits = {},
+                      unsigned workers = 0);
 
 }  // namespace meshsim::trace

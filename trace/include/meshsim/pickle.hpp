@@ -27,6 +27,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "meshsim/inline_vector.hpp"
+
 namespace meshsim::trace {
 
 struct PyData {
@@ -63,8 +65,66 @@ struct PickleLimits {
   std::size_t max_memo = std::size_t{1} << 25;    // memo slots
 };
 
+// PickleTape holds the same values compactly, for readers that walk them once (the dumps'
+// reader): a node is 24 bytes with no allocation of its own; a str is a view of the input's own
+// bytes (the input must outlive the tape) or, for protocol 0's escaped text and JSON strings, of
+// the tape's buffer; the items of every list, tuple and dict lie in one pool. A tape is reused
+// from input to input (clear keeps its memory), so a reader of many files allocates little.
+class PickleTape {
+ public:
+  using Kind = PyData::Kind;
+  struct Node {
+    Kind kind = Kind::kNone;
+    bool own = false;  // kStr: the bytes are in the tape's buffer, not the input
+    uint32_t n = 0;    // kStr: bytes; containers: items (a dict's keys and values)
+    uint32_t cap = 0;  // containers: pool slots reserved from `at`
+    union {
+      int64_t i;    // kBool (0/1), kInt
+      double f;     // kFloat
+      uint64_t at;  // kStr: offset of its bytes; containers: offset of its items in the pool
+    };
+    Node() : i(0) {}
+  };
+
+  Kind kind(uint32_t v) const { return nodes_[v].kind; }
+  const Node& node(uint32_t v) const { return nodes_[v]; }
+  std::string_view str(uint32_t v) const {
+    const Node& n = nodes_[v];
+    return std::string_view((n.own ? text_.data() : input_.data()) + n.at, n.n);
+  }
+  const uint32_t* items(uint32_t v) const { return pool_.data() + nodes_[v].at; }
+  uint32_t size(uint32_t v) const { return nodes_[v].n; }
+  uint32_t root() const { return root_; }
+  std::size_t nodes() const { return nodes_.size(); }
+  void clear();
+
+  // Building (the pickle machine and the JSON reader).
+  uint32_t add(const Node& n) {
+    *nodes_.grow_by(1) = n;
+    return static_cast<uint32_t>(nodes_.size() - 1);
+  }
+  Node& at(uint32_t v) { return nodes_[v]; }
+  uint32_t add_container(Kind k, const uint32_t* items, std::size_t count);
+  void append(uint32_t container, const uint32_t* items, std::size_t count);
+  uint32_t add_own_str(std::string_view s);
+  void set_input(std::string_view in) { input_ = in; }
+  void set_root(uint32_t r) { root_ = r; }
+  std::string& text() { return text_; }
+
+ private:
+  // InlineVector: its appends are a few inline instructions (std::vector's push_back was an
+  // out-of-line call per value here).
+  detail::InlineVector<Node, 8> nodes_;
+  detail::InlineVector<uint32_t, 32> pool_;
+  std::string text_;
+  std::string_view input_;
+  uint32_t root_ = 0;
+};
+
 // read_pickle runs the pickle in `bytes` (one pickle; bytes after its STOP are ignored, as
 // pickle.load does) and returns its value. `what` names the input in errors.
 PyData read_pickle(std::string_view bytes, const std::string& what, const PickleLimits& limits = {});
+// read_pickle_tape is the same run into `tape` (cleared first): its strs are views of `bytes`.
+void read_pickle_tape(std::string_view bytes, const std::string& what, PickleTape& tape, const PickleLimits& limits = {});
 
 }  // namespace meshsim::trace
