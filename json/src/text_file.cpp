@@ -46,6 +46,22 @@ std::string read_text_file(const std::string& path, std::size_t max_bytes, const
                             std::to_string(st.st_size) + ")");
   }
   std::string text;
+  if (S_ISREG(st.st_mode) && st.st_size > 0) {
+    // A file: straight into the string, its size known (no copy through a buffer, no regrowth);
+    // the loop below then reads whatever was appended meanwhile.
+    text.resize(static_cast<std::size_t>(st.st_size));
+    std::size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t n = ::read(f.fd, text.data() + got, text.size() - got);
+      if (n == 0) break;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw refuse(std::string(std::strerror(errno)) + " after " + std::to_string(got) + " bytes");
+      }
+      got += static_cast<std::size_t>(n);
+    }
+    text.resize(got);
+  }
   char buf[65536];
   for (;;) {
     const ssize_t n = ::read(f.fd, buf, sizeof buf);

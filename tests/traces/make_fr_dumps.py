@@ -142,12 +142,12 @@ def main():
     # Each record's frames, as c10d's pickler writes a CapturedTraceback: fresh dicts per record
     # whose strings repeat (its pickler shares repeated strings through the memo, as Python's
     # does for these, not the dicts).
-    names = [("train_step", "train.py", 42)] + [
+    frame_names = [("train_step", "train.py", 42)] + [
         ("forward_%d" % k, "/usr/lib/python3/site-packages/torch/nn/modules/module_%d.py" % k, 100 + k)
         for k in range(1, max(a.frames, 1))]
 
     def stack():
-        return [{"name": n, "filename": f, "line": l} for n, f, l in names[:a.frames]]
+        return [{"name": n, "filename": f, "line": l} for n, f, l in frame_names[:a.frames]]
 
     os.makedirs(a.out, exist_ok=True)
     for r in range(world):
@@ -321,16 +321,6 @@ def from_trace(a):
         if ranks not in names:
             names[ranks] = str(len(names) + 1)
         return names[ranks], "mesh_" + dim, list(ranks)
-
-    # Each record's frames, as c10d's pickler writes a CapturedTraceback: fresh dicts per record
-    # whose strings repeat (its pickler shares repeated strings through the memo, as Python's
-    # does for these, not the dicts).
-    names = [("train_step", "train.py", 42)] + [
-        ("forward_%d" % k, "/usr/lib/python3/site-packages/torch/nn/modules/module_%d.py" % k, 100 + k)
-        for k in range(1, max(a.frames, 1))]
-
-    def stack():
-        return [{"name": n, "filename": f, "line": l} for n, f, l in names[:a.frames]]
 
     os.makedirs(a.out, exist_ok=True)
     for r in range(world):

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <unordered_map>
 
 #include <rapidjson/error/en.h>
@@ -257,7 +256,29 @@ class Walk {
 struct RankCache {
   static constexpr std::size_t kMinBytes = 256;  // shorter strings are read as fast as looked up
   static constexpr std::size_t kMaxLists = 256;  // then it starts over: bounded by 256 lists' bytes
-  std::unordered_map<std::string, std::vector<int64_t>> lists;
+  struct List {
+    std::string text;
+    std::vector<int64_t> ranks;
+  };
+  std::unordered_multimap<uint64_t, List> lists;
+  // key: the length and the first and last 64 bytes (hashing all of a 90 KB string cost more than
+  // comparing it); a hit is then confirmed by comparing the whole text.
+  static uint64_t key(std::string_view s) {
+    const std::size_t n = std::min<std::size_t>(s.size(), 64);
+    return std::hash<std::string_view>{}(s.substr(0, n)) * 31 + std::hash<std::string_view>{}(s.substr(s.size() - n)) * 7 +
+           s.size();
+  }
+  const std::vector<int64_t>* find(std::string_view s) const {
+    auto [lo, hi] = lists.equal_range(key(s));
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second.text == s) return &it->second.ranks;
+    }
+    return nullptr;
+  }
+  void keep(std::string_view s, const std::vector<int64_t>& ranks) {
+    if (lists.size() >= kMaxLists) lists.clear();
+    lists.emplace(key(s), List{std::string(s), ranks});
+  }
 };
 
 // parse_rank_list reads pg_config's ranks: the string "[0, 1, 2]" c10d writes (or a list).
@@ -281,7 +302,7 @@ std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::strin
     std::string_view s = t.str(v);
     const bool cached = s.size() >= RankCache::kMinBytes;
     if (cached) {
-      if (auto it = cache.lists.find(std::string(s)); it != cache.lists.end()) return it->second;
+      if (const std::vector<int64_t>* known = cache.find(s)) return *known;
     }
     const std::string_view key = s;
     auto trim = [](std::string_view x) {
@@ -326,8 +347,7 @@ std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::strin
     if (!std::is_sorted(ranks.begin(), ranks.end())) std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
     if (cached) {  // read whole and accepted: kept for the next dump
-      if (cache.lists.size() >= RankCache::kMaxLists) cache.lists.clear();
-      cache.lists.emplace(std::string(key), ranks);
+      cache.keep(key, ranks);
     }
     return ranks;
   } else {
@@ -598,12 +618,20 @@ DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& 
     set.prefix = *prefix;
   } else {
     // fr_trace's inference: the prefix every "<word chars><digits>" name shares.
-    static const std::regex exp(R"(^([\w\-]*?)(\d+)$)");
+    // fr_trace's `^([\w\-]*?)(\d+)$`: a name of word characters and hyphens that ends in digits;
+    // its prefix is the name before its last run of digits (matched by hand: std::regex cost more
+    // than reading the dumps of a 4,096-rank job).
+    auto word = [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    };
     std::map<std::string, int> prefixes;
     for (const auto& f : files) {
-      std::smatch m;
       const std::string name = strip_ext(f.filename().string());
-      if (std::regex_search(name, m, exp)) ++prefixes[m[1].str()];
+      if (name.empty() || !std::all_of(name.begin(), name.end(), word)) continue;
+      std::size_t digits = name.size();
+      while (digits > 0 && name[digits - 1] >= '0' && name[digits - 1] <= '9') --digits;
+      if (digits == name.size()) continue;
+      ++prefixes[name.substr(0, digits)];
     }
     if (prefixes.size() != 1) {
       // The most common few, with how many more: a directory of 10^5 unrelated names gives one line.

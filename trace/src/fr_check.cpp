@@ -1,6 +1,7 @@
 // The cross-rank check of Flight Recorder dumps (fr_check.hpp): its run, the groups the dumps
 // list (or imply) and their members, and the problems merged at the end.
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -66,7 +67,21 @@ void Checker::blame(int64_t rank, const std::string& why) {
 }
 
 void Checker::build_groups() {
-  std::map<std::pair<std::string, std::vector<int64_t>>, int> index;
+  // A group is its name and its members: indexed by views of the dumps' own lists (no copy of a
+  // 16,384-rank list per dump), ordered by name, size, then bytes (any strict order serves an
+  // index; memcmp compares a long list at memory speed).
+  struct Key {
+    std::string_view name;
+    const std::vector<int64_t>* ranks;
+  };
+  struct Less {
+    bool operator()(const Key& a, const Key& b) const {
+      if (a.name != b.name) return a.name < b.name;
+      if (a.ranks->size() != b.ranks->size()) return a.ranks->size() < b.ranks->size();
+      return !a.ranks->empty() && std::memcmp(a.ranks->data(), b.ranks->data(), a.ranks->size() * sizeof(int64_t)) < 0;
+    }
+  };
+  std::map<Key, int, Less> index;
   bool unnamed = false;
   for (auto& [r, rs] : ranks_) {
     for (const auto& c : rs.dump->groups) {
@@ -76,8 +91,7 @@ void Checker::build_groups() {
         unnamed = true;
         continue;
       }
-      auto key = std::make_pair(c.name, c.ranks);
-      auto [it, fresh] = index.emplace(key, static_cast<int>(groups_.size()));
+      auto [it, fresh] = index.emplace(Key{c.name, &c.ranks}, static_cast<int>(groups_.size()));
       if (fresh) groups_.push_back(Group{c.name, c.desc, c.ranks, {}, {}, {}});
       Group& G = groups_[it->second];
       G.claimers.push_back(r);
