@@ -1061,5 +1061,24 @@ TEST(ParallelRead, ALongRankListThatDiffersInOneRankIsReadAsWritten) {
   fs::remove_all(dir);
 }
 
+// Ranks past what a rank can be, in the string form's fast path: refused by value, never wrapped.
+TEST(ParallelRead, ARankListsHugeNumbersAreRefusedNotWrapped) {
+  const std::string dir = make_dumps("parhuge", "--pp 2 --dp 1 --tp 2 --steps 1");
+  for (const char* huge : {"99999999999999999999999", "9223372036854775808", "2147483648", "0000000000000000000001x"}) {
+    const Shell s = shell(std::string("python3 -c 'import pickle,sys; p=sys.argv[1]; d=pickle.load(open(p,\"rb\")); "
+                                      "d[\"pg_config\"][\"0\"][\"ranks\"]=\"[0, ") + huge + "]\"; "
+                          "pickle.dump(d, open(p, \"wb\"))' " + dir + "/rank_1");
+    ASSERT_EQ(s.status, 0) << s.out;
+    try {
+      read_dump_dir(dir, std::nullopt, {}, 2);
+      ADD_FAILURE() << huge << ": read";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("rank_1'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string(huge).substr(0, 10)), std::string::npos) << e.what();
+    }
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace meshsim::trace

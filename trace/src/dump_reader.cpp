@@ -325,7 +325,7 @@ std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::strin
       for (; k < s.size(); ++k) {
         const unsigned d = static_cast<unsigned char>(s[k]) - '0';
         if (d > 9) break;
-        r = r * 10 + d;
+        if (k - begin < 9) r = r * 10 + d;  // a longer rank goes to read_decimal: nothing wraps here
       }
       const std::size_t stop = k;  // the digits' end; blanks, then a comma or the end, may follow
       while (k < s.size() && (s[k] == ' ' || s[k] == '\t')) ++k;
