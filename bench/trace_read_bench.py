@@ -3,17 +3,24 @@ CPython's own `pickle.load` of every file (nothing checked: the floor for a read
 Python's objects) and PyTorch's analyzer (`python -m torch.distributed.flight_recorder.fr_trace`).
 
     .venv/bin/python bench/trace_read_bench.py --exe build/default/apps/meshsim [--dumps 1024,16384]
-        [--frames 1] [--steps 8] [--rounds 3] [--no-fr-trace]
+        [--frames 1] [--steps 8] [--rounds 7] [--format pickle|json] [--idle-default-group]
+        [--no-fr-trace] [--against FLAGS]
 
 Dumps: tests/traces/make_fr_dumps.py's pp=4 x dp x tp=8 job (dp = dumps / 32), --steps steps,
---frames Python frames per record (PyTorch writes the stack of the call, often 20-40). Each
-row: CPU time (user + system of the child, as getrusage counts it) and wall time, the best of
---rounds; the interpreter's own start (`python -c pass`) is subtracted from the Python rows.
-Ratios are to pickle.load's CPU time of the same files in the same run."""
+--frames Python frames per record (PyTorch writes the stack of the call, often 20-40), as pickles
+(c10d's default) or as JSON (the peer is then CPython's json.load); --idle-default-group: the
+default group never talks, so no dump lists its ranks (each dump otherwise holds all of them:
+65,536 dumps of a 65,536-rank job, 29 GB). Each row: CPU time (user + system of the child, as
+getrusage counts it: the median and the least of --rounds, the readers interleaved round by
+round), median wall time and peak RSS; the interpreter's own start (`python -c pass`, in the
+same rounds) is subtracted from the Python rows. Ratios are to pickle.load's (json.load's)
+CPU time of the same files in the same run. --against FLAGS adds `trace check --against FLAGS`
+(a plan of another job: every rank's first record leaves it, so the row is the plan's cost)."""
 import argparse
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,27 +28,35 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(HERE, "..", "tests", "traces", "make_fr_dumps.py")
-LOAD = "import os, pickle, sys\nd = sys.argv[1]\nfor f in sorted(os.listdir(d)):\n    with open(os.path.join(d, f), 'rb') as h:\n        pickle.load(h)\n"
+LOAD = "import os, {mod}, sys\nd = sys.argv[1]\nfor f in sorted(os.listdir(d)):\n    with open(os.path.join(d, f), 'rb') as h:\n        {mod}.load(h)\n"
 
 
 def run(argv):
-    """CPU seconds (user + system) and wall seconds of one child."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """CPU seconds (user + system), wall seconds and peak RSS (MB) of one child."""
     t = time.perf_counter()
-    p = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, use = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode not in (0, 1):
-        sys.exit("failed (%d): %s\n%s" % (p.returncode, " ".join(argv), p.stderr.decode()[-2000:]))
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+    rc = os.waitstatus_to_exitcode(status)
+    if rc not in (0, 1):
+        sys.exit("failed (%d): %s\n%s" % (rc, " ".join(argv), err.decode()[-2000:]))
+    return use.ru_utime + use.ru_stime, wall, use.ru_maxrss / 1024
 
 
-def best(argv, rounds):
-    cpu = wall = float("inf")
+def measure(readers, rounds):
+    """Each reader once per round, the rounds interleaved (a quiet or a busy moment of a shared
+    machine falls on every reader alike): per reader the median and the least CPU, the median
+    wall time and the peak RSS."""
+    runs = {name: [] for name, _ in readers}
     for _ in range(rounds):
-        c, w = run(argv)
-        cpu, wall = min(cpu, c), min(wall, w)
-    return cpu, wall
+        for name, argv in readers:
+            runs[name].append(run(argv))
+    out = {}
+    for name, rs in runs.items():
+        cpu = [r[0] for r in rs]
+        out[name] = (statistics.median(cpu), min(cpu), statistics.median(r[1] for r in rs), max(r[2] for r in rs))
+    return out
 
 
 def main():
@@ -50,35 +65,50 @@ def main():
     ap.add_argument("--dumps", default="1024,16384")
     ap.add_argument("--frames", type=int, default=1)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--no-fr-trace", action="store_true", help="leave PyTorch's analyzer out (it takes minutes at 16,384)")
+    ap.add_argument("--format", choices=["pickle", "json"], default="pickle")
+    ap.add_argument("--idle-default-group", action="store_true")
+    ap.add_argument("--against", help="also time `trace check --against FLAGS`")
     a = ap.parse_args()
     py = sys.executable
+    mod = "pickle" if a.format == "pickle" else "json"
     work = tempfile.mkdtemp(prefix="meshsim-trace-bench-")
     try:
-        start, _ = best([py, "-c", "pass"], a.rounds)
-        print("interpreter start (subtracted): %.3f s CPU" % start)
-        print("| dumps | input | reader | CPU s | wall s | CPU / pickle.load |")
-        print("|---|---|---|---|---|---|")
+        print("| dumps | input | reader | CPU s (median) | CPU s (least) | wall s | peak RSS MB | CPU / %s.load (median, least) |" % mod)
+        print("|---|---|---|---|---|---|---|---|")
         for n in [int(x) for x in a.dumps.split(",")]:
             if n % 32 or n < 32:
                 sys.exit("--dumps: %d is not a multiple of 32 (pp=4 x tp=8)" % n)
             d = os.path.join(work, "d%d" % n)
             subprocess.run([py, GEN, d, "--pp", "4", "--dp", str(n // 32), "--tp", "8", "--steps", str(a.steps),
-                            "--frames", str(a.frames)], check=True, stdout=subprocess.DEVNULL)
+                            "--frames", str(a.frames), "--format", a.format]
+                           + (["--idle-default-group"] if a.idle_default_group else []),
+                           check=True, stdout=subprocess.DEVNULL)
             size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
-            rows = []
-            load_cpu, load_wall = best([py, "-c", LOAD, d], a.rounds)
-            floor = max(load_cpu - start, 1e-9)
-            rows.append(("CPython pickle.load, nothing checked", floor, load_wall))
+            load = "CPython %s.load, nothing checked" % mod
+            readers = [("start", [py, "-c", "pass"]), (load, [py, "-c", LOAD.format(mod=mod), d])]
             for jobs in (1, os.cpu_count() or 1):
-                c, w = best([a.exe, "trace", "check", d, "--jobs", str(jobs)], a.rounds)
-                rows.append(("meshsim trace check --jobs %d" % jobs, c, w))
-            if not a.no_fr_trace:
-                c, w = best([py, "-m", "torch.distributed.flight_recorder.fr_trace", "-p", "rank_", d], 1)
-                rows.append(("PyTorch fr_trace", c - start, w))
-            for name, c, w in rows:
-                print("| %d | %.1f MB | %s | %.3f | %.3f | %.2f |" % (n, size / 1e6, name, c, w, c / floor))
+                readers.append(("meshsim trace check --jobs %d" % jobs, [a.exe, "trace", "check", d, "--jobs", str(jobs)]))
+            if a.against:
+                for jobs in (1, os.cpu_count() or 1):
+                    readers.append(("meshsim trace check --jobs %d --against" % jobs,
+                                    [a.exe, "trace", "check", d, "--jobs", str(jobs), "--against", a.against]))
+            got = measure(readers, a.rounds)
+            if not a.no_fr_trace and a.format == "pickle":  # fr_trace reads pickles only (and takes seconds: once)
+                got.update(measure([("PyTorch fr_trace", [py, "-m", "torch.distributed.flight_recorder.fr_trace", "-p", "rank_", d])], 1))
+            start_med, start_least = got.pop("start")[:2]
+            python = {load, "PyTorch fr_trace"}
+            rows = {}
+            for name, (med, least, wall, rss) in got.items():
+                if name in python:  # the interpreter's own start, measured in the same rounds, subtracted
+                    med, least = med - start_med, least - start_least
+                rows[name] = (max(med, 1e-9), max(least, 1e-9), wall, rss)
+            floor_med, floor_least = rows[load][:2]
+            print("interpreter start (subtracted from the Python rows): median %.3f s, least %.3f s CPU" % (start_med, start_least))
+            for name, (med, least, wall, rss) in rows.items():
+                print("| %d | %.1f MB | %s | %.3f | %.3f | %.3f | %.0f | %.2f, %.2f |"
+                      % (n, size / 1e6, name, med, least, wall, rss, med / floor_med, least / floor_least))
             shutil.rmtree(d)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1061,6 +1061,65 @@ TEST(ParallelRead, ALongRankListThatDiffersInOneRankIsReadAsWritten) {
   fs::remove_all(dir);
 }
 
+// Every dump lists the default group's ranks in the same words: the readers, on any number of
+// threads, keep one list for all of them (a 2^16-rank job's dumps would otherwise hold 2^32
+// ranks), while a list that differs is its own and equal lists of short strings stay equal.
+TEST(ParallelRead, OneLongRankListIsOneListForEveryDumpOnEveryThread) {
+  const std::string dir = make_dumps("parshare", "--pp 2 --dp 8 --tp 8 --steps 2");  // 128 ranks: "[0, ..., 127]"
+  const Shell s = shell("python3 -c 'import pickle,sys; p=sys.argv[1]; d=pickle.load(open(p,\"rb\")); "
+                        "r=d[\"pg_config\"][\"0\"]; r[\"ranks\"]=r[\"ranks\"].replace(\", 77,\", \",\"); "
+                        "pickle.dump(d, open(p, \"wb\"))' " + dir + "/rank_100");
+  ASSERT_EQ(s.status, 0) << s.out;
+  auto world = [](const Dump& d) -> const GroupConfig& {
+    return *std::find_if(d.groups.begin(), d.groups.end(), [](const GroupConfig& g) { return g.name == "0"; });
+  };
+  for (unsigned jobs : {1u, 2u, 7u}) {
+    const DumpSet set = read_dump_dir(dir, std::nullopt, {}, jobs);
+    ASSERT_EQ(set.dumps.size(), 128u);
+    const RankList& first = world(set.dumps[0]).ranks;
+    std::vector<int64_t> all(128);
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(first, all);
+    for (const Dump& d : set.dumps) {
+      const RankList& mine = world(d).ranks;
+      if (d.rank == 100) {
+        EXPECT_FALSE(mine.same(first));
+        EXPECT_EQ(mine.size(), 127u);
+      } else {
+        EXPECT_TRUE(mine.same(first)) << "jobs " << jobs << ": rank " << d.rank << " holds a copy of the default group's list";
+      }
+    }
+    // A TP group's short list ("[8, 9, ..., 15]"): read per dump, equal across its members.
+    auto tp = [](const Dump& d) {
+      return *std::find_if(d.groups.begin(), d.groups.end(), [](const GroupConfig& g) { return g.desc == "mesh_tp"; });
+    };
+    EXPECT_EQ(tp(set.dumps[8]).ranks, tp(set.dumps[9]).ranks);
+    EXPECT_FALSE(tp(set.dumps[8]).ranks == tp(set.dumps[0]).ranks);
+  }
+  fs::remove_all(dir);
+}
+
+// A job whose default group never talks: no dump lists it (c10d records a group when it sets up
+// its communicator), the mesh's groups are checked alone and a planted fault is still named.
+TEST(ParallelRead, AJobWhoseDefaultGroupIsIdleIsCheckedOnItsMeshGroups) {
+  const std::string ok = make_dumps("paridle", "--pp 2 --dp 4 --tp 4 --steps 3 --idle-default-group");
+  const DumpSet set = read_dump_dir(ok, std::nullopt, {}, 2);
+  for (const Dump& d : set.dumps) {
+    EXPECT_EQ(d.groups.size(), 3u) << d.rank;
+    for (const GroupConfig& g : d.groups) EXPECT_NE(g.name, "0");
+  }
+  const CheckReport r = check_dumps(set.dumps);
+  EXPECT_TRUE(r.ok) << text(r, set);
+  fs::remove_all(ok);
+  const std::string bad = make_dumps("paridlebad", "--pp 2 --dp 4 --tp 4 --steps 3 --idle-default-group --plant dtype@6 --plant hang@13");
+  const DumpSet b = read_dump_dir(bad, std::nullopt, {}, 2);
+  const CheckReport rb = check_dumps(b.dumps);
+  EXPECT_FALSE(rb.ok);
+  EXPECT_EQ(culprits(rb), (std::set<int64_t>{6, 13})) << text(rb, b);
+  EXPECT_TRUE(kinds(rb).count("never-issued") && kinds(rb).count("dtype")) << text(rb, b);
+  fs::remove_all(bad);
+}
+
 // Ranks past what a rank can be, in the string form's fast path: refused by value, never wrapped.
 TEST(ParallelRead, ARankListsHugeNumbersAreRefusedNotWrapped) {
   const std::string dir = make_dumps("parhuge", "--pp 2 --dp 1 --tp 2 --steps 1");

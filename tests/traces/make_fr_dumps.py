@@ -39,6 +39,11 @@ ringhalf (the last step's block holds only the send: its ring predecessor's send
 that rank stops there, its DP peers wait in the DP reduce_scatter, everyone else in the world
 all_reduce).
 
+--idle-default-group leaves out the default group's all_reduce; with it, the group's communicator
+is never set up, so no dump lists the group (c10d records a group's ranks when it sets up its
+communicator): the dumps of a large job as its ranks write them when only the mesh's groups talk
+(each dump otherwise lists every rank of the job, 2^32 numbers in 2^16 dumps of 2^16 ranks).
+
 --coalesced issues the DP reduce_scatter as a coalesced block of two (each recorded with the
 block's sequence id, then the "nccl:coalesced" record, as c10d records them since 2.7).
 
@@ -70,6 +75,9 @@ def main():
     ap.add_argument("--pp-allreduce", action="store_true", help="an all_reduce on the PP group after each step's pipeline sends")
     ap.add_argument("--ring-exchange", action="store_true", help="a batched ring exchange on a cp group each step")
     ap.add_argument("--from-trace")
+    ap.add_argument("--idle-default-group", action="store_true",
+                    help="the default group issues no collective (no loss all_reduce on it): c10d sets up a "
+                         "group's communicator, and records its ranks, at its first collective, so no dump lists it")
     ap.add_argument("--frames", type=int, default=1,
                     help="Python frames per record (PyTorch writes the stack where the collective was called, often 20-40)")
     a = ap.parse_args()
@@ -155,8 +163,8 @@ def main():
         if "missing" in mine:
             continue
         p, d, t = coords(r)
-        groups = {
-            "0": ("default_pg", list(range(world))),
+        groups = {} if a.idle_default_group else {"0": ("default_pg", list(range(world)))}
+        groups |= {
             tp_names[tuple(tp_ranks(r))]: ("mesh_tp", tp_ranks(r)),
             dp_name: ("mesh_dp", dp_ranks(r)),
             pp_names[tuple(pp_ranks(r))]: ("mesh_pp", pp_ranks(r)),
@@ -268,6 +276,8 @@ def main():
             if stuck:
                 break
             # default group all_reduce (the loss)
+            if a.idle_default_group:
+                continue
             record("0", "nccl:all_reduce", [[1]], ["Float"], [[1]], ["Float"],
                    state="started" if last and (hang or stuckin or ring_stopped) else "completed")
         if "extrarecv" in mine and p > 0:

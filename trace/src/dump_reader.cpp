@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include <rapidjson/error/en.h>
@@ -221,15 +223,15 @@ class Walk {
     charge(24, path);
     const uint32_t n = t_.size(i);
     const uint32_t* it = t_.items(i);
-    std::vector<std::vector<int64_t>> out(n);
+    std::vector<std::vector<int64_t>> out;
+    out.reserve(n);
     for (uint32_t k = 0; k < n; ++k) {
       auto p = [&] { return path() + "[" + std::to_string(k) + "]"; };
       expect(it[k], K::kList, p);
       const uint32_t m = t_.size(it[k]);
       const uint32_t* dims = t_.items(it[k]);
       charge(24 + 8 * std::size_t{m}, p);
-      std::vector<int64_t>& d = out[k];
-      d.resize(m);
+      int64_t* d = out.emplace_back(m).data();  // each dim written below (a list of sizes is short)
       for (uint32_t j = 0; j < m; ++j) {
         const PickleTape::Node& x = t_.node(dims[j]);
         if (x.kind != K::kInt || x.i < 0) {
@@ -251,16 +253,34 @@ class Walk {
 };
 
 // RankCache keeps the rank lists already read from long strings: every rank's dump lists the
-// default group's and its wide groups' ranks in the same words, so a reader of many dumps reads
-// each such string once and copies it after.
-struct RankCache {
+// default group's and its wide groups' ranks in the same words, so the readers of many dumps (one
+// cache for all their threads) read each such string once and share its list after.
+class RankCache {
+ public:
   static constexpr std::size_t kMinBytes = 256;  // shorter strings are read as fast as looked up
   static constexpr std::size_t kMaxLists = 256;  // then it starts over: bounded by 256 lists' bytes
+
+  std::optional<RankList> find(std::string_view s) const {
+    const uint64_t k = key(s);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [lo, hi] = lists_.equal_range(k);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second.text == s) return it->second.ranks;
+    }
+    return std::nullopt;
+  }
+  void keep(std::string_view s, const RankList& ranks) {
+    const uint64_t k = key(s);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lists_.size() >= kMaxLists) lists_.clear();  // the lists live on in the dumps that share them
+    lists_.emplace(k, List{std::string(s), ranks});
+  }
+
+ private:
   struct List {
     std::string text;
-    std::vector<int64_t> ranks;
+    RankList ranks;
   };
-  std::unordered_multimap<uint64_t, List> lists;
   // key: the length and the first and last 64 bytes (hashing all of a 90 KB string cost more than
   // comparing it); a hit is then confirmed by comparing the whole text.
   static uint64_t key(std::string_view s) {
@@ -268,22 +288,12 @@ struct RankCache {
     return std::hash<std::string_view>{}(s.substr(0, n)) * 31 + std::hash<std::string_view>{}(s.substr(s.size() - n)) * 7 +
            s.size();
   }
-  const std::vector<int64_t>* find(std::string_view s) const {
-    auto [lo, hi] = lists.equal_range(key(s));
-    for (auto it = lo; it != hi; ++it) {
-      if (it->second.text == s) return &it->second.ranks;
-    }
-    return nullptr;
-  }
-  void keep(std::string_view s, const std::vector<int64_t>& ranks) {
-    if (lists.size() >= kMaxLists) lists.clear();
-    lists.emplace(key(s), List{std::string(s), ranks});
-  }
+  mutable std::mutex mu_;
+  std::unordered_multimap<uint64_t, List> lists_;
 };
 
 // parse_rank_list reads pg_config's ranks: the string "[0, 1, 2]" c10d writes (or a list).
-std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::string& path, const DumpLimits& limits,
-                                     RankCache& cache) {
+RankList parse_rank_list(const Walk& w, uint32_t v, const std::string& path, const DumpLimits& limits, RankCache& cache) {
   const PickleTape& t = w.tape();
   std::vector<int64_t> ranks;
   auto add = [&](int64_t r) {
@@ -302,7 +312,7 @@ std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::strin
     std::string_view s = t.str(v);
     const bool cached = s.size() >= RankCache::kMinBytes;
     if (cached) {
-      if (const std::vector<int64_t>* known = cache.find(s)) return *known;
+      if (std::optional<RankList> known = cache.find(s)) return *std::move(known);
     }
     const std::string_view key = s;
     auto trim = [](std::string_view x) {
@@ -346,10 +356,9 @@ std::vector<int64_t> parse_rank_list(const Walk& w, uint32_t v, const std::strin
     }
     if (!std::is_sorted(ranks.begin(), ranks.end())) std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    if (cached) {  // read whole and accepted: kept for the next dump
-      cache.keep(key, ranks);
-    }
-    return ranks;
+    RankList list(std::move(ranks));
+    if (cached) cache.keep(key, list);  // read whole and accepted: kept for the next dump
+    return list;
   } else {
     w.fail(path, std::string("is a ") + kind_name(kind) + ", not a list of ranks");
   }
@@ -546,10 +555,11 @@ Dump decode(const PickleTape& d, int64_t rank, const std::string& path, const st
   return dump;
 }
 
-// Scratch is what a reader keeps from dump to dump: its tape and the rank lists read.
+// Scratch is what a reader keeps from dump to dump: its tape, and the rank lists read (shared
+// by every reader of one directory).
 struct Scratch {
   PickleTape tape;
-  RankCache ranks;
+  RankCache& ranks;
 };
 
 // parse_into is parse_dump with the caller's scratch.
@@ -574,7 +584,8 @@ Dump parse_into(std::string_view bytes, int64_t rank, const std::string& path, c
 }  // namespace
 
 Dump parse_dump(std::string_view bytes, int64_t rank, const std::string& path, const DumpLimits& limits) {
-  Scratch scratch;
+  RankCache cache;
+  Scratch scratch{{}, cache};
   return parse_into(bytes, rank, path, limits, scratch);
 }
 
@@ -683,9 +694,10 @@ DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& 
   std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> first_error{jobs.size()};
   const std::atomic<bool>* stop = detail::stop_flag;
+  RankCache cache;
   auto work = [&] {
     StopScope scope(stop);
-    Scratch scratch;
+    Scratch scratch{{}, cache};
     for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
       if (i > first_error.load()) break;  // an earlier file failed: this one is never reported
       try {

@@ -54,8 +54,7 @@ void Checker::add(Problem p, int g) {
   if (g >= 0) {
     p.group = groups_[g].name;
     p.desc = groups_[g].desc;
-    if (!groups_[g].shared) groups_[g].shared = std::make_shared<const std::vector<int64_t>>(groups_[g].ranks);
-    p.group_ranks = groups_[g].shared;
+    p.group_ranks = groups_[g].ranks.shared();
   }
   std::sort(p.ranks.begin(), p.ranks.end());
   report_.problems.push_back(std::move(p));
@@ -67,18 +66,20 @@ void Checker::blame(int64_t rank, const std::string& why) {
 }
 
 void Checker::build_groups() {
-  // A group is its name and its members: indexed by views of the dumps' own lists (no copy of a
-  // 16,384-rank list per dump), ordered by name, size, then bytes (any strict order serves an
-  // index; memcmp compares a long list at memory speed).
+  // A group is its name and its members: indexed by the dumps' own lists (shared by the readers:
+  // one list, compared by identity, for a group every dump lists in the same words), ordered by
+  // name, size, then bytes (any strict order serves an index; memcmp compares a long list at
+  // memory speed).
   struct Key {
     std::string_view name;
-    const std::vector<int64_t>* ranks;
+    const RankList* ranks;
   };
   struct Less {
     bool operator()(const Key& a, const Key& b) const {
       if (a.name != b.name) return a.name < b.name;
       if (a.ranks->size() != b.ranks->size()) return a.ranks->size() < b.ranks->size();
-      return !a.ranks->empty() && std::memcmp(a.ranks->data(), b.ranks->data(), a.ranks->size() * sizeof(int64_t)) < 0;
+      return !a.ranks->empty() && !a.ranks->same(*b.ranks) &&
+             std::memcmp(a.ranks->data(), b.ranks->data(), a.ranks->size() * sizeof(int64_t)) < 0;
     }
   };
   std::map<Key, int, Less> index;
@@ -92,7 +93,7 @@ void Checker::build_groups() {
         continue;
       }
       auto [it, fresh] = index.emplace(Key{c.name, &c.ranks}, static_cast<int>(groups_.size()));
-      if (fresh) groups_.push_back(Group{c.name, c.desc, c.ranks, {}, {}, {}});
+      if (fresh) groups_.push_back(Group{c.name, c.desc, c.ranks, {}, {}});
       Group& G = groups_[it->second];
       G.claimers.push_back(r);
       G.descs[c.desc].push_back(r);
@@ -126,12 +127,14 @@ void Checker::infer_unlisted_groups(bool unnamed) {
   }
   for (auto& [name, u] : unlisted) {
     const bool whole = name == "0" && u.first == "default_pg";
-    Group G{name, u.first, {}, {}, {}, {}};
+    Group G{name, u.first, {}, {}, {}};
+    std::vector<int64_t> members;
     if (whole) {
-      for (int64_t r = 0; r < world; ++r) G.ranks.push_back(r);
+      for (int64_t r = 0; r < world; ++r) members.push_back(r);
     } else {
-      G.ranks.assign(u.second.begin(), u.second.end());
+      members.assign(u.second.begin(), u.second.end());
     }
+    G.ranks = RankList(std::move(members));
     const int g = static_cast<int>(groups_.size());
     for (int64_t r : G.ranks) {
       auto it = ranks_.find(r);
@@ -164,12 +167,12 @@ void Checker::check_group_names() {
     }
     if (without.empty()) continue;
     unnamed[static_cast<int>(g)] = std::move(without);
-    auto& c = clusters[G.ranks];
+    auto& c = clusters[G.ranks.get()];
     if (c.empty()) first_of.push_back(static_cast<int>(g));
     c.push_back(static_cast<int>(g));
   }
   for (int first : first_of) {
-    const std::vector<int>& cluster = clusters.at(groups_[first].ranks);
+    const std::vector<int>& cluster = clusters.at(groups_[first].ranks.get());
     std::set<int64_t> named, without;
     std::string parts;
     for (int g : cluster) {

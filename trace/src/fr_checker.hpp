@@ -104,11 +104,13 @@ inline std::string signature(const std::vector<const Entry*>& bundle) {
 // true only where signature() would give the same text, so a caller that falls back to the text
 // when this says no gets the same answer, the common case (every member agrees) at a fraction of
 // the cost.
+// same_dtypes: whether dtypes_text(x) == dtypes_text(y), with no text made when the lists are equal.
+inline bool same_dtypes(const std::vector<std::string>& x, const std::vector<std::string>& y) {
+  return x == y || dtypes_text(x) == dtypes_text(y);
+}
+
 inline bool same_signature(const std::vector<const Entry*>& a, const std::vector<const Entry*>& b) {
   if (a.size() != b.size()) return false;
-  auto same_dtypes = [](const std::vector<std::string>& x, const std::vector<std::string>& y) {
-    return x == y || dtypes_text(x) == dtypes_text(y);
-  };
   for (std::size_t k = 0; k < a.size(); ++k) {
     const Entry& x = *a[k];
     const Entry& y = *b[k];
@@ -147,7 +149,7 @@ inline std::optional<std::pair<ProblemKind, std::string>> own_rule(const Entry& 
     }
   }
   if (e.op != "scatter" && e.op != "gather" && e.op != "broadcast" && !e.input_dtypes.empty() && !e.output_dtypes.empty() &&
-      dtypes_text(e.input_dtypes) != dtypes_text(e.output_dtypes) && in != 0 && out != 0) {
+      !same_dtypes(e.input_dtypes, e.output_dtypes) && in != 0 && out != 0) {
     return std::pair{ProblemKind::kDtype, "its input is " + dtypes_text(e.input_dtypes) + " and its output " + dtypes_text(e.output_dtypes)};
   }
   return std::nullopt;
@@ -155,10 +157,9 @@ inline std::optional<std::pair<ProblemKind, std::string>> own_rule(const Entry& 
 
 struct Group {
   std::string name, desc;
-  std::vector<int64_t> ranks;
+  RankList ranks;  // the dumps' own list, shared with its problems
   std::vector<int64_t> claimers;
   std::map<std::string, std::vector<int64_t>> descs;  // desc -> ranks that list it so
-  std::shared_ptr<const std::vector<int64_t>> shared;  // ranks, once, for its problems
 };
 
 struct RankState {

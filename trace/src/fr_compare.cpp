@@ -88,21 +88,18 @@ void Checker::check_collectives(int g) {
     const std::vector<int64_t>& absent = absent_at[at];
     if (present.empty()) continue;
     const Entry& ref = *present.front().second->front();
-    // Agreement: the ranks against the majority.
-    std::map<std::string, std::vector<std::size_t>> variants;
-    bool agree = true;  // the common case, found without making each member's text
+    // Agreement: the ranks against the majority. The common case, every member alike, is found
+    // on the fields and makes no text (the variants by signature only when members differ).
+    bool agree = true;
     for (std::size_t k = 1; agree && k < present.size(); ++k) agree = same_signature(*present[k].second, *present[0].second);
-    if (agree) {
-      auto& all = variants[signature(*present[0].second)];
-      all.resize(present.size());
-      for (std::size_t k = 0; k < present.size(); ++k) all[k] = k;
-    } else {
+    std::map<std::string, std::vector<std::size_t>> variants;
+    if (!agree) {
       for (std::size_t k = 0; k < present.size(); ++k) variants[signature(*present[k].second)].push_back(k);
+      if (variants.size() > 1) mismatch(g, s, present, variants);
     }
-    if (variants.size() > 1) mismatch(g, s, present, variants);
     // Each variant's own rules (once per variant, naming its ranks).
-    for (const auto& [sig, idx] : variants) {
-      const auto& bundle = *present[idx.front()].second;
+    auto rules = [&](const std::size_t* idx, std::size_t count) {
+      const auto& bundle = *present[idx[0]].second;
       for (const Entry* e : bundle) {
         const auto rule = own_rule(*e, n);
         if (!rule) continue;
@@ -110,19 +107,32 @@ void Checker::check_collectives(int g) {
         Problem p;
         p.kind = kind;
         p.seq = s;
-        for (std::size_t k : idx) p.ranks.push_back(present[k].first);
+        for (std::size_t k = 0; k < count; ++k) p.ranks.push_back(present[idx[k]].first);
         p.message = group_text(g) + " #" + std::to_string(s) + ": " + who(p.ranks) + " issued " + entry_text(*e) +
                     ": " + why;
         for (int64_t r : p.ranks) blame(r, std::string(problem_kind_name(kind)) + " rule broken at " + group_text(g) + " #" + std::to_string(s));
         add(std::move(p), g);
         break;
       }
+    };
+    if (agree) {
+      // idx 0..n-1 only when a rule is broken (rare): the first bundle decides.
+      bool broken = false;
+      for (const Entry* e : *present[0].second) broken = broken || own_rule(*e, n).has_value();
+      if (broken) {
+        std::vector<std::size_t> all(present.size());
+        for (std::size_t k = 0; k < present.size(); ++k) all[k] = k;
+        rules(all.data(), all.size());
+      }
+    } else {
+      for (const auto& [sig, idx] : variants) rules(idx.data(), idx.size());
     }
+    const std::size_t kinds_of = agree ? 1 : variants.size();
     // An all_to_all moves every element it sends: over the whole group the inputs total what
     // the outputs do (the records hold each rank's totals, not its splits). Named: the ranks
     // whose own input and output differ, when they are fewer than the rest (an even exchange
     // where one rank's splits went wrong); otherwise the group, with no one blamed.
-    if (variants.size() == 1 && static_cast<int64_t>(present.size()) == n && present.front().second->size() == 1 &&
+    if (kinds_of == 1 && static_cast<int64_t>(present.size()) == n && present.front().second->size() == 1 &&
         (ref.op.rfind("all_to_all", 0) == 0 || ref.op.rfind("alltoall", 0) == 0)) {
       int64_t in = 0, out = 0;
       bool known = true;

@@ -218,13 +218,17 @@ class Machine {
   // far past the others (LONG_BINPUT can name any of 2^32) in a map, so no slot costs memory
   // beyond the slots stored.
   static constexpr uint32_t kUnset = UINT32_MAX;
-  void put(uint64_t slot, std::size_t at) {
+  [[gnu::always_inline]] void put(uint64_t slot, std::size_t at) {
     const uint32_t v = top(at);
     if (slot == memo_.size() && stored_ < limits_.max_memo) [[likely]] {  // the next slot, as picklers write them
       *memo_.grow_by(1) = v;
       ++stored_;
       return;
     }
+    put_elsewhere(slot, v, at);
+  }
+  // put_elsewhere: a slot out of order, refilled, far away or past the bound.
+  [[gnu::noinline, gnu::cold]] void put_elsewhere(uint64_t slot, uint32_t v, std::size_t at) {
     uint32_t* cell = nullptr;
     if (slot < memo_.size()) {
       cell = &memo_[slot];
@@ -517,9 +521,9 @@ class Machine {
   PickleLimits limits_;
   PickleTape& t_;
   std::size_t pos_ = 0;
-  detail::InlineVector<uint32_t, 256> stack_;
+  ::meshsim::detail::PodVector<uint32_t> stack_;
   std::vector<std::size_t> marks_;
-  detail::InlineVector<uint32_t, 256> memo_;    // slot -> node, kUnset where none
+  ::meshsim::detail::PodVector<uint32_t> memo_;           // slot -> node, kUnset where none
   std::unordered_map<uint64_t, uint32_t> far_;  // the slots past memo_
   std::size_t stored_ = 0;                      // slots stored (len(memo))
 };
@@ -564,38 +568,20 @@ void PickleTape::clear() {
   root_ = 0;
 }
 
-uint32_t PickleTape::add_container(Kind k, const uint32_t* items, std::size_t count) {
-  Node n;
-  n.kind = k;
-  n.n = static_cast<uint32_t>(count);
-  n.cap = n.n;
-  n.at = pool_.size();
-  if (count) {
-    pool_.resize_uninit(n.at + count);
-    std::memcpy(pool_.data() + n.at, items, sizeof(uint32_t) * count);
+void PickleTape::make_room(Node& c, std::size_t count) {
+  // The items move to the pool's end with room to grow: twice what they need, so appending one
+  // at a time costs amortized O(1) and the pool holds at most about three times the items. A
+  // container at the pool's end grows in place; a first fill takes just what it needs.
+  const std::size_t want = c.n == 0 ? count : 2 * (c.n + count);
+  if (c.at + c.cap == pool_.size()) {
+    pool_.resize_uninit(c.at + want);
+  } else {
+    const std::size_t to = pool_.size();
+    pool_.resize_uninit(to + want);
+    if (c.n) std::memcpy(pool_.data() + to, pool_.data() + c.at, sizeof(uint32_t) * c.n);
+    c.at = to;
   }
-  return add(n);
-}
-
-void PickleTape::append(uint32_t container, const uint32_t* items, std::size_t count) {
-  Node& c = nodes_[container];
-  if (c.n + count > c.cap) {
-    // The items move to the pool's end with room to grow: twice what they need, so appending
-    // one at a time costs amortized O(1) and the pool holds at most about three times the items.
-    // A container at the pool's end grows in place; a first fill takes just what it needs.
-    const std::size_t want = c.n == 0 ? count : 2 * (c.n + count);
-    if (c.at + c.cap == pool_.size()) {
-      pool_.resize_uninit(c.at + want);
-    } else {
-      const std::size_t to = pool_.size();
-      pool_.resize_uninit(to + want);
-      if (c.n) std::memcpy(pool_.data() + to, pool_.data() + c.at, sizeof(uint32_t) * c.n);
-      c.at = to;
-    }
-    c.cap = static_cast<uint32_t>(std::min<std::size_t>(want, UINT32_MAX));
-  }
-  std::memcpy(pool_.data() + c.at + c.n, items, sizeof(uint32_t) * count);
-  c.n += static_cast<uint32_t>(count);
+  c.cap = static_cast<uint32_t>(std::min<std::size_t>(want, UINT32_MAX));
 }
 
 uint32_t PickleTape::add_own_str(std::string_view s) {

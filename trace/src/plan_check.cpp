@@ -187,7 +187,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
       if (r.op.empty()) continue;
       auto c = config.find(e.group);
       if (c != config.end()) {
-        r.group = &c->second->ranks;
+        r.group = &c->second->ranks.get();
       } else if (auto u = unlisted.find(e.group); u != unlisted.end()) {
         r.group = &u->second;
       }

@@ -3,7 +3,10 @@
 // at pytorch/pytorch cb41e3a4; flight_recorder.hpp has the fields' sources).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,10 +33,53 @@ struct Entry {
   bool is_p2p = false;
 };
 
+// RankList: a group's global ranks, sorted; immutable and shared. Every dump of a job lists its
+// default group's (and its widest groups') ranks in the same words: the reader keeps one list for
+// all of them (65,536 dumps of a 65,536-rank job would otherwise hold 2^32 ranks, 32 GiB). Reads
+// as a const std::vector<int64_t>.
+class RankList {
+ public:
+  using value_type = int64_t;
+  using const_iterator = std::vector<int64_t>::const_iterator;
+  using iterator = const_iterator;
+
+  RankList() = default;
+  RankList(std::vector<int64_t> ranks)  // NOLINT(google-explicit-constructor): a list of ranks reads as one
+      : p_(ranks.empty() ? nullptr : std::make_shared<const std::vector<int64_t>>(std::move(ranks))) {}
+  RankList(std::initializer_list<int64_t> ranks)
+      : p_(ranks.size() == 0 ? nullptr : std::make_shared<const std::vector<int64_t>>(ranks)) {}
+
+  const std::vector<int64_t>& get() const { return p_ ? *p_ : none(); }
+  operator const std::vector<int64_t>&() const { return get(); }  // NOLINT(google-explicit-constructor)
+  // shared: the one copy (null when empty), for what keeps the list past the dumps.
+  const std::shared_ptr<const std::vector<int64_t>>& shared() const { return p_; }
+  // same: whether both are the one list (equal without reading them).
+  bool same(const RankList& o) const { return p_ == o.p_; }
+
+  std::size_t size() const { return get().size(); }
+  bool empty() const { return get().empty(); }
+  const_iterator begin() const { return get().begin(); }
+  const_iterator end() const { return get().end(); }
+  const int64_t* data() const { return get().data(); }
+  int64_t operator[](std::size_t k) const { return get()[k]; }
+  int64_t front() const { return get().front(); }
+  int64_t back() const { return get().back(); }
+
+  friend bool operator==(const RankList& a, const RankList& b) { return a.same(b) || a.get() == b.get(); }
+  friend bool operator==(const RankList& a, const std::vector<int64_t>& b) { return a.get() == b; }
+
+ private:
+  static const std::vector<int64_t>& none() {
+    static const std::vector<int64_t> empty;
+    return empty;
+  }
+  std::shared_ptr<const std::vector<int64_t>> p_;
+};
+
 // A group as one rank's pg_config lists it.
 struct GroupConfig {
   std::string name, desc;
-  std::vector<int64_t> ranks;  // global ranks, sorted
+  RankList ranks;  // global ranks, sorted
 };
 
 struct Dump {

@@ -20,14 +20,76 @@
 // Thread safety: plain values.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
-#include "meshsim/inline_vector.hpp"
+
+namespace meshsim::detail {
+
+// PodVector: a growable array of trivially copyable T on the heap alone, for the pickle
+// machine's stacks and the tape (which spill past any inline buffer at once): its data pointer
+// needs no test per access (InlineVector's inline-or-heap choice cost 10% of a dump's decode),
+// its appends are a few inline instructions, growth (doubling) is out of line.
+template <typename T>
+class PodVector {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
+
+ public:
+  PodVector() = default;
+  PodVector(const PodVector&) = delete;
+  PodVector& operator=(const PodVector&) = delete;
+  ~PodVector() { ::operator delete(p_); }
+
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  std::size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  T& operator[](std::size_t i) { return p_[i]; }
+  const T& operator[](std::size_t i) const { return p_[i]; }
+  T& back() { return p_[n_ - 1]; }
+  const T& back() const { return p_[n_ - 1]; }
+  void clear() { n_ = 0; }
+  void pop_back() { --n_; }
+  // grow_by appends n uninitialised elements and returns the first.
+  [[gnu::always_inline]] T* grow_by(std::size_t n) {
+    if (cap_ - n_ < n) [[unlikely]] reserve_more(n);
+    T* p = p_ + n_;
+    n_ += n;
+    return p;
+  }
+  void resize_uninit(std::size_t n) {
+    if (n > n_) grow_by(n - n_);
+    n_ = n;
+  }
+  void resize(std::size_t n, T v) {
+    const std::size_t old = n_;
+    resize_uninit(n);
+    for (std::size_t i = old; i < n; ++i) p_[i] = v;
+  }
+
+ private:
+  [[gnu::noinline]] void reserve_more(std::size_t n) {
+    std::size_t cap = std::max<std::size_t>(cap_ * 2, 64);
+    if (cap < n_ + n) cap = n_ + n;
+    T* p = static_cast<T*>(::operator new(cap * sizeof(T)));
+    if (n_) std::memcpy(static_cast<void*>(p), p_, n_ * sizeof(T));
+    ::operator delete(p_);
+    p_ = p;
+    cap_ = cap;
+  }
+  T* p_ = nullptr;
+  std::size_t n_ = 0, cap_ = 0;
+};
+
+}  // namespace meshsim::detail
 
 namespace meshsim::trace {
 
@@ -104,18 +166,39 @@ class PickleTape {
     return static_cast<uint32_t>(nodes_.size() - 1);
   }
   Node& at(uint32_t v) { return nodes_[v]; }
-  uint32_t add_container(Kind k, const uint32_t* items, std::size_t count);
-  void append(uint32_t container, const uint32_t* items, std::size_t count);
+  // add_container: a new container holding `count` items (inline: one per list, tuple and dict).
+  [[gnu::always_inline]] uint32_t add_container(Kind k, const uint32_t* items, std::size_t count) {
+    Node n;
+    n.kind = k;
+    n.n = static_cast<uint32_t>(count);
+    n.cap = n.n;
+    n.at = pool_.size();
+    copy_items(pool_.grow_by(count), items, count);
+    return add(n);
+  }
+  // append: `count` more items onto a container (APPENDS, SETITEMS: inline, the room made out of line).
+  [[gnu::always_inline]] void append(uint32_t container, const uint32_t* items, std::size_t count) {
+    Node& c = nodes_[container];
+    if (c.n + count > c.cap) make_room(c, count);
+    copy_items(pool_.data() + c.at + c.n, items, count);
+    c.n += static_cast<uint32_t>(count);
+  }
   uint32_t add_own_str(std::string_view s);
   void set_input(std::string_view in) { input_ = in; }
   void set_root(uint32_t r) { root_ = r; }
   std::string& text() { return text_; }
 
  private:
-  // InlineVector: its appends are a few inline instructions (std::vector's push_back was an
+  // make_room: room for `count` more items of c, at the pool's end.
+  void make_room(Node& c, std::size_t count);
+  // copy_items: a few items, most often (a record's fields, a list of sizes): no library call.
+  [[gnu::always_inline]] static void copy_items(uint32_t* to, const uint32_t* from, std::size_t count) {
+    for (std::size_t k = 0; k < count; ++k) to[k] = from[k];
+  }
+  // PodVector: its appends are a few inline instructions (std::vector's push_back was an
   // out-of-line call per value here).
-  detail::InlineVector<Node, 8> nodes_;
-  detail::InlineVector<uint32_t, 32> pool_;
+  ::meshsim::detail::PodVector<Node> nodes_;
+  ::meshsim::detail::PodVector<uint32_t> pool_;
   std::string text_;
   std::string_view input_;
   uint32_t root_ = 0;
