@@ -45,13 +45,14 @@ class RankList {
 
   RankList() = default;
   RankList(std::vector<int64_t> ranks)  // NOLINT(google-explicit-constructor): a list of ranks reads as one
-      : p_(ranks.empty() ? nullptr : std::make_shared<const std::vector<int64_t>>(std::move(ranks))) {}
-  RankList(std::initializer_list<int64_t> ranks)
-      : p_(ranks.size() == 0 ? nullptr : std::make_shared<const std::vector<int64_t>>(ranks)) {}
+      : p_(std::make_shared<const std::vector<int64_t>>(std::move(ranks))) {}
+  RankList(std::initializer_list<int64_t> ranks) : p_(std::make_shared<const std::vector<int64_t>>(ranks)) {}
 
   const std::vector<int64_t>& get() const { return p_ ? *p_ : none(); }
   operator const std::vector<int64_t>&() const { return get(); }  // NOLINT(google-explicit-constructor)
-  // shared: the one copy (null when empty), for what keeps the list past the dumps.
+  // shared: the one copy (null only for a default-constructed list), for what keeps the list
+  // past the dumps: a group's problems name it by this pointer, so every list made from ranks,
+  // even none, is its own.
   const std::shared_ptr<const std::vector<int64_t>>& shared() const { return p_; }
   // same: whether both are the one list (equal without reading them).
   bool same(const RankList& o) const { return p_ == o.p_; }
