@@ -277,6 +277,48 @@ TEST(FlightRecorder, TheDumpsFieldsAreReadAsWritten) {
   fs::remove_all(dir);
 }
 
+// A dump's records that hold the same sizes or dtypes share one list (the reader keeps the lists
+// it made); lists that differ anywhere, in a dim, in where one tensor ends, in a dtype, stay their
+// own and read as written, also past the 4,096 lists after which the reader starts over.
+TEST(FlightRecorder, RecordsThatHoldTheSameSizesAndDtypesShareOneList) {
+  const std::vector<std::vector<std::vector<int64_t>>> sizes = {
+      {{4, 4}}, {{4, 4}}, {{4}, {4}}, {{44}}, {{4, 5}}, {}, {{}}, {{4, 4}}, {{0}}, {{4, 4}, {}}};
+  const std::vector<std::vector<std::string>> dtypes = {
+      {"Float"}, {"Float"}, {"Half"}, {"Float", "Float"}, {}, {"Float"}, {"FloatFloat"}, {"Float"}, {"Half"}, {""}};
+  const std::size_t n = sizes.size();
+  constexpr int kDistinct = 5000;  // past the reader's 4,096 lists
+  nlohmann::json j;
+  j["version"] = "2.10";
+  j["pg_config"]["0"] = {{"name", "0"}, {"desc", "default_pg"}, {"ranks", "[0]"}};
+  auto& es = j["entries"] = nlohmann::json::array();
+  auto add = [&](const std::vector<std::vector<int64_t>>& sz, const std::vector<std::string>& dt) {
+    const auto s = static_cast<int64_t>(es.size()) + 1;
+    es.push_back({{"record_id", s - 1}, {"process_group", {"0", "default_pg"}}, {"collective_seq_id", s}, {"p2p_seq_id", 0},
+                  {"profiling_name", "nccl:all_reduce"}, {"input_sizes", sz}, {"output_sizes", sz}, {"input_dtypes", dt},
+                  {"output_dtypes", dt}, {"state", "completed"}});
+  };
+  for (std::size_t k = 0; k < n; ++k) add(sizes[k], dtypes[k]);
+  for (int k = 0; k < kDistinct; ++k) add({{k, 3}}, {"Float"});
+  for (std::size_t k = 0; k < n; ++k) add(sizes[k], dtypes[k]);
+  const Dump d = parse_dump(j.dump(), 0, "shapes");
+  ASSERT_EQ(d.entries.size(), 2 * n + kDistinct);
+  auto at = [&](std::size_t k) -> const Entry& { return d.entries[k < n ? k : k - n + n + kDistinct]; };
+  for (std::size_t k = 0; k < 2 * n; ++k) {
+    const Entry& e = at(k);
+    EXPECT_EQ(e.input_sizes, sizes[k % n]) << k;
+    EXPECT_EQ(e.output_sizes, sizes[k % n]) << k;
+    EXPECT_EQ(e.input_dtypes, dtypes[k % n]) << k;
+    EXPECT_TRUE(e.input_sizes.same(e.output_sizes)) << k << ": a record's equal input and output sizes are two lists";
+    for (std::size_t o = k - k % n; o < k; ++o) {  // the same half: the reader started over between them
+      EXPECT_EQ(at(o).input_sizes.same(e.input_sizes), sizes[o % n] == sizes[k % n]) << o << " " << k;
+      EXPECT_EQ(at(o).input_dtypes.same(e.input_dtypes), dtypes[o % n] == dtypes[k % n]) << o << " " << k;
+    }
+  }
+  for (int k = 0; k < kDistinct; ++k) {
+    EXPECT_EQ(d.entries[n + static_cast<std::size_t>(k)].input_sizes, (std::vector<std::vector<int64_t>>{{k, 3}})) << k;
+  }
+}
+
 struct Plant {
   std::string args;
   std::set<int64_t> culprits;
@@ -1040,14 +1082,20 @@ TEST(ParallelRead, TheErrorIsTheFirstFilesInOrderWhateverTheJobs) {
   fs::remove_all(dir);
 }
 
+// drop_rank_from_default_group rewrites one pickled dump: its default group's ranks lose `rank`
+// (a rank whose long list differs from every other dump's in one rank).
+void drop_rank_from_default_group(const std::string& path, int rank) {
+  const Shell s = shell("python3 -c 'import pickle,sys; p=sys.argv[1]; d=pickle.load(open(p,\"rb\")); "
+                        "r=d[\"pg_config\"][\"0\"]; r[\"ranks\"]=r[\"ranks\"].replace(\", " + std::to_string(rank) +
+                        ",\", \",\"); pickle.dump(d, open(p, \"wb\"))' " + path);
+  ASSERT_EQ(s.status, 0) << s.out;
+}
+
 // The reader keeps the rank lists it read from long strings (the default group's, in every
 // dump): a rank whose long list differs in one rank is still read as written.
 TEST(ParallelRead, ALongRankListThatDiffersInOneRankIsReadAsWritten) {
   const std::string dir = make_dumps("parlong", "--pp 2 --dp 8 --tp 8 --steps 2");  // 128 ranks: "[0, ..., 127]"
-  const Shell s = shell("python3 -c 'import pickle,sys; p=sys.argv[1]; d=pickle.load(open(p,\"rb\")); "
-                        "r=d[\"pg_config\"][\"0\"]; r[\"ranks\"]=r[\"ranks\"].replace(\", 77,\", \",\"); "
-                        "pickle.dump(d, open(p, \"wb\"))' " + dir + "/rank_100");
-  ASSERT_EQ(s.status, 0) << s.out;
+  drop_rank_from_default_group(dir + "/rank_100", 77);
   for (unsigned jobs : {1u, 2u}) {
     const DumpSet set = read_dump_dir(dir, std::nullopt, {}, jobs);
     for (const Dump& d : set.dumps) {
@@ -1066,10 +1114,7 @@ TEST(ParallelRead, ALongRankListThatDiffersInOneRankIsReadAsWritten) {
 // ranks), while a list that differs is its own and equal lists of short strings stay equal.
 TEST(ParallelRead, OneLongRankListIsOneListForEveryDumpOnEveryThread) {
   const std::string dir = make_dumps("parshare", "--pp 2 --dp 8 --tp 8 --steps 2");  // 128 ranks: "[0, ..., 127]"
-  const Shell s = shell("python3 -c 'import pickle,sys; p=sys.argv[1]; d=pickle.load(open(p,\"rb\")); "
-                        "r=d[\"pg_config\"][\"0\"]; r[\"ranks\"]=r[\"ranks\"].replace(\", 77,\", \",\"); "
-                        "pickle.dump(d, open(p, \"wb\"))' " + dir + "/rank_100");
-  ASSERT_EQ(s.status, 0) << s.out;
+  drop_rank_from_default_group(dir + "/rank_100", 77);
   auto world = [](const Dump& d) -> const GroupConfig& {
     return *std::find_if(d.groups.begin(), d.groups.end(), [](const GroupConfig& g) { return g.name == "0"; });
   };

@@ -149,6 +149,38 @@ void read_json_tape(std::string_view bytes, const std::string& what, PickleTape&
 // Schema walks over a tape with errors that name the file and the field's path. Paths are
 // callables that make the text only when an error needs it (a dump of 10^5 records would
 // otherwise build a million strings that no one reads).
+// ListCache keeps the sizes and dtypes lists one reader has made, by a hash of their items: the
+// records of a step repeat a few shapes, so most records share a list made before (one thread's
+// cache, no lock; a list's reference count is touched by its own thread while reading).
+class ListCache {
+ public:
+  static constexpr std::size_t kMaxLists = 4096;  // then it starts over: the lists live on in the records
+
+  template <class L>
+  using Table = std::unordered_multimap<uint64_t, L>;
+  Table<SizesList> sizes;
+  Table<DtypeList> dtypes;
+
+  static uint64_t mix(uint64_t h, uint64_t x) {
+    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+  }
+  template <class L, class Same>
+  static const L* find(const Table<L>& t, uint64_t h, const Same& same) {
+    auto [lo, hi] = t.equal_range(h);
+    for (auto it = lo; it != hi; ++it) {
+      if (same(it->second.get())) return &it->second;
+    }
+    return nullptr;
+  }
+  template <class L>
+  static L keep(Table<L>& t, uint64_t h, L list) {
+    if (t.size() >= kMaxLists) t.clear();
+    t.emplace(h, list);
+    return list;
+  }
+};
+
 class Walk {
  public:
   Walk(const PickleTape& t, const std::string& what, std::size_t budget) : t_(t), what_(what), left_(budget), budget_(budget) {}
@@ -204,34 +236,46 @@ class Walk {
     expect(i, K::kStr, path);
     return t_.str(i);
   }
+  // strs and sizes: a record's dtypes and sizes, validated and charged as if copied (a memo that
+  // names one list many times still costs its reading each time), the list itself shared with
+  // the earlier records that hold it alike.
   template <class P>
-  std::vector<std::string> strs(uint32_t i, const P& path) const {
+  DtypeList strs(uint32_t i, const P& path, ListCache& cache) const {
     expect(i, K::kList, path);
     charge(24, path);
     const uint32_t n = t_.size(i);
     const uint32_t* it = t_.items(i);
+    uint64_t h = n;
+    for (uint32_t k = 0; k < n; ++k) {
+      h = ListCache::mix(h, std::hash<std::string_view>{}(charged_str(it[k], [&] { return path() + "[" + std::to_string(k) + "]"; })));
+    }
+    auto same = [&](const std::vector<std::string>& v) {
+      if (v.size() != n) return false;
+      for (uint32_t k = 0; k < n; ++k) {
+        if (v[k] != t_.str(it[k])) return false;
+      }
+      return true;
+    };
+    if (const DtypeList* hit = cache.find(cache.dtypes, h, same)) return *hit;
     std::vector<std::string> out;
     out.reserve(n);
-    for (uint32_t k = 0; k < n; ++k) {
-      out.emplace_back(charged_str(it[k], [&] { return path() + "[" + std::to_string(k) + "]"; }));
-    }
-    return out;
+    for (uint32_t k = 0; k < n; ++k) out.emplace_back(t_.str(it[k]));
+    return cache.keep(cache.dtypes, h, DtypeList(std::move(out)));
   }
   template <class P>
-  std::vector<std::vector<int64_t>> sizes(uint32_t i, const P& path) const {
+  SizesList sizes(uint32_t i, const P& path, ListCache& cache) const {
     expect(i, K::kList, path);
     charge(24, path);
     const uint32_t n = t_.size(i);
     const uint32_t* it = t_.items(i);
-    std::vector<std::vector<int64_t>> out;
-    out.reserve(n);
+    uint64_t h = n;
     for (uint32_t k = 0; k < n; ++k) {
       auto p = [&] { return path() + "[" + std::to_string(k) + "]"; };
       expect(it[k], K::kList, p);
       const uint32_t m = t_.size(it[k]);
       const uint32_t* dims = t_.items(it[k]);
       charge(24 + 8 * std::size_t{m}, p);
-      int64_t* d = out.emplace_back(m).data();  // each dim written below (a list of sizes is short)
+      h = ListCache::mix(h, m);
       for (uint32_t j = 0; j < m; ++j) {
         const PickleTape::Node& x = t_.node(dims[j]);
         if (x.kind != K::kInt || x.i < 0) {
@@ -239,10 +283,31 @@ class Walk {
           const int64_t v = integer(dims[j], pj);
           fail(pj(), "is " + std::to_string(v) + ", not a size >= 0");
         }
-        d[j] = x.i;
+        h = ListCache::mix(h, static_cast<uint64_t>(x.i));
       }
     }
-    return out;
+    auto same = [&](const std::vector<std::vector<int64_t>>& v) {
+      if (v.size() != n) return false;
+      for (uint32_t k = 0; k < n; ++k) {
+        const uint32_t m = t_.size(it[k]);
+        if (v[k].size() != m) return false;
+        const uint32_t* dims = t_.items(it[k]);
+        for (uint32_t j = 0; j < m; ++j) {
+          if (v[k][j] != t_.node(dims[j]).i) return false;
+        }
+      }
+      return true;
+    };
+    if (const SizesList* hit = cache.find(cache.sizes, h, same)) return *hit;
+    std::vector<std::vector<int64_t>> out;
+    out.reserve(n);
+    for (uint32_t k = 0; k < n; ++k) {
+      const uint32_t m = t_.size(it[k]);
+      const uint32_t* dims = t_.items(it[k]);
+      int64_t* d = out.emplace_back(m).data();
+      for (uint32_t j = 0; j < m; ++j) d[j] = t_.node(dims[j]).i;
+    }
+    return cache.keep(cache.sizes, h, SizesList(std::move(out)));
   }
 
  private:
@@ -434,7 +499,7 @@ int field_of(std::string_view k) {
 }
 
 Dump decode(const PickleTape& d, int64_t rank, const std::string& path, const std::string& format, const DumpLimits& limits,
-            std::size_t input_bytes, RankCache& cache) {
+            std::size_t input_bytes, RankCache& cache, ListCache& lists) {
   const std::string what = "dump '" + path + "'";
   std::size_t budget = limits.decoded_bytes_floor;
   if (input_bytes > (SIZE_MAX - budget) / std::max<std::size_t>(limits.decoded_bytes_per_input_byte, 1)) {
@@ -529,10 +594,10 @@ Dump decode(const PickleTape& d, int64_t rank, const std::string& path, const st
     e.profiling_name = w.charged_str(need(kProfilingName, "profiling_name"), at(".profiling_name"));
     w.charge(e.profiling_name.size(), at(".profiling_name"));  // its operation's copy
     parse_op(w, e, at(".profiling_name"));
-    e.input_sizes = w.sizes(need(kInputSizes, "input_sizes"), at(".input_sizes"));
-    e.output_sizes = w.sizes(need(kOutputSizes, "output_sizes"), at(".output_sizes"));
-    e.input_dtypes = w.strs(need(kInputDtypes, "input_dtypes"), at(".input_dtypes"));
-    e.output_dtypes = w.strs(need(kOutputDtypes, "output_dtypes"), at(".output_dtypes"));
+    e.input_sizes = w.sizes(need(kInputSizes, "input_sizes"), at(".input_sizes"), lists);
+    e.output_sizes = w.sizes(need(kOutputSizes, "output_sizes"), at(".output_sizes"), lists);
+    e.input_dtypes = w.strs(need(kInputDtypes, "input_dtypes"), at(".input_dtypes"), lists);
+    e.output_dtypes = w.strs(need(kOutputDtypes, "output_dtypes"), at(".output_dtypes"), lists);
     const std::string_view st = w.str(need(kState, "state"), at(".state"));
     if (st == "scheduled") e.state = EntryState::kScheduled;
     else if (st == "started") e.state = EntryState::kStarted;
@@ -555,11 +620,12 @@ Dump decode(const PickleTape& d, int64_t rank, const std::string& path, const st
   return dump;
 }
 
-// Scratch is what a reader keeps from dump to dump: its tape, and the rank lists read (shared
-// by every reader of one directory).
+// Scratch is what a reader keeps from dump to dump: its tape, the rank lists read (shared by
+// every reader of one directory) and the sizes and dtypes lists it made (its own).
 struct Scratch {
   PickleTape tape;
   RankCache& ranks;
+  ListCache lists;
 };
 
 // parse_into is parse_dump with the caller's scratch.
@@ -571,21 +637,21 @@ Dump parse_into(std::string_view bytes, int64_t rank, const std::string& path, c
   }
   if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80) {
     read_pickle_tape(bytes, what, tape);
-    return decode(tape, rank, path, "pickle", limits, bytes.size(), scratch.ranks);
+    return decode(tape, rank, path, "pickle", limits, bytes.size(), scratch.ranks, scratch.lists);
   }
   std::size_t first = bytes.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos || bytes[first] != '{') {
     throw ParseError(what + " is neither a pickle (it does not start with the PROTO opcode 0x80) nor a JSON object");
   }
   read_json_tape(bytes, what, tape);
-  return decode(tape, rank, path, "json", limits, bytes.size(), scratch.ranks);
+  return decode(tape, rank, path, "json", limits, bytes.size(), scratch.ranks, scratch.lists);
 }
 
 }  // namespace
 
 Dump parse_dump(std::string_view bytes, int64_t rank, const std::string& path, const DumpLimits& limits) {
   RankCache cache;
-  Scratch scratch{{}, cache};
+  Scratch scratch{{}, cache, {}};
   return parse_into(bytes, rank, path, limits, scratch);
 }
 
@@ -697,7 +763,7 @@ DumpSet read_dump_dir(const std::string& dir, const std::optional<std::string>& 
   RankCache cache;
   auto work = [&] {
     StopScope scope(stop);
-    Scratch scratch{{}, cache};
+    Scratch scratch{{}, cache, {}};
     for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
       if (i > first_error.load()) break;  // an earlier file failed: this one is never reported
       try {

@@ -15,6 +15,61 @@ namespace meshsim::trace {
 enum class EntryState : uint8_t { kScheduled, kStarted, kCompleted };
 const char* state_name(EntryState s);
 
+// SharedList: an immutable list shared by every holder, read as a const std::vector<V>. The
+// reader keeps one copy of what many records or dumps hold alike: a job's default group's ranks
+// in every dump (65,536 dumps of a 65,536-rank job would otherwise hold 2^32 ranks, 32 GiB), a
+// record's sizes and dtypes (a step's records repeat a few shapes; one allocation each was a
+// sixth of reading a dump).
+template <class V>
+class SharedList {
+ public:
+  using value_type = V;
+  using const_iterator = typename std::vector<V>::const_iterator;
+  using iterator = const_iterator;
+
+  SharedList() = default;
+  SharedList(std::vector<V> items)  // NOLINT(google-explicit-constructor): a list reads as one
+      : p_(std::make_shared<const std::vector<V>>(std::move(items))) {}
+  SharedList(std::initializer_list<V> items) : p_(std::make_shared<const std::vector<V>>(items)) {}
+  explicit SharedList(std::shared_ptr<const std::vector<V>> p) : p_(std::move(p)) {}
+
+  const std::vector<V>& get() const { return p_ ? *p_ : none(); }
+  operator const std::vector<V>&() const { return get(); }  // NOLINT(google-explicit-constructor)
+  // shared: the one copy (null only for a default-constructed list), for what keeps the list
+  // past the dumps: a group's problems name it by this pointer, so every list made from items,
+  // even none, is its own.
+  const std::shared_ptr<const std::vector<V>>& shared() const { return p_; }
+  // same: whether both are the one list (equal without reading them).
+  bool same(const SharedList& o) const { return p_ == o.p_; }
+
+  std::size_t size() const { return get().size(); }
+  bool empty() const { return get().empty(); }
+  const_iterator begin() const { return get().begin(); }
+  const_iterator end() const { return get().end(); }
+  const V* data() const { return get().data(); }
+  const V& operator[](std::size_t k) const { return get()[k]; }
+  const V& at(std::size_t k) const { return get().at(k); }
+  const V& front() const { return get().front(); }
+  const V& back() const { return get().back(); }
+
+  friend bool operator==(const SharedList& a, const SharedList& b) { return a.same(b) || a.get() == b.get(); }
+  friend bool operator==(const SharedList& a, const std::vector<V>& b) { return a.get() == b; }
+
+ private:
+  static const std::vector<V>& none() {
+    static const std::vector<V> empty;
+    return empty;
+  }
+  std::shared_ptr<const std::vector<V>> p_;
+};
+
+// RankList: a group's global ranks, sorted, one list for every dump that lists them alike.
+using RankList = SharedList<int64_t>;
+// A record's sizes (a list of dims per tensor) and dtypes ("Float", "BFloat16", ...), one list for
+// every record of a dump's reader that holds them alike.
+using SizesList = SharedList<std::vector<int64_t>>;
+using DtypeList = SharedList<std::string>;
+
 // One record of a rank's ring buffer.
 struct Entry {
   int64_t record_id = 0;
@@ -27,54 +82,10 @@ struct Entry {
   std::string profiling_name;  // "nccl:all_reduce", "nccl:send 0->1", ...
   std::string op;              // the name's operation: "all_reduce", "send", "coalesced", ...
   int64_t src = -1, dst = -1;  // send/recv: group ranks
-  std::vector<std::vector<int64_t>> input_sizes, output_sizes;
-  std::vector<std::string> input_dtypes, output_dtypes;
+  SizesList input_sizes, output_sizes;
+  DtypeList input_dtypes, output_dtypes;
   EntryState state = EntryState::kScheduled;
   bool is_p2p = false;
-};
-
-// RankList: a group's global ranks, sorted; immutable and shared. Every dump of a job lists its
-// default group's (and its widest groups') ranks in the same words: the reader keeps one list for
-// all of them (65,536 dumps of a 65,536-rank job would otherwise hold 2^32 ranks, 32 GiB). Reads
-// as a const std::vector<int64_t>.
-class RankList {
- public:
-  using value_type = int64_t;
-  using const_iterator = std::vector<int64_t>::const_iterator;
-  using iterator = const_iterator;
-
-  RankList() = default;
-  RankList(std::vector<int64_t> ranks)  // NOLINT(google-explicit-constructor): a list of ranks reads as one
-      : p_(std::make_shared<const std::vector<int64_t>>(std::move(ranks))) {}
-  RankList(std::initializer_list<int64_t> ranks) : p_(std::make_shared<const std::vector<int64_t>>(ranks)) {}
-
-  const std::vector<int64_t>& get() const { return p_ ? *p_ : none(); }
-  operator const std::vector<int64_t>&() const { return get(); }  // NOLINT(google-explicit-constructor)
-  // shared: the one copy (null only for a default-constructed list), for what keeps the list
-  // past the dumps: a group's problems name it by this pointer, so every list made from ranks,
-  // even none, is its own.
-  const std::shared_ptr<const std::vector<int64_t>>& shared() const { return p_; }
-  // same: whether both are the one list (equal without reading them).
-  bool same(const RankList& o) const { return p_ == o.p_; }
-
-  std::size_t size() const { return get().size(); }
-  bool empty() const { return get().empty(); }
-  const_iterator begin() const { return get().begin(); }
-  const_iterator end() const { return get().end(); }
-  const int64_t* data() const { return get().data(); }
-  int64_t operator[](std::size_t k) const { return get()[k]; }
-  int64_t front() const { return get().front(); }
-  int64_t back() const { return get().back(); }
-
-  friend bool operator==(const RankList& a, const RankList& b) { return a.same(b) || a.get() == b.get(); }
-  friend bool operator==(const RankList& a, const std::vector<int64_t>& b) { return a.get() == b; }
-
- private:
-  static const std::vector<int64_t>& none() {
-    static const std::vector<int64_t> empty;
-    return empty;
-  }
-  std::shared_ptr<const std::vector<int64_t>> p_;
 };
 
 // A group as one rank's pg_config lists it.
