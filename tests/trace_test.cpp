@@ -510,6 +510,48 @@ TEST(PlanCheck, AJobThatRanThePlanAgreesWithItWrappedOrNot) {
   }
 }
 
+// The generator's --world-mesh form (a trace of one rank per pp coordinate, every other rank's
+// groups from the mesh, how the 2^16-rank benchmark job is written) writes the dumps its
+// every-rank form writes: per rank, the same records on the same members; held to the plan, and
+// a planted record named by its rank.
+TEST(PlanCheck, AJobWrittenFromOneTracedRankPerStageIsTheJobWrittenFromEveryRank) {
+  const step::StepRun run = step::run_step(plan_spec(2));
+  step::StepSpec few = plan_spec(2);
+  few.ranks = "0,4";
+  const step::StepRun sampled = step::run_step(few);
+  const std::string trace = temp_dir("plan_mesh_trace.json");
+  std::ofstream(trace) << step::trace_json(sampled, step::traced_ranks(sampled)).dump();
+  const std::string full = planned_dumps("plan_full", run, "--steps 2");
+  const std::string mesh = make_dumps("plan_mesh", "--from-trace " + trace + " --world-mesh 2,2,2 --steps 2 --frames 0");
+  const DumpSet a = read_dump_dir(full, std::nullopt), b = read_dump_dir(mesh, std::nullopt);
+  ASSERT_EQ(a.dumps.size(), 8u);
+  ASSERT_EQ(b.dumps.size(), 8u);
+  auto members = [](const Dump& d, const std::string& name) -> const std::vector<int64_t>& {
+    return std::find_if(d.groups.begin(), d.groups.end(), [&](const GroupConfig& g) { return g.name == name; })->ranks.get();
+  };
+  for (std::size_t r = 0; r < 8; ++r) {
+    const Dump &x = a.dumps[r], &y = b.dumps[r];
+    ASSERT_EQ(x.entries.size(), y.entries.size()) << r;
+    for (std::size_t k = 0; k < x.entries.size(); ++k) {
+      const Entry &e = x.entries[k], &f = y.entries[k];
+      EXPECT_EQ(e.profiling_name, f.profiling_name) << r << " " << k;
+      EXPECT_EQ(e.input_sizes, f.input_sizes.get()) << r << " " << k;
+      EXPECT_EQ(e.output_sizes, f.output_sizes.get()) << r << " " << k;
+      EXPECT_EQ(e.collective_seq_id, f.collective_seq_id) << r << " " << k;
+      EXPECT_EQ(members(x, e.group), members(y, f.group)) << r << " " << k;
+    }
+  }
+  EXPECT_TRUE(check_against_plan(b.dumps, run).ok);
+  const std::string planted = make_dumps("plan_mesh_op", "--from-trace " + trace + " --world-mesh 2,2,2 --steps 2 --plant planop@6");
+  EXPECT_EQ(leaving(check_against_plan(read_dump_dir(planted, std::nullopt).dumps, run)), (std::set<int64_t>{6}));
+  // A mesh the trace's groups do not fit: refused.
+  const Shell bad = shell("python3 " MESHSIM_TRACE_GEN " " + temp_dir("plan_mesh_bad") + " --from-trace " + trace +
+                          " --world-mesh 2,4,1 2>&1");
+  EXPECT_NE(bad.status, 0) << bad.out;
+  for (const auto& d : {full, mesh, planted, temp_dir("plan_mesh_bad")}) fs::remove_all(d);
+  fs::remove(trace);
+}
+
 TEST(PlanCheck, TheFirstRecordThatLeavesThePlanIsNamed) {
   const step::StepRun run = step::run_step(plan_spec(2));
   {

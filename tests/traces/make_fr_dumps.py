@@ -52,6 +52,15 @@ block's sequence id, then the "nccl:coalesced" record, as c10d records them sinc
 barrier on the default group; plants: planop@R (the last step's third all_gather recorded as a
 reduce_scatter), planswap@R (the last step's first two adjacent records of different operations
 swapped), planhang@R (the rank stops before the last step's tenth record).
+
+--world-mesh S0,S1,... (with --from-trace) takes a trace of a few ranks, at least one per pp
+coordinate (`meshsim step ... --ranks 0,R1,... --trace`), and writes every rank of a world laid
+out as that row-major mesh with pp outermost (torchtitan's [pp, dp_shard, tp] order): each rank
+runs its pp coordinate's traced program, each event on the group that varies the mesh dims its
+traced rank's group varies (found from the trace's members, checked on every traced event), a
+send or receive to the rank of its peer's pp coordinate. Any group size then, and 2^16 ranks from
+a trace of 8; with --idle-default-group no barrier on, and no listing of, the default group;
+--frames N frames a record.
 """
 import argparse
 import json
@@ -75,6 +84,7 @@ def main():
     ap.add_argument("--pp-allreduce", action="store_true", help="an all_reduce on the PP group after each step's pipeline sends")
     ap.add_argument("--ring-exchange", action="store_true", help="a batched ring exchange on a cp group each step")
     ap.add_argument("--from-trace")
+    ap.add_argument("--world-mesh", help="with --from-trace: the world's row-major mesh sizes, pp first (8,1024,8)")
     ap.add_argument("--idle-default-group", action="store_true",
                     help="the default group issues no collective (no loss all_reduce on it): c10d sets up a "
                          "group's communicator, and records its ranks, at its first collective, so no dump lists it")
@@ -310,6 +320,155 @@ def main():
 DTYPES = {"bfloat16": ("BFloat16", 2), "float32": ("Float", 4), "int64": ("Long", 8), "int32": ("Int", 4)}
 
 
+def parse_members(text):
+    """ "fsdp [0, 16, ..., (1024 ranks)]" -> ("fsdp", the first members listed, the group's size) """
+    label, rest = text.split(" ", 1)
+    body = rest.strip()[1:-1]
+    n = None
+    if "..." in body:
+        body, tail = body.split("...", 1)
+        n = int(tail.strip().strip("(),").split()[0])
+    first = [int(x) for x in body.replace(",", " ").split()]
+    return label, first, (len(first) if n is None else n)
+
+
+def from_mesh_trace(a, events, plants):
+    import itertools
+    sizes = [int(x) for x in a.world_mesh.split(",")]
+    world = 1
+    for x in sizes:
+        world *= x
+    strides = [1] * len(sizes)
+    for k in range(len(sizes) - 2, -1, -1):
+        strides[k] = strides[k + 1] * sizes[k + 1]
+
+    def coords(r):
+        return [(r // strides[k]) % sizes[k] for k in range(len(sizes))]
+
+    def members(r, dims):
+        c = coords(r)
+        base = sum(c[k] * strides[k] for k in range(len(sizes)) if k not in dims)
+        out = [base]
+        for k in dims:
+            out = [x + i * strides[k] for x in out for i in range(sizes[k])]
+        return sorted(out)
+
+    subsets = [s for n in range(len(sizes) + 1) for s in itertools.combinations(range(len(sizes)), n)]
+    label_dims = {}
+    program = {}
+    for t, evs in events.items():
+        if t >= world:
+            raise SystemExit(f"traced rank {t} is outside the mesh {sizes}")
+        program.setdefault(coords(t)[0], t)
+        for e in evs:
+            label, first, n = parse_members(e["args"]["group"])
+            dims = label_dims.get(label)
+            if dims is None:
+                fits = [s for s in subsets if members(t, s)[:16] == first and len(members(t, s)) == n]
+                if not fits:
+                    raise SystemExit(f"rank {t}'s group '{e['args']['group']}' varies no set of the mesh's dims {sizes}")
+                dims = label_dims[label] = tuple(k for k in fits[0] if sizes[k] > 1)
+            elif members(t, dims)[:16] != first or len(members(t, dims)) != n:
+                raise SystemExit(f"rank {t}'s group '{e['args']['group']}' is not the one '{label}' is elsewhere")
+    missing = [p for p in range(sizes[0]) if p not in program]
+    if missing:
+        raise SystemExit(f"no traced rank at pp coordinates {missing[:8]}: trace one rank of each")
+    # Each pp coordinate's program as templates: (label dims, op, bytes, dtype, peer's pp coordinate).
+    templates = {}
+    for pp, t in program.items():
+        out = []
+        for e in sorted(events[t], key=lambda e: e["ts"]):
+            args = e["args"]
+            label = args["group"].split(" ", 1)[0]
+            peer_pp = coords(args["peer"])[0] if "peer" in args else None
+            out.append((label_dims[label], label, e["name"].split(" ")[0], args["bytes"], args["dtype"], peer_pp))
+        templates[pp] = out
+    names = {}  # (dims, the coordinates outside them) -> (name, desc, ranks text, members)
+
+    def group(r, dims, label):
+        c = coords(r)
+        key = (dims, tuple(c[k] for k in range(len(sizes)) if k not in dims))
+        g = names.get(key)
+        if g is None:
+            ranks = members(r, dims)
+            g = names[key] = (str(len(names) + 1), "mesh_" + label, "[" + ", ".join(map(str, ranks)) + "]", ranks)
+        return g
+
+    frame_names = [("train_step", "train.py", 42)] + [
+        ("forward_%d" % k, "/usr/lib/python3/site-packages/torch/nn/modules/module_%d.py" % k, 100 + k)
+        for k in range(1, max(a.frames, 1))]
+    os.makedirs(a.out, exist_ok=True)
+    for r in range(world):
+        mine = plants.get(r, set())
+        c = coords(r)
+        pg_config = {}
+        if not a.idle_default_group:
+            pg_config["0"] = {"name": "0", "desc": "default_pg", "ranks": "[" + ", ".join(map(str, range(world))) + "]"}
+        seq, p2p = {}, {}
+        entries = []
+
+        def record(name, desc, profiling, ins, outs, dt, is_p2p=False):
+            if is_p2p:
+                p2p[name] = p2p.get(name, 0) + 1
+            else:
+                seq[name] = seq.get(name, 0) + 1
+            entries.append({
+                "frames": [{"name": n, "filename": f, "line": l} for n, f, l in frame_names[:a.frames]],
+                "record_id": len(entries), "pg_id": int(name), "process_group": (name, desc),
+                "thread_name": "pt_main_thread", "thread_id": "1", "collective_seq_id": seq.get(name, 0),
+                "p2p_seq_id": p2p.get(name, 0), "op_id": len(entries), "profiling_name": profiling,
+                "time_created_ns": 1000 * len(entries), "input_sizes": ins, "input_dtypes": [dt] * len(ins),
+                "output_sizes": outs, "output_dtypes": [dt] * len(outs), "state": "completed",
+                "time_discovered_started_ns": 1, "time_discovered_completed_ns": 2,
+                "retired": True, "timeout_ms": 600000, "is_p2p": is_p2p})
+
+        if not a.idle_default_group:
+            record("0", "default_pg", "nccl:all_reduce_barrier", [[1]], [[1]], "Float")
+        step_records = []
+        for dims, label, op, nbytes, dtype, peer_pp in templates[c[0]]:
+            dt, width = DTYPES[dtype]
+            numel = nbytes // width
+            name, desc, text, ranks = group(r, dims, label)
+            pg_config[name] = {"name": name, "desc": desc, "ranks": text}
+            if op in ("send", "recv"):
+                peer = r + (peer_pp - c[0]) * strides[0]
+                me, other = ranks.index(r), ranks.index(peer)
+                prof = f"nccl:send {me}->{other}" if op == "send" else f"nccl:recv {me}<-{other}"
+                ins, outs = ([[numel]], [[numel]]) if op == "send" else ([], [[numel]])
+                step_records.append([name, desc, prof, ins, outs, dt, True])
+                continue
+            n = len(ranks)
+            ins, outs = [[numel]], [[numel]]
+            if op == "all_gather":
+                ins = [[numel // n]]
+            elif op == "reduce_scatter":
+                outs = [[numel // n]]
+            step_records.append([name, desc, "nccl:" + op, ins, outs, dt, False])
+        for step in range(a.steps):
+            records = [list(x) for x in step_records] if step == a.steps - 1 else step_records
+            if step == a.steps - 1:
+                plant_last_step(records, mine)
+            for x in records:
+                record(*x)
+        entries = entries[-a.ring:]
+        dump = {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.21.5", "pg_status": {},
+                "entries": entries}
+        with open(os.path.join(a.out, f"{a.prefix}{r}"), "wb") as f:
+            pickle.dump(dump, f, protocol=a.protocol)
+
+
+def plant_last_step(records, mine):
+    if "planop" in mine:
+        k = [i for i, x in enumerate(records) if x[2] == "nccl:all_gather"][2]
+        x = records[k]
+        x[2], x[3], x[4] = "nccl:reduce_scatter", x[4], x[3]
+    if "planswap" in mine:
+        k = next(i for i in range(len(records) - 1) if records[i][2] != records[i + 1][2])
+        records[k], records[k + 1] = records[k + 1], records[k]
+    if "planhang" in mine:
+        del records[9:]
+
+
 def from_trace(a):
     plants = {}
     for p in a.plant:
@@ -321,6 +480,8 @@ def from_trace(a):
     for e in trace["traceEvents"]:
         if e.get("ph") == "X":
             events.setdefault(e["tid"], []).append(e)
+    if a.world_mesh:
+        return from_mesh_trace(a, events, plants)
     world = max(events) + 1
     names = {}
 
@@ -378,15 +539,8 @@ def from_trace(a):
                 elif op == "reduce_scatter":
                     outs = [[numel // n]]
                 records.append([name, desc, "nccl:" + op, ins, outs, dt, False])
-            if last and "planop" in mine:
-                k = [i for i, x in enumerate(records) if x[2] == "nccl:all_gather"][2]
-                x = records[k]
-                x[2], x[3], x[4] = "nccl:reduce_scatter", x[4], x[3]
-            if last and "planswap" in mine:
-                k = next(i for i in range(len(records) - 1) if records[i][2] != records[i + 1][2])
-                records[k], records[k + 1] = records[k + 1], records[k]
-            if last and "planhang" in mine:
-                records = records[:9]
+            if last:
+                plant_last_step(records, mine)
             for x in records:
                 record(*x)
         entries = entries[-a.ring:]

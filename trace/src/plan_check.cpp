@@ -16,7 +16,7 @@ using step::Event;
 using step::Op;
 
 // The operation a record names, in the plan's terms; "" when it is not a step event.
-std::string op_kind(const std::string& op) {
+std::string_view op_kind(const std::string& op) {
   auto has = [&](const char* s) { return op.find(s) != std::string::npos; };
   if (op == "send" || op == "recv") return op;
   if (has("barrier") || op == "coalesced") return "";
@@ -35,7 +35,7 @@ int64_t dtype_bytes(const std::string& d) {
   return 0;
 }
 
-std::string plan_dtype(step::DType t) {
+std::string_view plan_dtype(step::DType t) {
   switch (t) {
     case step::DType::kBF16: return "BFloat16";
     case step::DType::kF32: return "Float";
@@ -63,24 +63,24 @@ int64_t bytes_of(const std::vector<std::vector<int64_t>>& sizes, const std::vect
 const std::vector<int64_t> kNoRanks;
 
 // A record reduced to what the plan fixes. Groups are pointers into the dump's pg_config and the
-// plan's per-dim lists: a record or event of a 2^22-rank group copies nothing.
+// plan's per-dim lists, names views of the record's and the plan's own: a record or event of a
+// 2^22-rank group copies nothing, and no text is made unless the record is reported.
 struct Rec {
   const Entry* e = nullptr;
-  std::string op;       // op_kind
+  std::string_view op;  // op_kind
   const std::vector<int64_t>* group = &kNoRanks;  // members (collectives): the dump's pg_config list, shared
   int64_t peer = -1;    // send/recv: the peer's global rank
-  std::string dtype;
+  std::string_view dtype;
   int64_t bytes = -1;
-  std::string group_text;
   bool gloo = false;  // a Gloo record
 };
 
 struct Planned {
   const Event* e = nullptr;
-  std::string op;
+  std::string_view op;
   const std::vector<int64_t>* group = &kNoRanks;
   int64_t peer = -1;
-  std::string dtype;
+  std::string_view dtype;
 };
 
 // Same: whether a record is a planned event; two lists of members are compared once.
@@ -108,6 +108,21 @@ std::string members_text(const std::vector<int64_t>& g) {
   return s + "]";
 }
 
+std::string group_text(const Rec& r) {
+  const Entry& e = *r.e;
+  return "group '" + e.group.substr(0, 40) + "'" + (e.desc.empty() ? "" : " (" + e.desc.substr(0, 40) + ")") + " " +
+         members_text(*r.group);
+}
+
+// config_of: the group of that name the dump lists (the last, as a dict keeps), or null. A dump
+// lists a few groups: looked up in place, no index built per dump.
+const GroupConfig* config_of(const Dump& d, const std::string& name) {
+  for (auto g = d.groups.rbegin(); g != d.groups.rend(); ++g) {
+    if (g->name == name) return &*g;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRun& plan) {
@@ -122,10 +137,11 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
   {
     std::map<std::string, std::set<int64_t>> named;
     for (const Dump& d : dumps) {
-      std::set<std::string> listed;
-      for (const auto& g : d.groups) listed.insert(g.name);
+      const std::string* last = nullptr;  // a dump's records name few groups, mostly one after another alike
       for (const Entry& e : d.entries) {
-        if (!listed.count(e.group)) named[e.group].insert(d.rank);
+        if (last && *last == e.group) continue;
+        last = &e.group;
+        if (!config_of(d, e.group)) named[e.group].insert(d.rank);
       }
     }
     for (auto& [name, ranks] : named) {
@@ -165,7 +181,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
       }
       Planned p;
       p.e = &e;
-      p.op = std::string(step::op_name(e.op));
+      p.op = step::op_name(e.op);
       p.dtype = plan_dtype(e.dtype);
       if (e.op == Op::kSend || e.op == Op::kRecv) {
         p.peer = pipeline.at(static_cast<std::size_t>(e.peer));
@@ -177,29 +193,33 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
       planned.push_back(std::move(p));
     }
     // The records, reduced; group members from the rank's own pg_config.
-    std::map<std::string, const GroupConfig*> config;
-    for (const auto& g : d.groups) config[g.name] = &g;
     std::vector<Rec> recs;
+    recs.reserve(d.entries.size());
+    const std::string* last_name = nullptr;
+    const std::vector<int64_t>* last_group = &kNoRanks;
     for (const Entry& e : d.entries) {
       Rec r;
       r.e = &e;
       r.op = op_kind(e.op);
       if (r.op.empty()) continue;
-      auto c = config.find(e.group);
-      if (c != config.end()) {
-        r.group = &c->second->ranks.get();
-      } else if (auto u = unlisted.find(e.group); u != unlisted.end()) {
-        r.group = &u->second;
+      if (!last_name || *last_name != e.group) {
+        last_name = &e.group;
+        last_group = &kNoRanks;
+        if (const GroupConfig* c = config_of(d, e.group)) {
+          last_group = &c->ranks.get();
+        } else if (auto u = unlisted.find(e.group); u != unlisted.end()) {
+          last_group = &u->second;
+        }
       }
+      r.group = last_group;
       // Gloo runs a reduce-scatter as an all-reduce of the whole input and records it so
       // (profiling name gloo:all_reduce): it may stand for a planned reduce-scatter of those bytes.
       r.gloo = e.profiling_name.rfind("gloo:", 0) == 0;
-      r.group_text = "group '" + e.group.substr(0, 40) + "'" + (e.desc.empty() ? "" : " (" + e.desc.substr(0, 40) + ")") + " " +
-                     members_text(*r.group);
       if (r.op == "send" || r.op == "recv") {
         const int64_t local = r.op == "send" ? e.dst : e.src;
         if (local >= 0 && local < static_cast<int64_t>(r.group->size())) r.peer = (*r.group)[static_cast<std::size_t>(local)];
-        r.dtype = r.op == "send" ? (e.input_dtypes.empty() ? "" : e.input_dtypes[0]) : (e.output_dtypes.empty() ? "" : e.output_dtypes[0]);
+        const DtypeList& dts = r.op == "send" ? e.input_dtypes : e.output_dtypes;
+        r.dtype = dts.empty() ? std::string_view() : std::string_view(dts[0]);
         r.bytes = r.op == "send" ? bytes_of(e.input_sizes, e.input_dtypes) : bytes_of(e.output_sizes, e.output_dtypes);
       } else {
         // An all-gather by its input times the group's size: Gloo records the output of a
@@ -207,7 +227,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
         const bool by_input = r.op == "reduce_scatter" || r.op == "all_to_all" || r.op == "all_gather";
         const auto& sizes = by_input ? e.input_sizes : e.output_sizes;
         const auto& dts = by_input ? e.input_dtypes : e.output_dtypes;
-        r.dtype = dts.empty() ? "" : dts[0];
+        r.dtype = dts.empty() ? std::string_view() : std::string_view(dts[0]);
         r.bytes = bytes_of(sizes, dts);
         if (r.op == "all_gather" && r.bytes >= 0) {
           const auto n = static_cast<int64_t>(r.group->size());
@@ -246,7 +266,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
           d.rank, r.e->record_id,
           "rank " + std::to_string(d.rank) + ": none of its " + std::to_string(recs.size()) +
               " kept records agrees with its planned program; the oldest: " + r.e->profiling_name.substr(0, 60) + " #" +
-              std::to_string(r.e->collective_seq_id) + " on " + r.group_text + " " + r.dtype + " " + std::to_string(r.bytes) +
+              std::to_string(r.e->collective_seq_id) + " on " + group_text(r) + " " + std::string(r.dtype) + " " + std::to_string(r.bytes) +
               " B, where the plan's first event is " + step::describe(*planned.front().e)});
       continue;
     }
@@ -263,7 +283,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
         p.op == "send" || p.op == "recv" ? "peer rank " + std::to_string(p.peer)
                                          : std::string(step::dim_label(job, p.e->dim)) + " " + members_text(*p.group);
     std::string issued = r.e->profiling_name.substr(0, 60) + (r.e->is_p2p ? "" : " #" + std::to_string(r.e->collective_seq_id)) +
-                         " on " + r.group_text + " (" + r.dtype + ", " + std::to_string(r.bytes) + " B, record " +
+                         " on " + group_text(r) + " (" + std::string(r.dtype) + ", " + std::to_string(r.bytes) + " B, record " +
                          std::to_string(r.e->record_id) + ")";
     out.divergences.push_back(PlanDivergence{
         d.rank, r.e->record_id,
