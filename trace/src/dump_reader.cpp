@@ -149,8 +149,9 @@ void read_json_tape(std::string_view bytes, const std::string& what, PickleTape&
 // Schema walks over a tape with errors that name the file and the field's path. Paths are
 // callables that make the text only when an error needs it (a dump of 10^5 records would
 // otherwise build a million strings that no one reads).
-// ListCache keeps the sizes and dtypes lists one reader has made, by a hash of their items: the
-// records of a step repeat a few shapes, so most records share a list made before (one thread's
+// ListCache keeps the sizes and dtypes lists and the names one reader has made, by a hash of
+// their items: the records of a step repeat a few shapes and names, so most records share a list
+// or a name made before (one thread's
 // cache, no lock; a list's reference count is touched by its own thread while reading).
 class ListCache {
  public:
@@ -160,6 +161,16 @@ class ListCache {
   using Table = std::unordered_multimap<uint64_t, L>;
   Table<SizesList> sizes;
   Table<DtypeList> dtypes;
+  std::unordered_map<std::string_view, Text> texts;  // each key views its Text's own string
+
+  // text: the copy of `s` this reader made before, or a new one kept.
+  Text text(std::string_view s) {
+    if (auto it = texts.find(s); it != texts.end()) return it->second;
+    if (texts.size() >= kMaxLists) texts.clear();
+    Text t(s);
+    texts.emplace(std::string_view(t.str()), t);
+    return t;
+  }
 
   static uint64_t mix(uint64_t h, uint64_t x) {
     h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -434,12 +445,12 @@ RankList parse_rank_list(const Walk& w, uint32_t v, const std::string& path, con
 
 // parse_op splits "nccl:send 0->1" into the operation and, for send/recv, the group ranks.
 template <class P>
-void parse_op(const Walk& w, Entry& e, const P& path) {
+void parse_op(const Walk& w, Entry& e, const P& path, ListCache& lists) {
   const std::string_view name = e.profiling_name;
   const std::size_t colon = name.find(':');
   const std::string_view rest = colon == std::string_view::npos ? name : name.substr(colon + 1);
   const std::size_t space = rest.find(' ');
-  e.op = rest.substr(0, space);
+  e.op = lists.text(rest.substr(0, space));
   if (e.op.empty()) w.fail(path(), "'" + std::string(name.substr(0, 60)) + "' names no operation");
   if (e.op != "send" && e.op != "recv") return;
   const std::string_view meta = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
@@ -586,14 +597,14 @@ Dump decode(const PickleTape& d, int64_t rank, const std::string& path, const st
     w.expect(pgn, K::kList, at(".process_group"));
     if (d.size(pgn) != 2) w.fail(p() + ".process_group", "has " + std::to_string(d.size(pgn)) + " items, not (name, desc)");
     w.charge(sizeof(Entry), p);
-    e.group = w.charged_str(d.items(pgn)[0], at(".process_group[0]"));
-    e.desc = w.charged_str(d.items(pgn)[1], at(".process_group[1]"));
+    e.group = lists.text(w.charged_str(d.items(pgn)[0], at(".process_group[0]")));
+    e.desc = lists.text(w.charged_str(d.items(pgn)[1], at(".process_group[1]")));
     e.collective_seq_id = w.integer(need(kCollectiveSeq, "collective_seq_id"), at(".collective_seq_id"));
     e.p2p_seq_id = w.integer(need(kP2pSeq, "p2p_seq_id"), at(".p2p_seq_id"));
     if (found[kOpId] != UINT32_MAX) e.op_id = w.integer(found[kOpId], at(".op_id"));
-    e.profiling_name = w.charged_str(need(kProfilingName, "profiling_name"), at(".profiling_name"));
+    e.profiling_name = lists.text(w.charged_str(need(kProfilingName, "profiling_name"), at(".profiling_name")));
     w.charge(e.profiling_name.size(), at(".profiling_name"));  // its operation's copy
-    parse_op(w, e, at(".profiling_name"));
+    parse_op(w, e, at(".profiling_name"), lists);
     e.input_sizes = w.sizes(need(kInputSizes, "input_sizes"), at(".input_sizes"), lists);
     e.output_sizes = w.sizes(need(kOutputSizes, "output_sizes"), at(".output_sizes"), lists);
     e.input_dtypes = w.strs(need(kInputDtypes, "input_dtypes"), at(".input_dtypes"), lists);

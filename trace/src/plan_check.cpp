@@ -137,7 +137,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
   {
     std::map<std::string, std::set<int64_t>> named;
     for (const Dump& d : dumps) {
-      const std::string* last = nullptr;  // a dump's records name few groups, mostly one after another alike
+      const Text* last = nullptr;  // a dump's records name few groups, mostly one after another alike
       for (const Entry& e : d.entries) {
         if (last && *last == e.group) continue;
         last = &e.group;
@@ -195,7 +195,7 @@ PlanReport check_against_plan(const std::vector<Dump>& dumps, const step::StepRu
     // The records, reduced; group members from the rank's own pg_config.
     std::vector<Rec> recs;
     recs.reserve(d.entries.size());
-    const std::string* last_name = nullptr;
+    const Text* last_name = nullptr;
     const std::vector<int64_t>* last_group = &kNoRanks;
     for (const Entry& e : d.entries) {
       Rec r;

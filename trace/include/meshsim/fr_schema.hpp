@@ -3,11 +3,14 @@
 // at pytorch/pytorch cb41e3a4; flight_recorder.hpp has the fields' sources).
 #pragma once
 
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meshsim::trace {
@@ -63,6 +66,59 @@ class SharedList {
   std::shared_ptr<const std::vector<V>> p_;
 };
 
+// Text: an immutable string shared by every holder, read as a const std::string. A dump's
+// records repeat a few names (their group's, its description, the operation's): the reader keeps
+// one copy of each for all the records that hold it, 16 bytes a field instead of 32.
+class Text {
+ public:
+  static constexpr std::size_t npos = std::string::npos;
+
+  Text() = default;
+  Text(std::string s) : p_(std::make_shared<const std::string>(std::move(s))) {}  // NOLINT(google-explicit-constructor)
+  Text(const char* s) : Text(std::string(s)) {}                                    // NOLINT(google-explicit-constructor)
+  Text(std::string_view s) : Text(std::string(s)) {}                               // NOLINT(google-explicit-constructor)
+
+  const std::string& str() const { return p_ ? *p_ : none(); }
+  operator const std::string&() const { return str(); }                    // NOLINT(google-explicit-constructor)
+  operator std::string_view() const { return str(); }                      // NOLINT(google-explicit-constructor)
+  // same: whether both are the one copy (equal without reading them).
+  bool same(const Text& o) const { return p_ == o.p_; }
+
+  std::size_t size() const { return str().size(); }
+  bool empty() const { return str().empty(); }
+  const char* c_str() const { return str().c_str(); }
+  const char* data() const { return str().data(); }
+  std::string::const_iterator begin() const { return str().begin(); }
+  std::string::const_iterator end() const { return str().end(); }
+  char operator[](std::size_t k) const { return str()[k]; }
+  std::string substr(std::size_t pos = 0, std::size_t n = npos) const { return str().substr(pos, n); }
+  std::size_t find(std::string_view s, std::size_t pos = 0) const { return str().find(s, pos); }
+  std::size_t find(char c, std::size_t pos = 0) const { return str().find(c, pos); }
+  std::size_t rfind(std::string_view s, std::size_t pos = npos) const { return str().rfind(s, pos); }
+  bool starts_with(std::string_view s) const { return str().starts_with(s); }
+
+  friend bool operator==(const Text& a, const Text& b) { return a.same(b) || a.str() == b.str(); }
+  friend bool operator==(const Text& a, const std::string& b) { return a.str() == b; }
+  friend bool operator==(const Text& a, std::string_view b) { return a.str() == b; }
+  friend bool operator==(const Text& a, const char* b) { return a.str() == b; }
+  friend std::strong_ordering operator<=>(const Text& a, const Text& b) { return a.str() <=> b.str(); }
+  friend std::string operator+(const std::string& a, const Text& b) { return a + b.str(); }
+  friend std::string operator+(const char* a, const Text& b) { return a + b.str(); }
+  friend std::string operator+(char a, const Text& b) { return a + b.str(); }
+  friend std::string operator+(const Text& a, const std::string& b) { return a.str() + b; }
+  friend std::string operator+(const Text& a, const char* b) { return a.str() + b; }
+  friend std::string operator+(const Text& a, char b) { return a.str() + b; }
+  friend std::string operator+(const Text& a, const Text& b) { return a.str() + b.str(); }
+  friend std::ostream& operator<<(std::ostream& o, const Text& t) { return o << t.str(); }
+
+ private:
+  static const std::string& none() {
+    static const std::string empty;
+    return empty;
+  }
+  std::shared_ptr<const std::string> p_;
+};
+
 // RankList: a group's global ranks, sorted, one list for every dump that lists them alike.
 using RankList = SharedList<int64_t>;
 // A record's sizes (a list of dims per tensor) and dtypes ("Float", "BFloat16", ...), one list for
@@ -74,13 +130,13 @@ using DtypeList = SharedList<std::string>;
 struct Entry {
   int64_t record_id = 0;
   int64_t pg_id = -1;
-  std::string group;           // process_group[0]: the group's name (pg_config's key)
-  std::string desc;            // process_group[1]
+  Text group;                  // process_group[0]: the group's name (pg_config's key)
+  Text desc;                   // process_group[1]
   int64_t collective_seq_id = 0;
   int64_t p2p_seq_id = 0;
   int64_t op_id = -1;
-  std::string profiling_name;  // "nccl:all_reduce", "nccl:send 0->1", ...
-  std::string op;              // the name's operation: "all_reduce", "send", "coalesced", ...
+  Text profiling_name;         // "nccl:all_reduce", "nccl:send 0->1", ...
+  Text op;                     // the name's operation: "all_reduce", "send", "coalesced", ...
   int64_t src = -1, dst = -1;  // send/recv: group ranks
   SizesList input_sizes, output_sizes;
   DtypeList input_dtypes, output_dtypes;
