@@ -277,10 +277,10 @@ TEST(FlightRecorder, TheDumpsFieldsAreReadAsWritten) {
   fs::remove_all(dir);
 }
 
-// A dump's records that hold the same sizes or dtypes share one list (the reader keeps the lists
-// it made); lists that differ anywhere, in a dim, in where one tensor ends, in a dtype, stay their
+// A dump's records that hold the same sizes or dtypes share one list, and the same names one
+// string (the reader keeps the lists and names it made); lists that differ anywhere, in a dim, in where one tensor ends, in a dtype, stay their
 // own and read as written, also past the 4,096 lists after which the reader starts over.
-TEST(FlightRecorder, RecordsThatHoldTheSameSizesAndDtypesShareOneList) {
+TEST(FlightRecorder, RecordsThatHoldTheSameSizesDtypesAndNamesShareOneCopy) {
   const std::vector<std::vector<std::vector<int64_t>>> sizes = {
       {{4, 4}}, {{4, 4}}, {{4}, {4}}, {{44}}, {{4, 5}}, {}, {{}}, {{4, 4}}, {{0}}, {{4, 4}, {}}};
   const std::vector<std::vector<std::string>> dtypes = {
@@ -317,6 +317,16 @@ TEST(FlightRecorder, RecordsThatHoldTheSameSizesAndDtypesShareOneList) {
   for (int k = 0; k < kDistinct; ++k) {
     EXPECT_EQ(d.entries[n + static_cast<std::size_t>(k)].input_sizes, (std::vector<std::vector<int64_t>>{{k, 3}})) << k;
   }
+  // The names every record repeats: one copy each, read as written.
+  const Entry &first = d.entries.front(), &last = d.entries.back();
+  EXPECT_EQ(first.group, "0");
+  EXPECT_EQ(last.desc, "default_pg");
+  EXPECT_EQ(last.profiling_name, "nccl:all_reduce");
+  EXPECT_EQ(last.op, "all_reduce");
+  EXPECT_TRUE(first.group.same(last.group));
+  EXPECT_TRUE(first.desc.same(last.desc));
+  EXPECT_TRUE(first.profiling_name.same(last.profiling_name));
+  EXPECT_TRUE(first.op.same(last.op));
 }
 
 struct Plant {
