@@ -4,7 +4,7 @@ Python's objects) and PyTorch's analyzer (`python -m torch.distributed.flight_re
 
     .venv/bin/python bench/trace_read_bench.py --exe build/default/apps/meshsim [--dumps 1024,16384]
         [--frames 1] [--steps 8] [--rounds 7] [--format pickle|json] [--idle-default-group]
-        [--no-fr-trace] [--against FLAGS]
+        [--no-fr-trace] [--against FLAGS] [--planned]
 
 Dumps: tests/traces/make_fr_dumps.py's pp=4 x dp x tp=8 job (dp = dumps / 32), --steps steps,
 --frames Python frames per record (PyTorch writes the stack of the call, often 20-40), as pickles
@@ -15,7 +15,11 @@ getrusage counts it: the median and the least of --rounds, the readers interleav
 round), median wall time and peak RSS; the interpreter's own start (`python -c pass`, in the
 same rounds) is subtracted from the Python rows. Ratios are to pickle.load's (json.load's)
 CPU time of the same files in the same run. --against FLAGS adds `trace check --against FLAGS`
-(a plan of another job: every rank's first record leaves it, so the row is the plan's cost)."""
+(a plan of another job: every rank's first record leaves it, so the row is the plan's cost).
+--planned writes instead the dumps of a job that ran a torchtitan plan: pp=8 x dp_shard x tp=8
+(dp_shard = dumps / 64; a 6-layer llama3 of dim 256, GPipe, one microbatch), from `meshsim step
+--trace` of one rank per pp coordinate (make_fr_dumps.py --world-mesh), and times `trace check
+--against` that plan beside the check alone: the plan's cost when every record is held to it."""
 import argparse
 import os
 import resource
@@ -59,6 +63,33 @@ def measure(readers, rounds):
     return out
 
 
+MODEL = """[model]
+name = "llama3-bench"
+n_layers = 6
+dim = 256
+ffn_dim = 768
+n_heads = 16
+n_kv_heads = 8
+vocab_size = 2048
+"""
+
+
+def planned_dumps(a, work, d, dp):
+    """Writes into d the dumps of a job that ran the plan it returns (meshsim step's flags)."""
+    model = os.path.join(work, "model.toml")
+    with open(model, "w") as f:
+        f.write(MODEL)
+    flags = ("--preset torchtitan:pp=8,dp_shard=%d,tp=8 --model %s --seq-len 256 --local-batch-size 1 "
+             "--microbatches 1 --schedule GPipe" % (dp, model))
+    trace = os.path.join(work, "plan.json")
+    ranks = ",".join(str(p * dp * 8) for p in range(8))
+    subprocess.run([a.exe, "step"] + flags.split() + ["--ranks", ranks, "--trace", trace], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, GEN, d, "--from-trace", trace, "--world-mesh", "8,%d,8" % dp, "--steps", str(a.steps),
+                    "--frames", str(a.frames)] + (["--idle-default-group"] if a.idle_default_group else []),
+                   check=True, stdout=subprocess.DEVNULL)
+    return flags
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--exe", required=True)
@@ -70,6 +101,7 @@ def main():
     ap.add_argument("--format", choices=["pickle", "json"], default="pickle")
     ap.add_argument("--idle-default-group", action="store_true")
     ap.add_argument("--against", help="also time `trace check --against FLAGS`")
+    ap.add_argument("--planned", action="store_true", help="the dumps of a job that ran a torchtitan plan, held to it")
     a = ap.parse_args()
     py = sys.executable
     mod = "pickle" if a.format == "pickle" else "json"
@@ -77,23 +109,31 @@ def main():
     try:
         print("| dumps | input | reader | CPU s (median) | CPU s (least) | wall s | peak RSS MB | CPU / %s.load (median, least) |" % mod)
         print("|---|---|---|---|---|---|---|---|")
+        if a.planned and a.format != "pickle":
+            sys.exit("--planned writes pickles only")
         for n in [int(x) for x in a.dumps.split(",")]:
-            if n % 32 or n < 32:
-                sys.exit("--dumps: %d is not a multiple of 32 (pp=4 x tp=8)" % n)
             d = os.path.join(work, "d%d" % n)
-            subprocess.run([py, GEN, d, "--pp", "4", "--dp", str(n // 32), "--tp", "8", "--steps", str(a.steps),
-                            "--frames", str(a.frames), "--format", a.format]
-                           + (["--idle-default-group"] if a.idle_default_group else []),
-                           check=True, stdout=subprocess.DEVNULL)
+            against = a.against
+            if a.planned:
+                if n % 64 or n < 64:
+                    sys.exit("--dumps: %d is not a multiple of 64 (pp=8 x tp=8)" % n)
+                against = planned_dumps(a, work, d, n // 64)
+            else:
+                if n % 32 or n < 32:
+                    sys.exit("--dumps: %d is not a multiple of 32 (pp=4 x tp=8)" % n)
+                subprocess.run([py, GEN, d, "--pp", "4", "--dp", str(n // 32), "--tp", "8", "--steps", str(a.steps),
+                                "--frames", str(a.frames), "--format", a.format]
+                               + (["--idle-default-group"] if a.idle_default_group else []),
+                               check=True, stdout=subprocess.DEVNULL)
             size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
             load = "CPython %s.load, nothing checked" % mod
             readers = [("start", [py, "-c", "pass"]), (load, [py, "-c", LOAD.format(mod=mod), d])]
             for jobs in (1, os.cpu_count() or 1):
                 readers.append(("meshsim trace check --jobs %d" % jobs, [a.exe, "trace", "check", d, "--jobs", str(jobs)]))
-            if a.against:
+            if against:
                 for jobs in (1, os.cpu_count() or 1):
                     readers.append(("meshsim trace check --jobs %d --against" % jobs,
-                                    [a.exe, "trace", "check", d, "--jobs", str(jobs), "--against", a.against]))
+                                    [a.exe, "trace", "check", d, "--jobs", str(jobs), "--against", against]))
             got = measure(readers, a.rounds)
             if not a.no_fr_trace and a.format == "pickle":  # fr_trace reads pickles only (and takes seconds: once)
                 got.update(measure([("PyTorch fr_trace", [py, "-m", "torch.distributed.flight_recorder.fr_trace", "-p", "rank_", d])], 1))
