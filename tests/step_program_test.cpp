@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -683,13 +684,15 @@ TEST(MegatronStep, MoeDispatchesOverEpAndReducesExpertsOverEdp) {
 }
 
 TEST(MegatronArgs, MegatronLmsFlagsAreTheSameStepAsThePreset) {
-  // llama3-8b's shape in Megatron-LM's flags; the same job as --preset and --model.
+  // llama3-8b's shape in Megatron-LM's flags (bias-free, RMSNorm, as its launch scripts say); the
+  // same job as --preset and --model.
   StepSpec a;
   a.megatron_args = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 "
                     "--global-batch-size 32 --seq-length 8192 --bf16 --sequence-parallel --use-distributed-optimizer "
                     "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
                     "--group-query-attention --num-query-groups 8 --swiglu --vocab-size 128256 "
-                    "--untie-embeddings-and-output-weights --lr 3e-4 --train-iters 10 --data-path /x";
+                    "--untie-embeddings-and-output-weights --disable-bias-linear --normalization RMSNorm "
+                    "--lr 3e-4 --train-iters 10 --data-path /x";
   a.world_size = 16;
   const StepRun ma = run_step(a);
   StepSpec p = megatron_spec("megatron:tp=2,pp=2,dp=4", "llama3-8b", 8);
@@ -708,6 +711,35 @@ TEST(MegatronArgs, MegatronLmsFlagsAreTheSameStepAsThePreset) {
   EXPECT_EQ(bytes(mb.report, "dp_cp", "reduce_scatter") * 2, bytes(ma.report, "dp_cp", "reduce_scatter"));
   EXPECT_EQ(bytes(mb.report, "dp_cp", "all_gather"), bytes(ma.report, "dp_cp", "all_gather"));
   EXPECT_EQ(calls(mb.report, "world", "all_reduce") + 1, calls(ma.report, "world", "all_reduce"));
+  // Megatron-LM's defaults: a bias in every linear layer and LayerNorm. Per layer and pipeline
+  // rank of 16 layers: the QKV's (32 + 2 x 8) x 128 / tp and fc1's 2 x 14336 / tp split over tp,
+  // linear_proj's and fc2's 4096 whole, a second 4096 per norm (two a layer, the final one on the
+  // last stage); the row-parallel biases and the norms all-reduced over tp (sequence parallel).
+  StepSpec d = a;
+  for (const char* flag : {" --disable-bias-linear", " --normalization RMSNorm"}) {
+    d.megatron_args.erase(d.megatron_args.find(flag), std::string(flag).size());
+  }
+  const StepRun md = run_step(d);
+  ASSERT_TRUE(md.report.ok) << md.report.diagnosis;
+  const int64_t h = 4096, layers = 16, dp = 4;
+  const int64_t biases = layers * ((32 + 2 * 8) * 128 / 2 + 2 * 14336 / 2 + 2 * h);  // rank 0: stage 0
+  const int64_t norm_biases = layers * 2 * h;
+  auto pad = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
+  const int64_t before = bytes(ma.report, "dp_cp", "reduce_scatter") / 4;  // one bucket, padded to lcm(dp, 128)
+  EXPECT_EQ(bytes(md.report, "dp_cp", "reduce_scatter") / 4, pad(before + biases + norm_biases, std::lcm(dp, int64_t{128})));
+  EXPECT_EQ(bytes(md.report, "tp", "all_reduce") - bytes(ma.report, "tp", "all_reduce"), (layers * 2 * h + norm_biases) * 4);
+  // The report's parameters count them: 32 layers' biases (QKV, proj, fc1's two halves, fc2) and
+  // norm biases, and the final norm's.
+  EXPECT_EQ(job_parameter_count(md.job) - job_parameter_count(ma.job), 32 * ((32 + 2 * 8) * 128 + h + 2 * 14336 + h + 2 * h) + h);
+  EXPECT_EQ(job_parameter_count(ma.job), parameter_count(ma.job.model));
+  // --add-qkv-bias alone: the QKV's bias only.
+  StepSpec q = a;
+  q.megatron_args += " --add-qkv-bias";
+  EXPECT_EQ(bytes(run_step(q).report, "dp_cp", "reduce_scatter") / 4, pad(before + layers * (32 + 2 * 8) * 128 / 2, 128));
+  // The vocabulary's padding: 128256 is a multiple of 128 x tp, not of 1024 x tp.
+  StepSpec w = a;
+  w.megatron_args += " --make-vocab-size-divisible-by 1024";
+  EXPECT_GT(bytes(run_step(w).report, "dp_cp", "reduce_scatter"), bytes(ma.report, "dp_cp", "reduce_scatter"));
   // Virtual stages: 32 layers / pp 2 / 4 layers per virtual stage = 4 per rank.
   StepSpec v = a;
   v.megatron_args += " --num-layers-per-virtual-pipeline-stage 4";
@@ -745,6 +777,10 @@ TEST(MegatronArgs, WhatMegatronRefusesOrMeshsimDoesNotModelIsNamed) {
       {base + " --recompute-granularity full --recompute-method block --recompute-num-layers 1",
        "recomputes 1 of the 6 layers"},
       {base + " --hidden-size 99999999999 --num-layers 2 --num-attention-heads 2 --vocab-size 8", "over 2^32"},
+      {base + " --normalization rmsnorm", "invalid choice (choose from LayerNorm, RMSNorm)"},
+      {base + " --qk-layernorm", "--qk-layernorm"},
+      {base + " --num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 64 --swiglu --num-experts 4",
+       "give --disable-bias-linear"},
   };
   for (const auto& [args, says] : cases) {
     StepSpec s;

@@ -217,7 +217,7 @@ int run_job(const Options& o, std::ostream& out) {
     out << json::output_text(j) << "\n";
     return r.ok ? 0 : 1;
   }
-  const int64_t params = step::parameter_count(job.model);
+  const int64_t params = step::job_parameter_count(job);
   const std::vector<int64_t>& layers = r.layout.layer_count;
   if (job.framework == step::Framework::kMegatron) {
     out << "step: megatron pp=" << t.pp << " dp=" << t.dp_shard << " cp=" << t.cp << " tp=" << t.tp << " ep=" << t.ep

@@ -40,12 +40,13 @@ const std::map<std::string, Flag>& int_flags() {
 const std::set<std::string>& bool_flags() {
   static const std::set<std::string> s{"--bf16", "--grad-reduce-in-bf16", "--sequence-parallel",
                                        "--use-distributed-optimizer", "--group-query-attention", "--swiglu",
-                                       "--untie-embeddings-and-output-weights"};
+                                       "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+                                       "--add-qkv-bias"};
   return s;
 }
 const std::set<std::string>& string_flags() {
   static const std::set<std::string> s{"--rerun-mode", "--recompute-granularity", "--recompute-method",
-                                       "--recompute-num-layers", "--pipeline-model-parallel-layout"};
+                                       "--recompute-num-layers", "--pipeline-model-parallel-layout", "--normalization"};
   return s;
 }
 // Flags that change the step's collectives in ways meshsim does not model, and why.
@@ -67,7 +68,8 @@ const std::map<std::string, std::string>& refused_flags() {
       {"--cross-entropy-loss-fusion", "the fused cross entropy's collectives are not modelled"},
       {"--defer-embedding-wgrad-compute", "not modelled"},
       {"--use-tp-pp-dp-mapping", "meshsim lays out Megatron's default order tp-cp-ep-dp-pp"},
-      {"--num-distributed-optimizer-instances", "meshsim models one distributed optimizer instance"}};
+      {"--num-distributed-optimizer-instances", "meshsim models one distributed optimizer instance"},
+      {"--qk-layernorm", "the query and key layernorms' parameters (and their tensor-parallel all-reduce) are not modelled"}};
   return m;
 }
 
@@ -129,6 +131,8 @@ MegatronArgs parse_megatron_args(const std::string& text_or_file) {
       else if (flag == "--grad-reduce-in-bf16") a.grad_reduce_in_bf16 = true;
       else if (flag == "--sequence-parallel") a.sequence_parallel = true;
       else if (flag == "--use-distributed-optimizer") a.distributed_optimizer = true;
+      else if (flag == "--disable-bias-linear") a.bias_linear = false;
+      else if (flag == "--add-qkv-bias") a.qkv_bias = true;
       else strs[flag] = "true";
     } else if (string_flags().count(flag)) {
       strs[flag] = take_value();
@@ -174,6 +178,13 @@ MegatronArgs parse_megatron_args(const std::string& text_or_file) {
     throw InvalidArgument("--megatron-args: --tensor-model-parallel-size " + std::to_string(a.tp) +
                           " without --sequence-parallel: meshsim step models Megatron's tensor parallel with sequence "
                           "parallel");
+  }
+  if (auto it = strs.find("--normalization"); it != strs.end()) {
+    if (it->second != "LayerNorm" && it->second != "RMSNorm") {
+      throw InvalidArgument("--megatron-args: --normalization " + quote_input(it->second) +
+                            ": invalid choice (choose from LayerNorm, RMSNorm)  [Megatron]");
+    }
+    a.normalization = it->second;
   }
   if (auto it = strs.find("--rerun-mode"); it != strs.end()) {
     if (it->second != "disabled" && it->second != "validate_results" && it->second != "report_stats") {
@@ -252,6 +263,11 @@ MegatronArgs parse_megatron_args(const std::string& text_or_file) {
     m.ffn_dim = get(Flag::kFfn).value_or(((4 * m.dim * 2 / 3) / 64) * 64);
     m.weight_tying = strs.count("--untie-embeddings-and-output-weights") == 0;  // Megatron ties by default
     if (const auto e = get(Flag::kExperts)) {
+      if (a.bias_linear) {
+        throw InvalidArgument("--megatron-args: --num-experts " + std::to_string(*e) + " with biases in the linear layers "
+                              "(Megatron's default, add_bias_linear): the experts' biases are not modelled; give "
+                              "--disable-bias-linear");
+      }
       m.experts = *e;
       m.top_k = get(Flag::kTopk).value_or(2);
       m.moe_ffn_dim = get(Flag::kMoeFfn).value_or(m.ffn_dim);

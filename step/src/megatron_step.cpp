@@ -194,16 +194,44 @@ class MegatronStep final : public StepBuilder {
     const int64_t t = p.tp;
     std::vector<int64_t> dense, experts;
     int64_t norms = 0;
+    // A norm: its weight, and LayerNorm's bias; sequence-parallel (all-reduced over tp).
+    auto norm = [&] {
+      for (int k = 0; k < (job_.megatron_layernorm ? 2 : 1); ++k) {
+        dense.push_back(m.dim);
+        norms += m.dim;
+      }
+    };
+    // A row-parallel layer's bias is whole on every tp rank and sequence-parallel too
+    // (tensor_parallel/layers.py), a column-parallel one's split over tp.
+    const bool bias = job_.megatron_bias_linear, qkv_bias = bias || job_.megatron_qkv_bias;
+    auto row_bias = [&] {
+      if (!bias) return;
+      dense.push_back(m.dim);
+      norms += m.dim;
+    };
     if (stage == 0) dense.push_back(embed_);
     for (int64_t l = 0; l < layout_.layer_count[stage]; ++l) {
       const int64_t layer = layout_.first_layer[stage] + l;
-      dense.push_back(m.dim);  // input_layernorm
-      dense.push_back(attention_ - 2 * m.dim);  // the attention's projections
-      dense.push_back(m.dim);  // pre_mlp_layernorm
-      norms += 2 * m.dim;
+      // In the layer's parameter order (the buffer lays them out backward): input_layernorm,
+      // the attention's linear_proj then linear_qkv (Attention registers linear_proj before
+      // SelfAttention adds linear_qkv), pre_mlp_layernorm, the MLP's linear_fc1, linear_fc2.
+      norm();
+      if (mla(m)) {
+        dense.push_back(attention_ - 2 * m.dim);  // the latent attention's projections
+      } else {
+        const int64_t head_dim = m.dim / m.heads;
+        const int64_t qkv = (m.heads + 2 * m.kv_heads) * head_dim / t;
+        dense.push_back(checked_mul(m.dim, m.heads * head_dim / t, "linear_proj"));
+        row_bias();
+        dense.push_back(checked_mul(qkv, m.dim, "linear_qkv"));
+        if (qkv_bias) dense.push_back(qkv);
+      }
+      norm();
       if (!moe_layer(m, layer)) {
         dense.push_back(checked_mul(2 * m.ffn_dim / t, m.dim, "linear_fc1"));
+        if (bias) dense.push_back(2 * m.ffn_dim / t);
         dense.push_back(checked_mul(m.dim, m.ffn_dim / t, "linear_fc2"));
+        row_bias();
         continue;
       }
       dense.push_back(checked_mul(m.experts, m.dim, "the router"));
@@ -218,8 +246,7 @@ class MegatronStep final : public StepBuilder {
       }
     }
     if (stage == layout_.stages - 1) {
-      dense.push_back(m.dim);  // final_layernorm
-      norms += m.dim;
+      norm();  // final_layernorm
       if (!m.weight_tying || layout_.stages > 1) dense.push_back(output_);
     }
     auto pad = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };

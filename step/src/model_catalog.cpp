@@ -226,4 +226,18 @@ int64_t parameter_count(const Model& m) {
   return total;
 }
 
+int64_t job_parameter_count(const Job& job) {
+  const Model& m = job.model;
+  int64_t total = parameter_count(m);
+  if (job.framework != Framework::kMegatron || mla(m)) return total;
+  const std::string w = "model " + m.name + "'s biases";
+  const int64_t qkv = (m.heads + 2 * m.kv_heads) * (m.dim / m.heads);
+  int64_t layer = 0;
+  if (job.megatron_bias_linear) layer = checked_add(checked_add(qkv, 2 * m.dim, w), checked_mul(2, m.ffn_dim, w), w);
+  else if (job.megatron_qkv_bias) layer = qkv;
+  if (job.megatron_layernorm) layer = checked_add(layer, 2 * m.dim, w);  // the two norms' biases
+  total = checked_add(total, checked_mul(layer, m.layers, w), w);
+  return job.megatron_layernorm ? checked_add(total, m.dim, w) : total;  // the final norm's
+}
+
 }  // namespace meshsim::step

@@ -257,6 +257,9 @@ void from_megatron_args(const MegatronArgs& a, StepSpec& s, Job& job, StepRun& r
   }
   job.megatron_grad_reduce_in_bf16 = a.grad_reduce_in_bf16;
   job.megatron_vocab_divisible = a.vocab_divisible;
+  job.megatron_bias_linear = a.bias_linear;
+  job.megatron_qkv_bias = a.qkv_bias;
+  job.megatron_layernorm = a.normalization == "LayerNorm";
   job.megatron_rerun_validate = a.rerun_mode == "validate_results";
   if (!a.ignored.empty()) {
     std::string list;
@@ -593,7 +596,7 @@ nlohmann::json step_json(const StepRun& run) {
                    {"world_size", r.world_size},
                    {"rank", r.rank},
                    {"by_dim", by_dim},
-                   {"model", {{"name", run.job.model.name}, {"parameters", parameter_count(run.job.model)},
+                   {"model", {{"name", run.job.model.name}, {"parameters", job_parameter_count(run.job)},
                               {"layers", run.job.model.layers}}},
                    {"framework", framework_name(run.job.framework)},
                    {"parallel", run.job.framework == Framework::kMegatron

@@ -10,10 +10,15 @@ distributed optimizer and fp32 gradient reduction (what `--bf16` without `--grad
 sets). Its gradient buffer (every parameter laid out, 64-aligned, padded to lcm(dp, 128)) must be
 what `meshsim step --megatron-args` reduce-scatters over dp_cp for that rank, in fp32 bytes, and
 gathers in bf16. With --grad-reduce-in-bf16 the buffer's gradients are bf16, and so are meshsim's.
+The model takes Megatron-LM's defaults, biases in every linear layer and LayerNorm, or what the
+job's flags say (--disable-bias-linear, --add-qkv-bias, --normalization RMSNorm): the buffer holds
+every bias and norm, and the sequence-parallel parameters (the norms, the row-parallel biases)
+are what meshsim all-reduces over tp at the step's end.
 
 Only `torch.cuda.current_device` is patched (to "cpu"): the buffers are allocated there; nothing
 runs on them.
 """
+import json
 import logging
 import os
 import random
@@ -43,6 +48,10 @@ def jobs():
              "layers": RNG.choice([2, 4]), "hidden": RNG.choice([128, 256]), "heads": RNG.choice([4, 8]),
              "ffn": RNG.choice([384, 512]), "vocab": RNG.choice([1000, 2048]), "bf16_reduce": RNG.random() < 0.25}
         j["groups"] = RNG.choice([j["heads"], j["heads"] // 2])
+        j["bias"] = RNG.random() < 0.5
+        j["qkv_bias"] = not j["bias"] and RNG.random() < 0.5
+        j["norm"] = RNG.choice(["LayerNorm", "RMSNorm"])
+        j["norm_flag"] = j["norm"] == "RMSNorm" or RNG.random() < 0.3  # LayerNorm given or left to the default
         out.append(j)
     return out
 
@@ -57,11 +66,17 @@ def args(j):
         text += " --sequence-parallel"
     if j["bf16_reduce"]:
         text += " --grad-reduce-in-bf16"
+    if not j["bias"]:
+        text += " --disable-bias-linear"
+    if j["qkv_bias"]:
+        text += " --add-qkv-bias"
+    if j["norm_flag"]:
+        text += " --normalization " + j["norm"]
     return text
 
 
 def megatron_buffer(j, rank, monkeypatch):
-    """(elements, gradient dtype) of megatron-core's DDP buffer on `rank`."""
+    """(elements, gradient dtype, sequence-parallel elements) of megatron-core's DDP buffer on `rank`."""
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt import GPTModel
@@ -78,13 +93,14 @@ def megatron_buffer(j, rank, monkeypatch):
         cfg = TransformerConfig(num_layers=j["layers"], hidden_size=j["hidden"], ffn_hidden_size=j["ffn"],
                                 num_attention_heads=j["heads"], num_query_groups=j["groups"],
                                 tensor_model_parallel_size=j["tp"], pipeline_model_parallel_size=j["pp"],
-                                bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, gated_linear_unit=True, add_bias_linear=False,
-                                normalization="RMSNorm", use_cpu_initialization=True)
+                                bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, gated_linear_unit=True,
+                                add_bias_linear=j["bias"], add_qkv_bias=j["qkv_bias"], normalization=j["norm"],
+                                use_cpu_initialization=True)
         # Megatron-LM pads the vocabulary to a multiple of 128 x tp before building the model
         # (training/tokenizer: _vocab_size_with_padding, make_vocab_size_divisible_by 128).
         step = 128 * j["tp"]
         vocab = (j["vocab"] + step - 1) // step * step
-        model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization=j["norm"]),
                          vocab_size=vocab, max_sequence_length=256, share_embeddings_and_output_weights=False,
                          position_embedding_type="rope", pre_process=ps.is_pipeline_first_stage(),
                          post_process=ps.is_pipeline_last_stage())
@@ -94,7 +110,14 @@ def megatron_buffer(j, rank, monkeypatch):
         assert len(ddp.buffers) == 1 and not ddp.expert_parallel_buffers
         b = ddp.buffers[0]
         assert b.param_dtype == torch.bfloat16
-        return b.numel, b.grad_dtype
+        # What finalize_model_grads all-reduces over tp (_allreduce_non_tensor_model_parallel_grads):
+        # the parameters marked sequence_parallel. On CPU the norms are WrappedTorchNorm, which refuses
+        # sequence_parallel, so the config leaves it off and the marked ones are named by the modules
+        # that mark them with it on: a norm's weight and bias (FusedLayerNorm, TENorm) and
+        # RowParallelLinear's bias (tensor_parallel/layers.py).
+        marked = ("layernorm.weight", "layernorm.bias", "linear_proj.bias", "linear_fc2.bias")
+        sp = sum(p.numel() for n, p in model.named_parameters() if n.endswith(marked)) if j["tp"] > 1 else 0
+        return b.numel, b.grad_dtype, sp
     finally:
         ps.destroy_model_parallel()
         dist.destroy_process_group()
@@ -105,9 +128,13 @@ def test_each_stages_buffer_is_megatron_cores(j, monkeypatch):
     world = j["tp"] * j["pp"] * j["dp"]
     for stage in range(j["pp"]):
         rank = stage * j["tp"] * j["dp"]  # the stage's first rank (Megatron's order tp-cp-ep-dp-pp)
-        numel, grad_dtype = megatron_buffer(j, rank, monkeypatch)
-        mine = meshsim.step(megatron_args=args(j), world_size=world, rank=rank)
+        numel, grad_dtype, sp = megatron_buffer(j, rank, monkeypatch)
+        mine = meshsim.step(megatron_args=args(j), world_size=world, rank=rank, trace=True)
         width = 2 if j["bf16_reduce"] else 4
+        trace = mine["trace"] if isinstance(mine["trace"], dict) else json.loads(mine["trace"])
+        norm_grads = [e["args"]["bytes"] for e in trace["traceEvents"]
+                      if e.get("ph") == "X" and e["tid"] == rank and e["args"].get("what") == "norm_grads"]
+        assert norm_grads == ([sp * width] if sp else []), (stage, sp, norm_grads)
         assert grad_dtype == (torch.bfloat16 if j["bf16_reduce"] else torch.float32)
         assert mine["by_dim"]["dp_cp"]["reduce_scatter"] == {"calls": 1, "bytes": numel * width}, (stage, numel)
         assert mine["by_dim"]["dp_cp"]["all_gather"] == {"calls": 1, "bytes": numel * 2}, (stage, numel)

@@ -10,7 +10,8 @@
 // --grad-reduce-in-bf16), --sequence-parallel, --use-distributed-optimizer, --rerun-mode, the
 // recomputation, and the model's shape (--num-layers, --hidden-size, --ffn-hidden-size,
 // --num-attention-heads, --group-query-attention / --num-query-groups, --swiglu, --vocab-size,
-// --untie-embeddings-and-output-weights, --num-experts, --moe-router-topk, --moe-ffn-hidden-size,
+// --untie-embeddings-and-output-weights, --disable-bias-linear, --add-qkv-bias, --normalization,
+// --num-experts, --moe-router-topk, --moe-ffn-hidden-size,
 // --moe-shared-expert-intermediate-size). Flags that change the step in ways meshsim does not
 // model are refused by name (--fp16, --overlap-grad-reduce, ...); any other (learning rate, data
 // paths, logging: no collective of the step) is listed in `ignored`, unless it is a near miss of a
@@ -35,6 +36,11 @@ struct MegatronArgs {
   std::optional<int64_t> micro_batch_size, global_batch_size, seq_length;
   bool bf16 = false, grad_reduce_in_bf16 = false, sequence_parallel = false, distributed_optimizer = false;
   int64_t vocab_divisible = 128;  // --make-vocab-size-divisible-by (Megatron-LM's default 128)
+  // The model's biases and norms, Megatron-LM's defaults: a bias in every linear layer
+  // (add_bias_linear; --disable-bias-linear drops them, --add-qkv-bias keeps the QKV's) and
+  // LayerNorm (a weight and a bias; --normalization RMSNorm: a weight).
+  bool bias_linear = true, qkv_bias = false;
+  std::string normalization = "LayerNorm";
   std::string rerun_mode = "validate_results";
   std::string recompute = "none";          // none, selective or full (--recompute-granularity)
   bool recompute_given = false;            // --recompute-granularity was given

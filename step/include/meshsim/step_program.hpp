@@ -185,8 +185,17 @@ struct Job {
   bool megatron_grad_reduce_in_bf16 = false;
   // Megatron-LM pads the vocabulary to a multiple of this x tp (--make-vocab-size-divisible-by).
   int64_t megatron_vocab_divisible = 128;
+  // Megatron's biases and norms: a bias in each linear layer (the row-parallel ones' gradients
+  // all-reduced over tp with the norms'), in the QKV alone, LayerNorm's bias beside each norm's
+  // weight. `--preset megatron:` leaves them out (a Llama-style model); --megatron-args takes
+  // Megatron-LM's defaults (biases, LayerNorm) and its flags.
+  bool megatron_bias_linear = false, megatron_qkv_bias = false, megatron_layernorm = false;
   bool megatron_rerun_validate = true;
 };
+
+// job_parameter_count: the job's model's, with the biases and LayerNorm biases of a Megatron
+// job that has them (Megatron-LM's defaults: every linear layer's bias, a bias per norm).
+int64_t job_parameter_count(const Job& job);
 
 // dim_label: the dim as the job's framework names it: Megatron's dp_cp (fsdp), dp (batch), edp
 // (efsdp); the others as dim_name.
