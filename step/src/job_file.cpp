@@ -10,6 +10,7 @@
 #include "meshsim/text_fields.hpp"
 #include "meshsim/json_codec.hpp"
 #include "meshsim/text_file.hpp"
+#include "torchtitan_fields.hpp"
 
 namespace meshsim::step {
 
@@ -181,8 +182,9 @@ void read_degrees_json(const Section& s, preset::Torchtitan& t) {
 
 // python_constants is `text` with the constants Python's json module writes for floats that are
 // not finite (Infinity, -Infinity, NaN: torchtitan's saved config holds them where a float
-// field is inf) made JSON numbers: the largest double for Infinity and null for NaN (no field meshsim
-// reads is a float). Strings are left as they are.
+// field is inf) made JSON numbers: the largest double for Infinity and 0.0 for NaN (a float either
+// way, so a field torchtitan types as a float holds it and one it types otherwise refuses it; no
+// float's value is read). Strings are left as they are.
 std::string python_constants(const std::string& text) {
   std::string out;
   out.reserve(text.size());
@@ -203,7 +205,7 @@ std::string python_constants(const std::string& text) {
       out += "1.7976931348623157e308";
       i += 7;
     } else if (text.compare(i, 3, "NaN") == 0) {
-      out += "null";
+      out += "0.0";
       i += 2;
     } else {
       out += c;
@@ -292,6 +294,7 @@ JobFile read_job_file(const std::string& path) {
       }
     }
     model.check_keys(saved_model_spec_keys());
+    detail::check_saved_fields(doc, where);  // every listed section's fields as torchtitan types them
     read_degrees_json(par, f.degrees);
     // What torchtitan 0.3.0's own configs refuse as they are built (Trainer.Config and
     // ParallelismConfig.__post_init__), in their words.

@@ -12,6 +12,9 @@ JSON). meshsim reads that file, and
   over microbatch size; global batch over local batch times the batch degree);
 - the report equals `meshsim step` given the same job as flags, and a flag given beside the file
   overrides it and says so in the report's notes.
+And mutations of the config torchtitan saved (a key misspelled in any section, a value of another
+type, null, a Literal's value outside its choices, a valid new value), each given to torchtitan's
+own parser as the same change on its command line: both refuse, or both accept with the same step.
 
 torchtitan's model registry imports a Triton kernel module at import time (its async expert
 parallel), which a CPU build lacks: only that module is stubbed, and no code of it runs here.
@@ -173,3 +176,101 @@ def test_the_saved_config_means_to_meshsim_what_it_means_to_torchtitan(d, tmp_pa
     assert over["notes"][0].startswith(f"--seq-len {2 * d['seq']} overrides training.seq_len = {d['seq']}")
     if d["tp"] > 1:  # sequence-parallel collectives move seq_len's tokens
         assert over["by_dim"]["tp"] != mine["by_dim"]["tp"]
+
+
+# Mutations of a saved config, each held to torchtitan's own parser (tyro over the config's
+# dataclasses, then its validation), as the same change given on torchtitan's command line:
+# a key misspelled, a value of another type, null, a Literal's value outside its choices, a
+# valid new value. Both refuse, or both accept with the same step. The checkpointing policy and
+# the loss (subcommands and nested configs on torchtitan's command line) and null in a plain str
+# field (the command line's "None" is that string there, not None) are not mutated here;
+# tests/job_file_test.cpp holds those.
+MUTATED_SECTIONS = ("training", "parallelism", "checkpoint", "compile", "comm", "debug", "metrics", "profiler",
+                    "lr_scheduler", "dataloader", "validator", "optimizer")
+
+
+def mutations(seed, count):
+    rng = random.Random(seed)
+    return [(rng.choice(MUTATED_SECTIONS), rng.random(), rng.choice(["misspell", "type", "null", "choice", "valid"]),
+             rng.random()) for _ in range(count)]
+
+
+MUTATED_JOBS = jobs()
+
+
+def torchtitan_verdict(d, extra):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
+            config = torchtitan_config_with(d, extra)
+        return config, None
+    except (SystemExit, ValueError, TypeError) as e:
+        return None, f"{type(e).__name__}: {' '.join(err.getvalue().split())[-200:]}"
+
+
+def torchtitan_config_with(d, extra):
+    dp = d["dp_shard"] * d["dp_replicate"]
+    args = ["--module", "llama3", "--config", "llama3_debugmodel", "--training.disable_cuda_graphs",
+            "--parallelism.data_parallel_shard_degree", str(d["dp_shard"]),
+            "--parallelism.data_parallel_replicate_degree", str(d["dp_replicate"]),
+            "--parallelism.tensor_parallel_degree", str(d["tp"]), "--training.local_batch_size", str(d["local"] * dp),
+            "--training.seq_len", str(d["seq"])]
+    return ConfigManager().parse_args(args + extra)
+
+
+@pytest.mark.parametrize("seed", range(max(2, COUNT // 6)))
+def test_a_mutated_saved_config_is_refused_or_read_as_torchtitan_does(seed, tmp_path):
+    d = MUTATED_JOBS[seed % len(MUTATED_JOBS)]
+    base_config, err = torchtitan_verdict(d, [])
+    assert err is None, err
+    base = json.loads(json.dumps(base_config.to_dict(), default=str))
+    tried = agreed_refusals = 0
+    for section, pick, kind, r in mutations(seed, 16):
+        leaves = [(k, v) for k, v in base[section].items() if v is None or isinstance(v, (bool, int, float, str))]
+        if not leaves:
+            continue
+        key, value = leaves[int(pick * len(leaves))]
+        mutated = json.loads(json.dumps(base))
+        cli = None
+        if kind == "misspell":
+            bad = key + ("_x" if r < 0.5 else "s")
+            mutated[section][bad] = mutated[section].pop(key)
+            cli = [f"--{section}.{bad}", "1"]
+        elif kind == "type" and isinstance(value, bool):
+            mutated[section][key] = "maybe"
+            cli = [f"--{section}.{key}", "maybe"]
+        elif kind == "type" and isinstance(value, int):
+            mutated[section][key] = 2.5 if r < 0.5 else "abc"
+            cli = [f"--{section}.{key}", str(mutated[section][key])]
+        elif kind == "type" and isinstance(value, float):
+            mutated[section][key] = "abc"
+            cli = [f"--{section}.{key}", "abc"]
+        elif kind == "null" and value is not None and not isinstance(value, str):
+            mutated[section][key] = None
+            cli = [f"--{section}.{key}", "None"]
+        elif kind == "choice" and isinstance(value, str):
+            mutated[section][key] = "bogus_choice"
+            cli = [f"--{section}.{key}", "bogus_choice"]
+        elif kind == "valid" and isinstance(value, int) and not isinstance(value, bool) and "degree" not in key:
+            mutated[section][key] = value + 1
+            cli = [f"--{section}.{key}", str(value + 1)]
+        if cli is None:
+            continue
+        tried += 1
+        theirs, why = torchtitan_verdict(d, cli)
+        path = tmp_path / f"m{tried}.json"
+        path.write_text(json.dumps(mutated))
+        what = f"{kind} {section}.{key}={value!r} ({' '.join(cli)})"
+        try:
+            mine = meshsim.step(job=str(path))
+        except meshsim.errors.InvalidArgument as e:
+            assert why is not None, f"{what}: meshsim refused what torchtitan accepts: {e}"
+            agreed_refusals += 1
+            continue
+        assert why is None, f"{what}: torchtitan refused ({why}); meshsim accepted"
+        # Both accept: the same step as torchtitan's own config of that change, saved.
+        again = tmp_path / f"t{tried}.json"
+        again.write_text(json.dumps(theirs.to_dict(), default=str))
+        assert mine["by_dim"] == meshsim.step(job=str(again))["by_dim"], what
+    assert tried >= 5, "too few mutations applied: the test no longer tests"
+    print(f"seed {seed}: {tried} mutations, {agreed_refusals} refused by both")
