@@ -110,6 +110,7 @@ def main():
         if rows is None:
             continue
         for name, k, optional, choices in rows:
+            assert all(choices) and len(choices) <= 8, f"{section.name}.{name}: the table holds up to 8 non-empty choices"
             ch = ", ".join('"%s"' % c for c in choices)
             print(f'{{"{section.name}", "{name}", Kind::k{k.capitalize()}, {"true" if optional else "false"}, {{{ch}}}}},')
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
+#include <array>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
@@ -17,12 +17,23 @@ namespace {
 
 enum class Kind { kInt, kFloat, kNumber, kBool, kStr, kChoice, kList, kDict };
 
+// A Literal's choices, the unused ones empty (held by value: an initializer_list member would
+// point at an array that ends with the table's initializer).
+constexpr std::size_t kMaxChoices = 8;
 struct Field {
   std::string_view section, name;
   Kind kind;
   bool optional;
-  std::initializer_list<std::string_view> choices;
+  std::array<std::string_view, kMaxChoices> choices;
 };
+
+bool is_choice(const Field& f, std::string_view v) {
+  for (std::string_view c : f.choices) {
+    if (c.empty()) break;
+    if (c == v) return true;
+  }
+  return false;
+}
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> f{
@@ -63,7 +74,7 @@ bool fits(const Field& f, const nlohmann::json& v) {
     case Kind::kBool: return v.is_boolean();
     case Kind::kStr: return v.is_string();
     case Kind::kChoice:
-      return v.is_string() && std::find(f.choices.begin(), f.choices.end(), v.get_ref<const std::string&>()) != f.choices.end();
+      return v.is_string() && is_choice(f, v.get_ref<const std::string&>());
     case Kind::kList: return v.is_array();
     case Kind::kDict: return v.is_object();
   }
@@ -117,7 +128,9 @@ void check_saved_fields(const nlohmann::json& doc, const std::string& where) {
       std::string why = where + ": " + at + " is " + json_kind(value) + ", not " + kind_name(f->kind);
       if (f->kind == Kind::kChoice) {
         std::string list;
-        for (std::string_view c : f->choices) list += (list.empty() ? "" : ", ") + std::string(c);
+        for (std::string_view c : f->choices) {
+          if (!c.empty()) list += (list.empty() ? "" : ", ") + std::string(c);
+        }
         why = where + ": " + at + " = " + quote_input(value.is_string() ? value.get<std::string>() : value.dump()) +
               " is not one of torchtitan's choices (" + list + ")";
       }
