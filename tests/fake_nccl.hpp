@@ -274,8 +274,17 @@ class FakeNccl final : public NcclApi {
     if (m->aborted) throw Unavailable("fake NCCL: the communicator was aborted");
     if (async_error) {
       if (auto msg = async_error(m->rank, m->g->n)) {
-        std::lock_guard lk(m->mu);
-        m->error = *msg;
+        {
+          std::lock_guard lk(m->mu);
+          m->error = *msg;
+        }
+        // As NCCL's: the failed communicator's kernel never completes; its stream runs until the
+        // communicator is aborted. (With nothing enqueued the stream read as done at once, and a
+        // waiter that polled it first, as a slow, sanitized run does, never saw the error.)
+        enqueue(s, [m] {
+          while (!m->aborted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          throw Unavailable("fake NCCL: aborted after an asynchronous error");
+        });
         return;
       }
     }
