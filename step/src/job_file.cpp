@@ -76,15 +76,7 @@ const std::vector<std::string> kAcMemoryBudget{"memory_budget", "visualize_memor
 
 using text::lower_case;
 
-const char* kind_of(const nlohmann::json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a float";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "a table";
-}
+const char* kind_of(const nlohmann::json& v) { return detail::json_kind(v); }
 
 // Section reads one table of the job, whichever form it came in.
 class Section {

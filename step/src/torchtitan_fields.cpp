@@ -50,20 +50,10 @@ const char* kind_name(Kind k) {
     case Kind::kBool: return "a boolean";
     case Kind::kStr: return "a string";
     case Kind::kChoice: return "one of its choices";
-    case Kind::kList: return "a list";
+    case Kind::kList: return "an array";
     case Kind::kDict: return "a table";
   }
   return "?";
-}
-
-const char* json_kind(const nlohmann::json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a float";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "a list";
-  return "a table";
 }
 
 bool fits(const Field& f, const nlohmann::json& v) {
@@ -82,6 +72,16 @@ bool fits(const Field& f, const nlohmann::json& v) {
 }
 
 }  // namespace
+
+const char* json_kind(const nlohmann::json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a float";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "a table";
+}
 
 void check_saved_fields(const nlohmann::json& doc, const std::string& where) {
   if (!doc.is_object()) return;

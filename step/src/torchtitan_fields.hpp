@@ -15,4 +15,7 @@ namespace meshsim::step::detail {
 // (InvalidArgument). `where` names the file.
 void check_saved_fields(const nlohmann::json& doc, const std::string& where);
 
+// json_kind: how a message names a JSON value's kind ("an integer", "a table", "null", ...).
+const char* json_kind(const nlohmann::json& v);
+
 }  // namespace meshsim::step::detail

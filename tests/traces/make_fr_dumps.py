@@ -437,24 +437,32 @@ def from_mesh_trace(a, events, plants):
                 ins, outs = ([[numel]], [[numel]]) if op == "send" else ([], [[numel]])
                 step_records.append([name, desc, prof, ins, outs, dt, True])
                 continue
-            n = len(ranks)
-            ins, outs = [[numel]], [[numel]]
-            if op == "all_gather":
-                ins = [[numel // n]]
-            elif op == "reduce_scatter":
-                outs = [[numel // n]]
-            step_records.append([name, desc, "nccl:" + op, ins, outs, dt, False])
+            step_records.append(collective_record(name, desc, op, numel, len(ranks), dt))
         for step in range(a.steps):
             records = [list(x) for x in step_records] if step == a.steps - 1 else step_records
             if step == a.steps - 1:
                 plant_last_step(records, mine)
             for x in records:
                 record(*x)
-        entries = entries[-a.ring:]
-        dump = {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.21.5", "pg_status": {},
-                "entries": entries}
-        with open(os.path.join(a.out, f"{a.prefix}{r}"), "wb") as f:
-            pickle.dump(dump, f, protocol=a.protocol)
+        write_planned_dump(a, r, pg_config, entries)
+
+
+def collective_record(name, desc, op, numel, n, dt):
+    """A planned collective's record: its sizes as NCCL's (an all-gather's input and a
+    reduce-scatter's output 1/n of the event's elements)."""
+    ins, outs = [[numel]], [[numel]]
+    if op == "all_gather":
+        ins = [[numel // n]]
+    elif op == "reduce_scatter":
+        outs = [[numel // n]]
+    return [name, desc, "nccl:" + op, ins, outs, dt, False]
+
+
+def write_planned_dump(a, r, pg_config, entries):
+    dump = {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.21.5", "pg_status": {},
+            "entries": entries[-a.ring:]}
+    with open(os.path.join(a.out, f"{a.prefix}{r}"), "wb") as f:
+        pickle.dump(dump, f, protocol=a.protocol)
 
 
 def plant_last_step(records, mine):
@@ -526,28 +534,18 @@ def from_trace(a):
                 numel = args["bytes"] // width
                 name, desc, ranks = group_of(args["group"])
                 pg_config[name] = {"name": name, "desc": desc, "ranks": "[" + ", ".join(map(str, ranks)) + "]"}
-                n = len(ranks)
                 if op in ("send", "recv"):
                     me, peer = ranks.index(r), ranks.index(args["peer"])
                     prof = f"nccl:send {me}->{peer}" if op == "send" else f"nccl:recv {me}<-{peer}"
                     ins, outs = ([[numel]], [[numel]]) if op == "send" else ([], [[numel]])
                     records.append([name, desc, prof, ins, outs, dt, True])
                     continue
-                ins, outs = [[numel]], [[numel]]
-                if op == "all_gather":
-                    ins = [[numel // n]]
-                elif op == "reduce_scatter":
-                    outs = [[numel // n]]
-                records.append([name, desc, "nccl:" + op, ins, outs, dt, False])
+                records.append(collective_record(name, desc, op, numel, len(ranks), dt))
             if last:
                 plant_last_step(records, mine)
             for x in records:
                 record(*x)
-        entries = entries[-a.ring:]
-        dump = {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.21.5", "pg_status": {},
-                "entries": entries}
-        with open(os.path.join(a.out, f"{a.prefix}{r}"), "wb") as f:
-            pickle.dump(dump, f, protocol=a.protocol)
+        write_planned_dump(a, r, pg_config, entries)
 
 
 if __name__ == "__main__":
