@@ -217,6 +217,31 @@ TEST(JobFile, TorchtitansSavedConfigIsRead) {
   EXPECT_EQ(none.job.activation_checkpoint, Checkpoint::kNone);
 }
 
+// A saved MoE model's layers say whether its load balancing is on (load_balance_coeff set in
+// every MoE layer: the optimizer's pre-step hook all-reduces the tokens per expert) or off (null
+// in every one); torchtitan refuses a mix and a coefficient that is not > 0.
+TEST(JobFile, ASavedMoesLoadBalanceIsReadFromItsLayers) {
+  auto saved = [](const std::string& coeffs) {
+    std::string layers = R"({"moe": null})";
+    for (std::size_t k = 0; k < coeffs.size(); ++k) {
+      layers += std::string(R"(, {"moe": {"num_experts": 8, "load_balance_coeff": )") + (coeffs[k] == '1' ? "0.001" : coeffs[k] == '0' ? "null" : "-1.0") + "}}";
+    }
+    return std::string(R"({"model_spec": {"name": "deepseek_v3", "flavor": "debugmodel", "model": {"layers": [)") + layers +
+           R"(]}}, "training": {"local_batch_size": 1, "seq_len": 256}, "parallelism": {"data_parallel_shard_degree": 2,
+           "expert_parallel_degree": 2}, "activation_checkpoint": null})";
+  };
+  const StepRun on = run_job(write("lb_on.json", saved("11111")));
+  const StepRun off = run_job(write("lb_off.json", saved("00000")));
+  EXPECT_TRUE(on.job.model.load_balance);
+  EXPECT_FALSE(off.job.model.load_balance);
+  EXPECT_EQ(calls(on, "loss", "all_reduce") - calls(off, "loss", "all_reduce"), 1);  // the tokens per expert
+  StepSpec flag;
+  flag.load_balance = false;
+  EXPECT_FALSE(run_job(write("lb_flag.json", saved("11111")), flag).job.model.load_balance);
+  expect_refused("lb_mixed.json", saved("11011"), "load_balance_coeff must be configured consistently");
+  expect_refused("lb_negative.json", saved("11x11"), "must be > 0");
+}
+
 // A saved config's keys, nulls and non-finite floats as torchtitan 0.3.0's own config types read
 // them (trainer.py's Trainer.Config, the policies of activation_checkpoint.py): a misspelled key
 // at any level is refused by name, null only where the field is Optional, a policy told by its

@@ -9,6 +9,8 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string_view>
+#include <tuple>
 
 #include "meshsim/error.hpp"
 #include "meshsim/preset.hpp"
@@ -391,6 +393,141 @@ TEST(StepBytes, ZbvPutsTheLossOnRankZero) {
   for (const Event& e : first) {
     if (e.op == Op::kSend || e.op == Op::kRecv) EXPECT_EQ(e.peer, 1);
   }
+  EXPECT_TRUE(check_step(job, {.all_ranks = true}).ok);
+}
+
+// torch.utils.checkpoint (non-reentrant, torchtitan's FullAC and SelectiveAC) recomputes a block
+// at the first op of its backward that unpacks a saved tensor: the gradient of the FFN's output
+// reduce-scatter (an all-gather over tp) needs none and comes first. Held to torchtitan's own
+// Trainer in torch:step_real (moe_fsdp2_tp2_ep2_full_ac); here each policy's order by hand.
+TEST(StepBytes, ACheckpointedBlocksBackwardStartsBeforeItsRecompute) {
+  Job job = small_job({1, 1, 2, 1, 2});
+  using Seen = std::tuple<Op, std::string, bool>;
+  auto last_block = [&](Checkpoint ac) {
+    job.activation_checkpoint = ac;
+    std::vector<Seen> seen;
+    for (const Event& e : program(job, layout(job), 0)) {
+      if (e.phase == Phase::kBwd && e.dim == Dim::kTp && e.layer == 5 && e.op != Op::kAllReduce) {
+        seen.emplace_back(e.op, e.what, e.recompute);
+      }
+    }
+    return seen;
+  };
+  const Op ag = Op::kAllGather, rs = Op::kReduceScatter;
+  EXPECT_EQ(last_block(Checkpoint::kFull),
+            (std::vector<Seen>{{ag, "mlp", false}, {ag, "attention", true}, {rs, "attention", true}, {ag, "mlp", true},
+                               {rs, "mlp", true}, {rs, "mlp", false}, {ag, "attention", false}, {rs, "attention", false}}));
+  EXPECT_EQ(last_block(Checkpoint::kSelective),
+            (std::vector<Seen>{{ag, "mlp", false}, {ag, "attention", true}, {ag, "mlp", true}, {rs, "mlp", false},
+                               {ag, "attention", false}, {rs, "attention", false}}));
+  EXPECT_EQ(last_block(Checkpoint::kNone),
+            (std::vector<Seen>{{ag, "mlp", false}, {rs, "mlp", false}, {ag, "attention", false}, {rs, "attention", false}}));
+  // An MoE block with shared experts ends in their reduce-scatter: its gradient leads.
+  job.model = builtin_model("deepseek_v3-debugmodel");
+  job.parallel = laid({1, 1, 2, 1, 2, 2});
+  const auto moe = last_block(Checkpoint::kFull);
+  ASSERT_GE(moe.size(), 2u);
+  EXPECT_EQ(moe[0], (Seen{ag, "shared_experts", false}));
+  EXPECT_EQ(moe[1], (Seen{ag, "attention", true}));
+}
+
+// A zero-bubble schedule's I computes no weight gradient and its W sets them on the weights the
+// forward used, which ChunkedLossWrapper has resharded since: FSDP reduces no gradient of the
+// final norm in the step (the wrapper's reductions hold the lm_head alone, the stage's
+// REDUCE_GRAD nothing of the norm), and clip_grad_norm_ counts one tensor fewer. 1F1B's full
+// backward does: the wrapper reduces the norm's gradient with the next microbatch's lm_head.
+// Both held to torchtitan's own Trainer in torch:step_real (pp2_fsdp2_zbv, pp2_fsdp2_tp2_1f1b).
+TEST(StepBytes, AZeroBubbleStepReducesNoGradientOfTheFinalNorm) {
+  const int64_t vocab = 2048, dim = 256, lm_head = 4 * vocab * dim, norm = 4 * dim;
+  auto reductions = [&](const std::vector<Event>& prog) {
+    std::vector<int64_t> b;
+    for (const Event& e : prog) {
+      if (e.dim == Dim::kFsdp && e.op == Op::kReduceScatter && e.layer < 0 && e.stage == 3) b.push_back(e.bytes);
+    }
+    return b;
+  };
+  auto grad_norm = [](const std::vector<Event>& prog) {
+    for (const Event& e : prog) {
+      if (e.dim == Dim::kFsdp && e.phase == Phase::kOptimizer) return e.bytes;
+    }
+    return int64_t{-1};
+  };
+  Job job = small_job({2, 1, 2, 1, 1}, 4, "ZBVZeroBubble");
+  job.activation_checkpoint = Checkpoint::kNone;
+  job.loss_chunks = 8;
+  const auto zbv = program(job, layout(job), 0);  // rank 0 holds stages 0 and 3
+  EXPECT_EQ(reductions(zbv), (std::vector<int64_t>{lm_head, lm_head, lm_head, lm_head}));
+  // The embeddings, two blocks of 7 tensors and the lm_head: 16 norms (the final norm left out).
+  EXPECT_EQ(grad_norm(zbv), 16 * 4);
+  EXPECT_TRUE(check_step(job, {.all_ranks = true}).ok);
+  // 1F1B, one stage a rank: the last stage (3 layers) is stage 1.
+  job.schedule = "1F1B";
+  const auto one = program(job, layout(job), 1);
+  std::vector<int64_t> b;
+  for (const Event& e : one) {
+    if (e.dim == Dim::kFsdp && e.op == Op::kReduceScatter && e.layer < 0) b.push_back(e.bytes);
+  }
+  EXPECT_EQ(b, (std::vector<int64_t>{lm_head, lm_head + norm, lm_head + norm, lm_head + norm, norm}));
+  EXPECT_EQ(grad_norm(one), (3 * 7 + 2) * 4);
+}
+
+// With ep > 1 torchtitan sets FSDP's forward prefetch explicitly (distributed/fsdp.py
+// apply_fsdp): each unit's pre-forward gathers the next before its own collectives, so a block's
+// all-to-alls follow the next block's gather. The combine's input and the dispatch's gradient are
+// the tokens the router sent (their bytes follow the routing); clip_grad_norm_ norms the routed
+// experts apart (_clip_grad_norm_with_ep) and the optimizer's pre-step hook all-reduces the
+// tokens per expert (_update_expert_bias). Held to the real Trainer in torch:step_real.
+TEST(StepBytes, ExpertParallelPrefetchesNormsAndBalancesAsTorchtitan) {
+  Job job = small_job({1, 1, 2, 1, 1, 2});
+  job.model = builtin_model("deepseek_v3-debugmodel");
+  auto prog = program(job, layout(job), 0);
+  std::vector<std::pair<std::string, int32_t>> fwd;
+  for (const Event& e : prog) {
+    if (e.phase != Phase::kFwd) continue;
+    if (e.dim == Dim::kFsdp && e.op == Op::kAllGather) fwd.emplace_back("gather", e.layer);
+    if (e.dim == Dim::kEp && std::string_view(e.what) == "moe_counts") fwd.emplace_back("counts", e.layer);
+    if (e.op == Op::kAllToAll) EXPECT_EQ(e.routed, std::string_view(e.what) == "moe_combine") << describe(e);
+  }
+  using P = std::pair<std::string, int32_t>;
+  EXPECT_EQ(fwd, (std::vector<P>{{"gather", -1}, {"gather", 0}, {"gather", 1}, {"gather", 2}, {"counts", 1}, {"gather", 3},
+                                 {"counts", 2}, {"gather", 4}, {"counts", 3}, {"gather", 5}, {"counts", 4}, {"gather", -1},
+                                 {"counts", 5}}));
+  for (const Event& e : prog) {
+    if (e.phase == Phase::kBwd && e.op == Op::kAllToAll) EXPECT_EQ(e.routed, std::string_view(e.what) == "moe_dispatch");
+  }
+  // dp_shard 2 x tp 2, ep 2 (efsdp 2): 5 MoE layers' 15 expert tensors over efsdp then ep, the
+  // other 68 over fsdp then tp; the 5 x 8 tokens per expert over tp, then the loss mesh.
+  job.parallel = laid({1, 1, 2, 1, 2, 2});
+  using O = std::tuple<Dim, int64_t, std::string>;
+  auto optimizer = [&] {
+    std::vector<O> o;
+    for (const Event& e : program(job, layout(job), 0)) {
+      if (e.phase == Phase::kOptimizer) o.emplace_back(e.dim, e.bytes, e.what);
+    }
+    return o;
+  };
+  EXPECT_EQ(optimizer(), (std::vector<O>{{Dim::kEfsdp, 60, "expert_grad_norm"}, {Dim::kEp, 60, "expert_grad_norm"},
+                                         {Dim::kFsdp, 272, "grad_norm"}, {Dim::kTp, 272, "grad_norm"},
+                                         {Dim::kTp, 160, "expert_bias"}, {Dim::kLoss, 160, "expert_bias"}}));
+  job.model.load_balance = false;  // load_balance_coeff None: no hook
+  EXPECT_EQ(optimizer().size(), 4u);
+  // The routed experts' parameter group runs first in backward: gathered, then reduced, before
+  // the block's other parameters; under sequence parallel the gradients of what TP leaves whole
+  // (MLA's wkv_a and kv_norm, the two norms, the router's gate) all-reduced over tp, in order.
+  job.model.load_balance = true;
+  using B = std::tuple<Dim, Op, int64_t>;
+  std::vector<B> bwd;
+  for (const Event& e : program(job, layout(job), 0)) {
+    if (e.phase != Phase::kBwd || e.layer != 3) continue;
+    if (e.dim == Dim::kFsdp || e.dim == Dim::kEfsdp || (e.dim == Dim::kTp && e.op == Op::kAllReduce)) {
+      bwd.emplace_back(e.dim, e.op, e.dim == Dim::kTp ? e.bytes : 0);
+    }
+  }
+  EXPECT_EQ(bwd, (std::vector<B>{{Dim::kEfsdp, Op::kAllGather, 0}, {Dim::kFsdp, Op::kAllGather, 0},
+                                 {Dim::kEfsdp, Op::kReduceScatter, 0}, {Dim::kTp, Op::kAllReduce, 576 * 256 * 2},
+                                 {Dim::kTp, Op::kAllReduce, 512 * 2}, {Dim::kTp, Op::kAllReduce, 256 * 2},
+                                 {Dim::kTp, Op::kAllReduce, 256 * 2}, {Dim::kTp, Op::kAllReduce, 8 * 256 * 2},
+                                 {Dim::kFsdp, Op::kReduceScatter, 0}}));
   EXPECT_TRUE(check_step(job, {.all_ranks = true}).ok);
 }
 

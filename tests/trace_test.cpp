@@ -582,6 +582,39 @@ TEST(PlanCheck, TheFirstRecordThatLeavesThePlanIsNamed) {
   }
 }
 
+// An MoE's routed all-to-alls (the combine, the dispatch's gradient) move the tokens the router
+// sent this rank: any bytes are the plan's. One of a fixed size (the token counts, the dispatch)
+// whose bytes differ leaves the plan, named at its rank.
+TEST(PlanCheck, ARoutedAllToAllsBytesAreTheRoutersAFixedOnesAreNot) {
+  step::StepSpec s;
+  s.preset = "torchtitan:dp_shard=2,ep=2";
+  s.model = "deepseek_v3-debugmodel";
+  s.seq_len = 256;
+  s.local_batch_size = 1;
+  s.ranks = "all";
+  const step::StepRun run = step::run_step(s);
+  const std::string routed = planned_dumps("plan_routed", run, "--steps 2 --plant planrouted@1");
+  const DumpSet planted = read_dump_dir(routed, std::nullopt);
+  // Rank 1's routed all-to-alls hold other bytes than its dispatches (rank 0's: the same).
+  for (const Dump& d : planted.dumps) {
+    std::set<std::vector<std::vector<int64_t>>> sizes;
+    for (const Entry& e : d.entries) {
+      if (e.profiling_name == "nccl:all_to_all") sizes.insert(e.input_sizes.get());
+    }
+    EXPECT_EQ(sizes.size(), d.rank == 1 ? 3u : 2u) << d.rank;  // the counts, the dispatch (, the routed)
+  }
+  const PlanReport ok = check_against_plan(planted.dumps, run);
+  EXPECT_TRUE(ok.ok) << (ok.divergences.empty() ? "" : ok.divergences.front().message);
+  EXPECT_EQ(ok.ranks_compared, 2);
+  const std::string fixed = planned_dumps("plan_fixed", run, "--steps 2 --plant plansize@0");
+  const PlanReport bad = check_against_plan(read_dump_dir(fixed, std::nullopt).dumps, run);
+  EXPECT_EQ(leaving(bad), (std::set<int64_t>{0}));
+  ASSERT_FALSE(bad.divergences.empty());
+  EXPECT_NE(bad.divergences[0].message.find("all_to_all"), std::string::npos) << bad.divergences[0].message;
+  fs::remove_all(routed);
+  fs::remove_all(fixed);
+}
+
 TEST(PlanCheck, DumpsThatAgreeWithEachOtherButNotWithThePlanAreCaught) {
   // The job ran 2 microbatches; the plan says 4. Every rank agrees with every other (the
   // cross-rank check passes) and every rank leaves the plan.

@@ -387,7 +387,8 @@ def run(job=None, *, recipe=None, preset=None, world_size=None, backend="threade
 def step(preset=None, model=None, *, seq_len=None, local_batch_size=None, microbatches=None, schedule=None,
          stages=None, send_semantics="rendezvous", gpus_per_host=None, rank=0, ranks=None, faults=(),
          reshard_after_forward=None, log_metrics=True, world_size=None, trace=False,
-         activation_checkpoint=None, lowering="runtime", job=None, megatron_args=None, loss_chunks=None):
+         activation_checkpoint=None, lowering="runtime", job=None, megatron_args=None, loss_chunks=None,
+         load_balance=True):
     """`meshsim step --preset ... --format json` in this process: every rank's program of one
     torchtitan or Megatron-core training step, checked (every group's members agree; the step
     progresses under rendezvous or eager sends) and counted per dim and per link. `preset` is
@@ -425,7 +426,7 @@ def step(preset=None, model=None, *, seq_len=None, local_batch_size=None, microb
                                                 if activation_checkpoint is not None else None),
                          lowering=_str(lowering, "lowering"), job=_path(job, "job") if job is not None else None,
                          megatron_args=_str(megatron_args, "megatron_args") if megatron_args is not None else None,
-                         loss_chunks=opt(loss_chunks, "loss_chunks"))
+                         loss_chunks=opt(loss_chunks, "loss_chunks"), load_balance=_bool(load_balance, "load_balance"))
 
 
 def trace_check(dir, *, prefix=None, jobs=None):

@@ -237,6 +237,39 @@ Keyed<std::string> saved_policy(const nlohmann::json& ac, const std::string& whe
   return {"full", "activation_checkpoint (FullAC)"};
 }
 
+// read_load_balance: the saved model's MoE layers (model_spec.model.layers[].moe) and their
+// load_balance_coeff, as torchtitan's MoE and optimizer hold it: a positive number (MoE's assert)
+// or null, alike in every MoE layer (_should_register_moe_balancing_hook's ValueError otherwise).
+void read_load_balance(const nlohmann::json& doc, const std::string& where, const std::string& refused, JobFile& f) {
+  const auto* spec = &doc["model_spec"];
+  const auto model = spec->find("model");
+  if (model == spec->end() || !model->is_object()) return;
+  const auto layers = model->find("layers");
+  if (layers == model->end() || !layers->is_array()) return;
+  const std::string key = "model_spec.model.layers[].moe.load_balance_coeff";
+  int64_t set = 0, unset = 0;
+  for (const auto& layer : *layers) {
+    if (!layer.is_object()) continue;
+    const auto moe = layer.find("moe");
+    if (moe == layer.end() || !moe->is_object()) continue;
+    const auto c = moe->find("load_balance_coeff");
+    if (c == moe->end() || c->is_null()) {
+      ++unset;
+    } else if (!c->is_number()) {
+      throw InvalidArgument(where + ": " + key + " is " + kind_of(*c) + ", not a float or null");
+    } else if (!(c->get<double>() > 0.0)) {
+      throw InvalidArgument(refused + key + " = " + c->dump() + ": a MoE's load_balance_coeff must be > 0 (or null)");
+    } else {
+      ++set;
+    }
+  }
+  if (set > 0 && unset > 0) {
+    throw InvalidArgument(refused + "MoE load_balance_coeff must be configured consistently across all MoE layers (" + key +
+                          ": set in " + std::to_string(set) + " layers, null in " + std::to_string(unset) + ")");
+  }
+  if (set + unset > 0) f.moe_load_balance = Keyed<bool>{set > 0, key};
+}
+
 }  // namespace
 
 JobFile read_job_file(const std::string& path) {
@@ -292,6 +325,7 @@ JobFile read_job_file(const std::string& path) {
     // ParallelismConfig.__post_init__), in their words.
     const Section debug(where, "debug", object("debug"));
     const std::string refused = where + ": torchtitan refuses this config: ";
+    read_load_balance(doc, where, refused, f);
     if (debug.boolean("batch_invariant") == true) {
       throw InvalidArgument(refused + "Batch-invariant mode is not supported in pre-training. (debug.batch_invariant)");
     }

@@ -114,7 +114,7 @@ class MegatronStep final : public StepBuilder {
             "moe_counts", layer);
     emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
     emit_if(Op::kAllToAll, Dim::kEp, DType::kF32, z_.dispatch_bytes / job_.model.dim * 2, ph, "moe_probs", layer);
-    emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
+    emit_routed_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
     if (job_.model.shared_experts > 0) tp_pair("shared_experts", layer, ph);
   }
 
@@ -139,8 +139,8 @@ class MegatronStep final : public StepBuilder {
     } else {
       if (job_.model.shared_experts > 0) mlp("shared_experts");
       emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
-      emit_if(Op::kAllToAll, Dim::kEp, DType::kF32, z_.dispatch_bytes / job_.model.dim * 2, ph, "moe_probs", layer);
-      emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
+      emit_routed_if(Op::kAllToAll, Dim::kEp, DType::kF32, z_.dispatch_bytes / job_.model.dim * 2, ph, "moe_probs", layer);
+      emit_routed_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
     }
     emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", layer);
     emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", layer);

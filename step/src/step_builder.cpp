@@ -92,7 +92,9 @@ void StepBuilder::run_schedule(int64_t pp_rank) {
       if (a->type == ActionType::kUnshard) explicit_unshard[a->stage] = true;
       if (a->type == ActionType::kReduceGrad) explicit_reduce[a->stage] = true;
     }
-    for (const auto& a : s.ranks[pp_rank]) {
+    const auto& row = s.ranks[pp_rank];
+    for (std::size_t k = 0; k < row.size(); ++k) {
+      const auto& a = row[k];
       if (!a) continue;
       const int64_t st = a->stage, mb = a->microbatch ? *a->microbatch + mb_base_ : -1;
       stage_ = static_cast<int32_t>(st);
@@ -103,7 +105,9 @@ void StepBuilder::run_schedule(int64_t pp_rank) {
           break;
         case ActionType::kB:
         case ActionType::kI:
+          weight_grads_ = a->type == ActionType::kB;
           backward(st, mb, false, true);
+          weight_grads_ = true;
           break;
         case ActionType::kW:
           backward(st, mb, false, false);

@@ -93,6 +93,13 @@ class StepBuilder {
     if (size(d) > 1) emit(op, d, t, bytes, ph, what, layer);
   }
 
+  // emit_routed_if: emit_if for an all-to-all whose bytes follow the routing (Event::routed).
+  void emit_routed_if(Op op, Dim d, DType t, int64_t bytes, Phase ph, const char* what, int32_t layer) {
+    const std::size_t n = out_.size();
+    emit_if(op, d, t, bytes, ph, what, layer);
+    if (out_.size() > n) out_.back().routed = true;
+  }
+
   // tp_pair: sequence parallel around a block's part `what` (an MLP, the shared experts): the
   // column-parallel linear's all-gather of the sequence over tp, the row-parallel one's
   // reduce-scatter (a backward's, for its input's gradient, alike).
@@ -125,6 +132,7 @@ class StepBuilder {
   int64_t attention_ = 0, dense_ffn_ = 0, moe_dense_ = 0, routed_ = 0, embed_ = 0, output_ = 0;
   Checkpoint ac_ = Checkpoint::kSelective;
   bool recomputing_ = false;
+  bool weight_grads_ = true;  // the backward running computes the weights' gradients too (false for an I action)
   int64_t mb_base_ = 0;  // the first microbatch's number in this accumulation step
   int32_t stage_ = -1, microbatch_ = -1;
   std::vector<Event> out_;

@@ -146,6 +146,7 @@ void from_job_file(const JobFile& f, const preset::Torchtitan& t, StepSpec& s, J
   }
   fill_str(s.reshard_after_forward, "--reshard-after-forward", f.reshard_after_forward);
   fill_str(s.activation_checkpoint, "--activation-checkpoint", f.activation_checkpoint);
+  if (f.moe_load_balance && !f.moe_load_balance->value) s.load_balance = false;
   const int64_t layers = model_of(s.model).layers;
   for (const auto* v : {&f.first_stage_less_layers, &f.last_stage_less_layers}) {
     if (*v && (*v)->value > layers) {
@@ -299,6 +300,8 @@ const std::vector<StepField>& step_fields() {
       {"--activation-checkpoint", "activation_checkpoint", &StepSpec::activation_checkpoint, true,
        "selective (torchtitan's default: all-gathers issued again in backward), full or none"},
       {"--no-metrics", "log_metrics", &StepSpec::log_metrics, true, "a step that does not log (no loss metrics all-reduces)"},
+      {"--no-load-balance", "load_balance", &StepSpec::load_balance, true,
+       "torchtitan's MoE without load balancing (load_balance_coeff None: no all-reduce of the tokens per expert)"},
       {"--schedule", "schedule", &StepSpec::schedule, true,
        "GPipe, 1F1B (default with --preset), Interleaved1F1B, or a CSV file of PyTorch's form"},
       {"--loss-chunks", "loss_chunks", &StepSpec::loss_chunks, true,
@@ -512,6 +515,10 @@ StepRun run_step(const StepSpec& given) {
     if (!megatron || ac != Checkpoint::kSelective) job.activation_checkpoint = ac;
   }
   job.log_metrics = spec.log_metrics;
+  if (!spec.load_balance) {
+    if (megatron) throw InvalidArgument("--no-load-balance is torchtitan's MoE load_balance_coeff: not a Megatron setting");
+    job.model.load_balance = false;
+  }
   if (spec.loss_chunks) {
     if (megatron) throw InvalidArgument("--loss-chunks is torchtitan's loss.num_chunks: Megatron's loss is not chunked");
     if (*spec.loss_chunks < 1) throw InvalidArgument("--loss-chunks " + std::to_string(*spec.loss_chunks) + " is not >= 1");

@@ -122,6 +122,7 @@ std::string describe(const Event& e) {
   if (e.microbatch >= 0) s += " microbatch " + std::to_string(e.microbatch);
   if (*e.what) s += " " + std::string(e.what);
   if (e.recompute) s += " recomputed";
+  if (e.routed) s += ", bytes as routed";
   return s + ")";
 }
 int64_t GroupLayout::size() const {

@@ -63,10 +63,29 @@ class TitanStep final : public StepBuilder {
     // parameter tensor, partial over the sharded dims: that vector all-reduced over fsdp, then
     // over tp (DTensor's redistribute, one dim at a time); the total then over pp. torchtitan
     // 0.3.0 checks the loss for finiteness on the rank, after the metrics' reductions.
-    const int64_t norms = p.ep > 1 ? 4 : checked_mul(param_tensors(pp_rank), 4, "the gradient norms' bytes");
-    emit_if(Op::kAllReduce, Dim::kFsdp, DType::kF32, norms, Phase::kOptimizer, "grad_norm");
-    emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, norms, Phase::kOptimizer, "grad_norm");
+    // With ep > 1 (torchtitan's _clip_grad_norm_with_ep) the routed experts' tensors (w1, w2, w3
+    // of each MoE layer) are normed apart, over their own mesh (efsdp, ep), before the rest; a
+    // rank holding none of one kind reduces nothing for it.
+    const int64_t tensors = param_tensors(pp_rank), moe = p.ep > 1 ? moe_layers(pp_rank) : 0;
+    if (moe > 0) {
+      const int64_t bytes = checked_mul(moe, 3 * 4, "the gradient norms' bytes");
+      emit_if(Op::kAllReduce, Dim::kEfsdp, DType::kF32, bytes, Phase::kOptimizer, "expert_grad_norm");
+      emit_if(Op::kAllReduce, Dim::kEp, DType::kF32, bytes, Phase::kOptimizer, "expert_grad_norm");
+    }
+    if (const int64_t rest = tensors - 3 * moe; rest > 0) {
+      const int64_t norms = checked_mul(rest, 4, "the gradient norms' bytes");
+      emit_if(Op::kAllReduce, Dim::kFsdp, DType::kF32, norms, Phase::kOptimizer, "grad_norm");
+      emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, norms, Phase::kOptimizer, "grad_norm");
+    }
     emit_if(Op::kAllReduce, Dim::kPp, DType::kF32, 4, Phase::kOptimizer, "grad_norm");
+    // MoE load balancing (torchtitan's optimizer step pre-hook _update_expert_bias): the MoE
+    // layers' tokens per expert, stacked (float32), all-reduced over tp when ep > 1, then over
+    // the loss mesh.
+    if (const int64_t held = moe_layers(pp_rank); held > 0 && job_.model.load_balance) {
+      const int64_t bytes = checked_mul(checked_mul(held, job_.model.experts, "the tokens per expert"), 4, "the tokens per expert");
+      if (p.ep > 1) emit_if(Op::kAllReduce, Dim::kTp, DType::kF32, bytes, Phase::kOptimizer, "expert_bias");
+      emit_if(Op::kAllReduce, Dim::kLoss, DType::kF32, bytes, Phase::kOptimizer, "expert_bias");
+    }
     if (job_.log_metrics) {
       emit_if(Op::kAllReduce, Dim::kLoss, DType::kF32, 4, Phase::kMetrics, "loss_sum");
       emit_if(Op::kAllReduce, Dim::kLoss, DType::kF32, 4, Phase::kMetrics, "loss_max");
@@ -85,7 +104,8 @@ class TitanStep final : public StepBuilder {
     for (int64_t st = 0; st < layout_.stages; ++st) {
       if (!holds_stage(pp_rank, st)) continue;
       if (st == 0) n += 1;
-      if (st == layout_.stages - 1) n += m.weight_tying ? 1 : 2;
+      // The final norm has no gradient where FSDP never reduces one (loses_norm_grad).
+      if (st == layout_.stages - 1) n += m.weight_tying ? 1 : loses_norm_grad(pp_rank, st) ? 1 : 2;
       for (int64_t l = 0; l < layout_.layer_count[st]; ++l) {
         const int64_t layer = layout_.first_layer[st] + l;
         n += 2 + (mla(m) ? (m.q_lora_rank == 0 ? 1 : 3) + 4 : 2);
@@ -93,6 +113,26 @@ class TitanStep final : public StepBuilder {
       }
     }
     return n;
+  }
+
+  // moe_layers: the MoE layers of the stages `pp_rank` holds.
+  int64_t moe_layers(int64_t pp_rank) const {
+    int64_t n = 0;
+    for (int64_t st = 0; st < layout_.stages; ++st) {
+      if (!holds_stage(pp_rank, st)) continue;
+      for (int64_t l = 0; l < layout_.layer_count[st]; ++l) n += moe_layer(job_.model, layout_.first_layer[st] + l) ? 1 : 0;
+    }
+    return n;
+  }
+
+  // loses_norm_grad: whether the final norm on the last stage gets no gradient FSDP sees: the
+  // loss chunked and the stage's backward split into I and W (see backward).
+  bool loses_norm_grad(int64_t pp_rank, int64_t stage) const {
+    if (chunks_ == 0 || job_.model.weight_tying || job_.parallel.pp == 1) return false;
+    for (const auto& a : layout_.schedule.ranks[pp_rank]) {
+      if (a && a->stage == stage && a->type == ActionType::kI) return true;
+    }
+    return false;
   }
 
   // units: the stage's FSDP units in forward order: the embeddings (tied to the output when the
@@ -115,13 +155,39 @@ class TitanStep final : public StepBuilder {
     return u;
   }
 
-  // gather: FSDP's all-gather of a unit, the routed experts' on their own mesh after the rest.
+  // gather: FSDP's all-gather of a unit; the routed experts' on their own mesh after the rest in
+  // forward, before it in backward (FSDP2 keeps a parameter group per mesh and runs a unit's
+  // groups in reverse in backward: observed alike for the reduce-scatters).
   void gather(const Unit& u, Phase ph) {
+    auto experts = [&] {
+      if (u.sparse_elements) {
+        emit_if(Op::kAllGather, Dim::kEfsdp, DType::kBF16, checked_mul(u.sparse_elements, 2, "an all-gather's bytes"), ph,
+                "experts", u.layer);
+      }
+    };
+    if (ph == Phase::kBwd) experts();
     emit_if(Op::kAllGather, Dim::kFsdp, DType::kBF16, checked_mul(u.elements, 2, "an all-gather's bytes"), ph, "params", u.layer);
-    if (u.sparse_elements) {
-      emit_if(Op::kAllGather, Dim::kEfsdp, DType::kBF16, checked_mul(u.sparse_elements, 2, "an all-gather's bytes"), ph, "experts",
-              u.layer);
+    if (ph != Phase::kBwd) experts();
+  }
+  // replicated: the elements of a block's parameters that TP leaves whole (torchtitan's
+  // NoParallel and the norms), in the block's order (attention: MLA's wq_a, q_norm, wkv_a,
+  // kv_norm; attention_norm, ffn_norm; the MoE router's gate). Under sequence parallel their
+  // gradients are partial over tp and FSDP all-reduces each before its reduce-scatter.
+  std::vector<int64_t> replicated(int32_t layer) const {
+    const Model& m = job_.model;
+    std::vector<int64_t> v;
+    if (mla(m)) {
+      if (m.q_lora_rank > 0) {
+        v.push_back(checked_mul(m.q_lora_rank, m.dim, "a replicated weight"));
+        v.push_back(m.q_lora_rank);
+      }
+      v.push_back(checked_mul(checked_add(m.kv_lora_rank, m.qk_rope_head_dim, "wkv_a"), m.dim, "a replicated weight"));
+      v.push_back(m.kv_lora_rank);
     }
+    v.push_back(m.dim);
+    v.push_back(m.dim);
+    if (moe_layer(m, layer)) v.push_back(checked_mul(m.experts, m.dim, "the router's gate"));
+    return v;
   }
   // reduce: FSDP's post-backward reduction of a unit: under sequence parallel the norms'
   // gradients (replicated weights, partial gradients) all-reduced over tp first, one each
@@ -129,31 +195,36 @@ class TitanStep final : public StepBuilder {
   // With the loss chunked, the output unit's lm_head reduced at the last chunk: its norm here.
   void reduce(const Unit& u) {
     if (chunks_ > 0 && is_output(u)) {
+      if (!norm_pending_) return;
       norm_pending_ = false;
       return reduce(u, norm_, Phase::kBwd, "grads");
     }
     reduce(u, u.elements, Phase::kBwd, "grads");
   }
+  // The routed experts' group is reduced first (see gather); HSDP all-reduces each shard's
+  // gradient over the replicas after its reduce-scatter.
   void reduce(const Unit& u, int64_t elements, Phase ph, const char* what) {
     const bool block = u.layer >= 0, output = std::strcmp(u.what, "output") == 0;
-    const int64_t norms = block ? 2 : (output && elements != lm_head_) || std::strcmp(u.what, "tied_embeddings") == 0 ? 1 : 0;
-    for (int64_t k = 0; k < norms; ++k) {
-      emit_if(Op::kAllReduce, Dim::kTp, accumulated_ ? DType::kF32 : DType::kBF16,
-              checked_mul(job_.model.dim, accumulated_ ? 4 : 2, "a norm's gradient"), ph, "norm_grads", u.layer);
-    }
-    emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kF32, checked_mul(elements, 4, "a reduce-scatter's bytes"), ph, what,
-            u.layer);
     if (u.sparse_elements) {
       emit_if(Op::kReduceScatter, Dim::kEfsdp, DType::kF32, checked_mul(u.sparse_elements, 4, "a reduce-scatter's bytes"),
               Phase::kBwd, "expert_grads", u.layer);
-    }
-    // HSDP: the shard's gradient all-reduced over the replicas.
-    emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, checked_mul(elements / z_.fsdp, 4, "an all-reduce's bytes"), ph,
-            what, u.layer);
-    if (u.sparse_elements) {
       emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, checked_mul(u.sparse_elements / z_.efsdp, 4, "an all-reduce's bytes"),
               Phase::kBwd, "expert_grads", u.layer);
     }
+    std::vector<int64_t> whole;
+    if (block) {
+      whole = replicated(u.layer);
+    } else if ((output && elements != lm_head_) || std::strcmp(u.what, "tied_embeddings") == 0) {
+      whole.push_back(job_.model.dim);  // the final norm
+    }
+    for (const int64_t n : whole) {
+      emit_if(Op::kAllReduce, Dim::kTp, accumulated_ ? DType::kF32 : DType::kBF16,
+              checked_mul(n, accumulated_ ? 4 : 2, "a replicated parameter's gradient"), ph, "norm_grads", u.layer);
+    }
+    emit_if(Op::kReduceScatter, Dim::kFsdp, DType::kF32, checked_mul(elements, 4, "a reduce-scatter's bytes"), ph, what,
+            u.layer);
+    emit_if(Op::kAllReduce, Dim::kDpReplicate, DType::kF32, checked_mul(elements / z_.fsdp, 4, "an all-reduce's bytes"), ph,
+            what, u.layer);
   }
 
   // ffn_forward / ffn_backward: a block's FFN: dense (TP's gather and reduce-scatter around the
@@ -170,7 +241,7 @@ class TitanStep final : public StepBuilder {
     } else if (job_.parallel.ep > 1) {
       emit_if(Op::kAllToAll, Dim::kEp, DType::kI64, z_.counts_bytes, ph, "moe_counts", layer);
       emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
-      emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
+      emit_routed_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
       if (shared) tp_pair("shared_experts", layer, ph);
     } else {
       emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "moe", layer);
@@ -178,20 +249,36 @@ class TitanStep final : public StepBuilder {
       if (shared) emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
     }
   }
-  void ffn_backward(int32_t layer, Phase ph) {
+  // ffn_backward: `led` when the gradient of the FFN's output reduce-scatter was issued already
+  // (ffn_output_reduce: before a recompute).
+  void ffn_backward(int32_t layer, Phase ph, bool led = false) {
     const int64_t h = z_.hidden_bytes;
     const bool shared = job_.model.shared_experts > 0;
     if (!moe_layer(job_.model, layer)) {
-      tp_pair("mlp", layer, ph);
+      if (!led) emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
+      emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "mlp", layer);
     } else if (job_.parallel.ep > 1) {
-      if (shared) tp_pair("shared_experts", layer, ph);
+      if (shared) {
+        if (!led) emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+        emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+      }
       emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_combine", layer);
-      emit_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
+      emit_routed_if(Op::kAllToAll, Dim::kEp, DType::kBF16, z_.dispatch_bytes, ph, "moe_dispatch", layer);
     } else {
-      if (shared) emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
-      emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "routed_experts", layer);
+      if (shared && !led) emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "shared_experts", layer);
+      if (shared || !led) emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "routed_experts", layer);
       emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "moe", layer);
     }
+  }
+  // ffn_output_reduce: what the FFN's last forward collective is when it is a reduce-scatter over
+  // tp (the MLP's, the shared experts', or with ep 1 and no shared experts the routed
+  // experts'), whose gradient is an all-gather; null otherwise (an ep MoE without shared experts
+  // ends in its combine and the tokens' unpermutation, which saves its indices).
+  const char* ffn_output_reduce(int32_t layer) const {
+    if (size(Dim::kTp) == 1) return nullptr;
+    if (!moe_layer(job_.model, layer)) return "mlp";
+    if (job_.model.shared_experts > 0) return "shared_experts";
+    return job_.parallel.ep > 1 ? nullptr : "routed_experts";
   }
   bool resharded(const Unit& u) const {
     if (job_.parallel.pp > 1) return false;  // pipelining keeps them unsharded until the step ends
@@ -222,8 +309,18 @@ class TitanStep final : public StepBuilder {
     microbatch_ = static_cast<int32_t>(mb);
     const Phase ph = Phase::kFwd;
     const int64_t h = z_.hidden_bytes;
-    for (const Unit& u : units(stage)) {
-      if (chunks_ > 0 && is_output(u) ? out_sharded_ : gather_params) gather(u, ph);
+    // With ep > 1 torchtitan sets FSDP's forward prefetch explicitly (distributed/fsdp.py: "D2H
+    // syncs in EP could interfere with implicit prefetching"): each unit's pre-forward gathers the
+    // next one (the embeddings the first block, the last block the norm and lm_head) before its
+    // own collectives.
+    const std::vector<Unit> us = units(stage);
+    auto sharded = [&](const Unit& u) { return chunks_ > 0 && is_output(u) ? out_sharded_ : gather_params; };
+    bool prefetched = false;
+    for (std::size_t i = 0; i < us.size(); ++i) {
+      const Unit& u = us[i];
+      if (!prefetched && sharded(u)) gather(u, ph);
+      prefetched = job_.parallel.ep > 1 && i + 1 < us.size() && sharded(us[i + 1]);
+      if (prefetched) gather(us[i + 1], ph);
       if (u.layer >= 0) {
         block_forward(u.layer, ph);
       } else if (std::strcmp(u.what, "output") != 0) {
@@ -288,8 +385,14 @@ class TitanStep final : public StepBuilder {
       if (input_grads && is_output(u)) emit_if(Op::kReduceScatter, Dim::kTp, DType::kBF16, h, ph, "lm_head");
       if (input_grads) {
         if (u.layer >= 0) {
+          // A checkpointed block's backward starts before its recompute: the gradient of the
+          // FFN's output reduce-scatter (an all-gather) needs no saved tensor, so autograd runs
+          // it first; the recompute (torch.utils.checkpoint, non-reentrant) starts at the first
+          // op that unpacks one.
+          const char* lead = ac_ == Checkpoint::kNone ? nullptr : ffn_output_reduce(u.layer);
+          if (lead) emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, lead, u.layer);
           recompute(u.layer);
-          ffn_backward(u.layer, ph);
+          ffn_backward(u.layer, ph, lead != nullptr);
           emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "attention", u.layer);
           emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.k_bytes, ph, "k", u.layer);
           emit_if(Op::kReduceScatter, Dim::kCp, DType::kBF16, z_.v_bytes, ph, "v", u.layer);
@@ -298,9 +401,15 @@ class TitanStep final : public StepBuilder {
           emit_if(Op::kAllGather, Dim::kTp, DType::kBF16, h, ph, "embeddings");
         }
       }
-      if (chunks_ > 0 && is_output(u) && input_grads) {
-        out_sharded_ = reduce_grads;
-        norm_pending_ = !reduce_grads;
+      // The final norm's gradient, for FSDP to reduce, comes from a full backward only. A
+      // zero-bubble schedule's I computes none, and its W sets the gradients on the weights
+      // its forward used (PyTorch 2.13 pipelining/_backward.py stage_backward_weight), which
+      // ChunkedLossWrapper has resharded since: FSDP reduces no gradient of the final norm in
+      // such a step (observed on every rank holding the last stage: the wrapper's reductions
+      // hold the lm_head alone, and REDUCE_GRAD none of the norm's).
+      if (chunks_ > 0 && is_output(u)) {
+        if (input_grads) out_sharded_ = reduce_grads;
+        if (input_grads && weight_grads_) norm_pending_ = true;
       }
       if (reduce_grads) reduce(u);
     }

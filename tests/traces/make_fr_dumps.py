@@ -51,7 +51,9 @@ block's sequence id, then the "nccl:coalesced" record, as c10d records them sinc
 `meshsim step ... --ranks all --trace TRACE.json` planned (groups of up to 16 ranks), after one
 barrier on the default group; plants: planop@R (the last step's third all_gather recorded as a
 reduce_scatter), planswap@R (the last step's first two adjacent records of different operations
-swapped), planhang@R (the rank stops before the last step's tenth record).
+swapped), planhang@R (the rank stops before the last step's tenth record), planrouted@R (every
+all-to-all whose bytes follow the routing, as the trace marks them, a third larger in the last
+step), plansize@R (the first all-to-all of a fixed size a third larger).
 
 --world-mesh S0,S1,... (with --from-trace) takes a trace of a few ranks, at least one per pp
 coordinate (`meshsim step ... --ranks 0,R1,... --trace`), and writes every rank of a world laid
@@ -541,6 +543,11 @@ def from_trace(a):
                     records.append([name, desc, prof, ins, outs, dt, True])
                     continue
                 records.append(collective_record(name, desc, op, numel, len(ranks), dt))
+                if last and op == "all_to_all" and ("planrouted" in mine and args.get("routed")
+                                                    or "plansize" in mine and not args.get("routed")):
+                    # The router sent this rank a third more (routed) or a planned fixed size changed.
+                    mine = mine - {"plansize"}
+                    records[-1][3] = records[-1][4] = [[numel + numel // 3]]
             if last:
                 plant_last_step(records, mine)
             for x in records:

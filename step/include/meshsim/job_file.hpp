@@ -49,6 +49,8 @@ struct JobFile {
   std::optional<Keyed<std::string>> reshard_after_forward;
   std::optional<Keyed<std::string>> activation_checkpoint;  // none, selective or full
   std::optional<Keyed<int64_t>> loss_chunks;        // loss.num_chunks (ChunkedLossWrapper)
+  // A saved config's MoE layers' load_balance_coeff: set in every one (true) or in none (false).
+  std::optional<Keyed<bool>> moe_load_balance;
 };
 
 // read_job_file reads `path` (at most 4 MiB; .json is torchtitan's saved config, anything else

@@ -46,6 +46,7 @@ struct StepSpec {
   std::string reshard_after_forward;   // "" = the job file's, else "default"; always, never
   std::string activation_checkpoint;   // "" = the job file's, else torchtitan's selective; full, none
   bool log_metrics = true;
+  bool load_balance = true;            // torchtitan's MoE load balancing (load_balance_coeff set)
 };
 
 // StepField is one field of StepSpec as every front names it: the tool's flag (`meshsim step`

@@ -45,6 +45,9 @@ struct Model {
   bool weight_tying = false;
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   int64_t experts = 0, top_k = 0, moe_ffn_dim = 0, shared_experts = 0, dense_layers = 0;
+  // load_balance: torchtitan's MoE sets load_balance_coeff (its default, 1e-3): the optimizer's
+  // pre-step hook all-reduces every MoE layer's tokens per expert to move the experts' biases.
+  bool load_balance = true;
 };
 
 // builtin_model: "llama3-debugmodel", "llama3-1b", "llama3-3b", "llama3-8b", "llama3-70b",
@@ -125,10 +128,13 @@ struct Event {
   int64_t peer = -1;     // send/recv: the peer's pp coordinate
   const char* what = "";  // "attention", "mlp", "params", "grads", "activation", ...
   bool recompute = false;  // issued again by activation checkpointing in backward
+  // routed: an all-to-all whose input is the tokens the router sent this rank (an MoE's combine,
+  // its dispatch's gradient): its bytes follow the routing, planned as the balanced share.
+  bool routed = false;
   friend bool operator==(const Event& a, const Event& b) {
     return a.op == b.op && a.dim == b.dim && a.dtype == b.dtype && a.bytes == b.bytes && a.phase == b.phase &&
            a.stage == b.stage && a.layer == b.layer && a.microbatch == b.microbatch && a.peer == b.peer &&
-           std::string_view(a.what) == b.what && a.recompute == b.recompute;
+           std::string_view(a.what) == b.what && a.recompute == b.recompute && a.routed == b.routed;
   }
 };
 std::string describe(const Event& e);  // "all_gather bf16 33554432 B (fwd stage 0 layer 3 microbatch 1 attention)"
