@@ -90,6 +90,51 @@ TEST(BuiltinSchedules, OneFOneBMatchesTheClassicOrder) {
   EXPECT_THROW(one_f_one_b(1 << 16, 1 << 20), ResourceExhausted);
 }
 
+// Schedule1F1B as PyTorch's _step_microbatches runs it, pp=2 and two microbatches, by hand from
+// its loop: rank 0 fires its first forward's send, holds the last warmup send and posts it with
+// the first backward's receive in one batch; rank 1 posts its first backward's send with the
+// next forward's receive. Held to PyTorch's own class in torch:schedules. In that order, with
+// each send and receive alone, rank 0 waits in 0SEND_F1 and rank 1 in 1SEND_B0: only the batches
+// let the pipeline on under rendezvous sends.
+TEST(BuiltinSchedules, OneFOneBPostsItsSendsAndReceivesAsPyTorchsLoop) {
+  const Schedule s = one_f_one_b_lowered(2, 2);
+  EXPECT_EQ(row(s, 0), (std::vector<std::string>{"0F0", "0SEND_F0", "0F1", "0SEND_F1", "0RECV_B0", "0B0", "0RECV_B1", "0B1"}));
+  EXPECT_EQ(row(s, 1), (std::vector<std::string>{"1RECV_F0", "1F0", "1B0", "1SEND_B0", "1RECV_F1", "1F1", "1B1", "1SEND_B1"}));
+  EXPECT_EQ(s.batches[0], (std::vector<int32_t>{-1, -1, -1, 0, 0, -1, -1, -1}));
+  EXPECT_EQ(s.batches[1], (std::vector<int32_t>{-1, -1, -1, 0, 0, -1, -1, -1}));
+  for (const SendSemantics sem : {SendSemantics::kRendezvous, SendSemantics::kEager}) {
+    EXPECT_TRUE(check_progress(s, sem).ok) << check_progress(s, sem).diagnosis;
+  }
+  Schedule alone = s;
+  alone.batches.clear();
+  const Progress p = check_progress(alone, SendSemantics::kRendezvous);
+  EXPECT_FALSE(p.ok);
+  EXPECT_EQ(p.ranks, (std::vector<int64_t>{0, 1}));
+  EXPECT_NE(p.diagnosis.find("0SEND_F1"), std::string::npos) << p.diagnosis;
+  EXPECT_TRUE(check_progress(alone, SendSemantics::kEager).ok);
+  // Its compute order is one_f_one_b's, every size; every rank's pipeline progresses.
+  for (int64_t pp : {1, 2, 3, 4, 8}) {
+    for (int64_t m : {1, 2, 3, 4, 8, 16}) {
+      const Schedule x = one_f_one_b_lowered(pp, m), c = one_f_one_b(pp, m);
+      for (int64_t r = 0; r < pp; ++r) {
+        std::vector<std::string> compute;
+        for (const std::string& a : row(x, r)) {
+          if (a.find("SEND") == std::string::npos && a.find("RECV") == std::string::npos) compute.push_back(a);
+        }
+        EXPECT_EQ(compute, row(c, r)) << pp << " " << m << " rank " << r;
+      }
+      EXPECT_TRUE(check_progress(x, SendSemantics::kRendezvous).ok) << pp << " " << m;
+    }
+  }
+  // A batch that lacks its peer's half stops both ranks, each named.
+  Schedule broken = s;
+  broken.ranks[1].erase(broken.ranks[1].begin() + 4);  // rank 1's 1RECV_F1: rank 0's 0SEND_F1 is never met
+  broken.batches[1].erase(broken.batches[1].begin() + 4);
+  const Progress q = check_progress(broken, SendSemantics::kRendezvous);
+  EXPECT_FALSE(q.ok);
+  EXPECT_FALSE(q.diagnosis.empty());
+}
+
 // Interleaved 1F1B, pp=2 with two stages per rank and two microbatches, worked by hand from
 // ScheduleInterleaved1F1B's rules (pytorch/pytorch 00722e648b, schedules.py): one round of 2;
 // rank 0 warms up with 4 forwards (stages 0 and 2), idles 2 steps, then cools down with an idle

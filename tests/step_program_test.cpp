@@ -375,6 +375,34 @@ TEST(StepBytes, BackwardPrefetchGathersTheNextUnitFirst) {
   EXPECT_EQ(bwd[14], std::make_pair(Op::kReduceScatter, int32_t{-1}));
 }
 
+// Under 1F1B the step's sends and receives are posted as PyTorch's loop posts them: rank 0's
+// held forward send with each backward's receive, rank 1's backward send with the next forward's
+// receive, each pair one batch; the step progresses under rendezvous sends only because a batch
+// is posted whole (torch:schedules holds the order to Schedule1F1B itself).
+TEST(StepBytes, OneFOneBPairsItsSendsAndReceivesInBatches) {
+  const Job job = small_job({2, 1, 1, 1, 1}, 4);
+  const StageLayout l = layout(job);
+  EXPECT_EQ(l.lowering, "step_microbatches");
+  for (int64_t pp = 0; pp < 2; ++pp) {
+    std::vector<std::string> p2p;
+    for (const Event& e : program(job, l, pp)) {
+      if (e.op == Op::kSend || e.op == Op::kRecv) {
+        p2p.push_back(std::string(e.op == Op::kSend ? "send" : "recv") + (e.phase == Phase::kFwd ? "F" : "B") +
+                      std::to_string(e.microbatch) + (e.batch >= 0 ? "#" + std::to_string(e.batch) : ""));
+      }
+    }
+    if (pp == 0) {
+      EXPECT_EQ(p2p, (std::vector<std::string>{"sendF0", "sendF1#0", "recvB0#0", "sendF2#1", "recvB1#1", "sendF3#2", "recvB2#2",
+                                               "recvB3"}));
+    } else {
+      EXPECT_EQ(p2p, (std::vector<std::string>{"recvF0", "sendB0#0", "recvF1#0", "sendB1#1", "recvF2#1", "sendB2#2", "recvF3#2",
+                                               "sendB3"}));
+    }
+  }
+  EXPECT_TRUE(check_step(job, {.all_ranks = true}).ok);
+  EXPECT_TRUE(check_step(job, {.semantics = SendSemantics::kEager, .all_ranks = true}).ok);
+}
+
 // ZBVZeroBubble places stages in a "v": rank 0 holds the first and the last stage, so rank 0
 // runs the loss, and the middle rank sends to itself nothing (its two stages meet locally).
 TEST(StepBytes, ZbvPutsTheLossOnRankZero) {

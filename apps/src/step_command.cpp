@@ -42,8 +42,9 @@ step::Schedule schedule_of(const Options& o, int64_t microbatches, std::string& 
       throw InvalidArgument("--schedule " + o.spec.schedule + " runs one stage per rank: --stages " + std::to_string(*o.spec.stages) +
                             " is not --pp " + std::to_string(*o.pp));
     }
-    lowering = "add_send_recv";
-    return step::lower(step::schedule_by_name(name, *o.pp, *o.pp, microbatches));
+    step::Schedule s = step::single_stage_lowered(name, *o.pp, microbatches);
+    lowering = s.batches.empty() ? "add_send_recv" : "step_microbatches";
+    return s;
   }
   if (info && info->kind == step::ScheduleKind::kMegatronInterleaved) {
     if (!o.pp) throw InvalidArgument("--schedule " + o.spec.schedule + " needs --pp (the pipeline's ranks)");

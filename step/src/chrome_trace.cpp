@@ -89,6 +89,7 @@ nlohmann::json trace_json(const StepRun& run, const std::vector<int64_t>& ranks)
       if (e.peer >= 0) args["peer"] = pipeline[static_cast<std::size_t>(e.peer)];
       if (e.recompute) args["recompute"] = true;
       if (e.routed) args["routed"] = true;  // the bytes follow the routing: the balanced share
+      if (e.batch >= 0) args["batch"] = e.batch;  // posted with the rank's other events of this batch
       events.push_back({{"name", std::string(op_name(e.op)) + " " + std::string(dim_label(job, e.dim))},
                         {"cat", std::string(phase_name(e.phase))}, {"ph", "X"}, {"ts", ts++}, {"dur", 1},
                         {"pid", 0}, {"tid", rank}, {"args", std::move(args)}});

@@ -78,10 +78,50 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
     }
   };
   auto key = [](const Action& a) { return std::tuple<int64_t, int, int64_t>{a.stage, static_cast<int>(a.type), a.microbatch.value_or(-1)}; };
+  // A rank's posted sends and receives: its next one, or the run of one batch
+  // (batch_isend_irecv: Schedule::batches), [at, wend), each done or not.
+  std::vector<std::size_t> wend(static_cast<std::size_t>(pp), 0);
+  std::vector<std::vector<char>> wdone(static_cast<std::size_t>(pp));
+  auto batch_of = [&](int64_t r, std::size_t k) -> int32_t {
+    const auto R = static_cast<std::size_t>(r);
+    return R < s.batches.size() && k < s.batches[R].size() ? s.batches[R][k] : -1;
+  };
+  // pos: the rank's next action not done (in a posted batch, the first still waiting).
+  auto pos = [&](int64_t r) {
+    const auto R = static_cast<std::size_t>(r);
+    if (wend[R] > at[R]) {
+      for (std::size_t k = 0; k < wdone[R].size(); ++k) {
+        if (!wdone[R][k]) return at[R] + k;
+      }
+    }
+    return at[R];
+  };
   auto head = [&](int64_t r) -> const std::optional<Action>* {
     const auto& l = s.ranks[static_cast<std::size_t>(r)];
-    const std::size_t k = at[static_cast<std::size_t>(r)];
+    const std::size_t k = pos(r);
     return k < l.size() ? &l[k] : nullptr;
+  };
+  auto is_p2p_slot = [](const std::optional<Action>& a) { return a && (is_send(a->type) || is_recv(a->type)); };
+  auto open = [&](int64_t r) {
+    const auto R = static_cast<std::size_t>(r);
+    const auto& l = s.ranks[R];
+    if (wend[R] > at[R]) return;
+    std::size_t e = at[R] + 1;
+    if (const int32_t b = batch_of(r, at[R]); b >= 0) {
+      while (e < l.size() && is_p2p_slot(l[e]) && batch_of(r, e) == b) ++e;
+    }
+    wend[R] = e;
+    wdone[R].assign(e - at[R], 0);
+  };
+  auto close = [&](int64_t r) {
+    const auto R = static_cast<std::size_t>(r);
+    if (wend[R] <= at[R]) return false;
+    for (char d : wdone[R]) {
+      if (!d) return false;
+    }
+    at[R] = wend[R];
+    wdone[R].clear();
+    return true;
   };
   // Each rank runs as far as it can; one whose progress may let another on (a send posted, a
   // pair met) puts that one back on the work list. The end state does not depend on the order
@@ -107,32 +147,52 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
         ++at[static_cast<std::size_t>(r)];
         continue;
       }
-      const auto [match, peer] = peer_of(s, *a);
-      if (semantics == SendSemantics::kEager) {
-        if (is_send(a->type)) {
-          posted.insert(key(*a));
-          wake(peer);
-        } else if (!posted.count(key(match))) {
+      // The rank posts its next send or receive, or its batch's together, and goes on once each
+      // has met its peer's (rendezvous) or, eager, its receives have their messages.
+      open(r);
+      const auto R = static_cast<std::size_t>(r);
+      const auto& mine = s.ranks[R];
+      for (std::size_t k = 0; k < wdone[R].size(); ++k) {
+        if (wdone[R][k]) continue;
+        const Action& o = *mine[at[R] + k];
+        if (!has_input(r, o)) continue;
+        const auto [match, peer] = peer_of(s, o);
+        if (semantics == SendSemantics::kEager) {
+          if (is_send(o.type)) {
+            posted.insert(key(o));
+            wake(peer);
+          } else if (!posted.count(key(match))) {
+            continue;
+          }
+          mark(o);
+          wdone[R][k] = 1;
+          continue;
+        }
+        if (peer == r) continue;
+        const std::optional<Action>* ph = head(peer);
+        if (!ph || !is_p2p_slot(*ph)) continue;
+        open(peer);
+        const auto P = static_cast<std::size_t>(peer);
+        for (std::size_t q = 0; q < wdone[P].size(); ++q) {
+          if (wdone[P][q] || !(*s.ranks[P][at[P] + q] == match)) continue;
+          if (!has_input(peer, match)) break;
+          mark(o);
+          mark(match);
+          wdone[R][k] = 1;
+          wdone[P][q] = 1;
+          if (close(peer)) wake(peer);
           break;
         }
-        mark(*a);
-        ++at[static_cast<std::size_t>(r)];
-        continue;
       }
-      const std::optional<Action>* ph = head(peer);
-      if (peer == r || !ph || !*ph || !(**ph == match) || !has_input(peer, match)) break;
-      mark(*a);
-      mark(match);
-      ++at[static_cast<std::size_t>(r)];
-      ++at[static_cast<std::size_t>(peer)];
-      wake(peer);
+      if (close(r)) continue;
+      break;
     }
   }
   Progress p;
   std::vector<int64_t> waiting;
   for (int64_t r = 0; r < pp; ++r) {
     if (head(r)) waiting.push_back(r);
-    p.stopped_at.push_back(head(r) ? static_cast<int64_t>(at[static_cast<std::size_t>(r)]) : -1);
+    p.stopped_at.push_back(head(r) ? static_cast<int64_t>(pos(r)) : -1);
   }
   if (waiting.empty()) return p;
   p.ok = false;
@@ -141,7 +201,7 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
     const Action& a = **head(r);
     const auto [match, peer] = peer_of(s, a);
     return "rank " + std::to_string(r) + " waits in its " + (is_send(a.type) ? "send " : "receive ") + to_string(a) +
-           " (action " + std::to_string(at[static_cast<std::size_t>(r)]) + ") " + (is_send(a.type) ? "to" : "from") +
+           " (action " + std::to_string(pos(r)) + ") " + (is_send(a.type) ? "to" : "from") +
            " rank " + std::to_string(peer) + " (" + to_string(match) + ")";
   };
   // A rank whose next action lacks its input (a forward before its receive, a send before the
@@ -157,7 +217,7 @@ Progress check_progress(const Schedule& s, SendSemantics semantics) {
         : backward                     ? to_string(act(a.stage, ActionType::kRecvB, mb))
                                        : to_string(act(a.stage, ActionType::kRecvF, mb));
     p.diagnosis = "pipeline hang under " + sem + " sends: rank " + std::to_string(w) + "'s " + to_string(a) + " (action " +
-                  std::to_string(at[static_cast<std::size_t>(w)]) + ") lacks its input: " + needs +
+                  std::to_string(pos(w)) + ") lacks its input: " + needs +
                   " must run on rank " + std::to_string(w) + " before it (PyTorch's _simulate_comms_compute stops here too)";
     p.ranks = {w};
     return p;

@@ -190,6 +190,66 @@ Schedule one_f_one_b(int64_t pp, int64_t microbatches) {
   return s;
 }
 
+Schedule one_f_one_b_lowered(int64_t pp, int64_t microbatches) {
+  check_sizes(pp, microbatches);
+  Schedule s = empty(pp, microbatches);
+  s.lowered = true;
+  s.batches.resize(static_cast<std::size_t>(pp));
+  for (int64_t r = 0; r < pp; ++r) {
+    auto& l = s.ranks[static_cast<std::size_t>(r)];
+    auto& batch = s.batches[static_cast<std::size_t>(r)];
+    const bool first = r == 0, last = r == pp - 1;
+    int32_t next_batch = 0;
+    // post: one _batch_p2p call's ops; two (a send and a receive) are one batch_isend_irecv.
+    auto post = [&](std::vector<Action> ops) {
+      const int32_t id = ops.size() > 1 ? next_batch++ : -1;
+      for (const Action& a : ops) {
+        l.push_back(a);
+        batch.push_back(id);
+      }
+    };
+    auto compute = [&](ActionType t, int64_t mb) {
+      l.push_back(act(r, t, mb));
+      batch.push_back(-1);
+    };
+    const int64_t warmup = std::min(microbatches, pp - r);
+    int64_t f = 0, b = 0;
+    std::vector<Action> held;  // sends computed but not fired yet
+    for (; f < warmup; ++f) {
+      if (!first) post({act(r, ActionType::kRecvF, f)});
+      compute(ActionType::kF, f);
+      if (!last) {
+        if (f != warmup - 1) post({act(r, ActionType::kSendF, f)});
+        else held = {act(r, ActionType::kSendF, f)};
+      }
+    }
+    while (true) {
+      std::vector<Action> ops = held;
+      if (!last) ops.push_back(act(r, ActionType::kRecvB, b));
+      post(ops);
+      compute(ActionType::kB, b);
+      held.clear();
+      if (!first) held = {act(r, ActionType::kSendB, b)};
+      ++b;
+      if (f == microbatches) break;
+      ops = held;
+      if (!first) ops.push_back(act(r, ActionType::kRecvF, f));
+      post(ops);
+      held.clear();
+      compute(ActionType::kF, f);
+      if (!last) held = {act(r, ActionType::kSendF, f)};
+      ++f;
+    }
+    post(held);
+    for (; b < microbatches; ++b) {
+      if (!last) post({act(r, ActionType::kRecvB, b)});
+      compute(ActionType::kB, b);
+      if (!first) post({act(r, ActionType::kSendB, b)});
+    }
+  }
+  return s;
+}
+
 Schedule interleaved_1f1b(int64_t pp, int64_t stages, int64_t microbatches) {
   return interleaved(pp, stages, microbatches, false);
 }
@@ -451,6 +511,14 @@ bool is_single_stage(std::string_view name) {
 bool known_schedule(std::string_view name) {
   const ScheduleInfo* s = find_schedule(name);
   return s && s->pytorch;
+}
+
+Schedule single_stage_lowered(std::string_view name, int64_t pp, int64_t microbatches) {
+  Schedule compute = schedule_by_name(name, pp, pp, microbatches);
+  const ScheduleInfo* info = find_schedule(name);
+  if (!info->single_stage) throw InvalidArgument("schedule " + quote_input(name) + " is not a single-stage schedule");
+  if (info->kind == ScheduleKind::k1F1B) return one_f_one_b_lowered(pp, microbatches);
+  return lower(compute, Lowering::kAddSendRecv);
 }
 
 Schedule schedule_by_name(std::string_view name, int64_t pp, int64_t stages, int64_t microbatches) {

@@ -215,11 +215,16 @@ StageLayout layout(const Job& job) {
     l.stages_per_rank = per;
     l.stages = checked_mul(per, p.pp, "the stages");
     if (l.stages > kMaxStages) throw InvalidArgument("the pipeline's " + std::to_string(l.stages) + " stages are over " + std::to_string(kMaxStages));
-    // PyTorch runs GPipe and 1F1B by their own loop (the order of _add_send_recv), the others
-    // through its runtime's lowering.
-    const Lowering how = single ? Lowering::kAddSendRecv : job.lowering;
-    l.schedule = lower(schedule_by_name(job.schedule, p.pp, l.stages, job.microbatches), how);
-    l.lowering = how == Lowering::kRuntime ? "runtime" : "add_send_recv";
+    // PyTorch runs GPipe and 1F1B by their own loops (GPipe's in the order of _add_send_recv,
+    // 1F1B's with its sends and receives paired in batches), the others through its runtime's
+    // lowering.
+    if (single) {
+      l.schedule = single_stage_lowered(job.schedule, p.pp, job.microbatches);
+      l.lowering = l.schedule.batches.empty() ? "add_send_recv" : "step_microbatches";
+    } else {
+      l.schedule = lower(schedule_by_name(job.schedule, p.pp, l.stages, job.microbatches), job.lowering);
+      l.lowering = job.lowering == Lowering::kRuntime ? "runtime" : "add_send_recv";
+    }
   }
   split_layers(l, m.layers, job.first_stage_less_layers, job.last_stage_less_layers);
   return l;

@@ -138,6 +138,9 @@ void StepBuilder::run_schedule(int64_t pp_rank) {
           e.microbatch = microbatch_;
           e.peer = stage_rank(layout_.schedule, peer_stage);
           e.what = fwd ? "activation" : "gradient";
+          if (static_cast<std::size_t>(pp_rank) < s.batches.size() && k < s.batches[pp_rank].size()) {
+            e.batch = s.batches[pp_rank][k];
+          }
           push(e);
           break;
         }

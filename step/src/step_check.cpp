@@ -179,6 +179,8 @@ void Checker::simulate(Report& r) {
   pc.assign(n, 0);
   auto& arrived = sim.arrived;
   arrived.assign(n, false);
+  sim.end.assign(n, 0);
+  sim.done.assign(n, {});
   std::map<std::pair<int, int64_t>, Arrival> arrivals;
   // Eager sends in flight per (from, to): the events, in order.
   std::map<std::pair<std::size_t, std::size_t>, std::deque<const Event*>> in_flight;
@@ -208,15 +210,25 @@ void Checker::simulate(Report& r) {
     return s.bytes == rcv.bytes && s.dtype == rcv.dtype && s.microbatch == rcv.microbatch &&
            std::string_view(s.what) == rcv.what;
   };
-  // meet: a send and its receive, each at its rank's head, go on together, or fail when the
-  // receive is not the send's own.
-  auto meet = [&](std::size_t s, const Event& se, std::size_t t, const Event& re) {
-    if (!matches(se, re)) {
-      p2p_fail(s, se, t, re);
-      return false;
+  // open_window posts the rank's next sends and receives: its head, or the run of its batch.
+  auto open_window = [&](std::size_t i) {
+    if (sim.end[i] > pc[i]) return;
+    const auto& p = *sim.prog[i];
+    std::size_t e = pc[i] + 1;
+    if (const int32_t b = p[pc[i]].batch; b >= 0) {
+      while (e < p.size() && p[e].batch == b && is_p2p(p[e].op)) ++e;
     }
-    ++pc[s];
-    ++pc[t];
+    sim.end[i] = e;
+    sim.done[i].assign(e - pc[i], 0);
+  };
+  // close_window: once every posted op is done, the rank moves past them.
+  auto close_window = [&](std::size_t i) {
+    if (sim.end[i] <= pc[i]) return false;
+    for (char d : sim.done[i]) {
+      if (!d) return false;
+    }
+    pc[i] = sim.end[i];
+    sim.done[i].clear();
     return true;
   };
   while (!ready.empty() && r.ok) {
@@ -243,45 +255,61 @@ void Checker::simulate(Report& r) {
         }
         break;
       }
-      const auto peer = peer_index(i, *e);
-      if (!peer) break;  // outside the simulated set: waits forever (diagnosed below)
-      const std::size_t j = *peer;
-      if (e->op == Op::kSend) {
+      // Sends and receives: the rank posts its next one, or a batch's run of them together
+      // (batch_isend_irecv), and goes on once each has met its peer's (rendezvous) or, eager,
+      // once its receives have their messages.
+      open_window(i);
+      const std::size_t base = pc[i];
+      const auto& mine = *sim.prog[i];
+      for (std::size_t k = 0; k < sim.done[i].size() && r.ok; ++k) {
+        if (sim.done[i][k]) continue;
+        const Event& o = mine[base + k];
+        const auto peer = peer_index(i, o);
+        if (!peer) continue;  // outside the simulated set: waits forever (diagnosed below)
+        const std::size_t j = *peer;
         if (o_.semantics == SendSemantics::kEager) {
-          in_flight[{i, j}].push_back(e);
-          ++pc[i];
-          if (const Event* h = head(j); h && h->op == Op::kRecv && h->peer == pp_coordinate(p_, set[i])) {
-            ready.push_back(j);
+          if (o.op == Op::kSend) {
+            in_flight[{i, j}].push_back(&o);
+            sim.done[i][k] = 1;
+            if (const Event* h = head(j); h && is_p2p(h->op) && !arrived[j]) ready.push_back(j);
+            continue;
           }
+          auto it = in_flight.find({j, i});
+          if (it == in_flight.end() || it->second.empty()) continue;
+          const Event* snd = it->second.front();
+          if (!matches(*snd, o)) {
+            p2p_fail(j, *snd, i, o);
+            break;
+          }
+          it->second.pop_front();
+          sim.done[i][k] = 1;
           continue;
         }
+        // Rendezvous: the first waiting op of the peer's posted ones toward this rank, of the
+        // other kind, is this one's partner.
         const Event* h = head(j);
-        if (h && h->op == Op::kRecv && h->peer == pp_coordinate(p_, set[i]) && !arrived[j]) {
-          if (!meet(i, *e, j, *h)) break;
-          ready.push_back(j);
-          continue;
-        }
-        break;
-      }
-      // A receive.
-      if (o_.semantics == SendSemantics::kEager) {
-        auto it = in_flight.find({j, i});
-        if (it == in_flight.end() || it->second.empty()) break;
-        const Event* s = it->second.front();
-        if (!matches(*s, *e)) {
-          p2p_fail(j, *s, i, *e);
+        if (!h || !is_p2p(h->op) || arrived[j]) continue;
+        open_window(j);
+        const int64_t me = pp_coordinate(p_, set[i]);
+        const Op want = o.op == Op::kSend ? Op::kRecv : Op::kSend;
+        for (std::size_t q = 0; q < sim.done[j].size(); ++q) {
+          const Event& t = (*sim.prog[j])[pc[j] + q];
+          if (sim.done[j][q] || t.peer != me || t.op != want) continue;
+          const Event& se = o.op == Op::kSend ? o : t;
+          const Event& re = o.op == Op::kSend ? t : o;
+          if (!matches(se, re)) {
+            if (o.op == Op::kSend) p2p_fail(i, se, j, re);
+            else p2p_fail(j, se, i, re);
+            break;
+          }
+          sim.done[i][k] = 1;
+          sim.done[j][q] = 1;
+          if (close_window(j)) ready.push_back(j);
           break;
         }
-        it->second.pop_front();
-        ++pc[i];
-        continue;
       }
-      const Event* h = head(j);
-      if (h && h->op == Op::kSend && h->peer == pp_coordinate(p_, set[i])) {
-        if (!meet(j, *h, i, *e)) break;
-        ready.push_back(j);
-        continue;
-      }
+      if (!r.ok) break;
+      if (close_window(i)) continue;
       break;
     }
   }

@@ -27,7 +27,20 @@ struct Simulation {
   std::vector<const std::vector<Event>*> prog;
   std::vector<std::size_t> pc;  // each rank's next event
   std::vector<bool> arrived;    // registered at its current collective
-  const Event* head(std::size_t i) const { return pc[i] < prog[i]->size() ? &(*prog[i])[pc[i]] : nullptr; }
+  // A rank's posted sends and receives: [pc, end) (one, or a batch_isend_irecv's run of events of
+  // one batch, posted together), each done or not; end <= pc when none is posted.
+  std::vector<std::size_t> end;
+  std::vector<std::vector<char>> done;
+  // head: the rank's next event not done (in its posted batch, the first still waiting).
+  const Event* head(std::size_t i) const {
+    if (pc[i] >= prog[i]->size()) return nullptr;
+    if (end[i] > pc[i]) {
+      for (std::size_t k = 0; k < done[i].size(); ++k) {
+        if (!done[i][k]) return &(*prog[i])[pc[i] + k];
+      }
+    }
+    return &(*prog[i])[pc[i]];
+  }
   // peer_index: the simulated index of the peer of a send or receive, if simulated.
   std::optional<std::size_t> peer_index(const Parallel& p, std::size_t i, const Event& e) const {
     const auto it = index.find(with_pp(p, set[i], e.peer));

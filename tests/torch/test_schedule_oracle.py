@@ -4,8 +4,11 @@ For every schedule meshsim builds, pp 1..8 and the microbatches and stages it al
 of 1..16; MESHSIM_TORCH_EXAMPLES=0 for all of them):
 - the grid meshsim prints is byte-equal to PyTorch's `_format_pipeline_order` of the same
   lowered schedule (read back from `--dump-schedule` with PyTorch's own `_Action.from_str`);
-- for the single-stage schedules (GPipe, 1F1B), whose compute order has no idle steps, the
-  lowered schedule is PyTorch's `_add_send_recv` of that compute order, action for action;
+- for GPipe, whose compute order has no idle steps, the lowered schedule is PyTorch's
+  `_add_send_recv` of that compute order, action for action; for 1F1B the sends and receives of
+  every rank's step, in order and grouped in batches, are what `Schedule1F1B._step_microbatches`
+  itself posts (its `_batch_p2p` calls, run over a stand-in stage per rank), and the step's
+  deadlock verdict under rendezvous sends is none;
 - for the multi-stage ones (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble with 2, 3 and 4
   stages per rank, ZBVZeroBubble), the lowered schedule is what PyTorch's runtime runs, action for
   action: the `pipeline_order_with_comms` that the real schedule class builds in its constructor
@@ -88,12 +91,95 @@ def test_the_grid_is_pytorchs_and_the_single_stage_lowering_is_add_send_recv(nam
             sch._format_pipeline_order(lowered)
     else:
         assert grid == sch._format_pipeline_order(lowered), f"{name} pp={pp} m={m}\n{grid}"
-    if name in ("GPipe", "1F1B"):
+    if name == "GPipe":
         compute = {r: [a for a in acts if a.computation_type in (sch.F, sch.B, sch.I, sch.W)]
                    for r, acts in lowered.items()}
         theirs = sch._add_send_recv(compute, stage_to_rank=lambda s: s, num_stages=pp)
         assert {r: [str(a) for a in acts] for r, acts in theirs.items()} == \
                {r: [str(a) for a in acts] for r, acts in lowered.items()}
+
+
+class _Stage:
+    """What Schedule1F1B._step_microbatches asks of its stage: the p2p ops of a microbatch (none
+    where the real stage has none: the first stage receives no activation, the last sends none
+    and receives no gradient), a forward, a backward."""
+
+    def __init__(self, index, n, log):
+        self.stage_index, self.num_stages, self.log = index, n, log
+        self.is_first, self.is_last = index == 0, index == n - 1
+
+    def get_fwd_recv_ops(self, i):
+        return [] if self.is_first else [f"{self.stage_index}RECV_F{i}"]
+
+    def get_fwd_send_ops(self, i):
+        return [] if self.is_last else [f"{self.stage_index}SEND_F{i}"]
+
+    def get_bwd_recv_ops(self, i):
+        return [] if self.is_last else [f"{self.stage_index}RECV_B{i}"]
+
+    def get_bwd_send_ops(self, i):
+        return [] if self.is_first else [f"{self.stage_index}SEND_B{i}"]
+
+    def forward_one_chunk(self, i, *args, **kwargs):
+        self.log.append(f"{self.stage_index}F{i}")
+
+    def backward_one_chunk(self, i, loss=None, last_backward=False):
+        self.log.append(f"{self.stage_index}B{i}")
+
+    def perform_reduce_grad(self, *a):
+        pass
+
+
+def pytorchs_1f1b(pp, m, monkeypatch):
+    """Every rank's run of PyTorch's own Schedule1F1B._step_microbatches: its computes and each
+    _batch_p2p call's ops (a list: posted together)."""
+    runs = {}
+    monkeypatch.setattr(sch, "_wait_batch_p2p", lambda work: None)
+    for r in range(pp):
+        log = []
+        monkeypatch.setattr(sch, "_batch_p2p", lambda ops, desc=None, log=log: (log.append(list(ops)) if ops else None) or [])
+        s = object.__new__(sch.Schedule1F1B)
+        s._stage, s._n_microbatches, s._num_stages, s.scale_grads = _Stage(r, pp, log), m, pp, True
+        s._check_inputs = lambda a, k, t, l: ([()] * m, [{}] * m)
+        s._initialize_stage = s._maybe_compute_loss = s._maybe_get_loss = s._update_losses = lambda *a, **k: None
+        sch.Schedule1F1B._step_microbatches(s, [()] * m, [{}] * m, None, None)
+        runs[r] = log
+    return runs
+
+
+def meshsim_1f1b_posts(pp, m):
+    """Every rank's sends and receives in meshsim's step of a pp-only torchtitan job under 1F1B,
+    each run of one batch together (the trace's `batch`)."""
+    import meshsim
+    report = meshsim.step(f"torchtitan:pp={pp},dp_shard=1", "llama3-debugmodel", seq_len=64, local_batch_size=1,
+                          microbatches=m, schedule="1F1B", ranks="all", trace=True, log_metrics=False)
+    assert report["ok"], report["diagnosis"]
+    trace = report["trace"] if isinstance(report["trace"], dict) else __import__("json").loads(report["trace"])
+    posts = {r: [] for r in range(pp)}
+    last = {}
+    for e in sorted((e for e in trace["traceEvents"] if e.get("ph") == "X"), key=lambda e: (e["tid"], e["ts"])):
+        op = e["name"].split(" ")[0]
+        if op not in ("send", "recv"):
+            continue
+        a, r = e["args"], e["tid"]
+        text = f"{a['stage']}{op.upper()}_{'F' if a['phase'] == 'fwd' else 'B'}{a['microbatch']}"
+        b = a.get("batch", -1)
+        if b >= 0 and last.get(r) == b:
+            posts[r][-1].append(text)
+        else:
+            posts[r].append([text])
+        last[r] = b
+    return posts
+
+
+@pytest.mark.parametrize("pp,m", [(pp, m) for pp in range(2, 7) for m in sorted({pp, pp + 1, 2 * pp, 16})])
+def test_1f1b_posts_what_pytorchs_loop_posts(pp, m, monkeypatch):
+    theirs = pytorchs_1f1b(pp, m, monkeypatch)
+    mine = meshsim_1f1b_posts(pp, m)
+    for r in range(pp):
+        assert mine[r] == [x for x in theirs[r] if isinstance(x, list)], f"pp={pp} m={m} rank {r}: {theirs[r]}"
+    # Some rank posts a send with a receive in one batch (the steady state) whenever it has one.
+    assert any(len(x) == 2 for r in range(pp) for x in mine[r])
 
 
 def test_1f1b_with_fewer_microbatches_than_stages_is_refused_in_pytorchs_words():

@@ -68,6 +68,10 @@ struct Schedule {
   std::vector<std::vector<std::optional<Action>>> ranks;
   bool lowered = false;
   StageStyle style = StageStyle::kLoop;
+  // batches: per rank, per action, the batch_isend_irecv call a send or receive is posted in
+  // (consecutive actions of one id >= 0 go together), -1 alone; empty when none is batched.
+  // PyTorch's CSV form has no such notion: written out, a batch reads back as its actions in order.
+  std::vector<std::vector<int32_t>> batches;
   friend bool operator==(const Schedule&, const Schedule&) = default;
 };
 
@@ -78,6 +82,16 @@ int64_t stage_rank(const Schedule& s, int64_t stage);
 // InvalidArgument otherwise, naming the value).
 Schedule gpipe(int64_t pp, int64_t microbatches);
 Schedule one_f_one_b(int64_t pp, int64_t microbatches);
+// one_f_one_b_lowered: Schedule1F1B as PyTorch's own loop runs it (schedules.py
+// Schedule1F1B._step_microbatches), lowered: per rank the warmup's forwards, each receive before
+// its forward and each send after it (the last warmup send held back), then backward and forward
+// in turn with the held send and the next receive posted as one batch (fwd_send + bwd_recv,
+// bwd_send + fwd_recv), then the cooldown's backwards. Its compute order is one_f_one_b's.
+Schedule one_f_one_b_lowered(int64_t pp, int64_t microbatches);
+// single_stage_lowered: GPipe or 1F1B (by name, PyTorch's refusals as schedule_by_name) lowered
+// as PyTorch's own loops run them: GPipe's in _add_send_recv's order, 1F1B's as
+// one_f_one_b_lowered.
+Schedule single_stage_lowered(std::string_view name, int64_t pp, int64_t microbatches);
 // interleaved_1f1b is PyTorch's ScheduleInterleaved1F1B over `stages` = pp x (stages per rank),
 // stage s on rank s mod pp: R = max(1, M / pp) rounds of M / R microbatches (M a multiple of R,
 // else InvalidArgument with PyTorch's reason); rank r runs min((stages/pp - 1) x M/R + 2 (pp - 1

@@ -131,10 +131,13 @@ struct Event {
   // routed: an all-to-all whose input is the tokens the router sent this rank (an MoE's combine,
   // its dispatch's gradient): its bytes follow the routing, planned as the balanced share.
   bool routed = false;
+  // batch: a send or receive posted with the others of its batch (PyTorch's batch_isend_irecv:
+  // consecutive events of one id >= 0, in the order the call lists them); -1 alone.
+  int32_t batch = -1;
   friend bool operator==(const Event& a, const Event& b) {
     return a.op == b.op && a.dim == b.dim && a.dtype == b.dtype && a.bytes == b.bytes && a.phase == b.phase &&
            a.stage == b.stage && a.layer == b.layer && a.microbatch == b.microbatch && a.peer == b.peer &&
-           std::string_view(a.what) == b.what && a.recompute == b.recompute && a.routed == b.routed;
+           std::string_view(a.what) == b.what && a.recompute == b.recompute && a.routed == b.routed && a.batch == b.batch;
   }
 };
 std::string describe(const Event& e);  // "all_gather bf16 33554432 B (fwd stage 0 layer 3 microbatch 1 attention)"
