@@ -944,6 +944,10 @@ TEST(MegatronArgs, WhatMegatronRefusesOrMeshsimDoesNotModelIsNamed) {
       {base + " --hidden-size 99999999999 --num-layers 2 --num-attention-heads 2 --vocab-size 8", "over 2^32"},
       {base + " --normalization rmsnorm", "invalid choice (choose from LayerNorm, RMSNorm)"},
       {base + " --qk-layernorm", "--qk-layernorm"},
+      // TransformerConfig.__post_init__: softmax over one selected expert has no gradient.
+      {base + " --num-layers 2 --hidden-size 256 --num-attention-heads 4 --vocab-size 1024 --swiglu --disable-bias-linear "
+              "--num-experts 4 --moe-router-topk 1 --expert-model-parallel-size 2",
+       "Please use --moe-router-pre-softmax when topk is 1."},
       {base + " --num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 64 --swiglu --num-experts 4",
        "give --disable-bias-linear"},
   };

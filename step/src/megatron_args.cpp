@@ -41,12 +41,13 @@ const std::set<std::string>& bool_flags() {
   static const std::set<std::string> s{"--bf16", "--grad-reduce-in-bf16", "--sequence-parallel",
                                        "--use-distributed-optimizer", "--group-query-attention", "--swiglu",
                                        "--untie-embeddings-and-output-weights", "--disable-bias-linear",
-                                       "--add-qkv-bias"};
+                                       "--add-qkv-bias", "--moe-router-pre-softmax"};
   return s;
 }
 const std::set<std::string>& string_flags() {
   static const std::set<std::string> s{"--rerun-mode", "--recompute-granularity", "--recompute-method",
-                                       "--recompute-num-layers", "--pipeline-model-parallel-layout", "--normalization"};
+                                       "--recompute-num-layers", "--pipeline-model-parallel-layout", "--normalization",
+                                       "--moe-router-score-function", "--moe-router-load-balancing-type"};
   return s;
 }
 // Flags that change the step's collectives in ways meshsim does not model, and why.
@@ -270,6 +271,13 @@ MegatronArgs parse_megatron_args(const std::string& text_or_file) {
       }
       m.experts = *e;
       m.top_k = get(Flag::kTopk).value_or(2);
+      // TransformerConfig.__post_init__: softmax over one selected expert has no gradient.
+      const auto score = strs.find("--moe-router-score-function"), balance = strs.find("--moe-router-load-balancing-type");
+      if (m.top_k == 1 && (score == strs.end() || score->second == "softmax") && !strs.count("--moe-router-pre-softmax") &&
+          (balance == strs.end() || balance->second != "sinkhorn")) {
+        throw InvalidArgument("--megatron-args: --moe-router-topk 1: Please use --moe-router-pre-softmax when topk is 1.  "
+                              "[Megatron]");
+      }
       m.moe_ffn_dim = get(Flag::kMoeFfn).value_or(m.ffn_dim);
       if (const auto s = get(Flag::kSharedFfn)) {
         if (*s % m.moe_ffn_dim != 0) {

@@ -15,6 +15,13 @@ job's flags say (--disable-bias-linear, --add-qkv-bias, --normalization RMSNorm)
 every bias and norm, and the sequence-parallel parameters (the norms, the row-parallel biases)
 are what meshsim all-reduces over tp at the step's end.
 
+And megatron-core's own `TransformerConfig.__post_init__` against `--megatron-args`: for random
+jobs over the settings it checks (tensor parallel against heads and query groups, the
+recomputation's granularity, method and layer count, MoE experts, top-k, the router's score
+function and pre-softmax, biases, the norm), when TransformerConfig refuses the job's config,
+meshsim refuses the flags; when it accepts, meshsim accepts, or refuses naming what it does not
+model, never calling it Megatron's refusal ("[Megatron]").
+
 Only `torch.cuda.current_device` is patched (to "cpu"): the buffers are allocated there; nothing
 runs on them.
 """
@@ -138,3 +145,81 @@ def test_each_stages_buffer_is_megatron_cores(j, monkeypatch):
         assert grad_dtype == (torch.bfloat16 if j["bf16_reduce"] else torch.float32)
         assert mine["by_dim"]["dp_cp"]["reduce_scatter"] == {"calls": 1, "bytes": numel * width}, (stage, numel)
         assert mine["by_dim"]["dp_cp"]["all_gather"] == {"calls": 1, "bytes": numel * 2}, (stage, numel)
+
+
+def tc_jobs():
+    rng = random.Random(int(os.environ.get("MESHSIM_TORCH_SEED", "58")) + 1)
+    out = []
+    for _ in range(max(60, COUNT * 6)):
+        j = {"tp": rng.choice([1, 2, 4]), "heads": rng.choice([4, 6, 8]), "hidden": rng.choice([96, 128, 256]),
+             "layers": rng.choice([2, 4]), "ep": rng.choice([1, 2])}
+        j["groups"] = rng.choice([j["heads"], j["heads"] // 2, 3])
+        j["gran"] = rng.choice([None, "full", "selective"])
+        j["method"] = rng.choice([None, "block", "uniform"])
+        j["nlayers"] = rng.choice([None, 1, 2, 0])
+        j["experts"] = rng.choice([None, None, 4, 6])
+        j["topk"] = rng.choice([1, 2, 8])
+        j["pre_softmax"] = rng.random() < 0.3
+        j["score"] = rng.choice([None, "softmax", "sigmoid"])
+        j["bias"] = rng.random() < 0.4
+        j["norm"] = rng.choice(["LayerNorm", "RMSNorm"])
+        out.append(j)
+    return out
+
+
+def tc_flags(j):
+    t = (f"--tensor-model-parallel-size {j['tp']} --micro-batch-size 1 --global-batch-size 4 --seq-length 256 --bf16 "
+         f"--use-distributed-optimizer --num-layers {j['layers']} --hidden-size {j['hidden']} --ffn-hidden-size 512 "
+         f"--num-attention-heads {j['heads']} --group-query-attention --num-query-groups {j['groups']} --swiglu "
+         f"--vocab-size 1024 --untie-embeddings-and-output-weights --normalization {j['norm']}")
+    if j["tp"] > 1:
+        t += " --sequence-parallel"
+    if not j["bias"]:
+        t += " --disable-bias-linear"
+    for flag, key in (("--recompute-granularity", "gran"), ("--recompute-method", "method"), ("--recompute-num-layers", "nlayers")):
+        if j[key] is not None:
+            t += f" {flag} {j[key]}"
+    if j["experts"]:
+        t += f" --num-experts {j['experts']} --moe-router-topk {j['topk']} --expert-model-parallel-size {j['ep']}"
+        if j["pre_softmax"]:
+            t += " --moe-router-pre-softmax"
+        if j["score"]:
+            t += f" --moe-router-score-function {j['score']}"
+    return t
+
+
+def transformer_config_refusal(j):
+    """What megatron-core's TransformerConfig says of the config Megatron-LM builds from the flags
+    (core_transformer_config_from_args copies each argument of a field's name): None if it
+    accepts."""
+    from megatron.core.transformer import TransformerConfig
+    kw = dict(num_layers=j["layers"], hidden_size=j["hidden"], num_attention_heads=j["heads"], num_query_groups=j["groups"],
+              ffn_hidden_size=512, tensor_model_parallel_size=j["tp"], sequence_parallel=j["tp"] > 1,
+              add_bias_linear=j["bias"], normalization=j["norm"], gated_linear_unit=True, bf16=True,
+              params_dtype=torch.bfloat16, recompute_granularity=j["gran"], recompute_method=j["method"],
+              recompute_num_layers=j["nlayers"])
+    if j["experts"]:
+        kw.update(num_moe_experts=j["experts"], moe_router_topk=j["topk"], expert_model_parallel_size=j["ep"],
+                  moe_router_pre_softmax=j["pre_softmax"], moe_router_score_function=j["score"] or "softmax")
+    try:
+        TransformerConfig(**kw)
+        return None
+    except (ValueError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def test_transformer_configs_own_refusals_are_meshsims():
+    refused = mismatches = 0
+    for j in tc_jobs():
+        theirs = transformer_config_refusal(j)
+        try:
+            meshsim.step(megatron_args=tc_flags(j), world_size=j["tp"] * 4)
+            mine = None
+        except meshsim.errors.Error as e:
+            mine = str(e)
+        refused += theirs is not None
+        if theirs is not None and mine is None or theirs is None and mine is not None and "[Megatron]" in mine:
+            mismatches += 1
+            print("MISMATCH", j, "\n  TransformerConfig:", theirs, "\n  meshsim:", mine)
+    assert mismatches == 0
+    assert refused >= 10  # the random jobs reach TransformerConfig's refusals
