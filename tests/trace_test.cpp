@@ -981,6 +981,15 @@ TEST(FlightRecorder, AnAllToAllWhoseSizesDoNotAddUpNamesTheRankThatBrokeAnEvenEx
   ASSERT_FALSE(r.ok);
   EXPECT_TRUE(r.culprits.empty());
   EXPECT_EQ(r.problems.at(0).ranks, (std::vector<int64_t>{0, 1, 2, 3}));
+  // A recording's dumps (meshsim record, the fake backend moved no data): totals not compared,
+  // said in a note; a dtype that differs is still named.
+  r = check_dumps(a2a({8, 6, 10, 8}, {6, 10, 8, 9}), CheckOptions{.all_to_all_totals = false});
+  EXPECT_TRUE(r.ok) << (r.problems.empty() ? "" : r.problems.front().message);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("1 all_to_all collectives' totals over their groups not compared"), std::string::npos) << r.notes[0];
+  auto odd = a2a({8, 8, 8, 8}, {8, 8, 8, 8});
+  odd[1].entries[0].input_dtypes = {"Half"};
+  EXPECT_TRUE(kinds(check_dumps(odd, CheckOptions{.all_to_all_totals = false})).count("dtype"));
 }
 
 TEST(HostileDumps, APrefixRefusalNamesAFewPrefixesNotAll) {

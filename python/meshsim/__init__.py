@@ -553,7 +553,7 @@ def record(program, world_size, *, ranks=None, jobs=None, out=None, timeout=300.
                 if r.get("status") != "ok" or not r.get("init_calls")]
     report = None
     if any(r.get("init_calls") for r in summary["ranks"]):
-        report = _meshsim.trace_check(_os.fsencode(out), _record.DUMP_PREFIX, 0)
+        report = _meshsim.trace_check(_os.fsencode(out), _record.DUMP_PREFIX, 0, False)  # fake: no data moved
         if len(chosen) < world:
             kept = []
             for p in report["problems"]:

@@ -784,12 +784,14 @@ void bind_step(py::module_& m) {
 // `meshsim trace check`.
 void bind_trace(py::module_& m) {
   // trace_check is `meshsim trace check DIR --format json` in this process.
-  m.def("trace_check", [](const std::string& dir, std::optional<std::string> prefix, unsigned jobs) {
-    return py_of_json(run_released([dir, prefix, jobs] {
+  // all_to_all_totals false for a recording's dumps (meshsim record's: the fake backend moved no data).
+  m.def("trace_check", [](const std::string& dir, std::optional<std::string> prefix, unsigned jobs, bool all_to_all_totals) {
+    return py_of_json(run_released([dir, prefix, jobs, all_to_all_totals] {
       const meshsim::trace::DumpSet set = meshsim::trace::read_dump_dir(dir, prefix, {}, jobs);
-      return meshsim::trace::report_json(meshsim::trace::check_dumps(set.dumps), set);
+      return meshsim::trace::report_json(
+          meshsim::trace::check_dumps(set.dumps, meshsim::trace::CheckOptions{.all_to_all_totals = all_to_all_totals}), set);
     }));
-  });
+  }, py::arg("dir"), py::arg("prefix"), py::arg("jobs"), py::arg("all_to_all_totals") = true);
 }
 
 }  // namespace

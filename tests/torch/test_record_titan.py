@@ -6,8 +6,12 @@ cross-rank check must pass, and every rank's records of the steady step must be 
 `meshsim step --job` plans from the config the job saved (`trace check --against`), as the Gloo
 job's are in torch:step_real.
 
-Layouts: FSDP with TP on 4 ranks and HSDP with TP on 8 by default; FSDP alone and HSDP with TP
-on 16 ranks with MESHSIM_LONG=1. The pipeline layouts of torch:step_real cannot be recorded yet:
+Layouts: FSDP with TP on 4 ranks, HSDP with TP on 8, and the deepseek_v3 debug model with FSDP,
+TP and EP under full activation checkpointing on 4 by default; FSDP alone, deepseek_v3 with FSDP
+and EP, and HSDP with TP on 16 ranks with MESHSIM_LONG=1. An MoE's token exchanges record the
+sizes each rank's own routing gives (the fake backend hands a rank its own counts back): every
+rank's records still equal the plan (whose routed all-to-alls take any bytes), and the record's
+check leaves those all-to-alls' totals out, saying so. The pipeline layouts of torch:step_real cannot be recorded yet:
 PyTorch's schedules infer the stages' shapes by exchanging Python objects (recv_object_list),
 which the fake backend does not carry; the receiving rank stops naming the call (asserted here;
 PyTorch 2.14 refuses first, in its own words).
@@ -28,7 +32,7 @@ LONG = bool(os.environ.get("MESHSIM_LONG"))
 LAYOUTS = {k: v for k, v in real.LAYOUTS.items() if not k.startswith("pp")}
 LAYOUTS["hsdp2x4_tp2"] = (16, ["--parallelism.data_parallel_replicate_degree", "2",
                                "--parallelism.data_parallel_shard_degree", "4", "--parallelism.tensor_parallel_degree", "2"])
-DEFAULT = ["fsdp2_tp2", "hsdp2x2_tp2"]
+DEFAULT = ["fsdp2_tp2", "hsdp2x2_tp2", "moe_fsdp2_tp2_ep2_full_ac"]
 
 
 @pytest.mark.parametrize("name", [n for n in LAYOUTS if LONG or n in DEFAULT])
@@ -44,7 +48,14 @@ def test_every_recorded_rank_of_torchtitans_trainer_is_the_planned_step(tmp_path
     summary = json.loads((rec / "record.json").read_text())
     assert [r["status"] for r in summary["ranks"]] == ["ok"] * n
     r = real.against(str(job))
-    assert r["ok"] and r["plan"]["ok"], (r["problems"], r["plan"]["divergences"][:4])
+    problems = r["problems"]
+    if name.startswith("moe"):
+        # The job's own dumps, checked as any dumps are: the fake backend hands each rank its own
+        # all-to-all input back, so the token exchanges' totals are no peer's (the record's own
+        # check leaves them out, saying so: asserted above by its exit status).
+        assert "all_to_all collectives' totals over their groups not compared" in p.stdout, p.stdout[-2000:]
+        problems = [x for x in problems if not (x["kind"] == "size" and "all_to_all" in x["message"])]
+    assert not problems and r["plan"]["ok"], (problems, r["plan"]["divergences"][:4])
     assert r["plan"]["ranks_compared"] == n and r["plan"]["records_compared"] >= n * 20, r["plan"]
 
 

@@ -180,7 +180,7 @@ struct Member {
 
 class Checker {
  public:
-  explicit Checker(const std::vector<Dump>& dumps);
+  explicit Checker(const std::vector<Dump>& dumps, const CheckOptions& options = {});
   CheckReport run();
 
  private:
@@ -213,6 +213,8 @@ class Checker {
   void mismatch(int g, int64_t s, const std::vector<std::pair<int64_t, const std::vector<const Entry*>*>>& present,
                 const std::map<std::string, std::vector<std::size_t>>& variants);
   void check_p2p(int g);
+  CheckOptions options_;
+  int64_t unchecked_totals_ = 0;  // all-to-alls whose totals the options leave out
   // A hang followed through the ranks' waits (fr_hang.cpp).
   // follow_waits: every rank's oldest pending record is what it waits in; the members that never
   // issued it (or the peer that never met it) hold it up. Following these waits ends at ranks

@@ -66,6 +66,15 @@ struct CheckReport {
   std::vector<std::string> notes;   // what could not be judged (records a ring buffer dropped)
 };
 
+// CheckOptions: all_to_all_totals off for dumps whose all-to-alls carried no data between ranks
+// (meshsim record's, over PyTorch's fake backend, which hands each rank its own input back):
+// an exchange whose splits came from an earlier exchange (an MoE's token counts) then holds
+// sizes no peer sent, and the group's totals are not compared (a note counts them).
+struct CheckOptions {
+  bool all_to_all_totals = true;
+};
+
 CheckReport check_dumps(const std::vector<Dump>& dumps);
+CheckReport check_dumps(const std::vector<Dump>& dumps, const CheckOptions& options);
 
 }  // namespace meshsim::trace
