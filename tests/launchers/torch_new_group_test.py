@@ -72,7 +72,11 @@ def worker(rank, world, port, plan_file, swap):
             sys.exit(1)
     dist.barrier()
     print(f"rank {rank}: OK, {len(calls)} new_group calls, {len(mine)} groups checked", flush=True)
-    sys.exit(0)
+    # Every rank checked every group it is in (the barrier): leave without the interpreter's
+    # teardown, where Debian's torch 1.13 may destroy a Gloo thread still joinable ("terminate
+    # called without an active exception", SIGABRT after this rank's OK: seen once in CI), which
+    # is not what this test is about.
+    os._exit(0)
 
 
 def plan_file(tmp, *flags):
