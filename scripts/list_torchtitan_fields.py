@@ -1,12 +1,12 @@
 """Lists the fields of the config torchtitan saves (debug.save_config_file: Trainer.Config's to_dict)
-as step/src/torchtitan_fields.cpp holds them: for each section that holds one class in every
+as recipes/src/torchtitan_fields.cpp holds them: for each section that holds one class in every
 config of torchtitan's registries (the activation checkpointing policy and the loss, which differ
 between them, are left out), each field with the kind its type annotation gives (int, float,
 number (float | int), bool, str, choice (a Literal), list, dict (a dict or a nested config: a
 table)), whether it is Optional, and a Literal's choices. Facts read from torchtitan's own
 dataclasses, not code:
 
-    .venv/bin/python scripts/list_torchtitan_fields.py > step/src/torchtitan_fields.inc
+    .venv/bin/python scripts/list_torchtitan_fields.py > recipes/src/torchtitan_fields.inc
 """
 import contextlib
 import dataclasses

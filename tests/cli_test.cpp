@@ -1809,7 +1809,7 @@ TEST(CliHostile, AJobFileKeyOfManyPartsIsRefusedBeforeTheTomlParser) {
   for (int i = 0; i < 200; ++i) floats += std::to_string(i) + ".5, ";
   const std::string fine = write_file("meshsim_fine_job.toml",
                                       "[job]\ndescription = \"" + std::string(300, '.') + "\" # " + std::string(300, '.') +
-                                          "\n[training]\nx = " + floats + "1.0]\ny = [\n  1.5,\n  {a.b.c = 2.5, d = 1},\n]\n"
+                                          "\nx = " + floats + "1.0]\ny = [\n  1.5,\n  {a.b.c = 2.5, d = 1},\n]\n"
                                           "z = '''\n" + std::string(300, '.') + "\n'''\n[parallelism]\ntensor_parallel_degree = 2\n");
   Result ok = shell_with_errors("show --preset torchtitan:" + fine + " --world-size 8 --format json");
   EXPECT_EQ(ok.status, 0) << joined(ok);
@@ -1830,7 +1830,8 @@ TEST(CliHostile, AFileThatCannotBeReadIsRefusedAsSuchNeverTakenForAnEmptyOrShort
 TEST(CliHostile, AMisspelledTableOrKeyOfTheJobFileIsRefusedNamingTheNearest) {
   const std::map<std::string, std::pair<std::string, std::string>> bad{
       {"key", {"[parallelism]\ntensor_paralel_degree = 2\n",
-               "unknown key parallelism.'tensor_paralel_degree' (did you mean 'tensor_parallel_degree'?)"}},
+               "unknown key parallelism.'tensor_paralel_degree': torchtitan's config has no such key (did you mean "
+               "'tensor_parallel_degree'?)"}},
       {"table", {"[Parallelism]\ntensor_parallel_degree = 2\n",
                  "unknown table 'Parallelism': torchtitan's job config has no such section (did you mean 'parallelism'?)"}},
       {"far", {"[parallelism]\nzzz = 2\n", "unknown key parallelism.'zzz'"}},

@@ -1,15 +1,17 @@
-// `meshsim step --job`: a torchtitan job file read whole (step/src/job_file.cpp, run_step).
+// `meshsim step --job`: a torchtitan job file read whole (recipes/src/torchtitan_job.cpp, run_step).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "meshsim/error.hpp"
-#include "meshsim/job_file.hpp"
+#include "meshsim/preset.hpp"
 #include "meshsim/step_job.hpp"
+#include "meshsim/torchtitan_job.hpp"
 
 namespace meshsim::step {
 namespace {
@@ -186,6 +188,67 @@ TEST(JobFile, WhatTorchtitanRefusesOrMeshsimDoesNotModelIsNamed) {
   s.preset = "torchtitan:dp_shard=2";
   s.job = write("both.toml", "[parallelism]\ndata_parallel_shard_degree = 2\n");
   EXPECT_THROW((void)run_step(s), InvalidArgument);
+}
+
+// Every reader of a torchtitan job reads it in one place (torchtitan_job.hpp): the preset of
+// check, show and query (--preset torchtitan:FILE) refuses what the step's --job refuses, in the
+// same words, and reads torchtitan's saved JSON config as the step does.
+TEST(JobFile, EveryReaderOfATorchtitanJobReadsItInOnePlace) {
+  const std::map<std::string, std::string> refused{
+      {"misspelled.toml", "[training]\nseq_lne = 64\n[parallelism]\ndata_parallel_shard_degree = 2\n"},
+      {"model_part.toml", "[parallelism]\ndata_parallel_shard_degree = 2\npipeline_parallel_degree = 2\n"
+                          "module_fqns_per_model_part = [[\"tok_embeddings\", \"layers.0\"], [\"layers.1\", \"norm\"]]\n"},
+      {"wrong_kind.toml", "[parallelism]\ntensor_parallel_degree = \"2\"\n"},
+      {"batch_invariant.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"}, "training": {},
+         "parallelism": {"data_parallel_shard_degree": 2}, "debug": {"batch_invariant": true}})"},
+      {"null.json", R"({"model_spec": {}, "training": {"seq_len": null}, "parallelism": {"data_parallel_shard_degree": 2}})"},
+  };
+  for (const auto& [name, text] : refused) {
+    const std::string path = write(name, text);
+    std::string by_step, by_preset;
+    try {
+      (void)run_job(path);
+    } catch (const InvalidArgument& e) {
+      by_step = e.what();
+    }
+    try {
+      (void)preset::recipe("torchtitan:" + path, std::nullopt);
+    } catch (const InvalidArgument& e) {
+      by_preset = e.what();
+    }
+    const std::string step_prefix = "--job '" + path + "'", preset_prefix = "--preset torchtitan: '" + path + "'";
+    ASSERT_EQ(by_step.rfind(step_prefix, 0), 0u) << name << ": " << by_step;
+    ASSERT_EQ(by_preset.rfind(preset_prefix, 0), 0u) << name << ": " << by_preset;
+    EXPECT_EQ(by_step.substr(step_prefix.size()), by_preset.substr(preset_prefix.size())) << name;
+  }
+  // A saved config's degrees, for a mesh as for a step.
+  const std::string saved = write("degrees.json", R"({"model_spec": {"name": "llama3", "flavor": "debugmodel"},
+    "training": {"local_batch_size": 2, "seq_len": 64}, "parallelism": {"data_parallel_replicate_degree": 2,
+    "data_parallel_shard_degree": 2, "tensor_parallel_degree": 2}})");
+  const preset::Torchtitan t = preset::torchtitan_spec("torchtitan:" + saved);
+  EXPECT_EQ(t.dp_replicate, 2);
+  EXPECT_EQ(t.dp_shard, 2);
+  EXPECT_EQ(t.tp, 2);
+  EXPECT_EQ(preset::torchtitan_views(t, std::nullopt).world, run_job(saved).report.world_size);
+}
+
+// torchtitan's defaults are filled in one place, each named by its key: a file silent on the
+// batch is torchtitan's seq_len 2048 and local_batch_size 8, a pipeline's microbatches of 1.
+TEST(JobFile, TorchtitansDefaultsAreFilledWhereTheFileIsRead) {
+  const torchtitan::JobFile f =
+      torchtitan::read_job_file(write("silent.toml", "[parallelism]\ndata_parallel_shard_degree = 2\npipeline_parallel_degree = 2\n"));
+  const torchtitan::Settings s = torchtitan::settings(f, f.degrees);
+  EXPECT_EQ(s.model.value, "llama3-debugmodel");
+  EXPECT_EQ(s.seq_len.value, 2048);
+  EXPECT_EQ(s.seq_len.key, "training.seq_len (default)");
+  EXPECT_EQ(s.per_microbatch.value, 1);
+  EXPECT_EQ(s.microbatches.value, 8);
+  ASSERT_TRUE(s.schedule);
+  EXPECT_EQ(s.schedule->value, "1F1B");
+  const torchtitan::PipelineSplit split = torchtitan::pipeline_split(f, 2, 6, "1F1B", true);
+  EXPECT_EQ(split.first_stage_less_layers, 1);
+  EXPECT_EQ(split.last_stage_less_layers, 1);
+  EXPECT_FALSE(split.stages);
 }
 
 TEST(JobFile, TorchtitansSavedConfigIsRead) {

@@ -1,6 +1,7 @@
 // One torchtitan step's programs: groups against the preset meshes, byte totals against closed
 // forms, torchtitan's refusals, planted faults named, deadlocks found, exact and class checks agree.
 #include "meshsim/step_program.hpp"
+#include "meshsim/megatron_args.hpp"
 #include "meshsim/step_job.hpp"
 
 #include <gtest/gtest.h>
@@ -911,6 +912,39 @@ TEST(MegatronArgs, MegatronLmsFlagsAreTheSameStepAsThePreset) {
   const StepRun mv = run_step(v);
   EXPECT_EQ(mv.report.layout.stages, 8);
   EXPECT_EQ(mv.job.schedule, "MegatronInterleaved");
+}
+
+// Megatron-LM's settings are resolved in one place (megatron_args.hpp): the degrees, the data
+// parallel size and the microbatches a world size makes, Megatron's virtual stages.
+TEST(MegatronArgs, AJobsSettingsAreResolvedWhereTheFlagsAreRead) {
+  const MegatronArgs a = parse_megatron_args(
+      "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --bf16 "
+      "--use-distributed-optimizer --micro-batch-size 2 --global-batch-size 32 --seq-length 128 "
+      "--num-layers-per-virtual-pipeline-stage 2");
+  const MegatronJob j = megatron_job(a, 16, 8);
+  EXPECT_EQ(j.degrees.tp, 2);
+  EXPECT_EQ(j.degrees.pp, 2);
+  ASSERT_TRUE(j.degrees.dp);
+  EXPECT_EQ(*j.degrees.dp, 4);
+  EXPECT_EQ(j.micro_batch_size, 2);
+  EXPECT_EQ(j.microbatches, 4);  // 32 / (2 x 4)
+  ASSERT_TRUE(j.stages);
+  EXPECT_EQ(*j.stages, 4);       // 8 layers / pp 2 / 2 per virtual stage, times pp
+  EXPECT_THROW(megatron_job(a, 12, 8), InvalidArgument);  // 12 ranks: dp 3, 32 % (2 x 3) != 0
+  EXPECT_THROW(megatron_job(a, 10, 8), InvalidArgument);  // not a multiple of tp x pp
+  EXPECT_THROW(megatron_job(a, 16, 6), InvalidArgument);  // 3 layers per rank, 2 per virtual stage
+  // The step takes them as they are resolved here: --world-size 16 and --num-layers 8.
+  StepSpec spec;
+  spec.megatron_args = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --bf16 "
+                       "--use-distributed-optimizer --micro-batch-size 2 --global-batch-size 32 --seq-length 128 "
+                       "--num-layers-per-virtual-pipeline-stage 2 --num-layers 8 --hidden-size 256 "
+                       "--num-attention-heads 8 --vocab-size 1024 --swiglu --disable-bias-linear --normalization RMSNorm "
+                       "--untie-embeddings-and-output-weights";
+  spec.world_size = 16;
+  const StepRun r = run_step(spec);
+  EXPECT_EQ(r.job.microbatches, j.microbatches);
+  EXPECT_EQ(r.job.stages_per_rank, *j.stages / 2);
+  EXPECT_EQ(r.job.parallel.dp_shard, *j.degrees.dp);
 }
 
 TEST(MegatronArgs, WhatMegatronRefusesOrMeshsimDoesNotModelIsNamed) {

@@ -25,6 +25,7 @@
 #include "meshsim/fr_check.hpp"
 #include "meshsim/fr_report.hpp"
 #include "meshsim/json_codec.hpp"
+#include "meshsim/stop_signals.hpp"
 #include "meshsim/text_file.hpp"
 
 namespace meshsim::record_command {
@@ -39,31 +40,6 @@ constexpr const char* kDumpPrefix = "trace_rank_";
 // What the runner's own start may take beyond its ranks: the interpreter, torch's import and
 // --preload's (seconds).
 constexpr double kStartAllowance = 600;
-
-volatile sig_atomic_t stop_signal = 0;
-extern "C" void on_stop(int sig) { stop_signal = sig; }
-
-// Stops: SIGINT / SIGTERM / SIGHUP caught while the runner runs (forwarded to its process
-// group), the previous handlers restored after.
-class Stops {
- public:
-  Stops() {
-    stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop;
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
-  }
-  ~Stops() {
-    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
-  }
-  Stops(const Stops&) = delete;
-  Stops& operator=(const Stops&) = delete;
-
- private:
-  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[3];
-};
 
 // parse_ranks reads "0-3,7" within [0, world).
 std::set<int64_t> parse_ranks(const std::string& text, int64_t world) {
@@ -156,7 +132,7 @@ RunnerEnd run_runner(const std::vector<std::string>& argv_s, double limit) {
   std::vector<char*> argv;
   for (const auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  const Stops stops;
+  const launch::StopSignals stops;  // forwarded to the runner's process group
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw Unavailable("record: cannot start '" + argv_s[0] + "'");
@@ -181,10 +157,10 @@ RunnerEnd run_runner(const std::vector<std::string>& argv_s, double limit) {
       break;
     }
     const auto now = Clock::now();
-    if (!kill_at && (stop_signal || now > deadline)) {
-      end.stopped_by = stop_signal;
-      end.timed_out = !stop_signal;
-      kill(-pid, stop_signal ? static_cast<int>(stop_signal) : SIGTERM);
+    if (const int sig = launch::StopSignals::caught(); !kill_at && (sig || now > deadline)) {
+      end.stopped_by = sig;
+      end.timed_out = !sig;
+      kill(-pid, sig ? sig : SIGTERM);
       kill_at = now + std::chrono::seconds(5);
     } else if (kill_at && now > *kill_at) {
       kill(-pid, SIGKILL);

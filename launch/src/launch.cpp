@@ -1,4 +1,5 @@
 #include "meshsim/launch.hpp"
+#include "meshsim/stop_signals.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -79,32 +80,6 @@ void emit(Child& c, int which, const char* data, std::size_t n, std::ostream& ou
   }
   os.flush();
 }
-
-// The signal that asked the launcher to stop (0: none); set by the handler, read by the loop.
-volatile sig_atomic_t stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { stop_signal = sig; }
-
-// StopSignals catches SIGINT, SIGTERM and SIGHUP while the ranks run (the loop forwards them to
-// every rank) and restores the previous handlers after.
-class StopSignals {
- public:
-  StopSignals() {
-    stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    for (std::size_t i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
-  }
-  ~StopSignals() {
-    for (std::size_t i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[3];
-};
 
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
@@ -301,7 +276,7 @@ int supervise(std::vector<Child>& children, const Options& o, std::ostream& out,
   Supervision s;
   for (;;) {
     forward_output(children, out, err);
-    if (const int sig = stop_signal; sig != 0 && !s.stopping) {
+    if (const int sig = StopSignals::caught(); sig != 0 && !s.stopping) {
       // Ctrl-C, SIGTERM or SIGHUP to the launcher: the same signal to every rank, SIGKILL after
       // the grace, and the launcher's status says which signal ended the job.
       s.stopping = sig;

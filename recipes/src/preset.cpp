@@ -11,6 +11,8 @@
 #include "meshsim/text_fields.hpp"
 #include "meshsim/error.hpp"
 #include "meshsim/text_file.hpp"
+#include "meshsim/torchtitan_job.hpp"
+#include "toml_file.hpp"
 
 namespace meshsim::preset {
 
@@ -18,8 +20,11 @@ namespace {
 
 const std::string kTitan = "--preset torchtitan: ";
 const std::string kMegatron = "--preset megatron: ";
+const std::string kTitanFile = "--preset torchtitan:";  // a job file: torchtitan_job.hpp reads it
 
 using text::checked_mul;
+
+constexpr std::size_t kMaxTomlBytes = std::size_t{1} << 20;  // a --model file (a few lines)
 
 // Items are KEY=VALUE pairs as given, each key once.
 std::map<std::string, std::string> items(const std::string& body, const std::string& where,
@@ -155,104 +160,6 @@ Megatron megatron_from_items(const std::string& body) {
   return m;
 }
 
-// kMaxJobFileBytes bounds a torchtitan job file (torchtitan's own are a few KB).
-constexpr std::size_t kMaxJobFileBytes = std::size_t{1} << 20;
-// kMaxKeyParts bounds the parts of one dotted key or table header: toml++ nests a table per
-// part and frees them recursively, so 40,000 parts overflow the stack (its own nesting limit
-// covers arrays and inline tables only).
-constexpr std::size_t kMaxKeyParts = 64;
-
-// check_key_parts refuses, before the TOML parser sees it, a dotted key or a table header of
-// more than kMaxKeyParts parts. It follows TOML's lexical structure only as far as it must:
-// strings (all four kinds), comments, and whether a position holds a key (a statement's start,
-// a header, an inline table's key) or a value (where a float's dot is not a key's).
-void check_key_parts(const std::string& text, const std::string& where) {
-  std::size_t parts = 1, line = 1;
-  bool in_value = false;                    // after a top-level '=', until the end of the line
-  std::vector<std::pair<char, bool>> open;  // '[' or '{' of a value, and whether a key comes next
-  auto key_position = [&] { return open.empty() ? !in_value : open.back().first == '{' && open.back().second; };
-  auto counted_dot = [&] {
-    if (++parts > kMaxKeyParts) {
-      throw InvalidArgument(where + ": the key or table header at line " + std::to_string(line) + " has over " +
-                            std::to_string(kMaxKeyParts) + " dotted parts");
-    }
-  };
-  const std::size_t n = text.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const char c = text[i];
-    if (c == '"' || c == '\'') {
-      const bool triple = i + 2 < n && text[i + 1] == c && text[i + 2] == c;
-      std::size_t j = i + (triple ? 3 : 1);
-      for (; j < n; ++j) {
-        if (text[j] == '\n') ++line;
-        if (c == '"' && text[j] == '\\') {
-          if (j + 1 < n && text[j + 1] == '\n') ++line;
-          ++j;
-          continue;
-        }
-        if (text[j] == c && (!triple || (j + 2 < n && text[j + 1] == c && text[j + 2] == c))) break;
-        if (!triple && text[j] == '\n') break;  // an unterminated one-line string: the parser says so
-      }
-      i = triple ? std::min(n, j + 2) : j;
-      continue;
-    }
-    if (c == '#') {
-      while (i + 1 < n && text[i + 1] != '\n') ++i;
-      continue;
-    }
-    if (c == '\n') {
-      ++line;
-      if (open.empty()) in_value = false;
-      parts = 1;
-      continue;
-    }
-    if (open.empty() && !in_value && c == '[') {
-      // A table header: [a.b] or [[a.b]], to its closing bracket (quoted parts skipped above
-      // only between statements, so they are skipped here too).
-      parts = 1;
-      for (++i; i < n && text[i] != ']' && text[i] != '\n'; ++i) {
-        if (text[i] == '"' || text[i] == '\'') {
-          const char q = text[i];
-          for (++i; i < n && text[i] != q && text[i] != '\n'; ++i) {
-            if (q == '"' && text[i] == '\\') ++i;
-          }
-        } else if (text[i] == '.') {
-          counted_dot();
-        }
-      }
-      while (i + 1 < n && text[i + 1] == ']') ++i;
-      parts = 1;
-      continue;
-    }
-    if (key_position()) {
-      if (c == '.') counted_dot();
-      if (c == '=') {
-        parts = 1;
-        if (open.empty()) in_value = true;
-        else open.back().second = false;
-      }
-      continue;
-    }
-    if (c == '[' || c == '{') open.emplace_back(c, c == '{');
-    else if ((c == ']' || c == '}') && !open.empty()) open.pop_back();
-    else if (c == ',' && !open.empty() && open.back().first == '{') open.back().second = true;
-  }
-}
-
-// parse_job_file reads and parses a TOML file under the job file's guards: its size (a read error
-// names `what` and the path), its dotted parts, and the parser's error as a ParseError after
-// `where`.
-toml::table parse_job_file(const std::string& path, const std::string& what, const std::string& where) {
-  const std::string text = read_text_file(path, kMaxJobFileBytes, what);
-  check_key_parts(text, where);
-  try {
-    return toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw ParseError(where + " is not TOML: " + std::string(e.description()) + " at line " +
-                     std::to_string(e.source().begin.line) + ", column " + std::to_string(e.source().begin.column));
-  }
-}
-
 // edit_distance is Levenshtein's, for naming the known key nearest a misspelled one.
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> row(b.size() + 1);
@@ -270,33 +177,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// The tables and [parallelism] keys torchtitan's JobConfig declares (torchtitan/config/
-// job_config.py at 9810191bb^, the last TOML-era config, plus the keys ParallelismConfig added
-// since, configs.py at b5bcd76c): torchtitan refuses any other ("Invalid field names").
-const std::vector<std::string>& titan_tables() {
-  static const std::vector<std::string> t{"job",        "profiling",  "metrics",  "model",
-                                          "optimizer",  "lr_scheduler", "training", "parallelism",
-                                          "checkpoint", "activation_checkpoint", "compile", "quantize",
-                                          "comm",       "memory_estimation", "fault_tolerance", "experimental",
-                                          "validation", "debug"};
-  return t;
-}
-
 }  // namespace
-
-const std::vector<std::string>& titan_parallelism_keys() {
-  static const std::vector<std::string> k{
-      "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
-      "enable_fsdp_symm_mem", "tensor_parallel_degree", "enable_sequence_parallel", "disable_loss_parallel",
-      "enable_async_tensor_parallel", "spmd_backend", "pipeline_parallel_degree", "module_fqns_per_model_part",
-      "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
-      "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
-      "pipeline_parallel_microbatch_size", "num_pp_microbatches", "pipeline_parallel_expert_parallel_overlap",
-      "context_parallel_degree", "context_parallel_load_balancer", "context_parallel_rotate_method",
-      "context_parallel_ptrr_mask_key", "expert_parallel_degree", "expert_tensor_parallel_degree",
-      "expert_parallel_comm_backend"};
-  return k;
-}
 
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& known) {
   std::string best;
@@ -447,62 +328,6 @@ MeshRecipe megatron_recipe(const Megatron& m, std::optional<int64_t> world_size)
   return r.take();
 }
 
-const std::vector<std::pair<std::string, int64_t Torchtitan::*>>& titan_degree_keys() {
-  static const std::vector<std::pair<std::string, int64_t Torchtitan::*>> k{
-      {"data_parallel_replicate_degree", &Torchtitan::dp_replicate}, {"data_parallel_shard_degree", &Torchtitan::dp_shard},
-      {"context_parallel_degree", &Torchtitan::cp}, {"tensor_parallel_degree", &Torchtitan::tp},
-      {"pipeline_parallel_degree", &Torchtitan::pp}, {"expert_parallel_degree", &Torchtitan::ep}};
-  return k;
-}
-
-Torchtitan torchtitan_from_toml(const std::string& path, const std::string& flag) {
-  const std::string where = (flag.empty() ? kTitan : flag + " ") + quote_input(path);
-  toml::table doc = parse_job_file(path, flag.empty() ? kTitan.substr(0, kTitan.size() - 1) : flag, where);
-  // A misspelled table or key would leave its degrees at their defaults and the job would run
-  // as another: refuse it as torchtitan does. A job that extends the config with its own module
-  // (experimental.custom_args_module) may add tables; its [parallelism] is still checked.
-  const bool extended = static_cast<bool>(doc["experimental"]["custom_args_module"]);
-  if (!extended) {
-    for (const auto& [key, node] : doc) {
-      const std::string k(key.str());
-      const auto& known = titan_tables();
-      if (std::find(known.begin(), known.end(), k) == known.end()) {
-        throw InvalidArgument(where + ": unknown table " + quote_input(k) + ": torchtitan's job config has no such "
-                              "section" + did_you_mean(k, known));
-      }
-    }
-  }
-  Torchtitan t;
-  const toml::node_view<toml::node> section = doc["parallelism"];
-  if (!section) return t;
-  if (!section.is_table()) throw InvalidArgument(where + ": 'parallelism' is not a table");
-  for (const auto& [key, node] : *section.as_table()) {
-    const std::string k(key.str());
-    const auto& known = titan_parallelism_keys();
-    if (std::find(known.begin(), known.end(), k) == known.end()) {
-      throw InvalidArgument(where + ": unknown key parallelism." + quote_input(k) + did_you_mean(k, known));
-    }
-  }
-  auto read = [&](const std::string& key, int64_t& into) {
-    const toml::node_view<toml::node> v = section[key];
-    if (!v) return;
-    if (!v.is_integer()) throw InvalidArgument(where + ": parallelism." + key + " is not an integer");
-    into = v.as_integer()->get();
-  };
-  for (const auto& [key, field] : titan_degree_keys()) read(key, t.*field);
-  int64_t etp = 1;
-  read("expert_tensor_parallel_degree", etp);
-  if (etp != 1) {
-    throw InvalidArgument(where + ": parallelism.expert_tensor_parallel_degree=" + std::to_string(etp) +
-                          ": torchtitan removed expert tensor parallelism; only 1 is accepted");
-  }
-  if (const toml::node_view<toml::node> b = section["spmd_backend"]) {
-    if (!b.is_string()) throw InvalidArgument(where + ": parallelism.spmd_backend is not a string");
-    t.spmd_backend = b.as_string()->get();
-  }
-  return t;
-}
-
 Megatron megatron_spec(const std::string& spec) {
   const auto colon = spec.find(':');
   if (spec.substr(0, colon) != "megatron") throw InvalidArgument("--preset " + quote_input(spec) + ": expected megatron:KEY=V,...");
@@ -515,13 +340,13 @@ Torchtitan torchtitan_spec(const std::string& spec) {
     throw InvalidArgument("--preset " + quote_input(spec) + ": expected torchtitan:KEY=V,... or torchtitan:FILE.toml");
   }
   const std::string body = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  if (!body.empty() && body.find('=') == std::string::npos) return torchtitan_from_toml(body);
+  if (!body.empty() && body.find('=') == std::string::npos) return torchtitan::read_job_file(body, kTitanFile).degrees;
   return torchtitan_from_items(body);
 }
 
 std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& what,
-                                         const std::string& where, bool keep_others) {
-  toml::table doc = parse_job_file(path, what, where);
+                                         const std::string& where) {
+  toml::table doc = detail::parse_toml_file(path, kMaxTomlBytes, what, where);
   const toml::node_view<toml::node> section = doc[table];
   if (!section) return std::nullopt;
   if (!section.is_table()) throw InvalidArgument(where + ": " + quote_input(table) + " is not a table");
@@ -532,7 +357,6 @@ std::optional<TomlTable> read_toml_table(const std::string& path, const std::str
     else if (const auto* f = node.as_floating_point()) out.floats[k] = f->get();
     else if (const auto* b = node.as_boolean()) out.booleans[k] = b->get();
     else if (const auto* t = node.as_string()) out.strings[k] = t->get();
-    else if (keep_others) out.others[k] = node.is_array() ? "an array" : node.is_table() ? "a table" : "a date or time";
     else throw InvalidArgument(where + ": " + table + "." + quote_input(k) + " is not a number, boolean or string");
   }
   return out;
@@ -544,7 +368,7 @@ MeshRecipe recipe(const std::string& spec, std::optional<int64_t> world_size) {
   const std::string body = colon == std::string::npos ? "" : spec.substr(colon + 1);
   if (framework == "torchtitan") {
     if (!body.empty() && body.find('=') == std::string::npos) {
-      return torchtitan_recipe(torchtitan_from_toml(body), world_size);
+      return torchtitan_recipe(torchtitan::read_job_file(body, kTitanFile).degrees, world_size);
     }
     return torchtitan_recipe(torchtitan_from_items(body), world_size);
   }

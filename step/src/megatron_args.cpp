@@ -293,4 +293,54 @@ MegatronArgs parse_megatron_args(const std::string& text_or_file) {
   return a;
 }
 
+MegatronJob megatron_job(const MegatronArgs& a, int64_t world_size, int64_t layers) {
+  using text::checked_mul;
+  const int64_t mp = checked_mul(checked_mul(a.tp, a.pp, "tp x pp"), a.cp, "tp x pp x cp");
+  if (world_size < 1 || world_size % mp != 0) {
+    throw InvalidArgument("--megatron-args: world size (" + std::to_string(world_size) +
+                          ") is not divisible by tensor parallel size (" + std::to_string(a.tp) + ") times pipeline "
+                          "parallel size (" + std::to_string(a.pp) + ") times context parallel size (" +
+                          std::to_string(a.cp) + ")  [Megatron]");
+  }
+  MegatronJob j;
+  const int64_t dp = world_size / mp;
+  j.degrees.tp = a.tp;
+  j.degrees.pp = a.pp;
+  j.degrees.cp = a.cp;
+  j.degrees.ep = a.ep;
+  j.degrees.etp = a.etp;
+  j.degrees.dp = dp;
+  j.seq_length = a.seq_length;
+  j.micro_batch_size = a.micro_batch_size.value_or(1);
+  const int64_t per = checked_mul(j.micro_batch_size, dp, "micro batch size x data parallel size");
+  const int64_t gbs = a.global_batch_size.value_or(per);
+  if (gbs % per != 0) {
+    throw InvalidArgument("--megatron-args: global batch size (" + std::to_string(gbs) + ") is not divisible by micro "
+                          "batch size (" + std::to_string(j.micro_batch_size) + ") times data parallel size (" +
+                          std::to_string(dp) + ")  [Megatron]");
+  }
+  j.microbatches = gbs / per;
+  if (a.layers_per_virtual_stage) {
+    if (a.pp == 1 || layers % a.pp != 0 || (layers / a.pp) % *a.layers_per_virtual_stage != 0) {
+      throw InvalidArgument("--megatron-args: --num-layers-per-virtual-pipeline-stage " +
+                            std::to_string(*a.layers_per_virtual_stage) + ": number of layers per pipeline stage (" +
+                            std::to_string(layers) + " / pp " + std::to_string(a.pp) +
+                            ") must be divisible by number of layers per virtual pipeline stage  [Megatron]");
+    }
+    j.stages = a.pp * (layers / a.pp / *a.layers_per_virtual_stage);
+  } else if (a.virtual_stages) {
+    j.stages = checked_mul(a.pp, *a.virtual_stages, "the virtual stages");
+  }
+  if (j.stages && *j.stages <= a.pp) j.stages.reset();
+  if (a.recompute_method == "block" && a.recompute_layers < layers / a.pp) {
+    // Megatron's block method recomputes the first N layers of each pipeline rank and keeps the
+    // rest's activations: not every layer, which is what meshsim models.
+    throw InvalidArgument("--megatron-args: --recompute-method block --recompute-num-layers " +
+                          std::to_string(a.recompute_layers) + " recomputes " + std::to_string(a.recompute_layers) +
+                          " of the " + std::to_string(layers / a.pp) + " layers of each pipeline rank: meshsim models "
+                          "full recomputation of every layer (uniform with 1, or block with every layer of the rank)");
+  }
+  return j;
+}
+
 }  // namespace meshsim::step

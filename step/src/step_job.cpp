@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "meshsim/error.hpp"
-#include "meshsim/job_file.hpp"
+#include "meshsim/torchtitan_job.hpp"
 #include "meshsim/megatron_args.hpp"
 #include "meshsim/text_fields.hpp"
 #include "meshsim/text_file.hpp"
@@ -38,166 +38,71 @@ Model model_of(const std::string& name) {
   return file ? model_from_toml(name) : builtin_model(name);
 }
 
-// from_job_file fills what the spec leaves unset from the job file, as torchtitan reads it
-// (its defaults where the file is silent), and notes each flag that overrides the file.
-void from_job_file(const JobFile& f, const preset::Torchtitan& t, StepSpec& s, Job& job, StepRun& run) {
+// from_job_file fills what the spec leaves unset from the job file's settings, as torchtitan reads
+// them (torchtitan_job.hpp: its defaults where the file is silent, its rules), and notes each flag
+// that overrides the file.
+void from_job_file(const torchtitan::JobFile& f, const preset::Torchtitan& t, StepSpec& s, Job& job, StepRun& run) {
   const std::string of = " of " + quote_input(f.path);
+  const torchtitan::Settings set = torchtitan::settings(f, t);
   auto overrides = [&](const std::string& flag, const std::string& given, const std::string& file_value,
                        const std::string& key) {
     if (given != file_value) run.notes.push_back(flag + " " + given + " overrides " + key + " = " + file_value + of);
   };
-  auto fill_int = [&](std::optional<int64_t>& flag_value, const char* flag, int64_t file_value, const std::string& key) {
+  auto fill_int = [&](std::optional<int64_t>& flag_value, const char* flag, const torchtitan::Keyed<int64_t>& v) {
     if (flag_value) {
-      overrides(flag, std::to_string(*flag_value), std::to_string(file_value), key);
+      overrides(flag, std::to_string(*flag_value), std::to_string(v.value), v.key);
       return;
     }
-    // A file's sequence length and batch are checked here, where their key is known, so a bad
-    // one is blamed on the file's key, never on a flag the user did not give.
+    // meshsim's bounds on a file's sequence length and batch, blamed on the file's key, never on
+    // a flag the user did not give.
     const std::string_view name(flag);
-    if ((name == "--seq-len" || name == "--local-batch-size") && (file_value < 1 || file_value > (int64_t{1} << 32))) {
-      throw InvalidArgument(key + " = " + std::to_string(file_value) + " is out of range [1, 2^32]" + of);
+    if ((name == "--seq-len" || name == "--local-batch-size") && (v.value < 1 || v.value > (int64_t{1} << 32))) {
+      throw InvalidArgument(v.key + " = " + std::to_string(v.value) + " is out of range [1, 2^32]" + of);
     }
-    flag_value = file_value;
+    flag_value = v.value;
   };
-  auto fill_str = [&](std::string& flag_value, const char* flag, const std::optional<Keyed<std::string>>& v) {
+  auto fill_str = [&](std::string& flag_value, const char* flag, const std::optional<torchtitan::Keyed<std::string>>& v) {
     if (!v) return;
-    if (!flag_value.empty()) overrides(flag, flag_value, v->value, v->key);
-    else flag_value = v->value;
+    const bool defaulted = v->key.size() > 10 && v->key.compare(v->key.size() - 10, 10, " (default)") == 0;
+    if (flag_value.empty()) flag_value = v->value;
+    else if (!defaulted) overrides(flag, flag_value, v->value, v->key);  // a choice, not the file's
   };
-  if (f.model) {
-    if (!s.model.empty()) {
-      overrides("--model", s.model, f.model->value, f.model->key);
-    } else {
-      try {
-        (void)builtin_model(f.model->value);
-      } catch (const NotFound& e) {
-        std::string known;
-        for (const auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
-        throw NotFound("--job " + quote_input(f.path) + ": " + f.model->key + " name the model " + quote_input(f.model->value) +
-                       ", which meshsim does not know (" + known + "): give --model FILE.toml with its sizes");
-      }
-      s.model = f.model->value;
-    }
-  } else if (s.model.empty()) {
-    s.model = "llama3-debugmodel";  // torchtitan's default [model]: llama3, debugmodel
-  }
-  const int64_t dp = checked_mul(t.dp_replicate, t.dp_shard, "the data-parallel degree");
-  int64_t seq = 0, per_microbatch = 0, microbatches = 1, accum = 1;
-  std::string seq_key, batch_key, microbatches_key;
-  if (f.tokens_per_microbatch || f.tokens_per_step || f.pp_microbatches || f.max_context_length) {
-    // The token budget (torchtitan's configs since 73aed7f6c): a microbatch is T tokens of packed
-    // documents per dp rank, so one sequence of T tokens is what its collectives move.
-    seq = f.tokens_per_microbatch ? f.tokens_per_microbatch->value : 16384;
-    seq_key = f.tokens_per_microbatch ? f.tokens_per_microbatch->key : "training.num_tokens_per_microbatch_per_dp_rank (default)";
-    per_microbatch = 1;
-    batch_key = seq_key;
-    microbatches = t.pp > 1 && f.pp_microbatches ? f.pp_microbatches->value : 1;
-    microbatches_key = f.pp_microbatches ? f.pp_microbatches->key : "parallelism.num_pp_microbatches (default)";
-    const int64_t per_step = checked_mul(checked_mul(seq, microbatches, "tokens per step"), dp, "tokens per step");
-    if (f.tokens_per_step && f.tokens_per_step->value != -1) {
-      const int64_t want = f.tokens_per_step->value;
-      if (want < 1 || want % per_step != 0) {
-        throw InvalidArgument("--job " + quote_input(f.path) + ": " + f.tokens_per_step->key + " = " + std::to_string(want) +
-                              " is not a positive multiple of tokens per microbatch x microbatches x data-parallel degree = " +
-                              std::to_string(per_step) + " (torchtitan's rule)");
-      }
-      accum = want / per_step;
-    }
+  if (!s.model.empty()) {
+    if (f.model) overrides("--model", s.model, f.model->value, f.model->key);
   } else {
-    // Sequences (torchtitan's TOML era and 0.3.0): local_batch_size sequences per dp rank and
-    // accumulation step, cut into pipeline microbatches of pipeline_parallel_microbatch_size.
-    seq = f.seq_len ? f.seq_len->value : 2048;
-    seq_key = f.seq_len ? f.seq_len->key : "training.seq_len (default)";
-    const int64_t local = f.local_batch_size ? f.local_batch_size->value : 8;
-    const std::string local_key = f.local_batch_size ? f.local_batch_size->key : "training.local_batch_size (default)";
-    const int64_t size = f.microbatch_size ? f.microbatch_size->value : 1;
-    if (t.pp > 1) {
-      if (local % size != 0) {
-        throw InvalidArgument("--job " + quote_input(f.path) + ": " + local_key + " = " + std::to_string(local) +
-                              " is not divisible by parallelism.pipeline_parallel_microbatch_size = " + std::to_string(size) +
-                              " (torchtitan's rule)");
-      }
-      per_microbatch = size;
-      batch_key = f.microbatch_size ? f.microbatch_size->key : "parallelism.pipeline_parallel_microbatch_size (default)";
-      microbatches = local / size;
-      microbatches_key = local_key + " / " + batch_key;
-    } else {
-      per_microbatch = local;
-      batch_key = local_key;
+    try {
+      (void)builtin_model(set.model.value);
+    } catch (const NotFound& e) {
+      std::string known;
+      for (const auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
+      throw NotFound(f.where + ": " + set.model.key + " name the model " + quote_input(set.model.value) +
+                     ", which meshsim does not know (" + known + "): give --model FILE.toml with its sizes");
     }
-    if (f.global_batch_size && f.global_batch_size->value >= 0) {
-      const int64_t want = f.global_batch_size->value, per_step = checked_mul(local, dp, "sequences per step");
-      if (want < 1 || want % per_step != 0) {
-        throw InvalidArgument("--job " + quote_input(f.path) + ": " + f.global_batch_size->key + " = " + std::to_string(want) +
-                              " is not a positive multiple of local_batch_size x data-parallel degree = " +
-                              std::to_string(per_step) + " (torchtitan's rule)");
-      }
-      accum = want / per_step;
-    }
+    s.model = set.model.value;
   }
-  fill_int(s.seq_len, "--seq-len", seq, seq_key);
-  fill_int(s.local_batch_size, "--local-batch-size", per_microbatch, batch_key);
-  if (t.pp > 1) fill_int(s.microbatches, "--microbatches", microbatches, microbatches_key);
-  job.grad_accum_steps = accum;
-  if (t.pp > 1) {
-    if (f.schedule_csv) fill_str(s.schedule, "--schedule", f.schedule_csv);
-    else fill_str(s.schedule, "--schedule", f.schedule);
-    if (s.schedule.empty()) s.schedule = "1F1B";  // torchtitan's default
-  }
-  fill_str(s.reshard_after_forward, "--reshard-after-forward", f.reshard_after_forward);
-  fill_str(s.activation_checkpoint, "--activation-checkpoint", f.activation_checkpoint);
-  if (f.moe_load_balance && !f.moe_load_balance->value) s.load_balance = false;
-  const int64_t layers = model_of(s.model).layers;
-  for (const auto* v : {&f.first_stage_less_layers, &f.last_stage_less_layers}) {
-    if (*v && (*v)->value > layers) {
-      throw InvalidArgument("--job " + quote_input(f.path) + ": " + (*v)->key + " = " + std::to_string((*v)->value) +
-                            " is more than the model's " + std::to_string(layers) + " layers");
-    }
-  }
-  if (f.first_stage_less_layers) job.first_stage_less_layers = f.first_stage_less_layers->value;
-  if (f.last_stage_less_layers) job.last_stage_less_layers = f.last_stage_less_layers->value;
-  if (f.layers_per_stage && t.pp > 1 && !f.schedule_csv) {
-    // torchtitan's pipeline_parallel.py: ceil((layers + first less + last less) / layers per
-    // stage) stages, a multiple of pp; one per rank for a single-stage schedule, else two or more.
-    const int64_t lps = f.layers_per_stage->value;
-    const int64_t effective = layers + job.first_stage_less_layers + job.last_stage_less_layers;  // each <= layers
-    const int64_t stages = effective / lps + (effective % lps != 0 ? 1 : 0);
-    const std::string why = f.layers_per_stage->key + " = " + std::to_string(lps) + " makes " + std::to_string(stages) +
-                            " stages of " + std::to_string(layers) + " layers";
-    if (stages % t.pp != 0) {
-      throw InvalidArgument("--job " + quote_input(f.path) + ": " + why + ", not a multiple of pp " + std::to_string(t.pp) +
-                            " (torchtitan's rule)");
-    }
-    const bool single = is_single_stage(lower_case(s.schedule));
-    if (single && stages != t.pp) {
-      throw InvalidArgument("--job " + quote_input(f.path) + ": " + why + ": the single-stage schedule " +
-                            quote_input(s.schedule) + " needs exactly 1 stage per rank (torchtitan's rule)");
-    }
-    if (!single && stages < 2 * t.pp) {
-      throw InvalidArgument("--job " + quote_input(f.path) + ": " + why + ": the multi-stage schedule " +
-                            quote_input(s.schedule) + " needs at least 2 stages per rank (torchtitan's rule)");
-    }
-    fill_int(s.stages, "--stages", stages, f.layers_per_stage->key);
-  }
-  if (f.loss_chunks) fill_int(s.loss_chunks, "--loss-chunks", f.loss_chunks->value, f.loss_chunks->key);
+  fill_int(s.seq_len, "--seq-len", set.seq_len);
+  fill_int(s.local_batch_size, "--local-batch-size", set.per_microbatch);
+  if (t.pp > 1) fill_int(s.microbatches, "--microbatches", set.microbatches);
+  job.grad_accum_steps = set.grad_accum_steps;
+  fill_str(s.schedule, "--schedule", set.schedule);
+  fill_str(s.reshard_after_forward, "--reshard-after-forward", set.reshard_after_forward);
+  fill_str(s.activation_checkpoint, "--activation-checkpoint", set.activation_checkpoint);
+  if (!set.load_balance) s.load_balance = false;
+  const torchtitan::PipelineSplit split =
+      torchtitan::pipeline_split(f, t.pp, model_of(s.model).layers, s.schedule, is_single_stage(lower_case(s.schedule)));
+  job.first_stage_less_layers = split.first_stage_less_layers;
+  job.last_stage_less_layers = split.last_stage_less_layers;
+  if (split.stages) fill_int(s.stages, "--stages", *split.stages);
+  if (set.loss_chunks) fill_int(s.loss_chunks, "--loss-chunks", *set.loss_chunks);
 }
 
-// from_megatron_args turns Megatron-LM's flags into the spec's preset and values (a flag given
-// beside them overrides, noted), and the Megatron rules they set into the job.
-void from_megatron_args(const MegatronArgs& a, StepSpec& s, Job& job, StepRun& run) {
+// from_megatron_args fills the spec from Megatron-LM's flags as megatron_job resolves them (a
+// flag given beside them overrides, noted), and the Megatron rules they set into the job; the
+// job's degrees are its return.
+preset::Megatron from_megatron_args(const MegatronArgs& a, StepSpec& s, Job& job, StepRun& run) {
   if (!s.world_size) {
     throw InvalidArgument("--megatron-args needs --world-size (Megatron takes it from WORLD_SIZE)");
   }
-  const int64_t mp = checked_mul(checked_mul(a.tp, a.pp, "tp x pp"), a.cp, "tp x pp x cp");
-  if (*s.world_size < 1 || *s.world_size % mp != 0) {
-    throw InvalidArgument("--megatron-args: world size (" + std::to_string(*s.world_size) +
-                          ") is not divisible by tensor parallel size (" + std::to_string(a.tp) + ") times pipeline "
-                          "parallel size (" + std::to_string(a.pp) + ") times context parallel size (" +
-                          std::to_string(a.cp) + ")  [Megatron]");
-  }
-  const int64_t dp = *s.world_size / mp;
-  s.preset = "megatron:tp=" + std::to_string(a.tp) + ",pp=" + std::to_string(a.pp) + ",cp=" + std::to_string(a.cp) +
-             ",ep=" + std::to_string(a.ep) + (a.etp ? ",etp=" + std::to_string(*a.etp) : "") + ",dp=" + std::to_string(dp);
   auto fill = [&](std::optional<int64_t>& flag_value, const char* flag, int64_t value, const std::string& from) {
     if (flag_value && *flag_value != value) {
       run.notes.push_back(std::string(flag) + " " + std::to_string(*flag_value) + " overrides " + from + " " +
@@ -206,18 +111,6 @@ void from_megatron_args(const MegatronArgs& a, StepSpec& s, Job& job, StepRun& r
       flag_value = value;
     }
   };
-  if (!a.seq_length && !s.seq_len) throw InvalidArgument("--megatron-args needs --seq-length");
-  if (a.seq_length) fill(s.seq_len, "--seq-len", *a.seq_length, "--seq-length");
-  const int64_t mbs = a.micro_batch_size.value_or(1);
-  fill(s.local_batch_size, "--local-batch-size", mbs, "--micro-batch-size");
-  const int64_t gbs = a.global_batch_size.value_or(checked_mul(mbs, dp, "the global batch"));
-  const int64_t per = checked_mul(mbs, dp, "micro batch size x data parallel size");
-  if (gbs % per != 0) {
-    throw InvalidArgument("--megatron-args: global batch size (" + std::to_string(gbs) + ") is not divisible by micro "
-                          "batch size (" + std::to_string(mbs) + ") times data parallel size (" + std::to_string(dp) +
-                          ")  [Megatron]");
-  }
-  fill(s.microbatches, "--microbatches", gbs / per, "--global-batch-size / (--micro-batch-size x dp)");
   if (a.model) {
     if (!s.model.empty()) run.notes.push_back("--model " + s.model + " overrides the model shape of --megatron-args");
   } else if (s.model.empty()) {
@@ -225,27 +118,12 @@ void from_megatron_args(const MegatronArgs& a, StepSpec& s, Job& job, StepRun& r
                           "--vocab-size, ...) or --model");
   }
   const int64_t layers = a.model && s.model.empty() ? a.model->layers : model_of(s.model).layers;
-  std::optional<int64_t> stages;
-  if (a.layers_per_virtual_stage) {
-    if (a.pp == 1 || layers % a.pp != 0 || (layers / a.pp) % *a.layers_per_virtual_stage != 0) {
-      throw InvalidArgument("--megatron-args: --num-layers-per-virtual-pipeline-stage " +
-                            std::to_string(*a.layers_per_virtual_stage) + ": number of layers per pipeline stage (" +
-                            std::to_string(layers) + " / pp " + std::to_string(a.pp) +
-                            ") must be divisible by number of layers per virtual pipeline stage  [Megatron]");
-    }
-    stages = a.pp * (layers / a.pp / *a.layers_per_virtual_stage);
-  } else if (a.virtual_stages) {
-    stages = checked_mul(a.pp, *a.virtual_stages, "the virtual stages");
-  }
-  if (stages && *stages > a.pp) fill(s.stages, "--stages", *stages, "the virtual pipeline stages");
-  if (a.recompute_method == "block" && a.recompute_layers < layers / a.pp) {
-    // Megatron's block method recomputes the first N layers of each pipeline rank and keeps the
-    // rest's activations: not every layer, which is what meshsim models.
-    throw InvalidArgument("--megatron-args: --recompute-method block --recompute-num-layers " +
-                          std::to_string(a.recompute_layers) + " recomputes " + std::to_string(a.recompute_layers) +
-                          " of the " + std::to_string(layers / a.pp) + " layers of each pipeline rank: meshsim models "
-                          "full recomputation of every layer (uniform with 1, or block with every layer of the rank)");
-  }
+  const MegatronJob mj = megatron_job(a, *s.world_size, layers);
+  if (!mj.seq_length && !s.seq_len) throw InvalidArgument("--megatron-args needs --seq-length");
+  if (mj.seq_length) fill(s.seq_len, "--seq-len", *mj.seq_length, "--seq-length");
+  fill(s.local_batch_size, "--local-batch-size", mj.micro_batch_size, "--micro-batch-size");
+  fill(s.microbatches, "--microbatches", mj.microbatches, "--global-batch-size / (--micro-batch-size x dp)");
+  if (mj.stages) fill(s.stages, "--stages", *mj.stages, "the virtual pipeline stages");
   if (s.activation_checkpoint.empty()) {
     s.activation_checkpoint = a.recompute;
   } else if (a.recompute_given && text::lower_case(s.activation_checkpoint) != a.recompute) {
@@ -268,6 +146,7 @@ void from_megatron_args(const MegatronArgs& a, StepSpec& s, Job& job, StepRun& r
     if (a.ignored.size() > 32) list += " ... (" + std::to_string(a.ignored.size()) + ")";
     run.notes.push_back("--megatron-args: not read (no collective meshsim models): " + list);
   }
+  return mj.degrees;
 }
 
 }  // namespace
@@ -474,22 +353,23 @@ StepRun run_step(const StepSpec& given) {
   StepRun run;
   preset::Torchtitan& t = run.degrees;
   Job& job = run.job;
-  if (margs) from_megatron_args(*margs, spec, job, run);
-  const bool megatron = spec.preset.rfind("megatron", 0) == 0;
-  if (spec.preset.empty() && spec.job.empty()) throw InvalidArgument("meshsim step needs --preset or --job");
+  std::optional<preset::Megatron> margs_degrees;
+  if (margs) margs_degrees = from_megatron_args(*margs, spec, job, run);
+  const bool megatron = margs_degrees || spec.preset.rfind("megatron", 0) == 0;
+  if (!margs && spec.preset.empty() && spec.job.empty()) throw InvalidArgument("meshsim step needs --preset or --job");
   Parallel layout;  // the ranks as the preset's views lay them out
   if (megatron) {
     // Megatron-core's sizes, checked by its own rules (the preset's RankGenerators), laid out in
     // its order as the preset's views are: the dense ranks as (pp, dp, cp, tp), the expert ranks
     // as (pp, edp, ep) with expert tp 1, each axis where the order puts it.
-    const preset::Megatron mg = preset::megatron_spec(spec.preset);
+    const preset::Megatron mg = margs_degrees ? *margs_degrees : preset::megatron_spec(spec.preset);
     layout = megatron_parallel(mg, spec.world_size);  // every order the preset accepts
     t = preset::Torchtitan{mg.pp, 1, layout.dp_shard, mg.cp, mg.tp, mg.ep};
     job.framework = Framework::kMegatron;
     job.activation_checkpoint = Checkpoint::kNone;
   } else {
-    std::optional<JobFile> file;
-    if (!spec.job.empty()) file = read_job_file(spec.job);
+    std::optional<torchtitan::JobFile> file;
+    if (!spec.job.empty()) file = torchtitan::read_job_file(spec.job);
     t = file ? file->degrees : preset::torchtitan_spec(spec.preset);
     // torchtitan's checks of the degrees (dp_shard resolved) and its views, as the preset has them
     const preset::TorchtitanViews views = preset::torchtitan_views(t, spec.world_size);

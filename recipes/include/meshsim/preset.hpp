@@ -85,21 +85,13 @@ struct TorchtitanViews {
 };
 TorchtitanViews torchtitan_views(Torchtitan t, std::optional<int64_t> world_size);
 
-// torchtitan_from_toml reads a torchtitan job file: the [parallelism] table's
-// data_parallel_replicate_degree, data_parallel_shard_degree, context_parallel_degree,
-// tensor_parallel_degree, pipeline_parallel_degree, expert_parallel_degree,
-// expert_tensor_parallel_degree and spmd_backend (other keys are the job's own and are left
-// alone; unknown tables and [parallelism] keys are refused). ParseError for a file that is not
-// TOML, InvalidArgument for a value of the wrong type. Errors start with `flag` and the path
-// ("--preset torchtitan:" when empty).
-Torchtitan torchtitan_from_toml(const std::string& path, const std::string& flag = "");
-
 // megatron_spec decodes "megatron:KEY=V,..." into its sizes (dp may stay unset);
 // InvalidArgument for another framework.
 Megatron megatron_spec(const std::string& spec);
 
-// torchtitan_spec decodes "torchtitan:KEY=V,..." or "torchtitan:FILE.toml" into its degrees
-// (dp_shard may stay -1); InvalidArgument for another framework.
+// torchtitan_spec decodes "torchtitan:KEY=V,..." or "torchtitan:FILE" (a job file, TOML or
+// torchtitan's saved JSON, read whole by torchtitan_job.hpp) into its degrees (dp_shard may stay
+// -1); InvalidArgument for another framework.
 Torchtitan torchtitan_spec(const std::string& spec);
 
 // TomlTable is one table of a TOML file, its scalar keys by kind.
@@ -108,22 +100,14 @@ struct TomlTable {
   std::map<std::string, double> floats;
   std::map<std::string, bool> booleans;
   std::map<std::string, std::string> strings;
-  std::map<std::string, std::string> others;  // with keep_others: key -> "an array", "a table", "a date"
 };
-// read_toml_table reads `table` of a TOML file under the guards the job file has (1 MiB, 64
+// read_toml_table reads `table` of a TOML file under the guards every TOML input has (1 MiB, 64
 // dotted parts); nullopt when the file has no such table. A file that cannot be read names
 // `what` (the flag) and the path; ParseError for a file that is not TOML, InvalidArgument for a
-// table that is not one or a key holding an array or a table; those messages start with `where`.
-// With keep_others, a key of another kind is kept in `others` (by what it holds) for the caller
-// to name, not refused.
+// table that is not one or a key holding an array, a table or a date; those messages start with
+// `where`.
 std::optional<TomlTable> read_toml_table(const std::string& path, const std::string& table, const std::string& what,
-                                         const std::string& where, bool keep_others = false);
-// titan_parallelism_keys: the keys of torchtitan's [parallelism] (the TOML era's and since),
-// which the job file readers accept.
-const std::vector<std::string>& titan_parallelism_keys();
-// titan_degree_keys: the [parallelism] keys of torchtitan's degrees and the field each sets
-// (expert_tensor_parallel_degree, which must be 1, is not one): the TOML and JSON readers' one list.
-const std::vector<std::pair<std::string, int64_t Torchtitan::*>>& titan_degree_keys();
+                                         const std::string& where);
 // did_you_mean is " (did you mean 'K'?)" for the known name K nearest `name`, when it is near
 // (at most a third of its letters differ), else "".
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& known);

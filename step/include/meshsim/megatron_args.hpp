@@ -1,5 +1,8 @@
 // meshsim/megatron_args.hpp — a Megatron-LM job as its user has it: the argument list of
-// pretrain_gpt.py, read for `meshsim step --megatron-args "..."` (or "@args.txt").
+// pretrain_gpt.py, read for `meshsim step --megatron-args "..."` (or "@args.txt"). The one home
+// of Megatron's settings in meshsim: read, checked (Megatron-LM's parser and validate_args,
+// megatron-core's TransformerConfig) and defaulted here; torch:megatron_buffer holds it to
+// megatron-core itself.
 //
 //   MegatronArgs a = parse_megatron_args("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
 //                                        "--micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 ...");
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "meshsim/preset.hpp"
 #include "meshsim/step_program.hpp"
 
 namespace meshsim::step {
@@ -49,6 +53,23 @@ struct MegatronArgs {
   std::optional<Model> model;              // when the shape flags are given
   std::vector<std::string> ignored;        // flags read and left alone (no collective of the step)
 };
+
+// MegatronJob: the step a Megatron-LM job's flags set, resolved as Megatron-LM resolves them
+// for a world size (its data-parallel size, microbatches per step, virtual stages).
+struct MegatronJob {
+  preset::Megatron degrees;             // tp, pp, cp, ep, etp as given; dp = world / (tp x pp x cp)
+  std::optional<int64_t> seq_length;    // --seq-length
+  int64_t micro_batch_size = 1;         // --micro-batch-size (Megatron's default 1)
+  int64_t microbatches = 1;             // --global-batch-size / (--micro-batch-size x dp)
+  std::optional<int64_t> stages;        // pp x virtual stages per rank, when more than pp
+};
+
+// megatron_job holds `a` to Megatron-LM's rules for `world_size` ranks and a model of `layers`
+// layers: the world a multiple of tp x pp x cp, the global batch a multiple of micro batch x dp,
+// the layers per pipeline rank a multiple of the layers per virtual stage (validate_args'
+// rules, in its words, "[Megatron]"), and the block recomputation meshsim models (every layer
+// of the rank). InvalidArgument names the flag and the rule.
+MegatronJob megatron_job(const MegatronArgs& a, int64_t world_size, int64_t layers);
 
 // parse_megatron_args reads Megatron-LM's flags (`text`, or the file "@PATH": whitespace-separated,
 // '#' to the end of a line a comment, a backslash before a newline joined). InvalidArgument names

@@ -1,22 +1,26 @@
-#include "meshsim/job_file.hpp"
+#include "meshsim/torchtitan_job.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <sstream>
 #include <nlohmann/json.hpp>
+#include <toml++/toml.h>
 #include <vector>
 
 #include "meshsim/error.hpp"
 #include "meshsim/text_fields.hpp"
 #include "meshsim/json_codec.hpp"
 #include "meshsim/text_file.hpp"
+#include "toml_file.hpp"
 #include "torchtitan_fields.hpp"
 
-namespace meshsim::step {
+namespace meshsim::torchtitan {
 
 namespace {
 
-constexpr std::size_t kMaxJobFileBytes = std::size_t{4} << 20;  // a 405B model's saved config is ~0.6 MiB
+constexpr std::size_t kMaxJsonBytes = std::size_t{4} << 20;  // a 405B model's saved config is ~0.6 MiB
+constexpr std::size_t kMaxTomlBytes = std::size_t{1} << 20;  // torchtitan's TOML job files are a few KB
 constexpr int kMaxJobNesting = 64;
 
 // The keys of the tables meshsim reads, as torchtitan declares them: the TOML era's JobConfig
@@ -70,6 +74,40 @@ const std::vector<std::string>& saved_nullable_parallelism() {
                                           "context_parallel_ptrr_mask_key"};
   return k;
 }
+// The tables and [parallelism] keys torchtitan's JobConfig declares (torchtitan/config/
+// job_config.py at 9810191bb^, the last TOML-era config, plus the keys ParallelismConfig added
+// since, configs.py at b5bcd76c): torchtitan refuses any other ("Invalid field names").
+const std::vector<std::string>& toml_tables() {
+  static const std::vector<std::string> t{"job",        "profiling",  "metrics",  "model",
+                                          "optimizer",  "lr_scheduler", "training", "parallelism",
+                                          "checkpoint", "activation_checkpoint", "compile", "quantize",
+                                          "comm",       "memory_estimation", "fault_tolerance", "experimental",
+                                          "validation", "debug"};
+  return t;
+}
+
+const std::vector<std::string>& parallelism_keys() {
+  static const std::vector<std::string> k{
+      "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+      "enable_fsdp_symm_mem", "tensor_parallel_degree", "enable_sequence_parallel", "disable_loss_parallel",
+      "enable_async_tensor_parallel", "spmd_backend", "pipeline_parallel_degree", "module_fqns_per_model_part",
+      "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
+      "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
+      "pipeline_parallel_microbatch_size", "num_pp_microbatches", "pipeline_parallel_expert_parallel_overlap",
+      "context_parallel_degree", "context_parallel_load_balancer", "context_parallel_rotate_method",
+      "context_parallel_ptrr_mask_key", "expert_parallel_degree", "expert_tensor_parallel_degree",
+      "expert_parallel_comm_backend"};
+  return k;
+}
+
+const std::vector<std::pair<std::string, int64_t preset::Torchtitan::*>>& titan_degree_keys() {
+  static const std::vector<std::pair<std::string, int64_t preset::Torchtitan::*>> k{
+      {"data_parallel_replicate_degree", &preset::Torchtitan::dp_replicate}, {"data_parallel_shard_degree", &preset::Torchtitan::dp_shard},
+      {"context_parallel_degree", &preset::Torchtitan::cp}, {"tensor_parallel_degree", &preset::Torchtitan::tp},
+      {"pipeline_parallel_degree", &preset::Torchtitan::pp}, {"expert_parallel_degree", &preset::Torchtitan::ep}};
+  return k;
+}
+
 const std::vector<std::string> kAcCommon{"preserve_rng_state", "determinism_check", "debug"};
 const std::vector<std::string> kAcSelective{"force_recompute_mm_shapes_by_fqns"};
 const std::vector<std::string> kAcMemoryBudget{"memory_budget", "visualize_memory_budget_pareto"};
@@ -147,22 +185,50 @@ class Section {
   std::vector<std::string> nullable_;
 };
 
-// toml_section is one TOML table as JSON (its scalars; an array or table as an empty one of its
-// kind, which only the key checks and type errors look at).
-std::optional<nlohmann::json> toml_section(const std::string& path, const std::string& table, const std::string& where) {
-  const auto t = preset::read_toml_table(path, table, "--job", where, true);
-  if (!t) return std::nullopt;
+// as_json is a TOML node as JSON: tables, arrays and scalars as they are; a date or time as its
+// TOML text (a string: no torchtitan field holds one). The nesting is the parser's, which
+// check_key_parts and toml++'s own limit bound.
+nlohmann::json as_json(const toml::node& n) {
+  if (const auto* t = n.as_table()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, v] : *t) j[std::string(k.str())] = as_json(v);
+    return j;
+  }
+  if (const auto* a = n.as_array()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& v : *a) j.push_back(as_json(v));
+    return j;
+  }
+  if (const auto* i = n.as_integer()) return i->get();
+  if (const auto* f = n.as_floating_point()) return f->get();
+  if (const auto* b = n.as_boolean()) return b->get();
+  if (const auto* s = n.as_string()) return s->get();
+  std::ostringstream text;
+  n.visit([&](const auto& v) { text << v; });
+  return text.str();
+}
+
+// read_toml reads a TOML job file of torchtitan's TOML era as the JSON of its tables, refusing a
+// table torchtitan's JobConfig does not declare (unless the job extends the config with its own
+// module, experimental.custom_args_module, which may add tables).
+nlohmann::json read_toml(const std::string& path, const std::string& flag, const std::string& where) {
+  const toml::table doc = meshsim::detail::parse_toml_file(path, kMaxTomlBytes, flag, where);
+  const bool extended = static_cast<bool>(doc["experimental"]["custom_args_module"]);
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : t->integers) j[k] = v;
-  for (const auto& [k, v] : t->floats) j[k] = v;
-  for (const auto& [k, v] : t->booleans) j[k] = v;
-  for (const auto& [k, v] : t->strings) j[k] = v;
-  for (const auto& [k, v] : t->others) j[k] = v == "an array" ? nlohmann::json::array() : nlohmann::json::object();
+  for (const auto& [key, node] : doc) {
+    const std::string k(key.str());
+    const auto& known = toml_tables();
+    if (!extended && std::find(known.begin(), known.end(), k) == known.end()) {
+      throw InvalidArgument(where + ": unknown table " + quote_input(k) + ": torchtitan's job config has no such "
+                            "section" + preset::did_you_mean(k, known));
+    }
+    j[k] = as_json(node);
+  }
   return j;
 }
 
 void read_degrees_json(const Section& s, preset::Torchtitan& t) {
-  for (const auto& [key, field] : preset::titan_degree_keys()) {
+  for (const auto& [key, field] : titan_degree_keys()) {
     if (auto v = s.integer(key)) t.*field = v->value;
   }
   if (auto etp = s.integer("expert_tensor_parallel_degree"); etp && etp->value != 1) {
@@ -272,16 +338,16 @@ void read_load_balance(const nlohmann::json& doc, const std::string& where, cons
 
 }  // namespace
 
-JobFile read_job_file(const std::string& path) {
+JobFile read_job_file(const std::string& path, const std::string& flag) {
   JobFile f;
   f.path = path;
-  const std::string where = "--job " + quote_input(path);
+  const std::string where = flag + " " + quote_input(path);
+  f.where = where;
   const bool json = path.size() > 5 && lower_case(path.substr(path.size() - 5)) == ".json";
   f.format = json ? "json" : "toml";
   nlohmann::json doc;
-  std::optional<nlohmann::json> model_t, training_t, parallelism_t, ac_t;
   if (json) {
-    const std::string text = read_text_file(path, kMaxJobFileBytes, "--job");
+    const std::string text = read_text_file(path, kMaxJsonBytes, flag);
     if (json::max_nesting(text) > kMaxJobNesting) {
       throw InvalidArgument(where + " nests deeper than " + std::to_string(kMaxJobNesting) + " levels");
     }
@@ -292,11 +358,7 @@ JobFile read_job_file(const std::string& path) {
                             "(the JSON torchtitan writes under debug.save_config_file)");
     }
   } else {
-    f.degrees = preset::torchtitan_from_toml(path, "--job");  // the tables' names, [parallelism]'s keys and degrees
-    model_t = toml_section(path, "model", where);
-    training_t = toml_section(path, "training", where);
-    parallelism_t = toml_section(path, "parallelism", where);
-    ac_t = toml_section(path, "activation_checkpoint", where);
+    doc = read_toml(path, flag, where);
   }
   auto object = [&](const char* key) -> const nlohmann::json* {
     const auto it = doc.find(key);
@@ -304,13 +366,12 @@ JobFile read_job_file(const std::string& path) {
     if (!it->is_object()) throw InvalidArgument(where + ": " + key + " is " + kind_of(*it) + ", not a table");
     return &*it;
   };
-  const Section model(where, json ? "model_spec" : "model", json ? object("model_spec") : model_t ? &*model_t : nullptr);
-  const Section training(where, "training", json ? object("training") : training_t ? &*training_t : nullptr);
-  const Section par(where, "parallelism", json ? object("parallelism") : parallelism_t ? &*parallelism_t : nullptr,
-                    saved_nullable_parallelism());
-  const Section ac(where, "activation_checkpoint", json ? object("activation_checkpoint") : ac_t ? &*ac_t : nullptr);
+  const Section model(where, json ? "model_spec" : "model", object(json ? "model_spec" : "model"));
+  const Section training(where, "training", object("training"));
+  const Section par(where, "parallelism", object("parallelism"), saved_nullable_parallelism());
+  const Section ac(where, "activation_checkpoint", object("activation_checkpoint"));
   training.check_keys(training_keys());
-  par.check_keys(preset::titan_parallelism_keys());
+  par.check_keys(parallelism_keys());
   if (json) {
     for (const auto& [k, _] : doc.items()) {
       if (std::find(saved_top_keys().begin(), saved_top_keys().end(), k) == saved_top_keys().end()) {
@@ -343,6 +404,7 @@ JobFile read_job_file(const std::string& path) {
                             "balancing.");
     }
   } else {
+    read_degrees_json(par, f.degrees);
     model.check_keys(model_keys());
     ac.check_keys(ac_keys());
   }
@@ -455,4 +517,109 @@ JobFile read_job_file(const std::string& path) {
   return f;
 }
 
-}  // namespace meshsim::step
+}  // namespace meshsim::torchtitan
+
+namespace meshsim::torchtitan {
+
+Settings settings(const JobFile& f, const preset::Torchtitan& t) {
+  const std::string& where = f.where;
+  Settings s;
+  s.model = f.model ? *f.model : Keyed<std::string>{"llama3-debugmodel", "model (default)"};  // llama3, debugmodel
+  const int64_t dp = text::checked_mul(t.dp_replicate, t.dp_shard, "the data-parallel degree");
+  if (f.tokens_per_microbatch || f.tokens_per_step || f.pp_microbatches || f.max_context_length) {
+    // The token budget (torchtitan's configs since 73aed7f6c): a microbatch is T tokens of packed
+    // documents per dp rank, so one sequence of T tokens is what its collectives move.
+    s.seq_len = f.tokens_per_microbatch
+                    ? *f.tokens_per_microbatch
+                    : Keyed<int64_t>{16384, "training.num_tokens_per_microbatch_per_dp_rank (default)"};
+    s.per_microbatch = {1, s.seq_len.key};
+    s.microbatches = {t.pp > 1 && f.pp_microbatches ? f.pp_microbatches->value : 1,
+                      f.pp_microbatches ? f.pp_microbatches->key : "parallelism.num_pp_microbatches (default)"};
+    const int64_t per_step = text::checked_mul(text::checked_mul(s.seq_len.value, s.microbatches.value, "tokens per step"), dp,
+                                               "tokens per step");
+    if (f.tokens_per_step && f.tokens_per_step->value != -1) {
+      const int64_t want = f.tokens_per_step->value;
+      if (want < 1 || want % per_step != 0) {
+        throw InvalidArgument(where + ": " + f.tokens_per_step->key + " = " + std::to_string(want) +
+                              " is not a positive multiple of tokens per microbatch x microbatches x data-parallel degree = " +
+                              std::to_string(per_step) + " (torchtitan's rule)");
+      }
+      s.grad_accum_steps = want / per_step;
+    }
+  } else {
+    // Sequences (torchtitan's TOML era and 0.3.0): local_batch_size sequences per dp rank and
+    // accumulation step, cut into pipeline microbatches of pipeline_parallel_microbatch_size.
+    s.seq_len = f.seq_len ? *f.seq_len : Keyed<int64_t>{2048, "training.seq_len (default)"};
+    const Keyed<int64_t> local =
+        f.local_batch_size ? *f.local_batch_size : Keyed<int64_t>{8, "training.local_batch_size (default)"};
+    if (t.pp > 1) {
+      const Keyed<int64_t> size = f.microbatch_size ? *f.microbatch_size
+                                                    : Keyed<int64_t>{1, "parallelism.pipeline_parallel_microbatch_size (default)"};
+      if (local.value % size.value != 0) {
+        throw InvalidArgument(where + ": " + local.key + " = " + std::to_string(local.value) +
+                              " is not divisible by parallelism.pipeline_parallel_microbatch_size = " +
+                              std::to_string(size.value) + " (torchtitan's rule)");
+      }
+      s.per_microbatch = size;
+      s.microbatches = {local.value / size.value, local.key + " / " + size.key};
+    } else {
+      s.per_microbatch = local;
+      s.microbatches = {1, local.key};
+    }
+    if (f.global_batch_size && f.global_batch_size->value >= 0) {
+      const int64_t want = f.global_batch_size->value, per_step = text::checked_mul(local.value, dp, "sequences per step");
+      if (want < 1 || want % per_step != 0) {
+        throw InvalidArgument(where + ": " + f.global_batch_size->key + " = " + std::to_string(want) +
+                              " is not a positive multiple of local_batch_size x data-parallel degree = " +
+                              std::to_string(per_step) + " (torchtitan's rule)");
+      }
+      s.grad_accum_steps = want / per_step;
+    }
+  }
+  if (t.pp > 1) {
+    s.schedule = f.schedule_csv ? f.schedule_csv
+                 : f.schedule   ? f.schedule
+                                : Keyed<std::string>{"1F1B", "parallelism.pipeline_parallel_schedule (default)"};
+  }
+  s.reshard_after_forward = f.reshard_after_forward;
+  s.activation_checkpoint = f.activation_checkpoint;
+  s.loss_chunks = f.loss_chunks;
+  s.load_balance = !f.moe_load_balance || f.moe_load_balance->value;
+  return s;
+}
+
+PipelineSplit pipeline_split(const JobFile& f, int64_t pp, int64_t layers, const std::string& schedule, bool single_stage) {
+  const std::string& where = f.where;
+  PipelineSplit p;
+  for (const auto* v : {&f.first_stage_less_layers, &f.last_stage_less_layers}) {
+    if (*v && (*v)->value > layers) {
+      throw InvalidArgument(where + ": " + (*v)->key + " = " + std::to_string((*v)->value) + " is more than the model's " +
+                            std::to_string(layers) + " layers");
+    }
+  }
+  if (f.first_stage_less_layers) p.first_stage_less_layers = f.first_stage_less_layers->value;
+  if (f.last_stage_less_layers) p.last_stage_less_layers = f.last_stage_less_layers->value;
+  if (!f.layers_per_stage || pp <= 1 || f.schedule_csv) return p;  // a CSV's rows give the stages
+  // torchtitan's pipeline_parallel.py: ceil((layers + first less + last less) / layers per stage)
+  // stages, a multiple of pp; one per rank for a single-stage schedule, else two or more.
+  const int64_t lps = f.layers_per_stage->value;
+  const int64_t effective = layers + p.first_stage_less_layers + p.last_stage_less_layers;  // each <= layers
+  const int64_t stages = effective / lps + (effective % lps != 0 ? 1 : 0);
+  const std::string why = f.layers_per_stage->key + " = " + std::to_string(lps) + " makes " + std::to_string(stages) +
+                          " stages of " + std::to_string(layers) + " layers";
+  if (stages % pp != 0) {
+    throw InvalidArgument(where + ": " + why + ", not a multiple of pp " + std::to_string(pp) + " (torchtitan's rule)");
+  }
+  if (single_stage && stages != pp) {
+    throw InvalidArgument(where + ": " + why + ": the single-stage schedule " + quote_input(schedule) +
+                          " needs exactly 1 stage per rank (torchtitan's rule)");
+  }
+  if (!single_stage && stages < 2 * pp) {
+    throw InvalidArgument(where + ": " + why + ": the multi-stage schedule " + quote_input(schedule) +
+                          " needs at least 2 stages per rank (torchtitan's rule)");
+  }
+  p.stages = Keyed<int64_t>{stages, f.layers_per_stage->key};
+  return p;
+}
+
+}  // namespace meshsim::torchtitan

@@ -11,7 +11,7 @@
 #include "meshsim/preset.hpp"
 #include "meshsim/text_fields.hpp"
 
-namespace meshsim::step::detail {
+namespace meshsim::torchtitan::detail {
 
 namespace {
 
@@ -139,4 +139,4 @@ void check_saved_fields(const nlohmann::json& doc, const std::string& where) {
   }
 }
 
-}  // namespace meshsim::step::detail
+}  // namespace meshsim::torchtitan::detail
