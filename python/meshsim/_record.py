@@ -236,6 +236,88 @@ class _Rank:
         return path
 
 
+class _Carrier:
+    """Point-to-point tensors carried between the recorded ranks, which run apart: what a rank
+    sends (c10d's send, from dist.send, isend, batch_isend_irecv and send_object_list alike) is
+    written to OUT/p2p/<src>-<dst>-<n> (the n-th send from src to dst), and the matching receive
+    fills its tensor from there, so a pipeline's shape inference, its vote and its activations
+    arrive as the program sent them. A send never waits. A receive is settled by the next wait
+    on a work (every receive posted before it), the rank's next tensor op, or its end, as a
+    posted irecv completes by its wait: a batch that receives before it sends does not deadlock
+    here unless it would in the program. While a
+    rank waits for a peer it says so (OUT/p2p/waiting-<r>), and the runner starts another rank
+    beyond --jobs, so a rank waiting on one not yet started does not hold its place. A receive
+    from a rank that ended without that send, or of another size than was sent, raises, naming
+    both ranks; one from a rank not recorded (--ranks) is not carried."""
+
+    def __init__(self, rank, out, recorded):
+        self.rank, self.dir, self.recorded = rank, os.path.join(out, "p2p"), recorded
+        self.logs = os.path.join(out, "ranks")
+        self.sent, self.received, self.pending = {}, {}, []
+
+    def carries(self, peer):
+        return peer in self.recorded and peer != self.rank
+
+    def _path(self, src, dst, n):
+        return os.path.join(self.dir, "%d-%d-%d" % (src, dst, n))
+
+    def send(self, dst, tensor):
+        n = self.sent.get(dst, 0)
+        self.sent[dst] = n + 1
+        t = tensor.detach().contiguous().reshape(-1)
+        data = t.view(__import__("torch").uint8).numpy().tobytes() if t.numel() else b""
+        path = self._path(self.rank, dst, n)
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+
+    def recv(self, src, tensor):
+        n = self.received.get(src, 0)
+        self.received[src] = n + 1
+        self.pending.append((src, n, tensor))
+
+    def _fill(self, src, n, tensor, data):
+        import torch
+        want = tensor.numel() * tensor.element_size()
+        if len(data) != want:
+            raise RuntimeError(
+                "meshsim record: rank %d receives %d bytes (%s %s) from rank %d as its receive %d from it, but rank %d "
+                "sent %d bytes there" % (self.rank, want, _dtype_name(tensor.dtype), list(tensor.shape), src, n, src,
+                                         len(data)))
+        if want:
+            buf = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(tensor.dtype).view(tensor.shape)
+            tensor.copy_(buf)
+
+    def settle(self):
+        """Fills every pending receive, waiting for its send (the rank's deadline bounds it)."""
+        pending, self.pending = self.pending, []
+        waiting = None
+        try:
+            for src, n, tensor in pending:
+                path, delay = self._path(src, self.rank, n), 0.001
+                while not os.path.exists(path):
+                    if waiting is None:
+                        waiting = os.path.join(self.dir, "waiting-%d" % self.rank)
+                        open(waiting, "w").close()
+                    if os.path.exists(os.path.join(self.logs, "rank-%d.result" % src)) and not os.path.exists(path):
+                        raise RuntimeError(
+                            "meshsim record: rank %d waits for its receive %d from rank %d, which rank %d never sent "
+                            "(it ended after %s): the program would hang here" % (
+                                self.rank, n, src, src, "sending none to it" if n == 0 else "%d sends to it" % n))
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+                with open(path, "rb") as f:
+                    data = f.read()
+                os.unlink(path)  # read once: a long pipeline's activations do not pile up
+                self._fill(src, n, tensor, data)
+        finally:
+            if waiting is not None:
+                try:
+                    os.unlink(waiting)
+                except OSError:
+                    pass
+
+
 def _install(torch_module_names):
     """Patches made once in the forking interpreter, before the program or --preload import
     anything: init_process_group answered by `fake`, destroy_process_group noting the groups
@@ -292,8 +374,9 @@ def _install(torch_module_names):
             if me is not None and receives(*args, **kwargs):
                 raise RuntimeError(
                     "meshsim record: torch.distributed.%s on rank %d receives Python objects other ranks send, which the "
-                    "fake backend does not carry (the ranks run apart): not recordable (a pipeline schedule's shape "
-                    "inference, an all_gather_object of sizes)" % (name, me.rank))
+                    "fake backend does not carry (the ranks run apart; only point-to-point sends between recorded "
+                    "ranks are carried, and none under --fake-tensors): not recordable (an all_gather_object of sizes, "
+                    "a recv_object_list from any rank or from one not recorded)" % (name, me.rank))
             return fn(*args, **kwargs)
         guarded.__name__ = guarded.__qualname__ = name
         guarded.__doc__ = fn.__doc__
@@ -312,8 +395,15 @@ def _install(torch_module_names):
             return (0 if v is None else v) != me_rank()
         return check
 
+    def recv_not_carried(*args, **kwargs):
+        carrier = _rank.get("carrier")
+        src = kwargs.get("src", args[1] if len(args) > 1 else None)
+        if src is None and kwargs.get("group_src") is not None and kwargs.get("group") is not None:
+            src = dist.get_global_rank(kwargs["group"], kwargs["group_src"])
+        return carrier is None or src is None or not carrier.carries(int(src))
+
     receiving = {
-        "recv_object_list": lambda *a, **k: True,
+        "recv_object_list": recv_not_carried,
         "all_gather_object": lambda *a, **k: dist.get_world_size(k.get("group", a[2] if len(a) > 2 else None)) > 1,
         "broadcast_object_list": is_not("src", 1),
         "scatter_object_list": is_not("src", 2),
@@ -358,15 +448,64 @@ def _install(torch_module_names):
     if real_dump_json is not None:
         c10d_c._dump_fr_trace_json = dump_fr_trace_json
 
+    def global_peer(pg, local):
+        """The global rank of `pg`'s group rank `local` (c10d's send and recv name their peer so)."""
+        from torch.distributed.distributed_c10d import _world
+        name = pg.group_name
+        for p, ranks in list(_world.pg_group_ranks.items()):
+            if getattr(p, "group_name", None) == name:
+                for g, l in ranks.items():
+                    if l == local:
+                        return int(g)
+        return int(local)
+
+    def carry(carrier, func, args):
+        """A c10d send's tensors written for its peer, a receive's noted to be filled."""
+        base = func._schema.name
+        tensors, peer = args[0], int(args[2])
+        pg = dist.ProcessGroup.unbox(args[1]) if isinstance(args[1], torch.ScriptObject) else args[1]
+        g = global_peer(pg, peer)
+        if not carrier.carries(g):
+            return
+        for t in tensors:
+            if base == "c10d::send":
+                carrier.send(g, t)
+            else:
+                carrier.recv(g, t)
+
+    p2p_ops = ("c10d::send", "c10d::recv_")
+
+    # A receive completes by its work's wait (dist.recv and recv_object_list wait inside; a
+    # batch_isend_irecv's works are waited by the program): the carrier's pending receives are
+    # settled there, and before the next tensor op (a wait not called), and at the rank's end.
+    import torch._C._distributed_c10d as c10d_works
+    for cls in (getattr(c10d_works, "FakeWork", None), getattr(c10d_works, "Work", None)):
+        real_wait = getattr(cls, "wait", None) if cls is not None else None
+        if real_wait is None:
+            continue
+
+        def wait(self, *args, _real=real_wait, **kwargs):
+            carrier = _rank.get("carrier")
+            if carrier is not None and carrier.pending:
+                carrier.settle()
+            return _real(self, *args, **kwargs)
+        wait.__doc__ = real_wait.__doc__
+        cls.wait = wait
+
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             ns = func.namespace
+            carrier = _rank.get("carrier")
+            if carrier is not None and carrier.pending and not (ns == "c10d" and func._schema.name in p2p_ops):
+                carrier.settle()  # a tensor op after receives: they complete first
             if ns != "c10d" and ns != "_c10d_functional" and ns != "_c10d_functional_autograd":
                 return func(*args, **kwargs)
             _rank["handling"] = _rank.get("handling", 0) + 1  # the op's own call is not noted twice
             try:
                 result = func(*args, **kwargs)
+                if carrier is not None and ns == "c10d" and func._schema.name in p2p_ops:
+                    carry(carrier, func, args)
             finally:
                 _rank["handling"] -= 1
             me = _rank.get("state")
@@ -533,6 +672,9 @@ def _run_rank(rank, opts, recorder, torch_version, target):
     os.environ.update(_env_for(rank, opts["world"], opts["per_node"], opts["master_port"]))
     state = _Rank(rank, opts["world"], out)
     _rank["state"] = state
+    # Point-to-point tensors between recorded ranks are carried (real tensors only: a FakeTensor
+    # has no bytes to send).
+    _rank["carrier"] = None if opts.get("fake_tensors") else _Carrier(rank, out, opts["recorded"])
     result = {"rank": rank, "status": "ok", "exit_code": 0}
     stopping = {"now": False}
 
@@ -557,6 +699,8 @@ def _run_rank(rank, opts, recorder, torch_version, target):
         else:
             with recorder():
                 target()
+        if _rank["carrier"] is not None:
+            _rank["carrier"].settle()  # receives the program posted and never read
     except SystemExit as e:
         c = e.code
         if c is None or c == 0:
@@ -657,7 +801,9 @@ def record(target, world, ranks, jobs, out, timeout, per_node, preload=(), maste
     for m in preload:
         importlib.import_module(m)
     os.makedirs(os.path.join(out, "ranks"), exist_ok=True)
-    opts = {"out": out, "world": world, "per_node": per_node, "master_port": master_port, "fake_tensors": fake_tensors}
+    os.makedirs(os.path.join(out, "p2p"), exist_ok=True)
+    opts = {"out": out, "world": world, "per_node": per_node, "master_port": master_port, "fake_tensors": fake_tensors,
+            "recorded": frozenset(ranks)}
     torch_version = str(torch.__version__)
     pending = list(ranks)
     running = {}  # pid -> (rank, started, deadline, terminated_at)
@@ -667,7 +813,9 @@ def record(target, world, ranks, jobs, out, timeout, per_node, preload=(), maste
     sys.stderr.flush()
     try:
         while pending or running:
-            while pending and len(running) < jobs:
+            # A rank waiting for a peer's send (p2p/waiting-<r>) does not hold one of the --jobs places.
+            while pending and sum(1 for r in running.values()
+                                  if not os.path.exists(os.path.join(out, "p2p", "waiting-%d" % r[0]))) < jobs:
                 rank = pending.pop(0)
                 pid = os.fork()
                 if pid == 0:

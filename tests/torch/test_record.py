@@ -11,6 +11,7 @@ dumps; what each rank saw of torchrun's environment is what torchrun gives it.
 """
 import json
 import os
+import random
 import pickle
 import subprocess
 import sys
@@ -223,6 +224,78 @@ def test_a_rank_that_never_calls_init_crashes_or_hangs_is_named_and_the_others_s
     for r in (0, 4):
         d = pickle.loads((tmp_path / "rec" / f"trace_rank_{r}").read_bytes())
         assert len(d["entries"]) == 2, d["entries"]
+
+
+CARRIED = """
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    r, w = dist.get_rank(), dist.get_world_size()
+    seed = int(os.environ["SEED"])
+    if r == 0:
+        # What the last rank sends, received before anything else (under --jobs 1 the last rank
+        # starts after rank 0 waits), then a Python object from rank 1.
+        t = torch.zeros(3, dtype=torch.float64)
+        dist.recv(t, src=w - 1)
+        assert t.tolist() == [seed, seed + 1.5, -seed], t
+        objs = [None]
+        dist.recv_object_list(objs, src=1)
+        assert objs[0] == {"shape": [seed, 3], "from": 1}, objs
+    elif r == w - 1:
+        dist.send(torch.tensor([seed, seed + 1.5, -seed], dtype=torch.float64), dst=0)
+    if r == 1:
+        dist.send_object_list([{"shape": [seed, 3], "from": 1}], dst=0)
+    # A ring of batches over a subgroup of every rank, each receiving first in its batch.
+    g = dist.new_group(list(range(w)))
+    nxt, prv = (r + 1) % w, (r - 1) % w
+    x, y = torch.full((4,), float(r * seed), dtype=torch.bfloat16), torch.empty(4, dtype=torch.bfloat16)
+    for q in dist.batch_isend_irecv([dist.P2POp(dist.irecv, y, prv, g), dist.P2POp(dist.isend, x, nxt, g)]):
+        q.wait()
+    assert y.tolist() == [float(prv * seed)] * 4, (r, y)
+    print("rank", r, "received", y.tolist())
+"""
+
+
+def test_point_to_point_tensors_and_objects_arrive_as_sent_whatever_order_the_ranks_run_in(tmp_path):
+    # The values depend on a seed the test draws, so no fixed answer could pass.
+    seed = random.Random().randrange(2, 100)
+    prog = script(tmp_path, CARRIED)
+    if not EXE:
+        pytest.skip("MESHSIM_EXE is not set (ctest sets it)")
+    p = subprocess.run([EXE, "record", "-n", "5", "--jobs", "1", "--timeout", "120", "--out", str(tmp_path / "rec"),
+                        "--", sys.executable, prog], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, SEED=str(seed)), stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "send/recv pairs checked" in p.stdout and "OK" in p.stdout, p.stdout
+    for r in range(5):
+        out = (tmp_path / "rec" / "ranks" / f"rank-{r}.out").read_text()
+        assert f"rank {r} received {[float(((r - 1) % 5) * seed)] * 4}" in out, out
+    # Nothing is left behind: every carried send was received.
+    assert not os.listdir(tmp_path / "rec" / "p2p")
+
+
+def test_a_receive_never_sent_or_of_another_size_is_named_by_both_ranks(tmp_path):
+    never = script(tmp_path, """
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 1:
+            dist.recv(torch.empty(2), src=0)
+    """, "never.py")
+    code, so, se = tool("-n", "2", "--timeout", "60", "--out", str(tmp_path / "never"), "--", sys.executable, never)
+    assert code == 1, so + se
+    assert "FAILED rank 1: RuntimeError: meshsim record: rank 1 waits for its receive 0 from rank 0, which rank 0 never sent" \
+        in so, so
+    assert "FAILED rank 0" not in so, so
+    sizes = script(tmp_path, """
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 0:
+            dist.send(torch.ones(3), dst=1)
+        else:
+            dist.recv(torch.empty(2), src=0)
+    """, "sizes.py")
+    code, so, se = tool("-n", "2", "--timeout", "60", "--out", str(tmp_path / "sizes"), "--", sys.executable, sizes)
+    assert code == 1, so + se
+    assert "rank 1 receives 8 bytes (Float [2]) from rank 0 as its receive 0 from it, but rank 0 sent 12 bytes" in so, so
 
 
 def test_a_callable_is_recorded_from_this_interpreter_and_a_subset_of_ranks_is_not_a_problem(tmp_path):
