@@ -28,6 +28,13 @@ MAX_FRAMES = 256
 _WARM = ("torch._dynamo", "torch.distributed.device_mesh", "torch.distributed.tensor", "torch.distributed._functional_collectives",
          "torch.distributed.fsdp", "torch.distributed.pipelining", "torch.nn.parallel")
 
+# Where PyTorch calls a dispatch mode from (the innermost frames of a recorded op's stack that a
+# real job's Flight Recorder does not show).
+_MODE_CALL_FILES = (os.path.join("torch", "_dynamo", "eval_frame.py"), os.path.join("torch", "_compile.py"))
+
+_RUNPY_FILE = __import__("runpy").__file__
+_OPS_FILE = os.path.join("torch", "_ops.py")
+
 # The rank's own state, set in the child after the fork.
 _rank = {"on": False}
 
@@ -134,9 +141,22 @@ class _Rank:
 
     def frames(self):
         out = []
+        after_runner = False
         for f in reversed(traceback.extract_stack()[:-3]):
+            if after_runner and f.filename.endswith(_MODE_CALL_FILES):
+                continue  # the disable wrapper around the runner's own
+            after_runner = f.filename == self.runner_file
             if f.filename == self.runner_file:
+                # The runner's own wrapper of an op (torch._dynamo's disable wrapper around it and
+                # the op's __call__ it calls), which the program's stack has not.
+                while out and (out[-1]["filename"].endswith(_MODE_CALL_FILES) or
+                               (out[-1]["name"] == "__call__" and out[-1]["filename"].endswith(_OPS_FILE))):
+                    out.pop()
                 continue
+            if not out and f.filename.endswith(_MODE_CALL_FILES):
+                continue  # the mode's own call (torch._dynamo's disable wrapper), not the program's
+            if f.filename in ("<frozen runpy>", _RUNPY_FILE):
+                continue  # how the runner starts the program (runpy), which `python SCRIPT` has not
             out.append({"name": f.name, "filename": f.filename, "line": f.lineno})
             if len(out) == MAX_FRAMES:
                 break
@@ -196,6 +216,16 @@ class _Rank:
         prefix = _library(self.backend)
         if op == "barrier" and prefix != "gloo":
             op = "all_reduce_barrier"  # ProcessGroupNCCL's barrier is an all_reduce it names so
+        in_sizes, out_sizes = [list(t.shape) for t in inputs], [list(t.shape) for t in outputs]
+        if prefix == "gloo" and op == "_all_gather_base" and len(inputs) == 1:
+            # ProcessGroupGloo's all-gather into a tensor is an all_gather into its chunks; its
+            # record's output is the chunks stacked (the group's size by the input) for c10d's
+            # call, one chunk deep for a functional collective's (as Gloo jobs' dumps show).
+            op, out_sizes = "all_gather", [[pg.size() if ns == "c10d" else 1] + in_sizes[0]]
+        elif prefix == "gloo" and op == "_reduce_scatter_base" and len(inputs) == 1:
+            # ProcessGroupGloo reduce-scatters by all-reducing the whole input: its record is that
+            # all_reduce, the input its output too.
+            op, out_sizes = "all_reduce", [list(in_sizes[0])]
         if op == "send":
             profiling = "%s:send %d->%d" % (prefix, me, peer)
         elif op == "recv":
@@ -205,10 +235,12 @@ class _Rank:
         now = time.time_ns()
         self.entries.append({
             "record_id": len(self.entries), "pg_id": seq[2], "process_group": (name, desc),
-            "collective_seq_id": seq[0], "p2p_seq_id": seq[1], "op_id": self.op_id, "profiling_name": profiling,
+            "collective_seq_id": seq[0],
+            # ProcessGroupGloo counts no point-to-point sequence: its collectives' p2p_seq_id is 0
+            "p2p_seq_id": seq[1] if p2p or prefix != "gloo" else 0, "op_id": self.op_id, "profiling_name": profiling,
             "time_created_ns": now, "duration_ms": None,
-            "input_sizes": [list(t.shape) for t in inputs], "input_dtypes": [_dtype_name(t.dtype) for t in inputs],
-            "output_sizes": [list(t.shape) for t in outputs], "output_dtypes": [_dtype_name(t.dtype) for t in outputs],
+            "input_sizes": in_sizes, "input_dtypes": [_dtype_name(t.dtype) for t in inputs],
+            "output_sizes": out_sizes, "output_dtypes": [_dtype_name(t.dtype) for t in outputs],
             "state": "completed", "time_discovered_started_ns": now, "time_discovered_completed_ns": now,
             "retired": True, "timeout_ms": 600000, "is_p2p": p2p, "frames": self.frames(),
         })

@@ -15,6 +15,13 @@ records a reduce-scatter as the all-reduce it runs and records no send or receiv
 (docs/traces.md): --against accepts the one and, with no p2p record in any dump, leaves the
 plan's sends and receives out (the pipeline's order is the schedule tests' business:
 torch:schedules, torch:pipeline_real).
+
+The same job recorded by `meshsim record` (every rank forked over the fake backend, the job's own
+dumps taken as in the Gloo run) is held to the Gloo run's dumps record for record: HSDP with TP
+on 8 ranks, and on 2.13 PP with FSDP under Interleaved1F1B (the record's sends and receives,
+which Gloo's Flight Recorder does not write, left out): every entry's profiling name, group,
+sequence ids, sizes, dtypes and Python frames equal (on 2.14 the tp and fsdp groups' collective
+sequence ids are one ahead in the Gloo run, on every record alike).
 """
 import json
 import os
@@ -28,6 +35,8 @@ import pytest
 
 pytest.importorskip("torch", reason="PyTorch 2.13 (the project's .venv) is the oracle")
 pytest.importorskip("torchtitan", reason="torchtitan (the project's .venv) is the oracle")
+
+import torch_env  # noqa: E402
 
 JOB = os.path.join(os.path.dirname(__file__), "step_real_job.py")
 MESHSIM = os.environ.get("MESHSIM_EXE") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "default",
@@ -118,6 +127,48 @@ def test_a_plan_that_differs_in_one_setting_is_named_at_every_rank(name, setting
     assert not r["ok"] and not r["plan"]["ok"]
     assert sorted(x["rank"] for x in r["plan"]["divergences"]) == list(range(n)), r["plan"]
     assert all(named in x["message"] for x in r["plan"]["divergences"]), r["plan"]["divergences"]
+
+
+RECORD_FIELDS = ("profiling_name", "p2p_seq_id", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "is_p2p")
+
+
+@pytest.mark.parametrize("name", ["hsdp2x2_tp2", "pp2_fsdp2_interleaved"])
+def test_the_same_job_recorded_is_its_gloo_runs_dumps_record_for_record(tmp_path, name):
+    if name.startswith("pp") and torch_env.at_least("2.14"):
+        pytest.skip("PyTorch 2.14 refuses a pipeline's dynamic shape inference on a fake group (torch:record_titan)")
+    d = dumps(name)
+    n, flags = LAYOUTS[name]
+    job = tmp_path / "job"
+    job.mkdir()
+    p = subprocess.run([MESHSIM, "record", "-n", str(n), "--out", str(tmp_path / "rec"), "--timeout", "600", "--",
+                        sys.executable, JOB, str(job), *COMMON, *flags], capture_output=True, text=True, timeout=1800,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    compared = 0
+    offsets = {}  # group description -> the Gloo run's collective_seq_id less the record's
+    for r in range(n):
+        with open(os.path.join(d, f"rank_{r}"), "rb") as f:
+            real = pickle.load(f)["entries"]
+        with open(job / f"rank_{r}", "rb") as f:
+            recorded = [e for e in pickle.load(f)["entries"] if not e["is_p2p"]]  # Gloo records no p2p
+        assert len(recorded) == len(real), (r, len(recorded), len(real))
+        for i, (a, b) in enumerate(zip(real, recorded)):
+            where = f"rank {r} record {i}: {a['profiling_name']} / {b['profiling_name']}"
+            for k in RECORD_FIELDS:
+                assert a[k] == b[k], (where, k, a[k], b[k])
+            assert tuple(a["process_group"]) == tuple(b["process_group"]), (where, a["process_group"], b["process_group"])
+            offsets.setdefault(a["process_group"][1], set()).add(a["collective_seq_id"] - b["collective_seq_id"])
+            frames = [[(f["name"], f["filename"], f["line"]) for f in e["frames"]] for e in (a, b)]
+            assert frames[0] == frames[1], (where, frames)
+            compared += 1
+    assert compared >= n * 20, compared
+    # c10d's sequence ids: equal on 2.13. On 2.14 the Gloo run has issued one collective more on
+    # the tp and fsdp groups before the step than the recorded run (an op the fake backend's run
+    # does not issue, not yet found): the same offset on every record of a group, at most 1.
+    if torch_env.at_least("2.14"):
+        assert all(len(v) == 1 and next(iter(v)) in (0, 1) for v in offsets.values()), offsets
+    else:
+        assert all(v == {0} for v in offsets.values()), offsets
 
 
 def teardown_module(module):
